@@ -1,0 +1,668 @@
+//! One HTTP/1.1 connection: its state machine, its reads, its output queue.
+//!
+//! A connection knows nothing of Python. When a request head is complete it hands a
+//! *stream* to the server's hooks (`onRequest`) and from then on the other side drives
+//! it through `takeBody`, `startResponse`, `writeBody` and `finishStream`. Requests on
+//! one connection are served strictly one after another, so pipelined requests are
+//! answered in order; the bytes of the next one simply wait in the read buffer.
+const std = @import("std");
+const linux = std.os.linux;
+const sys = @import("sys.zig");
+const http1 = @import("http1.zig");
+const pool_mod = @import("pool.zig");
+const response = @import("response.zig");
+const timer = @import("timer.zig");
+const Server = @import("server.zig").Server;
+const Interest = @import("poller.zig").Interest;
+
+const Buffer = pool_mod.Buffer;
+const buffer_bytes = pool_mod.buffer_bytes;
+
+/// The peer's address, kept compactly: it becomes the scope's `client`.
+pub const Peer = struct {
+    family: u16 = 0,
+    port: u16 = 0,
+    addr: [16]u8 = undefined,
+
+    pub fn fromStorage(st: *const linux.sockaddr.storage) Peer {
+        var p = Peer{ .family = st.family };
+        switch (st.family) {
+            linux.AF.INET => {
+                const in: *const linux.sockaddr.in = @ptrCast(@alignCast(st));
+                p.port = std.mem.bigToNative(u16, in.port);
+                @memcpy(p.addr[0..4], std.mem.asBytes(&in.addr));
+            },
+            linux.AF.INET6 => {
+                const in6: *const linux.sockaddr.in6 = @ptrCast(@alignCast(st));
+                p.port = std.mem.bigToNative(u16, in6.port);
+                p.addr = in6.addr;
+            },
+            else => {},
+        }
+        return p;
+    }
+
+    /// Writes the textual address (no brackets, no port) into buf.
+    pub fn format(self: *const Peer, buf: []u8) []const u8 {
+        switch (self.family) {
+            linux.AF.INET => return std.fmt.bufPrint(buf, "{d}.{d}.{d}.{d}", .{ self.addr[0], self.addr[1], self.addr[2], self.addr[3] }) catch "",
+            linux.AF.INET6 => {
+                const addr = std.net.Ip6Address.init(self.addr, 0, 0, 0);
+                const s = std.fmt.bufPrint(buf, "{f}", .{addr}) catch return "";
+                // "[addr]:0" -> "addr"
+                const end = std.mem.lastIndexOfScalar(u8, s, ']') orelse return s;
+                return s[1..end];
+            },
+            else => return "",
+        }
+    }
+};
+
+pub const State = enum(u8) {
+    /// Waiting for (the rest of) a request head.
+    head,
+    /// A request is being served by a stream.
+    request,
+    /// Response sent, the peer's remaining bytes are drained before close so that
+    /// our last response is not destroyed by a reset.
+    lingering,
+    closed,
+};
+
+const BodyKind = enum(u8) { none, length, chunked };
+
+pub const TakeResult = struct { count: usize, done: bool, failed: bool };
+
+pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
+
+pub const Conn = struct {
+    server: *Server,
+    fd: i32,
+    state: State = .head,
+    peer: Peer = .{},
+    /// Intrusive links in the server's list of live connections (or its graveyard).
+    prev: ?*Conn = null,
+    next: ?*Conn = null,
+    pending_next: ?*Conn = null,
+    is_pending: bool = false,
+    timer: timer.Entry = .{},
+
+    // Reading.
+    rbuf: ?*Buffer = null,
+    rstart: u32 = 0,
+    rlen: u32 = 0,
+    interest: Interest = .{},
+    requests_count: u32 = 0,
+
+    // The current request.
+    stream: ?*anyopaque = null,
+    keep_alive: bool = false,
+    is_head_method: bool = false,
+    http10: bool = false,
+    expect_continue: bool = false,
+    body_kind: BodyKind = .none,
+    body_done: bool = true,
+    body_remaining: u64 = 0,
+    chunked: http1.ChunkedDecoder = .{},
+
+    // The current response.
+    status: u16 = 0,
+    resp_started: bool = false,
+    resp_head_sent: bool = false,
+    resp_complete: bool = false,
+    resp_chunked: bool = false,
+    resp_no_body: bool = false,
+    resp_close_after: bool = false,
+    resp_length: ?u64 = null,
+    resp_body_bytes: u64 = 0,
+    bytes_sent: u64 = 0,
+
+    // Output, in write order: obuf[ooff..olen], then pending[poff..], then tail.
+    obuf: ?*Buffer = null,
+    ooff: u32 = 0,
+    olen: u32 = 0,
+    pending: []const u8 = &.{},
+    pending_owner: ?*anyopaque = null,
+    tail: [8]u8 = undefined,
+    tail_len: u8 = 0,
+    /// A response head written by startResponse, waiting past `olen` for the first body.
+    staged_head_len: u32 = 0,
+
+    pub fn init(server: *Server, fd: i32, peer: Peer) Conn {
+        return .{ .server = server, .fd = fd, .peer = peer };
+    }
+
+    // ---- events -------------------------------------------------------------
+
+    pub fn onEvent(self: *Conn, readable: bool, writable: bool, hangup: bool) void {
+        if (writable and self.state != .closed) self.flush();
+        if ((readable or hangup) and self.state != .closed) {
+            if (self.interest.readable) {
+                self.onReadable();
+            } else if (hangup) {
+                self.close();
+            }
+        }
+    }
+
+    fn onReadable(self: *Conn) void {
+        if (self.state == .lingering) return self.drainLinger();
+        const buf = self.ensureReadBuffer() orelse return self.close();
+        if (self.rlen == buffer_bytes) {
+            self.compact();
+            if (self.rlen == buffer_bytes) return self.setReading(false);
+        }
+        switch (sys.read(self.fd, buf[self.rlen..])) {
+            .ok => |n| {
+                if (n == 0) return self.close();
+                self.rlen += @intCast(n);
+                self.server.bytes_in += n;
+                self.process();
+            },
+            .err => |e| if (e != .AGAIN) self.close(),
+        }
+    }
+
+    /// Acts on whatever is buffered: parse a head, or tell the stream body bytes arrived.
+    pub fn process(self: *Conn) void {
+        switch (self.state) {
+            .head => self.parseHead(),
+            .request => {
+                if (!self.body_done) self.server.hooks.wakeRead(self.stream.?);
+                if (self.rlen == buffer_bytes and self.rstart == 0) self.setReading(false);
+            },
+            .lingering, .closed => {},
+        }
+    }
+
+    fn parseHead(self: *Conn) void {
+        const buf = self.rbuf orelse return;
+        if (self.rstart == self.rlen) return;
+        const data = buf[self.rstart..self.rlen];
+        const parsed = http1.parseHead(data, &self.server.headers_storage, self.server.limits) catch |err| {
+            return self.refuse(http1.statusFor(err));
+        };
+        const head = parsed orelse {
+            // Incomplete: the head must arrive within the header timeout, counted from its first byte.
+            if (self.timer.queue != &self.server.header_timeouts) self.server.header_timeouts.arm(&self.timer, self.server.now_ms);
+            if (self.rstart > 0) self.compact();
+            return;
+        };
+        self.timer.disarm();
+        self.beginRequest(&head.request);
+        self.rstart += @intCast(head.len);
+        self.state = .request;
+        self.requests_count += 1;
+        if (!self.server.hooks.onRequest(self, &head.request)) {
+            // The seam could not take the request (out of memory, app dispatch failed).
+            self.state = .head;
+            return self.refuse(500);
+        }
+    }
+
+    fn beginRequest(self: *Conn, req: *const http1.Request) void {
+        self.keep_alive = req.keep_alive;
+        self.http10 = req.version == .http10;
+        self.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+        self.expect_continue = req.expect_continue;
+        self.chunked = .{};
+        if (req.chunked) {
+            self.body_kind = .chunked;
+            self.body_done = false;
+        } else if (req.content_length) |n| {
+            self.body_kind = .length;
+            self.body_remaining = n;
+            self.body_done = n == 0;
+        } else {
+            self.body_kind = .none;
+            self.body_done = true;
+        }
+        self.status = 0;
+        self.resp_started = false;
+        self.resp_head_sent = false;
+        self.resp_complete = false;
+        self.resp_chunked = false;
+        self.resp_no_body = false;
+        self.resp_close_after = false;
+        self.resp_length = null;
+        self.resp_body_bytes = 0;
+        self.bytes_sent = 0;
+    }
+
+    /// Answers a request the engine itself refuses, then closes.
+    pub fn refuse(self: *Conn, status: u16) void {
+        self.keep_alive = false;
+        self.resp_close_after = true;
+        self.resp_complete = true;
+        self.status = status;
+        // Bytes after a refused head are never parsed.
+        self.rstart = self.rlen;
+        self.queue(response.errorResponse(status)) catch return self.close();
+        self.flush();
+    }
+
+    // ---- the stream's side --------------------------------------------------
+
+    /// Collects available body bytes as slices into the read buffer (valid until
+    /// `bodyConsumed`). Also sends `100 Continue` the first time the app asks for a body.
+    pub fn takeBody(self: *Conn, segs: [][]const u8) TakeResult {
+        var r = TakeResult{ .count = 0, .done = self.body_done, .failed = false };
+        if (self.body_done or self.state == .closed) return r;
+        if (self.expect_continue) {
+            self.expect_continue = false;
+            if (!self.resp_started) {
+                self.queue("HTTP/1.1 100 Continue\r\n\r\n") catch {};
+                self.flush();
+            }
+        }
+        const buf = self.rbuf orelse return r;
+        while (r.count < segs.len and !self.body_done) {
+            const avail = buf[self.rstart..self.rlen];
+            if (avail.len == 0) break;
+            switch (self.body_kind) {
+                .length => {
+                    const n: usize = @intCast(@min(self.body_remaining, avail.len));
+                    segs[r.count] = avail[0..n];
+                    r.count += 1;
+                    self.rstart += @intCast(n);
+                    self.body_remaining -= n;
+                    self.body_done = self.body_remaining == 0;
+                },
+                .chunked => {
+                    const step = self.chunked.decode(avail, self.server.limits) catch {
+                        r.failed = true;
+                        self.body_done = true;
+                        self.keep_alive = false;
+                        break;
+                    };
+                    self.rstart += @intCast(step.consumed);
+                    if (step.data.len > 0) {
+                        segs[r.count] = step.data;
+                        r.count += 1;
+                    }
+                    if (step.done) self.body_done = true;
+                    if (step.consumed == 0) break;
+                },
+                .none => self.body_done = true,
+            }
+        }
+        r.done = self.body_done;
+        return r;
+    }
+
+    /// The stream copied the slices from `takeBody`: make room for more.
+    pub fn bodyConsumed(self: *Conn) void {
+        if (self.state == .closed) return;
+        if (self.rstart == self.rlen) {
+            self.rstart = 0;
+            self.rlen = 0;
+        }
+        if (!self.interest.readable) self.setReading(true);
+    }
+
+    pub const HeaderIter = struct {
+        ctx: *anyopaque,
+        nextFn: *const fn (ctx: *anyopaque) ?[2][]const u8,
+    };
+
+    pub const StartError = error{ AlreadyStarted, InvalidHeader, HeadTooLarge, OutOfMemory, Closed };
+
+    /// Serialises the response head into the output buffer. Nothing is written to the
+    /// socket yet: the head leaves together with the first body bytes.
+    pub fn startResponse(self: *Conn, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
+        if (self.resp_started) return error.AlreadyStarted;
+        if (self.state == .closed) {
+            self.resp_started = true;
+            return;
+        }
+        const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
+        var w = response.HeadWriter{ .buf = buf[self.olen..] };
+        self.status = status;
+        self.resp_no_body = response.statusHasNoBody(status) or self.is_head_method;
+        self.writeHead(&w, status, headers, extra) catch |err| {
+            return if (err == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
+        };
+        // Room is left for the framing header and the blank line, added with the first body.
+        self.staged_head_len = @intCast(w.len);
+        self.resp_started = true;
+    }
+
+    fn writeHead(self: *Conn, w: *response.HeadWriter, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) !void {
+        try w.statusLine(status);
+        const srv = self.server;
+        if (srv.server_header) try w.append("server: zigcorn\r\n");
+        if (srv.date_header) try w.append(srv.date.get());
+        for (extra) |h| try w.header(h[0], h[1]);
+        for (headers) |h| {
+            if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
+            if (std.ascii.eqlIgnoreCase(h[0], "content-length")) {
+                if (self.resp_length != null) return error.InvalidHeader;
+                self.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
+            } else if (std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
+                // The engine frames the body itself; the app's claim is dropped.
+                continue;
+            } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
+                if (http1.connectionHas(h[1], "close")) self.keep_alive = false;
+                continue;
+            }
+            try w.header(h[0], h[1]);
+        }
+    }
+
+    /// Chooses the framing once the first body message shows whether it is the only one.
+    fn finishHead(self: *Conn, first_body_len: usize, more: bool) error{NoSpace}!void {
+        const buf = self.obuf.?;
+        var w = response.HeadWriter{ .buf = buf[self.olen..], .len = self.staged_head_len };
+        if (self.resp_length != null) {
+            // The app's own content-length is already in the head.
+        } else if (self.resp_no_body) {
+            // 1xx/204/304/HEAD: no framing header is invented (HEAD keeps the app's).
+        } else if (!more) {
+            self.resp_length = first_body_len;
+            try w.contentLength(first_body_len);
+        } else if (!self.http10) {
+            self.resp_chunked = true;
+            try w.append("transfer-encoding: chunked\r\n");
+        } else {
+            // HTTP/1.0 without a length: the end of the body is the end of the connection.
+            self.keep_alive = false;
+        }
+        if (!self.keep_alive or self.server.draining) {
+            self.keep_alive = false;
+            try w.append("connection: close\r\n");
+        } else if (self.http10) {
+            try w.append("connection: keep-alive\r\n");
+        }
+        try w.append("\r\n");
+        self.olen += @intCast(w.len);
+        self.staged_head_len = 0;
+        self.resp_head_sent = true;
+    }
+
+    /// Queues one body message and tries to write it at once. Returns true when the
+    /// caller must wait for `wakeWrite` before the next write (the client reads slowly).
+    /// `owner` keeps `data` alive while it is queued; the hooks release it.
+    pub fn writeBody(self: *Conn, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
+        if (!self.resp_started) return error.NotStarted;
+        if (self.resp_complete) return error.AlreadyComplete;
+        if (self.pending.len != 0) return error.Busy;
+        if (self.state == .closed) {
+            if (!more) self.resp_complete = true;
+            return false;
+        }
+        if (!self.resp_head_sent) self.finishHead(data.len, more) catch return error.OutOfMemory;
+        var body = data;
+        if (self.resp_no_body) body = &.{};
+        if (self.resp_length) |n| {
+            if (self.resp_body_bytes + body.len > n and !self.resp_no_body) return error.TooMuchBody;
+            if (!more and self.resp_body_bytes + body.len < n and !self.resp_no_body) return error.TooLittleBody;
+        }
+        self.resp_body_bytes += body.len;
+        if (self.resp_chunked and body.len > 0) {
+            var tmp: [20]u8 = undefined;
+            const line = std.fmt.bufPrint(&tmp, "{x}\r\n", .{body.len}) catch unreachable;
+            self.queue(line) catch return error.OutOfMemory;
+        }
+        if (body.len > 0) self.queueOwned(body, owner) catch return error.OutOfMemory;
+        if (self.resp_chunked) {
+            if (body.len > 0) self.queueSmall("\r\n") catch return error.OutOfMemory;
+            if (!more) self.queueSmall("0\r\n\r\n") catch return error.OutOfMemory;
+        }
+        if (!more) self.resp_complete = true;
+        self.flush();
+        return self.pending.len != 0 or (self.olen - self.ooff) > buffer_bytes / 2;
+    }
+
+    /// The stream is done with this connection (the app returned or failed). If the
+    /// response is whole and the connection may be kept, the next request is parsed.
+    pub fn finishStream(self: *Conn) void {
+        self.stream = null;
+        self.server.streamFinished();
+        if (self.state == .closed) return self.server.retire(self);
+        if (!self.resp_complete) return self.close();
+        self.afterResponse();
+    }
+
+    /// Called when the response is complete and flushed, or when the stream finishes.
+    fn afterResponse(self: *Conn) void {
+        if (!self.resp_complete or self.outputLen() != 0) return;
+        if (self.stream) |s| {
+            // The app is still running: its receive() now reports disconnect.
+            self.server.hooks.wakeRead(s);
+            return;
+        }
+        if (self.state != .request and self.state != .head) return;
+        const reusable = self.keep_alive and self.body_done and !self.server.draining and
+            self.requests_count < self.server.keep_alive_requests_max;
+        if (!reusable) return self.lingerClose();
+        self.state = .head;
+        self.releaseIdleBuffers();
+        self.server.idle_timeouts.arm(&self.timer, self.server.now_ms);
+        if (self.rlen > self.rstart) self.server.schedule(self);
+        if (!self.interest.readable) self.setReading(true);
+    }
+
+    // ---- output -------------------------------------------------------------
+
+    fn outputLen(self: *const Conn) usize {
+        return (self.olen - self.ooff) + self.pending.len + self.tail_len;
+    }
+
+    fn queue(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
+        if (self.pending.len != 0) return self.queueSmall(bytes);
+        const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
+        if (bytes.len > buffer_bytes - self.olen and self.ooff > 0) self.compactOut();
+        if (bytes.len > buffer_bytes - self.olen) return error.OutOfMemory;
+        @memcpy(buf[self.olen..][0..bytes.len], bytes);
+        self.olen += @intCast(bytes.len);
+    }
+
+    /// Small framing bytes that must follow a pending (borrowed) body.
+    fn queueSmall(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
+        if (self.pending.len == 0) return self.queue(bytes);
+        if (bytes.len > self.tail.len - self.tail_len) return error.OutOfMemory;
+        @memcpy(self.tail[self.tail_len..][0..bytes.len], bytes);
+        self.tail_len += @intCast(bytes.len);
+    }
+
+    /// Small bodies are copied next to the head (one write); large ones are borrowed.
+    fn queueOwned(self: *Conn, bytes: []const u8, owner: ?*anyopaque) error{OutOfMemory}!void {
+        const room = buffer_bytes - self.olen;
+        if (bytes.len <= 4096 and bytes.len <= room) return self.queue(bytes);
+        std.debug.assert(self.pending.len == 0);
+        self.pending = bytes;
+        self.pending_owner = owner;
+        if (owner) |o| self.server.hooks.retain(o);
+    }
+
+    fn flush(self: *Conn) void {
+        while (self.outputLen() != 0) {
+            var iov: [3]std.posix.iovec_const = undefined;
+            var n: usize = 0;
+            if (self.olen > self.ooff) {
+                iov[n] = .{ .base = self.obuf.?[self.ooff..].ptr, .len = self.olen - self.ooff };
+                n += 1;
+            }
+            if (self.pending.len > 0) {
+                iov[n] = .{ .base = self.pending.ptr, .len = self.pending.len };
+                n += 1;
+            }
+            if (self.tail_len > 0) {
+                iov[n] = .{ .base = &self.tail, .len = self.tail_len };
+                n += 1;
+            }
+            switch (sys.writev(self.fd, iov[0..n])) {
+                .ok => |written| self.advanceOutput(written),
+                .err => |e| {
+                    if (e == .AGAIN) return self.setWriting(true);
+                    return self.close();
+                },
+            }
+        }
+        if (self.interest.writable) self.setWriting(false);
+        if (self.obuf != null and self.staged_head_len == 0) {
+            self.server.pool.release(self.obuf.?);
+            self.obuf = null;
+            self.ooff = 0;
+            self.olen = 0;
+        }
+        if (self.stream) |s| self.server.hooks.wakeWrite(s);
+        if (self.resp_complete) {
+            if (self.resp_close_after and self.stream == null) return self.lingerClose();
+            self.afterResponse();
+        }
+    }
+
+    fn advanceOutput(self: *Conn, written: usize) void {
+        self.bytes_sent += written;
+        self.server.bytes_out += written;
+        var left = written;
+        const head = @min(left, self.olen - self.ooff);
+        self.ooff += @intCast(head);
+        left -= head;
+        if (self.ooff == self.olen) {
+            self.ooff = 0;
+            self.olen = 0;
+        }
+        if (left > 0 and self.pending.len > 0) {
+            const p = @min(left, self.pending.len);
+            self.pending = self.pending[p..];
+            left -= p;
+            if (self.pending.len == 0) self.releasePending();
+        }
+        if (left > 0) {
+            std.debug.assert(left <= self.tail_len);
+            std.mem.copyForwards(u8, self.tail[0 .. self.tail_len - left], self.tail[left..self.tail_len]);
+            self.tail_len -= @intCast(left);
+        }
+        // Framing bytes parked behind a borrowed body move up once it is gone.
+        if (self.pending.len == 0 and self.tail_len > 0 and self.olen == 0) {
+            const t = self.tail_len;
+            self.tail_len = 0;
+            self.queue(self.tail[0..t]) catch {};
+        }
+    }
+
+    fn releasePending(self: *Conn) void {
+        self.pending = &.{};
+        if (self.pending_owner) |o| {
+            self.pending_owner = null;
+            self.server.hooks.release(o);
+        }
+    }
+
+    fn compactOut(self: *Conn) void {
+        const buf = self.obuf orelse return;
+        const n = self.olen - self.ooff;
+        std.mem.copyForwards(u8, buf[0..n], buf[self.ooff..self.olen]);
+        self.ooff = 0;
+        self.olen = n;
+    }
+
+    // ---- buffers and interest -------------------------------------------------
+
+    fn ensureReadBuffer(self: *Conn) ?*Buffer {
+        if (self.rbuf == null) self.rbuf = self.server.pool.acquire();
+        return self.rbuf;
+    }
+
+    fn ensureOutBuffer(self: *Conn) ?*Buffer {
+        if (self.obuf == null) self.obuf = self.server.pool.acquire();
+        return self.obuf;
+    }
+
+    fn compact(self: *Conn) void {
+        const buf = self.rbuf orelse return;
+        if (self.rstart == 0) return;
+        const n = self.rlen - self.rstart;
+        std.mem.copyForwards(u8, buf[0..n], buf[self.rstart..self.rlen]);
+        self.rstart = 0;
+        self.rlen = n;
+    }
+
+    /// An idle connection gives its buffers back: it holds only this struct.
+    fn releaseIdleBuffers(self: *Conn) void {
+        if (self.rbuf) |b| {
+            if (self.rstart == self.rlen) {
+                self.server.pool.release(b);
+                self.rbuf = null;
+                self.rstart = 0;
+                self.rlen = 0;
+            }
+        }
+    }
+
+    fn setReading(self: *Conn, on: bool) void {
+        if (self.interest.readable == on or self.fd < 0) return;
+        self.interest.readable = on;
+        _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
+    }
+
+    fn setWriting(self: *Conn, on: bool) void {
+        if (self.interest.writable == on or self.fd < 0) return;
+        self.interest.writable = on;
+        _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
+    }
+
+    // ---- closing --------------------------------------------------------------
+
+    /// Stops sending, then reads and drops what the peer still sends for a moment:
+    /// closing with unread bytes would reset the connection and could destroy the
+    /// response the peer has not read yet.
+    fn lingerClose(self: *Conn) void {
+        if (self.rstart == self.rlen and self.body_done and self.state == .request) {
+            // Nothing unread: a plain close loses nothing.
+            if (!self.keep_alive) return self.close();
+        }
+        sys.shutdownWrite(self.fd);
+        self.state = .lingering;
+        self.releaseIdleBuffers();
+        if (self.rbuf) |b| {
+            self.server.pool.release(b);
+            self.rbuf = null;
+        }
+        self.rstart = 0;
+        self.rlen = 0;
+        self.server.linger_timeouts.arm(&self.timer, self.server.now_ms);
+        self.setReading(true);
+    }
+
+    fn drainLinger(self: *Conn) void {
+        var scratch: [4096]u8 = undefined;
+        switch (sys.read(self.fd, &scratch)) {
+            .ok => |n| if (n == 0) self.close(),
+            .err => |e| if (e != .AGAIN) self.close(),
+        }
+    }
+
+    /// Closes the socket now. The struct lives on while a stream still points at it.
+    pub fn close(self: *Conn) void {
+        if (self.state == .closed) return;
+        self.state = .closed;
+        self.timer.disarm();
+        self.server.poller.unregister(self.fd);
+        sys.close(self.fd);
+        self.fd = -1;
+        if (self.rbuf) |b| self.server.pool.release(b);
+        if (self.obuf) |b| self.server.pool.release(b);
+        self.rbuf = null;
+        self.obuf = null;
+        self.rstart = 0;
+        self.rlen = 0;
+        self.ooff = 0;
+        self.olen = 0;
+        self.tail_len = 0;
+        self.releasePending();
+        self.server.connectionClosed(self);
+        if (self.stream) |s| {
+            self.server.hooks.wakeRead(s);
+            self.server.hooks.wakeWrite(s);
+        } else {
+            self.server.retire(self);
+        }
+    }
+
+    pub fn isIdle(self: *const Conn) bool {
+        return self.state == .head and self.stream == null and self.rstart == self.rlen;
+    }
+};

@@ -1,0 +1,797 @@
+//! The seam between the engine and Python: the `zigcorn._core` module.
+//!
+//! `Engine` wraps a Server; Python watches `engine.fileno()` with one `add_reader` and
+//! calls `engine.poll()`. `Stream` is one request and its response: the Python side
+//! subclasses it (adding the async `receive`/`send` an app sees) and the engine creates
+//! one instance per request, hands it to `on_request`, and forgets it when `finish()`
+//! is called. No Python object lives as long as an idle connection.
+const std = @import("std");
+const py = @import("py.zig");
+const c = py.c;
+const Object = py.Object;
+const http1 = @import("http1.zig");
+const scope = @import("scope.zig");
+const server_mod = @import("server.zig");
+const Server = server_mod.Server;
+const Conn = @import("conn.zig").Conn;
+
+const allocator = std.heap.c_allocator;
+
+// ---- Stream ----------------------------------------------------------------
+
+const StreamObject = extern struct {
+    ob_base: Object,
+    conn: ?*Conn,
+    engine: ?*Object,
+    scope: ?*Object,
+    read_waiter: ?*Object,
+    write_waiter: ?*Object,
+    status: c_long,
+    bytes_sent: c_longlong,
+    body_final: bool,
+    finished: bool,
+};
+
+var stream_type: ?*c.PyTypeObject = null;
+
+fn asStream(o: ?*Object) *StreamObject {
+    return @ptrCast(@alignCast(o.?));
+}
+
+fn streamDealloc(self_obj: ?*Object) callconv(.c) void {
+    const self = asStream(self_obj);
+    const tp = py.typeOf(self_obj.?);
+    c.PyObject_GC_UnTrack(self_obj);
+    // Normally finish() detached us; a stream dropped without it aborts its connection.
+    if (self.conn) |conn| {
+        self.conn = null;
+        conn.close();
+        conn.finishStream();
+        if (self.engine) |e| closeIfDone(asEngine(e));
+    }
+    _ = streamClear(self_obj);
+    const free_fn = tp.tp_free.?;
+    free_fn(self_obj);
+    py.decref(@ptrCast(tp));
+}
+
+fn streamTraverse(self_obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
+    const self = asStream(self_obj);
+    const v = visit.?;
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+        if (@field(self, f)) |o| {
+            const r = v(o, arg);
+            if (r != 0) return r;
+        }
+    }
+    return v(@ptrCast(py.typeOf(self_obj.?)), arg);
+}
+
+fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
+    const self = asStream(self_obj);
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+        const o = @field(self, f);
+        @field(self, f) = null;
+        py.xdecref(o);
+    }
+    return 0;
+}
+
+/// receive(): the next http.request message, http.disconnect, or None when the caller
+/// must wait (it stores a future in read_waiter; the engine resolves it).
+fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return scope.disconnectMessage();
+    if (conn.state == .closed) return scope.disconnectMessage();
+    if (self.body_final) {
+        // After the whole body, receive() waits for the client to go away or for the
+        // response to be sent, then reports disconnect (uvicorn's behaviour).
+        if (conn.resp_complete) return scope.disconnectMessage();
+        return py.none();
+    }
+    var segs: [16][]const u8 = undefined;
+    const take = conn.takeBody(&segs);
+    if (take.failed) {
+        conn.close();
+        return scope.disconnectMessage();
+    }
+    if (conn.state == .closed) return scope.disconnectMessage();
+    if (take.count == 0 and !take.done) {
+        conn.bodyConsumed();
+        return py.none();
+    }
+    var total: usize = 0;
+    for (segs[0..take.count]) |s| total += s.len;
+    const body = if (total == 0) scope.emptyBytes() else blk: {
+        const b = c.PyBytes_FromStringAndSize(null, @intCast(total)) orelse return null;
+        const dst: [*]u8 = @ptrCast(c.PyBytes_AsString(b));
+        var at: usize = 0;
+        for (segs[0..take.count]) |s| {
+            @memcpy(dst[at..][0..s.len], s);
+            at += s.len;
+        }
+        break :blk b;
+    };
+    conn.bodyConsumed();
+    if (take.done) self.body_final = true;
+    return scope.requestMessage(body, !take.done);
+}
+
+const max_headers = 256;
+
+/// start(status, headers): the response head. Headers are (bytes, bytes) pairs.
+fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("start() takes status and headers");
+    const status = c.PyLong_AsLong(args[0]);
+    if (status == -1 and c.PyErr_Occurred() != null) return null;
+    if (status < 100 or status > 999) {
+        c.PyErr_SetString(c.PyExc_ValueError, "status must be an integer between 100 and 999");
+        return null;
+    }
+    const seq = c.PySequence_Fast(args[1], "headers must be an iterable of (name, value) pairs") orelse return null;
+    defer py.decref(seq);
+    const n: usize = @intCast(py.seqLen(seq));
+    if (n > max_headers) return py.runtimeError("too many response headers");
+    var pairs: [max_headers][2][]const u8 = undefined;
+    var holders: [max_headers]?*Object = undefined;
+    var held: usize = 0;
+    defer for (holders[0..held]) |h| py.xdecref(h);
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pair = c.PySequence_Fast(items[i], "each header must be a (name, value) pair") orelse return null;
+        holders[held] = pair;
+        held += 1;
+        if (py.seqLen(pair) != 2) return py.typeError("each header must be a (name, value) pair");
+        const pi = py.seqItems(pair);
+        pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
+        pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
+    }
+    const engine = asEngine(self.engine);
+    self.status = status;
+    const conn = self.conn orelse return py.none();
+    conn.startResponse(@intCast(status), pairs[0..n], engine.extraHeaders()) catch |err| return switch (err) {
+        error.AlreadyStarted => py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'."),
+        error.InvalidHeader => py.runtimeError("Invalid HTTP header name or value in the response."),
+        error.HeadTooLarge => py.runtimeError("Response headers are too large."),
+        error.OutOfMemory, error.Closed => py.runtimeError("Out of memory for the response head."),
+    };
+    return py.none();
+}
+
+/// write(body, more_body) -> True when the caller must wait (write_waiter) before the next write.
+fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("write() takes body and more_body");
+    var body_obj = args[0].?;
+    var converted: ?*Object = null;
+    defer py.xdecref(converted);
+    if (c.PyBytes_Check(body_obj) == 0) {
+        // bytearray / memoryview are accepted, as bytes.
+        converted = c.PyBytes_FromObject(body_obj) orelse return null;
+        body_obj = converted.?;
+    }
+    const more = c.PyObject_IsTrue(args[1].?);
+    if (more < 0) return null;
+    const conn = self.conn orelse return py.boolean(false);
+    const data = py.bytesView(body_obj).?;
+    const wait = conn.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
+        error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.body'."),
+        error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.body' sent, after response already completed."),
+        error.Busy => py.runtimeError("send() called while an earlier send() is still in progress."),
+        error.TooMuchBody => py.runtimeError("Response content longer than Content-Length"),
+        error.TooLittleBody => py.runtimeError("Response content shorter than Content-Length"),
+        error.OutOfMemory => py.runtimeError("Out of memory for the response."),
+    };
+    return py.boolean(wait);
+}
+
+/// finish(): the app is done; the connection goes on to its next request (or closes).
+fn streamFinish(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    detach(self, false);
+    return py.none();
+}
+
+/// abort(): close the connection now (the app failed after its response started).
+fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    detach(self, true);
+    return py.none();
+}
+
+fn detach(self: *StreamObject, abort: bool) void {
+    const conn = self.conn orelse return;
+    self.bytes_sent = @intCast(conn.bytes_sent);
+    self.conn = null;
+    self.finished = true;
+    if (abort) conn.close();
+    conn.finishStream();
+    if (self.engine) |e| closeIfDone(asEngine(e));
+    // The connection held one reference to us while the request was open.
+    py.decref(@ptrCast(self));
+}
+
+/// close() waits for the last stream: each points at a connection the server owns.
+fn closeIfDone(engine: *EngineObjectCore) void {
+    const s = engine.server orelse return;
+    if (!engine.close_requested or s.streams != 0) return;
+    engine.server = null;
+    s.deinit();
+}
+
+fn streamGetDisconnected(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(!self.finished or true);
+    return py.boolean(conn.state == .closed);
+}
+
+fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    return c.PyLong_FromLong(asStream(self_obj).status);
+}
+
+fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const n: c_longlong = if (self.conn) |conn| @intCast(conn.bytes_sent) else self.bytes_sent;
+    return c.PyLong_FromLongLong(n);
+}
+
+fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(self.status != 0);
+    return py.boolean(conn.resp_started);
+}
+
+fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(self.finished);
+    return py.boolean(conn.resp_complete);
+}
+
+var stream_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "read", .ml_meth = @ptrCast(&streamRead), .ml_flags = c.METH_NOARGS, .ml_doc = "Next request message, or None to wait." },
+    .{ .ml_name = "start", .ml_meth = @ptrCast(&streamStart), .ml_flags = c.METH_FASTCALL, .ml_doc = "Start the response." },
+    .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
+    .{ .ml_name = "finish", .ml_meth = @ptrCast(&streamFinish), .ml_flags = c.METH_NOARGS, .ml_doc = "The app is done with this request." },
+    .{ .ml_name = "abort", .ml_meth = @ptrCast(&streamAbort), .ml_flags = c.METH_NOARGS, .ml_doc = "Close the connection now." },
+    std.mem.zeroes(c.PyMethodDef),
+};
+
+const T_OBJECT = 6;
+const READONLY = 1;
+
+var stream_members = [_]c.PyMemberDef{
+    .{ .name = "scope", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "scope"), .flags = READONLY, .doc = null },
+    .{ .name = "read_waiter", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "read_waiter"), .flags = 0, .doc = null },
+    .{ .name = "write_waiter", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "write_waiter"), .flags = 0, .doc = null },
+    std.mem.zeroes(c.PyMemberDef),
+};
+
+var stream_getset = [_]c.PyGetSetDef{
+    .{ .name = "disconnected", .get = &streamGetDisconnected, .set = null, .doc = null, .closure = null },
+    .{ .name = "status", .get = &streamGetStatus, .set = null, .doc = null, .closure = null },
+    .{ .name = "bytes_sent", .get = &streamGetBytesSent, .set = null, .doc = null, .closure = null },
+    .{ .name = "response_started", .get = &streamGetStarted, .set = null, .doc = null, .closure = null },
+    .{ .name = "response_complete", .get = &streamGetComplete, .set = null, .doc = null, .closure = null },
+    std.mem.zeroes(c.PyGetSetDef),
+};
+
+var stream_slots = [_]c.PyType_Slot{
+    .{ .slot = c.Py_tp_dealloc, .pfunc = @ptrCast(@constCast(&streamDealloc)) },
+    .{ .slot = c.Py_tp_traverse, .pfunc = @ptrCast(@constCast(&streamTraverse)) },
+    .{ .slot = c.Py_tp_clear, .pfunc = @ptrCast(@constCast(&streamClear)) },
+    .{ .slot = c.Py_tp_methods, .pfunc = @ptrCast(&stream_methods) },
+    .{ .slot = c.Py_tp_members, .pfunc = @ptrCast(&stream_members) },
+    .{ .slot = c.Py_tp_getset, .pfunc = @ptrCast(&stream_getset) },
+    .{ .slot = 0, .pfunc = null },
+};
+
+var stream_spec = c.PyType_Spec{
+    .name = "zigcorn._core.Stream",
+    .basicsize = @sizeOf(StreamObject),
+    .itemsize = 0,
+    .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_BASETYPE | c.Py_TPFLAGS_HAVE_GC,
+    .slots = &stream_slots,
+};
+
+// ---- hooks: the engine calling into Python ----------------------------------
+
+fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
+    const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    const tp = engine.stream_class orelse return false;
+    const alloc_fn = tp.tp_alloc orelse return false;
+    const obj = alloc_fn(tp, 0) orelse {
+        c.PyErr_WriteUnraisable(null);
+        return false;
+    };
+    const stream = asStream(obj);
+    stream.scope = scope.build(req, &conn.peer, &engine.info) orelse {
+        c.PyErr_WriteUnraisable(null);
+        py.decref(obj);
+        return false;
+    };
+    py.incref(engine.obj);
+    stream.engine = engine.obj;
+    // The connection's reference; dropped by finish()/abort().
+    stream.conn = conn;
+    conn.stream = obj;
+    conn.server.streamStarted();
+    const result = c.PyObject_CallOneArg(engine.on_request, obj);
+    if (result) |r| {
+        py.decref(r);
+    } else {
+        c.PyErr_WriteUnraisable(engine.on_request);
+        if (stream.conn != null) {
+            stream.conn = null;
+            conn.stream = null;
+            conn.server.streamFinished();
+            py.decref(obj);
+            return false;
+        }
+    }
+    return true;
+}
+
+fn wakeSlot(stream_ptr: *anyopaque, comptime field: []const u8) void {
+    const stream: *StreamObject = @ptrCast(@alignCast(stream_ptr));
+    const waiter = @field(stream, field) orelse return;
+    @field(stream, field) = null;
+    defer py.decref(waiter);
+    const engine = asEngine(stream.engine);
+    const r = c.PyObject_CallOneArg(engine.wake, waiter);
+    if (r) |o| py.decref(o) else c.PyErr_WriteUnraisable(engine.wake);
+}
+
+fn hookWakeRead(s: *anyopaque) void {
+    wakeSlot(s, "read_waiter");
+}
+
+fn hookWakeWrite(s: *anyopaque) void {
+    wakeSlot(s, "write_waiter");
+}
+
+fn hookRetain(o: *anyopaque) void {
+    py.incref(@ptrCast(@alignCast(o)));
+}
+
+fn hookRelease(o: *anyopaque) void {
+    py.decref(@ptrCast(@alignCast(o)));
+}
+
+// ---- Engine ----------------------------------------------------------------
+
+const EngineObject = extern struct {
+    ob_base: Object,
+    core: ?*EngineObjectCore,
+};
+
+/// The Zig-typed part of an Engine object (an extern struct cannot hold Zig types).
+const EngineObjectCore = struct {
+    obj: *Object,
+    server: ?*Server = null,
+    on_request: ?*Object = null,
+    wake: ?*Object = null,
+    stream_class: ?*c.PyTypeObject = null,
+    info: scope.ServerInfo = .{ .server = null, .root_path = null, .root_path_utf8 = "", .scheme = null, .state = null },
+    extra_headers: [][2][]const u8 = &.{},
+    extra_storage: ?*Object = null,
+    close_requested: bool = false,
+
+    fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
+        return self.extra_headers;
+    }
+};
+
+fn asEngine(o: ?*Object) *EngineObjectCore {
+    const e: *EngineObject = @ptrCast(@alignCast(o.?));
+    return e.core.?;
+}
+
+fn optBool(opts: *Object, comptime key: [:0]const u8, default: bool) ?bool {
+    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default;
+    const t = c.PyObject_IsTrue(v);
+    if (t < 0) return null;
+    return t != 0;
+}
+
+fn optInt(opts: *Object, comptime key: [:0]const u8, default: i64) ?i64 {
+    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default;
+    if (py.isNone(v)) return default;
+    const n = c.PyLong_AsLongLong(v);
+    if (n == -1 and c.PyErr_Occurred() != null) return null;
+    return n;
+}
+
+fn optFloatMs(opts: *Object, comptime key: [:0]const u8, default_ms: u64) ?u64 {
+    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default_ms;
+    if (py.isNone(v)) return default_ms;
+    const f = c.PyFloat_AsDouble(v);
+    if (f == -1.0 and c.PyErr_Occurred() != null) return null;
+    if (!(f >= 0) or f > 1e9) {
+        c.PyErr_SetString(c.PyExc_ValueError, "timeouts must be between 0 and 1e9 seconds");
+        return null;
+    }
+    return @intFromFloat(f * 1000.0);
+}
+
+/// Engine(on_request, wake, stream_class, options: dict)
+fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c) ?*Object {
+    _ = kwargs;
+    const a = args.?;
+    if (c.PyTuple_Size(a) != 4) return py.typeError("Engine(on_request, wake, stream_class, options)");
+    const on_request = c.PyTuple_GetItem(a, 0).?;
+    const wake = c.PyTuple_GetItem(a, 1).?;
+    const cls = c.PyTuple_GetItem(a, 2).?;
+    const opts = c.PyTuple_GetItem(a, 3).?;
+    if (c.PyType_Check(cls) == 0 or c.PyType_IsSubtype(@ptrCast(cls), stream_type) == 0)
+        return py.typeError("stream_class must subclass zigcorn._core.Stream");
+    if (c.PyDict_Check(opts) == 0) return py.typeError("options must be a dict");
+
+    const server_opts = server_mod.Options{
+        .backlog = @intCast(std.math.clamp(optInt(opts, "backlog", 2048) orelse return null, 1, 65535)),
+        .timeout_keep_alive_ms = optFloatMs(opts, "timeout_keep_alive", 5000) orelse return null,
+        .timeout_header_ms = optFloatMs(opts, "timeout_header", 30_000) orelse return null,
+        .server_header = optBool(opts, "server_header", true) orelse return null,
+        .date_header = optBool(opts, "date_header", true) orelse return null,
+    };
+
+    const alloc_fn = tp.?.tp_alloc.?;
+    const obj = alloc_fn(tp, 0) orelse return null;
+    const eo: *EngineObject = @ptrCast(@alignCast(obj));
+    const self = allocator.create(EngineObjectCore) catch {
+        py.decref(obj);
+        return c.PyErr_NoMemory();
+    };
+    self.* = .{ .obj = obj };
+    eo.core = self;
+    py.incref(on_request);
+    self.on_request = on_request;
+    py.incref(wake);
+    self.wake = wake;
+    py.incref(cls);
+    self.stream_class = @ptrCast(cls);
+
+    if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts)) {
+        py.decref(obj);
+        return null;
+    }
+    const hooks = server_mod.Hooks{
+        .ctx = self,
+        .on_request = hookOnRequest,
+        .wake_read = hookWakeRead,
+        .wake_write = hookWakeWrite,
+        .retain_fn = hookRetain,
+        .release_fn = hookRelease,
+    };
+    self.server = Server.init(allocator, hooks, server_opts) catch {
+        py.decref(obj);
+        c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
+        return null;
+    };
+    return obj;
+}
+
+fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
+    const root = c.PyDict_GetItemString(opts, "root_path") orelse blk: {
+        break :blk py.intern("") orelse return false;
+    };
+    if (c.PyUnicode_Check(root) == 0) {
+        c.PyErr_SetString(c.PyExc_TypeError, "root_path must be a str");
+        return false;
+    }
+    py.incref(root);
+    self.info.root_path = root;
+    self.info.root_path_utf8 = py.strView(root) orelse return false;
+    const scheme = c.PyDict_GetItemString(opts, "scheme") orelse py.intern("http") orelse return false;
+    py.incref(scheme);
+    self.info.scheme = scheme;
+    self.info.server = py.none();
+    self.info.state = null;
+    return true;
+}
+
+/// Extra response headers (--header) are copied once into one bytes object that the
+/// header slices point into.
+fn setExtraHeaders(self: *EngineObjectCore, opts: *Object) bool {
+    const list = c.PyDict_GetItemString(opts, "headers") orelse return true;
+    const seq = c.PySequence_Fast(list, "headers must be a list of (bytes, bytes)") orelse return false;
+    defer py.decref(seq);
+    const n: usize = @intCast(py.seqLen(seq));
+    if (n == 0) return true;
+    const items = py.seqItems(seq);
+    var total: usize = 0;
+    for (0..n) |i| {
+        const pair = items[i].?;
+        if (c.PyTuple_Check(pair) == 0 or c.PyTuple_Size(pair) != 2) {
+            c.PyErr_SetString(c.PyExc_TypeError, "headers must be a list of (bytes, bytes)");
+            return false;
+        }
+        for (0..2) |j| {
+            const b = py.bytesView(c.PyTuple_GetItem(pair, @intCast(j)).?) orelse {
+                c.PyErr_SetString(c.PyExc_TypeError, "headers must be a list of (bytes, bytes)");
+                return false;
+            };
+            total += b.len;
+        }
+    }
+    const storage = c.PyBytes_FromStringAndSize(null, @intCast(total)) orelse return false;
+    self.extra_storage = storage;
+    const dst: [*]u8 = @ptrCast(c.PyBytes_AsString(storage));
+    const slices = allocator.alloc([2][]const u8, n) catch {
+        _ = c.PyErr_NoMemory();
+        return false;
+    };
+    var at: usize = 0;
+    for (0..n) |i| {
+        const pair = items[i].?;
+        for (0..2) |j| {
+            const b = py.bytesView(c.PyTuple_GetItem(pair, @intCast(j)).?).?;
+            @memcpy(dst[at..][0..b.len], b);
+            slices[i][j] = dst[at..][0..b.len];
+            at += b.len;
+        }
+        const response = @import("response.zig");
+        if (!response.validName(slices[i][0]) or !response.validValue(slices[i][1])) {
+            allocator.free(slices);
+            c.PyErr_SetString(c.PyExc_ValueError, "invalid header name or value");
+            return false;
+        }
+    }
+    self.extra_headers = slices;
+    return true;
+}
+
+fn engineDealloc(obj: ?*Object) callconv(.c) void {
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const tp = py.typeOf(obj.?);
+    c.PyObject_GC_UnTrack(obj);
+    if (eo.core) |self| {
+        if (self.server) |s| {
+            self.server = null;
+            s.deinit();
+        }
+        _ = engineClear(obj);
+        if (self.extra_headers.len > 0) allocator.free(self.extra_headers);
+        py.xdecref(self.info.root_path);
+        py.xdecref(self.info.scheme);
+        py.xdecref(self.info.server);
+        py.xdecref(self.extra_storage);
+        eo.core = null;
+        allocator.destroy(self);
+    }
+    tp.tp_free.?(obj);
+    py.decref(@ptrCast(tp));
+}
+
+fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
+    const v = visit.?;
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const self = eo.core orelse return v(@ptrCast(py.typeOf(obj.?)), arg);
+    inline for (.{ "on_request", "wake" }) |f| {
+        if (@field(self, f)) |o| {
+            const r = v(o, arg);
+            if (r != 0) return r;
+        }
+    }
+    if (self.stream_class) |t| {
+        const r = v(@ptrCast(t), arg);
+        if (r != 0) return r;
+    }
+    if (self.info.state) |s| {
+        const r = v(s, arg);
+        if (r != 0) return r;
+    }
+    return v(@ptrCast(py.typeOf(obj.?)), arg);
+}
+
+fn engineClear(obj: ?*Object) callconv(.c) c_int {
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const self = eo.core orelse return 0;
+    const a = self.on_request;
+    const b = self.wake;
+    const t = self.stream_class;
+    const s = self.info.state;
+    self.on_request = null;
+    self.wake = null;
+    self.stream_class = null;
+    self.info.state = null;
+    py.xdecref(a);
+    py.xdecref(b);
+    if (t) |tt| py.decref(@ptrCast(tt));
+    py.xdecref(s);
+    return 0;
+}
+
+fn serverOf(obj: ?*Object) ?*Server {
+    const s = asEngine(obj).server;
+    if (s == null) _ = py.runtimeError("the engine is closed");
+    return s;
+}
+
+/// listen(host: str, port: int, backlog: int) -> (host, port) actually bound
+fn engineListen(obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    if (nargs != 3) return py.typeError("listen(host, port, backlog)");
+    const host = py.strView(args[0].?) orelse return null;
+    const port = c.PyLong_AsLong(args[1]);
+    if (port == -1 and c.PyErr_Occurred() != null) return null;
+    if (port < 0 or port > 65535) return py.typeError("port must be 0..65535");
+    const backlog = c.PyLong_AsLong(args[2]);
+    if (backlog == -1 and c.PyErr_Occurred() != null) return null;
+    const addr = std.net.Address.parseIp(host, @intCast(port)) catch {
+        c.PyErr_SetString(c.PyExc_ValueError, "host must be an IPv4 or IPv6 address");
+        return null;
+    };
+    server.listen(addr, @intCast(std.math.clamp(backlog, 1, 65535))) catch |err| {
+        const msg = switch (err) {
+            error.AddressInUse => "address already in use",
+            error.AddressNotAvailable => "cannot assign requested address",
+            error.AccessDenied => "permission denied",
+            else => "could not bind the listening socket",
+        };
+        _ = c.PyErr_Format(c.PyExc_OSError, "[Errno 98] error while attempting to bind on address ('%U', %ld): %s", args[0].?, port, msg.ptr);
+        return null;
+    };
+    return boundAddress(obj.?, server);
+}
+
+/// adopt(fd: int): serve a socket that is already listening.
+fn engineAdopt(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const fd = c.PyLong_AsLong(arg);
+    if (fd == -1 and c.PyErr_Occurred() != null) return null;
+    server.adopt(@intCast(fd)) catch {
+        c.PyErr_SetString(c.PyExc_OSError, "could not watch the given socket");
+        return null;
+    };
+    return boundAddress(obj.?, server);
+}
+
+fn boundAddress(obj: *Object, server: *Server) ?*Object {
+    const linux = std.os.linux;
+    var st: linux.sockaddr.storage = undefined;
+    var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
+    if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
+    const peer = @import("conn.zig").Peer.fromStorage(&st);
+    var buf: [64]u8 = undefined;
+    const host = peer.format(&buf);
+    const t = c.PyTuple_New(2) orelse return null;
+    _ = c.PyTuple_SetItem(t, 0, py.str(host) orelse {
+        py.decref(t);
+        return null;
+    });
+    _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(peer.port));
+    const self = asEngine(obj);
+    py.xdecref(self.info.server);
+    py.incref(t);
+    self.info.server = t;
+    return t;
+}
+
+fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.poll();
+    return py.none();
+}
+
+fn engineFileno(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromLong(server.poller.fd);
+}
+
+fn engineSetState(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asEngine(obj);
+    if (c.PyDict_Check(arg) == 0) return py.typeError("state must be a dict");
+    py.incref(arg.?);
+    const old = self.info.state;
+    self.info.state = arg;
+    py.xdecref(old);
+    return py.none();
+}
+
+fn engineDrain(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.drain();
+    return py.none();
+}
+
+fn engineCloseAll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.closeAll();
+    return py.none();
+}
+
+fn engineClose(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asEngine(obj);
+    const s = self.server orelse return py.none();
+    s.stopAccepting();
+    s.closeAll();
+    self.close_requested = true;
+    closeIfDone(self);
+    return py.none();
+}
+
+fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const d = c.PyDict_New() orelse return null;
+    const fields = .{
+        .{ "connections", server.connections },
+        .{ "streams", server.streams },
+        .{ "requests_total", server.requests_total },
+        .{ "bytes_in", server.bytes_in },
+        .{ "bytes_out", server.bytes_out },
+        .{ "buffers_in_use", server.pool.in_use_count },
+        .{ "buffers_free", server.pool.free_count },
+    };
+    inline for (fields) |f| {
+        const v = c.PyLong_FromUnsignedLongLong(@intCast(f[1])) orelse return null;
+        defer py.decref(v);
+        if (c.PyDict_SetItemString(d, f[0], v) != 0) {
+            py.decref(d);
+            return null;
+        }
+    }
+    return d;
+}
+
+var engine_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "listen", .ml_meth = @ptrCast(&engineListen), .ml_flags = c.METH_FASTCALL, .ml_doc = "Bind and listen; returns (host, port)." },
+    .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
+    .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
+    .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
+    .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },
+    .{ .ml_name = "drain", .ml_meth = @ptrCast(&engineDrain), .ml_flags = c.METH_NOARGS, .ml_doc = "Stop accepting, close idle connections." },
+    .{ .ml_name = "close_all", .ml_meth = @ptrCast(&engineCloseAll), .ml_flags = c.METH_NOARGS, .ml_doc = "Close every connection now." },
+    .{ .ml_name = "close", .ml_meth = @ptrCast(&engineClose), .ml_flags = c.METH_NOARGS, .ml_doc = "Release everything." },
+    .{ .ml_name = "stats", .ml_meth = @ptrCast(&engineStats), .ml_flags = c.METH_NOARGS, .ml_doc = "Counters as a dict." },
+    std.mem.zeroes(c.PyMethodDef),
+};
+
+var engine_slots = [_]c.PyType_Slot{
+    .{ .slot = c.Py_tp_new, .pfunc = @ptrCast(@constCast(&engineNew)) },
+    .{ .slot = c.Py_tp_dealloc, .pfunc = @ptrCast(@constCast(&engineDealloc)) },
+    .{ .slot = c.Py_tp_traverse, .pfunc = @ptrCast(@constCast(&engineTraverse)) },
+    .{ .slot = c.Py_tp_clear, .pfunc = @ptrCast(@constCast(&engineClear)) },
+    .{ .slot = c.Py_tp_methods, .pfunc = @ptrCast(&engine_methods) },
+    .{ .slot = 0, .pfunc = null },
+};
+
+var engine_spec = c.PyType_Spec{
+    .name = "zigcorn._core.Engine",
+    .basicsize = @sizeOf(EngineObject),
+    .itemsize = 0,
+    .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_HAVE_GC,
+    .slots = &engine_slots,
+};
+
+// ---- module ----------------------------------------------------------------
+
+var module_def: c.PyModuleDef = std.mem.zeroes(c.PyModuleDef);
+
+export fn PyInit__core() ?*Object {
+    module_def.m_base.ob_base.ob_refcnt = 1;
+    module_def.m_name = "zigcorn._core";
+    module_def.m_doc = "The zigcorn engine: sockets, epoll, HTTP/1.1 parsing and framing.";
+    module_def.m_size = -1;
+    const m = c.PyModule_Create(&module_def) orelse return null;
+    if (!scope.init()) return fail(m);
+    const st = c.PyType_FromSpec(&stream_spec) orelse return fail(m);
+    stream_type = @ptrCast(st);
+    if (c.PyModule_AddObject(m, "Stream", st) != 0) return fail(m);
+    py.incref(st);
+    const et = c.PyType_FromSpec(&engine_spec) orelse return fail(m);
+    if (c.PyModule_AddObject(m, "Engine", et) != 0) return fail(m);
+    return m;
+}
+
+fn fail(m: *Object) ?*Object {
+    py.decref(m);
+    return null;
+}
+
+test {
+    _ = @import("http1.zig");
+    _ = @import("pool.zig");
+    _ = @import("timer.zig");
+    _ = @import("response.zig");
+}

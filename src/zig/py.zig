@@ -1,0 +1,110 @@
+//! The CPython C API as the engine uses it, plus the few helpers that keep
+//! reference ownership explicit: every function here says whether it returns a new
+//! reference, and `steal` variants consume the reference they are given.
+pub const c = @cImport({
+    @cDefine("PY_SSIZE_T_CLEAN", "1");
+    @cInclude("Python.h");
+    @cInclude("structmember.h");
+});
+
+pub const Object = c.PyObject;
+
+pub inline fn incref(o: *Object) void {
+    c.Py_IncRef(o);
+}
+
+pub inline fn decref(o: *Object) void {
+    c.Py_DecRef(o);
+}
+
+pub inline fn xdecref(o: ?*Object) void {
+    if (o) |p| c.Py_DecRef(p);
+}
+
+/// New reference to None.
+pub fn none() *Object {
+    const n: *Object = @ptrCast(&c._Py_NoneStruct);
+    incref(n);
+    return n;
+}
+
+pub fn isNone(o: *Object) bool {
+    return o == @as(*Object, @ptrCast(&c._Py_NoneStruct));
+}
+
+/// New reference to True or False.
+pub fn boolean(v: bool) *Object {
+    return c.PyBool_FromLong(@intFromBool(v));
+}
+
+pub fn isTrue(o: *Object) bool {
+    return o == @as(*Object, @ptrCast(&c._Py_TrueStruct));
+}
+
+/// Sets `key` to `value` and drops the caller's reference to value. False on error
+/// (value is released either way, so callers can build with no cleanup path).
+pub fn dictSetSteal(d: *Object, key: *Object, value: ?*Object) bool {
+    const v = value orelse return false;
+    defer decref(v);
+    return c.PyDict_SetItem(d, key, v) == 0;
+}
+
+/// New reference: an interned str that lives as long as the module.
+pub fn intern(comptime s: [:0]const u8) ?*Object {
+    return c.PyUnicode_InternFromString(s.ptr);
+}
+
+pub fn bytes(s: []const u8) ?*Object {
+    return c.PyBytes_FromStringAndSize(s.ptr, @intCast(s.len));
+}
+
+pub fn str(s: []const u8) ?*Object {
+    return c.PyUnicode_FromStringAndSize(s.ptr, @intCast(s.len));
+}
+
+pub fn typeOf(o: *Object) *c.PyTypeObject {
+    return @ptrCast(o.ob_type);
+}
+
+pub fn setError(exc: ?*Object, comptime msg: [:0]const u8) void {
+    c.PyErr_SetString(exc, msg.ptr);
+}
+
+pub fn runtimeError(comptime msg: [:0]const u8) ?*Object {
+    setError(c.PyExc_RuntimeError, msg);
+    return null;
+}
+
+pub fn typeError(comptime msg: [:0]const u8) ?*Object {
+    setError(c.PyExc_TypeError, msg);
+    return null;
+}
+
+/// The bytes of a bytes object (borrowed; valid while the object lives).
+pub fn bytesView(o: *Object) ?[]const u8 {
+    if (c.PyBytes_Check(o) == 0) return null;
+    const ptr = c.PyBytes_AsString(o) orelse return null;
+    const len: usize = @intCast(c.PyBytes_Size(o));
+    return @as([*]const u8, @ptrCast(ptr))[0..len];
+}
+
+/// The UTF-8 of a str (borrowed; cached inside the str object).
+pub fn strView(o: *Object) ?[]const u8 {
+    var len: c.Py_ssize_t = 0;
+    const ptr = c.PyUnicode_AsUTF8AndSize(o, &len) orelse return null;
+    return @as([*]const u8, @ptrCast(ptr))[0..@intCast(len)];
+}
+
+/// The items of a PySequence_Fast result (borrowed). The C macro does not translate.
+pub fn seqItems(seq: *Object) [*]?*Object {
+    if (c.PyList_Check(seq) != 0) {
+        const l: *c.PyListObject = @ptrCast(@alignCast(seq));
+        return @ptrCast(l.ob_item);
+    }
+    const t: *c.PyTupleObject = @ptrCast(@alignCast(seq));
+    return @ptrCast(&t.ob_item);
+}
+
+pub fn seqLen(seq: *Object) usize {
+    return @intCast(c.PySequence_Size(seq));
+}

@@ -1,0 +1,207 @@
+//! Response heads on the wire: status line, the headers the engine adds, and the
+//! app's headers checked so that no app can inject a header or split a response.
+const std = @import("std");
+
+pub fn reasonPhrase(status: u16) []const u8 {
+    return switch (status) {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        102 => "Processing",
+        103 => "Early Hints",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        207 => "Multi-Status",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        418 => "I'm a teapot",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        423 => "Locked",
+        424 => "Failed Dependency",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        506 => "Variant Also Negotiates",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        511 => "Network Authentication Required",
+        else => "",
+    };
+}
+
+/// Statuses whose responses never carry content (RFC 9110 6.4.1).
+pub fn statusHasNoBody(status: u16) bool {
+    return status < 200 or status == 204 or status == 304;
+}
+
+const token_chars: [256]bool = blk: {
+    var t = [_]bool{false} ** 256;
+    for ("!#$%&'*+-.^_`|~") |ch| t[ch] = true;
+    for ('0'..'9' + 1) |ch| t[ch] = true;
+    for ('a'..'z' + 1) |ch| t[ch] = true;
+    for ('A'..'Z' + 1) |ch| t[ch] = true;
+    break :blk t;
+};
+
+pub fn validName(name: []const u8) bool {
+    if (name.len == 0) return false;
+    for (name) |ch| if (!token_chars[ch]) return false;
+    return true;
+}
+
+/// A value may hold any byte but CR, LF and NUL: those would split the head.
+pub fn validValue(value: []const u8) bool {
+    for (value) |ch| if (ch == '\r' or ch == '\n' or ch == 0) return false;
+    return true;
+}
+
+/// Appends into a fixed slice; running out of room is an error the caller turns into 500.
+pub const HeadWriter = struct {
+    buf: []u8,
+    len: usize = 0,
+
+    pub fn append(self: *HeadWriter, bytes: []const u8) error{NoSpace}!void {
+        if (bytes.len > self.buf.len - self.len) return error.NoSpace;
+        @memcpy(self.buf[self.len..][0..bytes.len], bytes);
+        self.len += bytes.len;
+    }
+
+    pub fn statusLine(self: *HeadWriter, status: u16) error{NoSpace}!void {
+        var tmp: [32]u8 = undefined;
+        const line = std.fmt.bufPrint(&tmp, "HTTP/1.1 {d} ", .{status}) catch return error.NoSpace;
+        try self.append(line);
+        try self.append(reasonPhrase(status));
+        try self.append("\r\n");
+    }
+
+    pub fn header(self: *HeadWriter, name: []const u8, value: []const u8) error{NoSpace}!void {
+        try self.append(name);
+        try self.append(": ");
+        try self.append(value);
+        try self.append("\r\n");
+    }
+
+    pub fn contentLength(self: *HeadWriter, n: u64) error{NoSpace}!void {
+        var tmp: [24]u8 = undefined;
+        const digits = std.fmt.bufPrint(&tmp, "{d}", .{n}) catch unreachable;
+        try self.header("content-length", digits);
+    }
+
+    pub fn written(self: *const HeadWriter) []const u8 {
+        return self.buf[0..self.len];
+    }
+};
+
+/// `date: <IMF-fixdate>\r\n`, reformatted at most once a second.
+pub const DateCache = struct {
+    line: [64]u8 = undefined,
+    len: usize = 0,
+    second: i64 = -1,
+
+    pub fn update(self: *DateCache, now_s: i64) void {
+        if (now_s == self.second) return;
+        self.second = now_s;
+        const days = [_][]const u8{"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};
+        const months = [_][]const u8{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+        const es = std.time.epoch.EpochSeconds{ .secs = @intCast(@max(now_s, 0)) };
+        const day = es.getEpochDay();
+        const yd = day.calculateYearDay();
+        const md = yd.calculateMonthDay();
+        const ds = es.getDaySeconds();
+        const s = std.fmt.bufPrint(&self.line, "date: {s}, {d:0>2} {s} {d} {d:0>2}:{d:0>2}:{d:0>2} GMT\r\n", .{
+            days[@intCast(day.day % 7)],
+            md.day_index + 1,
+            months[@intFromEnum(md.month) - 1],
+            yd.year,
+            ds.getHoursIntoDay(),
+            ds.getMinutesIntoHour(),
+            ds.getSecondsIntoMinute(),
+        }) catch unreachable;
+        self.len = s.len;
+    }
+
+    pub fn get(self: *const DateCache) []const u8 {
+        return self.line[0..self.len];
+    }
+};
+
+/// Canned answers for requests the engine refuses before any app sees them.
+pub fn errorResponse(status: u16) []const u8 {
+    return switch (status) {
+        400 => canned(400),
+        413 => canned(413),
+        414 => canned(414),
+        431 => canned(431),
+        500 => canned(500),
+        501 => canned(501),
+        503 => canned(503),
+        505 => canned(505),
+        else => canned(400),
+    };
+}
+
+fn canned(comptime status: u16) []const u8 {
+    const reason = comptime reasonPhrase(status);
+    return std.fmt.comptimePrint(
+        "HTTP/1.1 {d} {s}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {d}\r\nconnection: close\r\n\r\n{s}",
+        .{ status, reason, reason.len, reason },
+    );
+}
+
+test "date line is an IMF-fixdate" {
+    var d = DateCache{};
+    d.update(784111777); // RFC 9110's example instant
+    try std.testing.expectEqualStrings("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", d.get());
+}
+
+test "head writer refuses to overflow and validates" {
+    var storage: [40]u8 = undefined;
+    var w = HeadWriter{ .buf = &storage };
+    try w.statusLine(404);
+    try std.testing.expectEqualStrings("HTTP/1.1 404 Not Found\r\n", w.written());
+    try std.testing.expectError(error.NoSpace, w.header("x-long", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+    try std.testing.expect(!validName("bad name"));
+    try std.testing.expect(!validValue("a\r\nset-cookie: x"));
+    try std.testing.expect(validValue("caf\xc3\xa9"));
+}
+
+test "canned responses frame their body" {
+    try std.testing.expect(std.mem.endsWith(u8, errorResponse(431), "content-length: 31\r\nconnection: close\r\n\r\nRequest Header Fields Too Large"));
+}

@@ -1,0 +1,245 @@
+//! The ASGI HTTP scope and messages, built in Zig so that a request costs Python
+//! only the objects the app can see. Keys, common values and common header names
+//! are created once and shared by every request.
+const std = @import("std");
+const py = @import("py.zig");
+const http1 = @import("http1.zig");
+const Peer = @import("conn.zig").Peer;
+const Object = py.Object;
+const c = py.c;
+
+const Keys = struct {
+    type: *Object,
+    asgi: *Object,
+    version: *Object,
+    spec_version: *Object,
+    http_version: *Object,
+    method: *Object,
+    scheme: *Object,
+    path: *Object,
+    raw_path: *Object,
+    query_string: *Object,
+    root_path: *Object,
+    headers: *Object,
+    client: *Object,
+    server: *Object,
+    state: *Object,
+    extensions: *Object,
+    body: *Object,
+    more_body: *Object,
+};
+
+const Values = struct {
+    http: *Object,
+    asgi_version: *Object,
+    spec_version: *Object,
+    http11: *Object,
+    http10: *Object,
+    http_request: *Object,
+    http_disconnect: *Object,
+    empty_bytes: *Object,
+};
+
+const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH" };
+
+/// Header names common enough to share one bytes object across requests.
+const common_headers = [_][:0]const u8{
+    "host",             "user-agent",      "accept",           "accept-encoding",
+    "accept-language",  "connection",      "content-type",     "content-length",
+    "cookie",           "referer",         "cache-control",    "origin",
+    "upgrade",          "transfer-encoding", "authorization",  "x-forwarded-for",
+    "x-forwarded-proto", "x-forwarded-host", "x-real-ip",      "x-request-id",
+    "if-none-match",    "if-modified-since", "pragma",         "expect",
+    "sec-fetch-mode",   "sec-fetch-site",  "sec-fetch-dest",   "keep-alive",
+    "sec-websocket-key", "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions",
+};
+
+const header_index = blk: {
+    var kvs: [common_headers.len]struct { []const u8, usize } = undefined;
+    for (common_headers, 0..) |name, i| kvs[i] = .{ name, i };
+    break :blk std.StaticStringMap(usize).initComptime(kvs);
+};
+
+var keys: Keys = undefined;
+var values: Values = undefined;
+var methods: [common_methods.len]*Object = undefined;
+var header_names: [common_headers.len]*Object = undefined;
+
+/// Creates the shared objects once, at module import. They live as long as the process.
+pub fn init() bool {
+    inline for (@typeInfo(Keys).@"struct".fields) |f| {
+        @field(keys, f.name) = py.intern(f.name) orelse return false;
+    }
+    values = .{
+        .http = py.intern("http") orelse return false,
+        .asgi_version = py.intern("3.0") orelse return false,
+        .spec_version = py.intern("2.3") orelse return false,
+        .http11 = py.intern("1.1") orelse return false,
+        .http10 = py.intern("1.0") orelse return false,
+        .http_request = py.intern("http.request") orelse return false,
+        .http_disconnect = py.intern("http.disconnect") orelse return false,
+        .empty_bytes = py.bytes("") orelse return false,
+    };
+    for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
+    for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
+    return true;
+}
+
+/// Per-server parts of every scope, built once when the server starts.
+pub const ServerInfo = struct {
+    /// ("host", port) tuple, or None.
+    server: ?*Object,
+    /// str
+    root_path: ?*Object,
+    /// UTF-8 bytes of root_path, prefixed to raw_path and path like uvicorn does.
+    root_path_utf8: []const u8,
+    /// "http" or "https"
+    scheme: ?*Object,
+    /// Lifespan state: each request gets a shallow copy. Null when there is none.
+    state: ?*Object,
+};
+
+fn method(name: []const u8) ?*Object {
+    for (common_methods, 0..) |m, i| {
+        if (std.mem.eql(u8, m, name)) {
+            py.incref(methods[i]);
+            return methods[i];
+        }
+    }
+    return py.str(name);
+}
+
+fn headerName(name: []const u8) ?*Object {
+    if (header_index.get(name)) |i| {
+        py.incref(header_names[i]);
+        return header_names[i];
+    }
+    return py.bytes(name);
+}
+
+fn headers(req: *const http1.Request) ?*Object {
+    const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
+    for (req.headers, 0..) |h, i| {
+        const pair = c.PyTuple_New(2) orelse return fail(list);
+        // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
+        _ = c.PyList_SetItem(list, @intCast(i), pair);
+        const name = headerName(h.name) orelse return fail(list);
+        _ = c.PyTuple_SetItem(pair, 0, name);
+        const value = py.bytes(h.value) orelse return fail(list);
+        _ = c.PyTuple_SetItem(pair, 1, value);
+    }
+    return list;
+}
+
+fn fail(o: *Object) ?*Object {
+    py.decref(o);
+    return null;
+}
+
+fn client(peer: *const Peer) ?*Object {
+    var buf: [64]u8 = undefined;
+    const host = peer.format(&buf);
+    if (host.len == 0) return py.none();
+    const t = c.PyTuple_New(2) orelse return null;
+    _ = c.PyTuple_SetItem(t, 0, py.str(host) orelse return fail(t));
+    _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(peer.port) orelse return fail(t));
+    return t;
+}
+
+/// `path` is percent-decoded and read as UTF-8 (invalid sequences replaced), with
+/// root_path in front, as in uvicorn.
+fn paths(req: *const http1.Request, info: *const ServerInfo, path_out: *?*Object, raw_out: *?*Object) bool {
+    const root = info.root_path_utf8;
+    var stack: [4096]u8 = undefined;
+    const need = root.len + req.path.len;
+    var heap: ?[]u8 = null;
+    defer if (heap) |h| std.heap.c_allocator.free(h);
+    const scratch: []u8 = if (need <= stack.len) stack[0..need] else blk: {
+        heap = std.heap.c_allocator.alloc(u8, need) catch {
+            _ = c.PyErr_NoMemory();
+            return false;
+        };
+        break :blk heap.?;
+    };
+    @memcpy(scratch[0..root.len], root);
+    @memcpy(scratch[root.len..][0..req.path.len], req.path);
+    raw_out.* = py.bytes(scratch) orelse return false;
+    const decoded_len = root.len + http1.percentDecode(req.path, scratch[root.len..]);
+    path_out.* = c.PyUnicode_DecodeUTF8(scratch.ptr, @intCast(decoded_len), "replace") orelse return false;
+    return true;
+}
+
+/// New reference: the scope dict of one HTTP request.
+pub fn build(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) ?*Object {
+    const d = c.PyDict_New() orelse return null;
+    if (!fill(d, req, peer, info)) return fail(d);
+    return d;
+}
+
+fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) bool {
+    py.incref(values.http);
+    if (!py.dictSetSteal(d, keys.type, values.http)) return false;
+    const asgi = c.PyDict_New() orelse return false;
+    if (c.PyDict_SetItem(asgi, keys.version, values.asgi_version) != 0 or
+        c.PyDict_SetItem(asgi, keys.spec_version, values.spec_version) != 0)
+    {
+        py.decref(asgi);
+        return false;
+    }
+    if (!py.dictSetSteal(d, keys.asgi, asgi)) return false;
+    const version = if (req.version == .http11) values.http11 else values.http10;
+    if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
+    if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
+    if (c.PyDict_SetItem(d, keys.scheme, info.scheme.?) != 0) return false;
+    var path: ?*Object = null;
+    var raw: ?*Object = null;
+    if (!paths(req, info, &path, &raw)) {
+        py.xdecref(raw);
+        return false;
+    }
+    if (!py.dictSetSteal(d, keys.path, path)) {
+        py.xdecref(raw);
+        return false;
+    }
+    if (!py.dictSetSteal(d, keys.raw_path, raw)) return false;
+    const query = if (req.query.len == 0) blk: {
+        py.incref(values.empty_bytes);
+        break :blk values.empty_bytes;
+    } else py.bytes(req.query);
+    if (!py.dictSetSteal(d, keys.query_string, query)) return false;
+    if (c.PyDict_SetItem(d, keys.root_path, info.root_path.?) != 0) return false;
+    if (!py.dictSetSteal(d, keys.headers, headers(req))) return false;
+    if (!py.dictSetSteal(d, keys.client, client(peer))) return false;
+    if (c.PyDict_SetItem(d, keys.server, info.server.?) != 0) return false;
+    if (info.state) |state| {
+        if (!py.dictSetSteal(d, keys.state, c.PyDict_Copy(state))) return false;
+    }
+    return true;
+}
+
+/// New reference: {"type": "http.request", "body": body, "more_body": more}. Steals body.
+pub fn requestMessage(body: *Object, more: bool) ?*Object {
+    const d = c.PyDict_New() orelse {
+        py.decref(body);
+        return null;
+    };
+    if (c.PyDict_SetItem(d, keys.type, values.http_request) != 0 or
+        !py.dictSetSteal(d, keys.body, body) or
+        !py.dictSetSteal(d, keys.more_body, py.boolean(more)))
+    {
+        return fail(d);
+    }
+    return d;
+}
+
+/// New reference: {"type": "http.disconnect"}.
+pub fn disconnectMessage() ?*Object {
+    const d = c.PyDict_New() orelse return null;
+    if (c.PyDict_SetItem(d, keys.type, values.http_disconnect) != 0) return fail(d);
+    return d;
+}
+
+pub fn emptyBytes() *Object {
+    py.incref(values.empty_bytes);
+    return values.empty_bytes;
+}

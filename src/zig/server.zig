@@ -1,0 +1,366 @@
+//! The engine's loop: the listening socket, accept, dispatching readiness to
+//! connections, timeouts, and the bookkeeping that lets a drain lose nothing.
+//!
+//! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
+//! `poll` when it is readable, so the app and the engine share one thread and one loop.
+const std = @import("std");
+const linux = std.os.linux;
+const sys = @import("sys.zig");
+const http1 = @import("http1.zig");
+const Poller = @import("poller.zig").Poller;
+const Pool = @import("pool.zig").Pool;
+const timer = @import("timer.zig");
+const response = @import("response.zig");
+const conn_mod = @import("conn.zig");
+const Conn = conn_mod.Conn;
+
+/// What the engine needs from the side that runs apps. The engine speaks of streams
+/// (one request and its response), never of Python objects.
+pub const Hooks = struct {
+    ctx: *anyopaque,
+    /// A request head arrived; the hook must set `conn.stream`. False refuses it (500).
+    on_request: *const fn (ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool,
+    /// Body bytes, a disconnect, or the end of the response: a waiting receive() may go on.
+    wake_read: *const fn (stream: *anyopaque) void,
+    /// The output queue drained, or the connection closed: a waiting send() may go on.
+    wake_write: *const fn (stream: *anyopaque) void,
+    retain_fn: *const fn (owner: *anyopaque) void,
+    release_fn: *const fn (owner: *anyopaque) void,
+
+    pub fn onRequest(self: Hooks, c: *Conn, req: *const http1.Request) bool {
+        return self.on_request(self.ctx, c, req);
+    }
+    pub fn wakeRead(self: Hooks, s: *anyopaque) void {
+        self.wake_read(s);
+    }
+    pub fn wakeWrite(self: Hooks, s: *anyopaque) void {
+        self.wake_write(s);
+    }
+    pub fn retain(self: Hooks, o: *anyopaque) void {
+        self.retain_fn(o);
+    }
+    pub fn release(self: Hooks, o: *anyopaque) void {
+        self.release_fn(o);
+    }
+};
+
+pub const Options = struct {
+    backlog: u31 = 2048,
+    timeout_keep_alive_ms: u64 = 5_000,
+    timeout_header_ms: u64 = 30_000,
+    server_header: bool = true,
+    date_header: bool = true,
+    connections_max: u32 = 100_000,
+    keep_alive_requests_max: u32 = std.math.maxInt(u32),
+};
+
+const token_listen: usize = 1;
+const token_timer: usize = 2;
+const token_wake: usize = 3;
+
+pub const Server = struct {
+    allocator: std.mem.Allocator,
+    poller: Poller,
+    listen_fd: i32 = -1,
+    timer_fd: i32 = -1,
+    wake_fd: i32 = -1,
+    wake_signalled: bool = false,
+    hooks: Hooks,
+    pool: Pool = .{},
+    limits: http1.Limits = .{},
+    headers_storage: [128]http1.Header = undefined,
+    date: response.DateCache = .{},
+    server_header: bool,
+    date_header: bool,
+    keep_alive_requests_max: u32,
+    connections_max: u32,
+
+    idle_timeouts: timer.Queue,
+    header_timeouts: timer.Queue,
+    linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000 },
+    now_ms: u64 = 0,
+
+    /// Every open connection, for draining and shutdown.
+    live: ?*Conn = null,
+    /// Closed connections whose memory is freed at the end of `poll`, so an event later
+    /// in the same batch never touches freed memory.
+    graveyard: ?*Conn = null,
+    /// Connections with a buffered pipelined request to parse on the next pass.
+    pending: ?*Conn = null,
+    in_poll: bool = false,
+    draining: bool = false,
+
+    connections: u32 = 0,
+    streams: u32 = 0,
+    requests_total: u64 = 0,
+    bytes_in: u64 = 0,
+    bytes_out: u64 = 0,
+
+    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options) !*Server {
+        const self = try allocator.create(Server);
+        errdefer allocator.destroy(self);
+        self.* = .{
+            .allocator = allocator,
+            .poller = try Poller.init(),
+            .hooks = hooks,
+            .server_header = opts.server_header,
+            .date_header = opts.date_header,
+            .keep_alive_requests_max = opts.keep_alive_requests_max,
+            .connections_max = opts.connections_max,
+            .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms },
+            .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms },
+        };
+        errdefer self.poller.deinit();
+        self.now_ms = sys.monotonicMs();
+        self.date.update(sys.realtimeSeconds());
+
+        const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
+        if (sys.E.init(tfd_rc) != .SUCCESS) return error.TimerCreateFailed;
+        self.timer_fd = @intCast(tfd_rc);
+        const second = linux.timespec{ .sec = 1, .nsec = 0 };
+        const spec = linux.itimerspec{ .it_interval = second, .it_value = second };
+        _ = linux.timerfd_settime(self.timer_fd, .{}, &spec, null);
+        _ = self.poller.register(self.timer_fd, token_timer, .{});
+
+        const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
+        if (sys.E.init(efd_rc) != .SUCCESS) return error.EventFdFailed;
+        self.wake_fd = @intCast(efd_rc);
+        _ = self.poller.register(self.wake_fd, token_wake, .{});
+        return self;
+    }
+
+    /// Binds and listens on addr (IPv4 or IPv6; an IPv6 socket is v6-only so that
+    /// "::" and "0.0.0.0" can be served side by side).
+    pub fn listen(self: *Server, addr: std.net.Address, backlog: u31) !void {
+        const family: u32 = addr.any.family;
+        const rc = linux.socket(family, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0);
+        if (sys.E.init(rc) != .SUCCESS) return error.SocketFailed;
+        const fd: i32 = @intCast(rc);
+        errdefer sys.close(fd);
+        _ = sys.setIntOption(fd, linux.SOL.SOCKET, linux.SO.REUSEADDR, 1);
+        if (family == linux.AF.INET6) _ = sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, 1);
+        switch (sys.E.init(linux.bind(fd, &addr.any, addr.getOsSockLen()))) {
+            .SUCCESS => {},
+            .ADDRINUSE => return error.AddressInUse,
+            .ADDRNOTAVAIL => return error.AddressNotAvailable,
+            .ACCES => return error.AccessDenied,
+            else => return error.BindFailed,
+        }
+        if (sys.E.init(linux.listen(fd, backlog)) != .SUCCESS) return error.ListenFailed;
+        try self.adopt(fd);
+    }
+
+    /// Serves an already listening socket (inherited, or bound by the master).
+    pub fn adopt(self: *Server, fd: i32) !void {
+        if (!self.poller.register(fd, token_listen, .{})) return error.RegisterFailed;
+        self.listen_fd = fd;
+    }
+
+    pub fn stopAccepting(self: *Server) void {
+        if (self.listen_fd < 0) return;
+        self.poller.unregister(self.listen_fd);
+        sys.close(self.listen_fd);
+        self.listen_fd = -1;
+    }
+
+    /// Processes every ready event without blocking.
+    pub fn poll(self: *Server) void {
+        std.debug.assert(!self.in_poll);
+        self.in_poll = true;
+        defer self.in_poll = false;
+        var batch: Poller.Batch = .{};
+        self.poller.wait(&batch, 0);
+        for (0..batch.len) |i| {
+            const ev = batch.get(i);
+            switch (ev.token) {
+                token_listen => self.acceptAll(),
+                token_timer => self.tick(),
+                token_wake => self.clearWake(),
+                else => {
+                    const c: *Conn = @ptrFromInt(ev.token);
+                    c.onEvent(ev.readable, ev.writable, ev.hangup);
+                },
+            }
+        }
+        self.runPending();
+        self.freeGraveyard();
+    }
+
+    fn acceptAll(self: *Server) void {
+        // Bounded, so one busy listener cannot starve the connections already open.
+        var n: usize = 0;
+        while (n < 256 and self.listen_fd >= 0) : (n += 1) {
+            var st: linux.sockaddr.storage = undefined;
+            var len: linux.socklen_t = undefined;
+            const fd = switch (sys.accept(self.listen_fd, &st, &len)) {
+                .ok => |fd| fd,
+                .err => |e| switch (e) {
+                    .AGAIN => return,
+                    // The peer gave up between SYN and accept: try the next one.
+                    .CONNABORTED, .PROTO, .PERM => continue,
+                    // Out of descriptors or memory: leave the rest in the backlog for now.
+                    else => return,
+                },
+            };
+            if (self.connections >= self.connections_max) {
+                sys.close(fd);
+                continue;
+            }
+            _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
+            const c = self.allocator.create(Conn) catch {
+                sys.close(fd);
+                continue;
+            };
+            c.* = Conn.init(self, fd, conn_mod.Peer.fromStorage(&st));
+            if (!self.poller.register(fd, @intFromPtr(c), c.interest)) {
+                sys.close(fd);
+                self.allocator.destroy(c);
+                continue;
+            }
+            self.link(c);
+            self.connections += 1;
+            self.header_timeouts.arm(&c.timer, self.now_ms);
+        }
+    }
+
+    fn tick(self: *Server) void {
+        var expirations: u64 = 0;
+        _ = sys.read(self.timer_fd, std.mem.asBytes(&expirations));
+        self.now_ms = sys.monotonicMs();
+        self.date.update(sys.realtimeSeconds());
+        self.expire(&self.idle_timeouts);
+        self.expire(&self.header_timeouts);
+        self.expire(&self.linger_timeouts);
+        self.pool.trim();
+    }
+
+    fn expire(self: *Server, q: *timer.Queue) void {
+        while (q.popExpired(self.now_ms)) |entry| {
+            const c: *Conn = @fieldParentPtr("timer", entry);
+            c.close();
+        }
+    }
+
+    /// Asks for another pass (a pipelined request waits in a buffer).
+    pub fn schedule(self: *Server, c: *Conn) void {
+        if (c.is_pending) return;
+        c.is_pending = true;
+        c.pending_next = self.pending;
+        self.pending = c;
+        if (!self.in_poll and !self.wake_signalled) {
+            self.wake_signalled = true;
+            const one: u64 = 1;
+            _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
+        }
+    }
+
+    fn clearWake(self: *Server) void {
+        var v: u64 = 0;
+        _ = sys.read(self.wake_fd, std.mem.asBytes(&v));
+        self.wake_signalled = false;
+    }
+
+    fn runPending(self: *Server) void {
+        // Take the list as it is: connections scheduled while running wait for the next pass.
+        var list = self.pending;
+        self.pending = null;
+        while (list) |c| {
+            list = c.pending_next;
+            c.pending_next = null;
+            c.is_pending = false;
+            if (c.state == .head) c.process();
+        }
+        if (self.pending != null and !self.wake_signalled) {
+            self.wake_signalled = true;
+            const one: u64 = 1;
+            _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
+        }
+    }
+
+    fn link(self: *Server, c: *Conn) void {
+        c.prev = null;
+        c.next = self.live;
+        if (self.live) |h| h.prev = c;
+        self.live = c;
+    }
+
+    fn unlink(self: *Server, c: *Conn) void {
+        if (c.prev) |p| p.next = c.next else self.live = c.next;
+        if (c.next) |n| n.prev = c.prev;
+        c.prev = null;
+        c.next = null;
+    }
+
+    /// Called by a connection as its socket closes.
+    pub fn connectionClosed(self: *Server, c: *Conn) void {
+        self.unlink(c);
+        self.connections -= 1;
+    }
+
+    /// A closed connection with no stream is freed (deferred while inside poll).
+    pub fn retire(self: *Server, c: *Conn) void {
+        std.debug.assert(c.state == .closed and c.stream == null);
+        if (self.in_poll or c.is_pending) {
+            c.next = self.graveyard;
+            self.graveyard = c;
+        } else {
+            self.allocator.destroy(c);
+        }
+    }
+
+    fn freeGraveyard(self: *Server) void {
+        var kept: ?*Conn = null;
+        while (self.graveyard) |c| {
+            self.graveyard = c.next;
+            if (c.is_pending) {
+                // Still on the pending list: freed after the pass that skips it.
+                c.next = kept;
+                kept = c;
+            } else {
+                self.allocator.destroy(c);
+            }
+        }
+        self.graveyard = kept;
+    }
+
+    pub fn streamStarted(self: *Server) void {
+        self.streams += 1;
+        self.requests_total += 1;
+    }
+
+    pub fn streamFinished(self: *Server) void {
+        self.streams -= 1;
+    }
+
+    /// Graceful shutdown, step one: no new connections, idle ones closed, busy ones
+    /// closed as soon as their current response is out.
+    pub fn drain(self: *Server) void {
+        self.draining = true;
+        self.stopAccepting();
+        self.closeIdle();
+    }
+
+    pub fn closeIdle(self: *Server) void {
+        var it = self.live;
+        while (it) |c| {
+            it = c.next;
+            if (c.isIdle()) c.close();
+        }
+    }
+
+    /// Last step of shutdown: every connection goes, apps still running see a disconnect.
+    pub fn closeAll(self: *Server) void {
+        while (self.live) |c| c.close();
+    }
+
+    pub fn deinit(self: *Server) void {
+        self.stopAccepting();
+        self.closeAll();
+        self.freeGraveyard();
+        if (self.timer_fd >= 0) sys.close(self.timer_fd);
+        if (self.wake_fd >= 0) sys.close(self.wake_fd);
+        self.poller.deinit();
+        self.pool.deinit();
+        self.allocator.destroy(self);
+    }
+};

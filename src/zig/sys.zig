@@ -1,0 +1,72 @@
+//! Thin, total wrappers over the Linux system calls the engine uses.
+//!
+//! std.posix maps some errno values to `unreachable`; inside a Python process a
+//! panic kills the worker, so every call here returns the raw errno instead and
+//! the caller decides.
+const std = @import("std");
+const linux = std.os.linux;
+
+pub const E = linux.E;
+pub const Errno = E;
+
+/// The result of a system call: the value, or the errno it failed with.
+pub fn Result(comptime T: type) type {
+    return union(enum) { ok: T, err: E };
+}
+
+fn check(rc: usize) Result(usize) {
+    const e = E.init(rc);
+    if (e == .SUCCESS) return .{ .ok = rc };
+    return .{ .err = e };
+}
+
+pub fn read(fd: i32, buf: []u8) Result(usize) {
+    while (true) {
+        const r = check(linux.read(fd, buf.ptr, buf.len));
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
+pub fn writev(fd: i32, iov: []const std.posix.iovec_const) Result(usize) {
+    while (true) {
+        const r = check(linux.writev(fd, iov.ptr, iov.len));
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
+pub fn close(fd: i32) void {
+    _ = linux.close(fd);
+}
+
+pub fn accept(fd: i32, addr: *linux.sockaddr.storage, len: *linux.socklen_t) Result(i32) {
+    len.* = @sizeOf(linux.sockaddr.storage);
+    const flags = linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC;
+    return switch (check(linux.accept4(fd, @ptrCast(addr), len, flags))) {
+        .ok => |v| .{ .ok = @intCast(v) },
+        .err => |e| .{ .err = e },
+    };
+}
+
+pub fn setIntOption(fd: i32, level: i32, name: u32, value: c_int) bool {
+    const bytes = std.mem.asBytes(&value);
+    return E.init(linux.setsockopt(fd, level, name, bytes.ptr, @intCast(bytes.len))) == .SUCCESS;
+}
+
+pub fn shutdownWrite(fd: i32) void {
+    _ = linux.shutdown(fd, linux.SHUT.WR);
+}
+
+/// Seconds and nanoseconds of CLOCK_MONOTONIC_COARSE: cheap (vDSO), ms resolution is plenty for timeouts.
+pub fn monotonicMs() u64 {
+    var ts: linux.timespec = undefined;
+    _ = linux.clock_gettime(.MONOTONIC_COARSE, &ts);
+    return @as(u64, @intCast(ts.sec)) * 1000 + @as(u64, @intCast(ts.nsec)) / std.time.ns_per_ms;
+}
+
+pub fn realtimeSeconds() i64 {
+    var ts: linux.timespec = undefined;
+    _ = linux.clock_gettime(.REALTIME, &ts);
+    return @intCast(ts.sec);
+}

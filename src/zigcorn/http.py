@@ -1,0 +1,147 @@
+"""ASGI HTTP on top of the engine's streams.
+
+The engine parses, frames and writes; this module is the thin part an app sees:
+`receive()` and `send()`, message validation, and what happens when an app fails.
+`HTTPCycle` *is* the engine's per-request object (a subclass of `_core.Stream`), so a
+request costs one Python object besides the scope, the coroutine and its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+
+from zigcorn._core import Stream
+
+logger = logging.getLogger("zigcorn.error")
+access_logger = logging.getLogger("zigcorn.access")
+
+_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+_EAGER_TASKS = sys.version_info >= (3, 12)
+
+
+def wake(future: asyncio.Future) -> None:
+    """Called by the engine to resume a receive() or send() waiting on `future`."""
+    if not future.done():
+        future.set_result(None)
+
+
+class HTTPCycle(Stream):
+    """One request and its response, as the app sees them."""
+
+    __slots__ = ()
+
+    async def receive(self) -> dict:
+        message = self.read()
+        while message is None:
+            future = asyncio.get_running_loop().create_future()
+            self.read_waiter = future
+            await future
+            message = self.read()
+        return message
+
+    async def send(self, message: dict) -> None:
+        message_type = message["type"]
+        if message_type == "http.response.body":
+            if self.write(message.get("body", b""), message.get("more_body", False)):
+                # The client reads slowly: hold the app back until the engine drains.
+                future = asyncio.get_running_loop().create_future()
+                self.write_waiter = future
+                await future
+        elif message_type == "http.response.start":
+            if self.response_started:
+                raise RuntimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'.")
+            self.start(message["status"], message.get("headers", ()))
+        else:
+            raise RuntimeError(f"Unexpected ASGI message '{message_type}' sent, in response to an HTTP request.")
+
+    async def run(self, app, access_log: bool) -> None:
+        started_at = time.perf_counter() if access_log else 0.0
+        try:
+            result = await app(self.scope, self.receive, self.send)
+        except BaseException as exc:  # the worker must survive anything an app raises
+            logger.error("Exception in ASGI application\n", exc_info=exc)
+            self._fail()
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+        else:
+            if result is not None:
+                logger.error("ASGI callable should return None, but returned '%s'.", result)
+            if not self.response_started:
+                if not self.disconnected:
+                    logger.error("ASGI callable returned without starting response.")
+                self._fail()
+            elif not self.response_complete:
+                if not self.disconnected:
+                    logger.error("ASGI callable returned without completing response.")
+                self.abort()
+            else:
+                self.finish()
+        if access_log:
+            self._log_access(started_at)
+
+    def _fail(self) -> None:
+        """500 if nothing was sent yet, otherwise the connection is cut."""
+        if not self.response_started and not self.disconnected:
+            try:
+                self.start(500, _ERROR_HEADERS)
+                self.write(b"Internal Server Error", False)
+            except RuntimeError:
+                pass
+            self.finish()
+        else:
+            self.abort()
+
+    def _log_access(self, started_at: float) -> None:
+        scope = self.scope
+        client = scope.get("client")
+        client_addr = f"{client[0]}:{client[1]}" if client else "-"
+        path = scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            path = f"{path}?{scope['query_string'].decode('latin-1')}"
+        access_logger.info(
+            '%s - "%s %s HTTP/%s" %d %d %.1fms',
+            client_addr,
+            scope["method"],
+            path,
+            scope["http_version"],
+            self.status,
+            self.bytes_sent,
+            (time.perf_counter() - started_at) * 1000,
+        )
+
+
+class Dispatcher:
+    """Turns each stream the engine hands over into a task running the app."""
+
+    __slots__ = ("app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "requests", "on_limit", "engine")
+
+    def __init__(self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, on_limit) -> None:
+        self.app = app
+        self.loop = loop
+        self.access_log = access_log
+        self.limit_concurrency = limit_concurrency
+        self.limit_max_requests = limit_max_requests
+        self.requests = 0
+        self.on_limit = on_limit
+        self.engine = None
+
+    def __call__(self, stream: HTTPCycle) -> None:
+        if self.limit_concurrency is not None and self.engine.stats()["streams"] > self.limit_concurrency:
+            # Like uvicorn: past the limit the app is not called at all.
+            stream.start(503, _ERROR_HEADERS)
+            stream.write(b"Service Unavailable", False)
+            stream.finish()
+            return
+        if self.limit_max_requests is not None:
+            self.requests += 1
+            if self.requests == self.limit_max_requests:
+                logger.warning("Maximum request limit of %d exceeded. Terminating process.", self.limit_max_requests)
+                self.on_limit()
+        coro = stream.run(self.app, self.access_log)
+        if _EAGER_TASKS:
+            asyncio.Task(coro, loop=self.loop, eager_start=True)
+        else:
+            self.loop.create_task(coro)

@@ -1,0 +1,177 @@
+"""The server's life: bind, lifespan, serve on the asyncio loop, drain, exit.
+
+The engine owns every socket; this module only wires it into the loop (one
+`add_reader` on the engine's epoll fd) and decides when to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+
+from zigcorn import _core
+from zigcorn.http import Dispatcher, HTTPCycle, wake
+
+logger = logging.getLogger("zigcorn.error")
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def resolve_host(host: str) -> str:
+    """The engine binds IP literals; names are resolved here, once, at start-up."""
+    if host == "localhost":
+        return "127.0.0.1"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if _is_ip_literal(host):
+        return host
+    import socket  # only for names: most deployments pass an address
+
+    return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+
+
+def _is_ip_literal(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class Server:
+    def __init__(self, config) -> None:
+        self.config = config
+        self.started = False
+        self.should_exit = False
+        self.force_exit = False
+        self.engine = None
+        self._exit_event: asyncio.Event | None = None
+
+    def run(self) -> None:
+        loop = self.config.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.serve())
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    async def serve(self) -> None:
+        config = self.config
+        if not getattr(config, "loaded", False):
+            config.load()
+        loop = asyncio.get_running_loop()
+        self._exit_event = asyncio.Event()
+        self._install_signal_handlers(loop)
+
+        logger.info("Started server process [%d]", os.getpid())
+        lifespan = config.lifespan_class(config)
+        logger.info("Waiting for application startup.")
+        await lifespan.startup()
+        if lifespan.should_exit:
+            return
+        logger.info("Application startup complete.")
+
+        dispatcher = Dispatcher(
+            config.loaded_app,
+            loop,
+            access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+            limit_concurrency=config.limit_concurrency,
+            limit_max_requests=config.limit_max_requests,
+            on_limit=self.handle_exit_request,
+        )
+        engine = _core.Engine(
+            dispatcher,
+            wake,
+            HTTPCycle,
+            {
+                "root_path": config.root_path or "",
+                "timeout_keep_alive": config.timeout_keep_alive,
+                "server_header": config.server_header,
+                "date_header": config.date_header,
+                "headers": list(config.encoded_headers),
+                "backlog": config.backlog,
+            },
+        )
+        dispatcher.engine = engine
+        self.engine = engine
+        try:
+            bound = self._bind(engine)
+        except OSError as exc:
+            logger.error("%s", exc)
+            engine.close()
+            await lifespan.shutdown()
+            return
+        engine.set_state(lifespan.state)
+        loop.add_reader(engine.fileno(), engine.poll)
+        self._log_started(bound)
+        self.started = True
+
+        await self._exit_event.wait()
+        await self._shutdown(loop, engine)
+        await lifespan.shutdown()
+
+    def _bind(self, engine) -> tuple:
+        config = self.config
+        if config.fd is not None:
+            return engine.adopt(config.fd)
+        if config.uds:
+            raise OSError("--uds is not supported yet")
+        return engine.listen(resolve_host(config.host), config.port, config.backlog)
+
+    def _log_started(self, bound) -> None:
+        host, port = bound
+        shown = f"[{host}]" if ":" in host else host
+        logger.info("Zigcorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
+
+    async def _shutdown(self, loop, engine) -> None:
+        logger.info("Shutting down")
+        # Stop accepting and close idle keep-alive connections; busy ones close right
+        # after their current response.
+        engine.drain()
+        timeout = self.config.timeout_graceful_shutdown
+        deadline = None if timeout is None else loop.time() + timeout
+        while engine.stats()["connections"] and not self.force_exit:
+            if deadline is not None and loop.time() >= deadline:
+                logger.error("Cancel %d running task(s), timeout graceful shutdown exceeded", engine.stats()["streams"])
+                break
+            await asyncio.sleep(0.05)
+        # Whatever is left is cut; apps still running see http.disconnect.
+        engine.close_all()
+        for _ in range(20):
+            if not engine.stats()["streams"]:
+                break
+            await asyncio.sleep(0.01)
+        loop.remove_reader(engine.fileno())
+        engine.poll()
+        engine.close()
+
+    def _install_signal_handlers(self, loop) -> None:
+        try:
+            for sig in HANDLED_SIGNALS:
+                loop.add_signal_handler(sig, self.handle_exit, sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            return
+
+    def handle_exit(self, sig: int) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+            logger.warning("Second interrupt: exiting now.")
+            os._exit(1)
+        self.handle_exit_request()
+
+    def handle_exit_request(self) -> None:
+        self.should_exit = True
+        if self._exit_event is not None:
+            self._exit_event.set()
+
+
+__all__ = ["Server", "resolve_host"]
