@@ -96,7 +96,8 @@ pub fn strView(o: *Object) ?[]const u8 {
 }
 
 /// The items of a PySequence_Fast result (borrowed). The C macro does not translate.
-pub fn seqItems(seq: *Object) [*]?*Object {
+/// An empty list's item pointer is NULL, hence the C pointer.
+pub fn seqItems(seq: *Object) [*c]?*Object {
     if (c.PyList_Check(seq) != 0) {
         const l: *c.PyListObject = @ptrCast(@alignCast(seq));
         return @ptrCast(l.ob_item);
