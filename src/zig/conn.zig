@@ -17,6 +17,10 @@ const Interest = @import("poller.zig").Interest;
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
+/// Response heads past a pooled buffer move to the heap, up to this size.
+const response_head_bytes_max = 1024 * 1024;
+/// An unread request body up to this size is skipped to keep the connection; past it we close.
+const discard_bytes_max = 1024 * 1024;
 
 /// The peer's address, kept compactly: it becomes the scope's `client`.
 pub const Peer = struct {
@@ -113,12 +117,19 @@ pub const Conn = struct {
     resp_chunked: bool = false,
     resp_no_body: bool = false,
     resp_close_after: bool = false,
+    /// The engine answered this request itself (bad body): the app's output is dropped.
+    refused: bool = false,
+    /// Between requests: the rest of an unread request body is being skipped.
+    discarding: bool = false,
+    discarded_bytes: u64 = 0,
     resp_length: ?u64 = null,
     resp_body_bytes: u64 = 0,
     bytes_sent: u64 = 0,
 
     // Output, in write order: obuf[ooff..olen], then pending[poff..], then tail.
-    obuf: ?*Buffer = null,
+    /// A pooled buffer, or a larger heap one while a response head outgrows it.
+    obuf: ?[*]u8 = null,
+    ocap: u32 = 0,
     ooff: u32 = 0,
     olen: u32 = 0,
     pending: []const u8 = &.{},
@@ -176,6 +187,10 @@ pub const Conn = struct {
     }
 
     fn parseHead(self: *Conn) void {
+        if (self.discarding) {
+            self.discardBody();
+            if (self.discarding) return;
+        }
         const buf = self.rbuf orelse return;
         if (self.rstart == self.rlen) return;
         const data = buf[self.rstart..self.rlen];
@@ -224,6 +239,7 @@ pub const Conn = struct {
         self.resp_chunked = false;
         self.resp_no_body = false;
         self.resp_close_after = false;
+        self.refused = false;
         self.resp_length = null;
         self.resp_body_bytes = 0;
         self.bytes_sent = 0;
@@ -231,6 +247,7 @@ pub const Conn = struct {
 
     /// Answers a request the engine itself refuses, then closes.
     pub fn refuse(self: *Conn, status: u16) void {
+        self.refused = true;
         self.keep_alive = false;
         self.resp_close_after = true;
         self.resp_complete = true;
@@ -269,10 +286,10 @@ pub const Conn = struct {
                     self.body_done = self.body_remaining == 0;
                 },
                 .chunked => {
-                    const step = self.chunked.decode(avail, self.server.limits) catch {
+                    const step = self.chunked.decode(avail, self.server.limits) catch |err| {
                         r.failed = true;
                         self.body_done = true;
-                        self.keep_alive = false;
+                        if (!self.resp_started) self.refuse(http1.statusFor(err)) else self.close();
                         break;
                     };
                     self.rstart += @intCast(step.consumed);
@@ -300,27 +317,33 @@ pub const Conn = struct {
         if (!self.interest.readable) self.setReading(true);
     }
 
-    pub const HeaderIter = struct {
-        ctx: *anyopaque,
-        nextFn: *const fn (ctx: *anyopaque) ?[2][]const u8,
-    };
-
     pub const StartError = error{ AlreadyStarted, InvalidHeader, HeadTooLarge, OutOfMemory, Closed };
 
     /// Serialises the response head into the output buffer. Nothing is written to the
     /// socket yet: the head leaves together with the first body bytes.
     pub fn startResponse(self: *Conn, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
         if (self.resp_started) return error.AlreadyStarted;
-        if (self.state == .closed) {
+        if (self.gone()) {
             self.resp_started = true;
             return;
         }
-        const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
+        var buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
         var w = response.HeadWriter{ .buf = buf[self.olen..] };
         self.status = status;
         self.resp_no_body = response.statusHasNoBody(status) or self.is_head_method;
         self.writeHead(&w, status, headers, extra) catch |err| {
-            return if (err == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
+            if (err != error.NoSpace) return error.InvalidHeader;
+            // A head larger than a pooled buffer: move to a heap buffer sized for it.
+            var need: usize = 1024 + self.olen;
+            for (headers) |h| need += h[0].len + h[1].len + 4;
+            for (extra) |h| need += h[0].len + h[1].len + 4;
+            if (need > response_head_bytes_max) return error.HeadTooLarge;
+            buf = self.growOut(need) orelse return error.OutOfMemory;
+            w = .{ .buf = buf[self.olen..] };
+            self.resp_length = null;
+            self.writeHead(&w, status, headers, extra) catch |e2| {
+                return if (e2 == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
+            };
         };
         // Room is left for the framing header and the blank line, added with the first body.
         self.staged_head_len = @intCast(w.len);
@@ -351,7 +374,7 @@ pub const Conn = struct {
 
     /// Chooses the framing once the first body message shows whether it is the only one.
     fn finishHead(self: *Conn, first_body_len: usize, more: bool) error{NoSpace}!void {
-        const buf = self.obuf.?;
+        const buf = self.obuf.?[0..self.ocap];
         var w = response.HeadWriter{ .buf = buf[self.olen..], .len = self.staged_head_len };
         if (self.resp_length != null) {
             // The app's own content-length is already in the head.
@@ -386,7 +409,7 @@ pub const Conn = struct {
         if (!self.resp_started) return error.NotStarted;
         if (self.resp_complete) return error.AlreadyComplete;
         if (self.pending.len != 0) return error.Busy;
-        if (self.state == .closed) {
+        if (self.gone()) {
             if (!more) self.resp_complete = true;
             return false;
         }
@@ -432,14 +455,48 @@ pub const Conn = struct {
             return;
         }
         if (self.state != .request and self.state != .head) return;
-        const reusable = self.keep_alive and self.body_done and !self.server.draining and
-            self.requests_count < self.server.keep_alive_requests_max;
+        const reusable = self.keep_alive and !self.server.draining and
+            self.requests_count < self.server.keep_alive_requests_max and
+            (self.body_done or self.canDiscardBody());
         if (!reusable) return self.lingerClose();
         self.state = .head;
+        if (!self.body_done) {
+            // The app answered without reading the whole body: skip the rest, then go on.
+            self.discarding = true;
+            self.discardBody();
+            if (self.state != .head) return;
+        }
         self.releaseIdleBuffers();
         self.server.idle_timeouts.arm(&self.timer, self.server.now_ms);
         if (self.rlen > self.rstart) self.server.schedule(self);
         if (!self.interest.readable) self.setReading(true);
+    }
+
+    /// A body is skipped only when that is cheap and the client is not waiting for a
+    /// `100 Continue` it never got (it would never send the body).
+    fn canDiscardBody(self: *const Conn) bool {
+        if (self.expect_continue) return false;
+        return switch (self.body_kind) {
+            .length => self.body_remaining <= discard_bytes_max,
+            .chunked => true,
+            .none => true,
+        };
+    }
+
+    fn discardBody(self: *Conn) void {
+        var segs: [16][]const u8 = undefined;
+        while (!self.body_done and self.state != .closed) {
+            const r = self.takeBody(&segs);
+            for (segs[0..r.count]) |seg| self.discarded_bytes += seg.len;
+            if (r.failed or self.discarded_bytes > discard_bytes_max) return self.close();
+            if (r.count == 0) break;
+        }
+        if (self.state == .closed) return;
+        self.bodyConsumed();
+        if (self.body_done) {
+            self.discarding = false;
+            self.discarded_bytes = 0;
+        }
     }
 
     // ---- output -------------------------------------------------------------
@@ -451,8 +508,8 @@ pub const Conn = struct {
     fn queue(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
         if (self.pending.len != 0) return self.queueSmall(bytes);
         const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
-        if (bytes.len > buffer_bytes - self.olen and self.ooff > 0) self.compactOut();
-        if (bytes.len > buffer_bytes - self.olen) return error.OutOfMemory;
+        if (bytes.len > self.ocap - self.olen and self.ooff > 0) self.compactOut();
+        if (bytes.len > self.ocap - self.olen) return error.OutOfMemory;
         @memcpy(buf[self.olen..][0..bytes.len], bytes);
         self.olen += @intCast(bytes.len);
     }
@@ -467,7 +524,7 @@ pub const Conn = struct {
 
     /// Small bodies are copied next to the head (one write); large ones are borrowed.
     fn queueOwned(self: *Conn, bytes: []const u8, owner: ?*anyopaque) error{OutOfMemory}!void {
-        const room = buffer_bytes - self.olen;
+        const room = self.ocap - self.olen;
         if (bytes.len <= 4096 and bytes.len <= room) return self.queue(bytes);
         std.debug.assert(self.pending.len == 0);
         self.pending = bytes;
@@ -480,7 +537,7 @@ pub const Conn = struct {
             var iov: [3]std.posix.iovec_const = undefined;
             var n: usize = 0;
             if (self.olen > self.ooff) {
-                iov[n] = .{ .base = self.obuf.?[self.ooff..].ptr, .len = self.olen - self.ooff };
+                iov[n] = .{ .base = self.obuf.? + self.ooff, .len = self.olen - self.ooff };
                 n += 1;
             }
             if (self.pending.len > 0) {
@@ -500,12 +557,7 @@ pub const Conn = struct {
             }
         }
         if (self.interest.writable) self.setWriting(false);
-        if (self.obuf != null and self.staged_head_len == 0) {
-            self.server.pool.release(self.obuf.?);
-            self.obuf = null;
-            self.ooff = 0;
-            self.olen = 0;
-        }
+        if (self.staged_head_len == 0) self.releaseOut();
         if (self.stream) |s| self.server.hooks.wakeWrite(s);
         if (self.resp_complete) {
             if (self.resp_close_after and self.stream == null) return self.lingerClose();
@@ -566,9 +618,40 @@ pub const Conn = struct {
         return self.rbuf;
     }
 
-    fn ensureOutBuffer(self: *Conn) ?*Buffer {
-        if (self.obuf == null) self.obuf = self.server.pool.acquire();
-        return self.obuf;
+    fn ensureOutBuffer(self: *Conn) ?[]u8 {
+        if (self.obuf == null) {
+            const b = self.server.pool.acquire() orelse return null;
+            self.obuf = b;
+            self.ocap = buffer_bytes;
+        }
+        return self.obuf.?[0..self.ocap];
+    }
+
+    /// Replaces the output buffer by a heap one of `size` bytes, keeping its contents.
+    fn growOut(self: *Conn, size: usize) ?[]u8 {
+        const heap = std.heap.c_allocator.alloc(u8, size) catch return null;
+        if (self.obuf) |old| @memcpy(heap[0..self.olen], old[0..self.olen]);
+        self.releaseOutMemory();
+        self.obuf = heap.ptr;
+        self.ocap = @intCast(size);
+        return heap;
+    }
+
+    fn releaseOutMemory(self: *Conn) void {
+        const b = self.obuf orelse return;
+        if (self.ocap == buffer_bytes) {
+            self.server.pool.release(@ptrCast(@alignCast(b)));
+        } else {
+            std.heap.c_allocator.free(b[0..self.ocap]);
+        }
+        self.obuf = null;
+        self.ocap = 0;
+    }
+
+    fn releaseOut(self: *Conn) void {
+        self.releaseOutMemory();
+        self.ooff = 0;
+        self.olen = 0;
     }
 
     fn compact(self: *Conn) void {
@@ -644,9 +727,8 @@ pub const Conn = struct {
         sys.close(self.fd);
         self.fd = -1;
         if (self.rbuf) |b| self.server.pool.release(b);
-        if (self.obuf) |b| self.server.pool.release(b);
+        self.releaseOutMemory();
         self.rbuf = null;
-        self.obuf = null;
         self.rstart = 0;
         self.rlen = 0;
         self.ooff = 0;
@@ -660,6 +742,11 @@ pub const Conn = struct {
         } else {
             self.server.retire(self);
         }
+    }
+
+    /// Closed, or answered by the engine: the app sees a disconnect.
+    pub fn gone(self: *const Conn) bool {
+        return self.state == .closed or self.refused;
     }
 
     pub fn isIdle(self: *const Conn) bool {

@@ -82,7 +82,7 @@ fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
 fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const conn = self.conn orelse return scope.disconnectMessage();
-    if (conn.state == .closed) return scope.disconnectMessage();
+    if (conn.gone()) return scope.disconnectMessage();
     if (self.body_final) {
         // After the whole body, receive() waits for the client to go away or for the
         // response to be sent, then reports disconnect (uvicorn's behaviour).
@@ -91,11 +91,7 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     }
     var segs: [16][]const u8 = undefined;
     const take = conn.takeBody(&segs);
-    if (take.failed) {
-        conn.close();
-        return scope.disconnectMessage();
-    }
-    if (conn.state == .closed) return scope.disconnectMessage();
+    if (take.failed or conn.gone()) return scope.disconnectMessage();
     if (take.count == 0 and !take.done) {
         conn.bodyConsumed();
         return py.none();
@@ -223,7 +219,7 @@ fn closeIfDone(engine: *EngineObjectCore) void {
 fn streamGetDisconnected(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const conn = self.conn orelse return py.boolean(!self.finished or true);
-    return py.boolean(conn.state == .closed);
+    return py.boolean(conn.gone());
 }
 
 fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {

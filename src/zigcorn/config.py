@@ -1,0 +1,234 @@
+"""Every server knob, validated and resolved once.
+
+Keyword names are uvicorn's wherever uvicorn has the knob, so ``uvicorn.Config(...)``
+and ``uvicorn.run(...)`` calls port by changing the module name. Importing this
+module is cheap: asyncio, the lifespan runners and ``logging.config`` load only
+when the server actually starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from zigcorn.importer import ImportFromStringError, import_from_string
+from zigcorn.logging import LOGGING_CONFIG, TRACE_LOG_LEVEL
+
+if TYPE_CHECKING:
+    import asyncio
+
+LOG_LEVELS: dict[str, int] = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": TRACE_LOG_LEVEL,
+}
+LOOP_CHOICES = ("auto", "asyncio", "uvloop")
+LIFESPAN_CHOICES = ("auto", "on", "off")
+
+# Exit codes. Like uvicorn: 1 when the app (or loop) cannot be loaded, 3 when the
+# server could not start (lifespan startup failed, bind failed).
+LOAD_FAILURE = 1
+STARTUP_FAILURE = 3
+
+logger = logging.getLogger("zigcorn.error")
+
+HeaderSpec = str | tuple[str, str] | list[str]
+
+
+class Config:
+    """Server settings. Construct, then the server calls `load()` inside its loop."""
+
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        uds: str | None = None,
+        fd: int | None = None,
+        loop: str = "auto",
+        lifespan: str = "auto",
+        log_config: dict[str, Any] | str | os.PathLike[str] | None = LOGGING_CONFIG,
+        log_level: str | int | None = None,
+        access_log: bool = True,
+        use_colors: bool | None = None,
+        factory: bool = False,
+        root_path: str = "",
+        timeout_keep_alive: int = 5,
+        timeout_graceful_shutdown: int | None = None,
+        server_header: bool = True,
+        date_header: bool = True,
+        headers: Sequence[HeaderSpec] | None = None,
+        backlog: int = 2048,
+        limit_concurrency: int | None = None,
+        limit_max_requests: int | None = None,
+    ) -> None:
+        if loop not in LOOP_CHOICES and ":" not in loop:
+            choices = ", ".join(LOOP_CHOICES)
+            raise ValueError(f"loop must be one of {choices} or a '<module>:<attribute>' string, not {loop!r}")
+        if lifespan not in LIFESPAN_CHOICES:
+            raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_CHOICES)}, not {lifespan!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
+        if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
+
+        self.app = app
+        self.host = host
+        self.port = port
+        self.uds = uds
+        self.fd = fd
+        self.loop = loop
+        self.lifespan = lifespan
+        self.log_config = log_config
+        self.log_level = log_level
+        self.access_log = access_log
+        self.use_colors = use_colors
+        self.factory = factory
+        self.root_path = root_path
+        self.timeout_keep_alive = timeout_keep_alive
+        self.timeout_graceful_shutdown = timeout_graceful_shutdown
+        self.server_header = server_header
+        self.date_header = date_header
+        self.headers: list[tuple[str, str]] = [_split_header(h) for h in headers or ()]
+        self.backlog = backlog
+        self.limit_concurrency = limit_concurrency
+        self.limit_max_requests = limit_max_requests
+
+        # Extra response headers for the engine, ready to copy into each response.
+        # `server` and `date` are not here: the engine adds them itself.
+        self.encoded_headers: list[tuple[bytes, bytes]] = [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in self.headers
+        ]
+
+        self.loaded = False
+        self.loaded_app: Any = None
+        self.lifespan_class: type | None = None
+
+        self.configure_logging()
+
+    @property
+    def bind_host(self) -> str:
+        """`host` without the brackets some users put around IPv6 literals."""
+        host = self.host
+        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+    def configure_logging(self) -> None:
+        """Apply `log_config`, then the `log_level` / `access_log` / `use_colors` overrides."""
+        logging.addLevelName(TRACE_LOG_LEVEL, "TRACE")
+        log_config = self.log_config
+        if isinstance(log_config, os.PathLike):
+            log_config = os.fspath(log_config)
+
+        if log_config is not None:
+            from logging.config import dictConfig, fileConfig  # pulls in socket & co: only now
+
+            if isinstance(log_config, dict):
+                if self.use_colors is not None:
+                    log_config = copy.deepcopy(log_config)  # never edit the caller's (or our default) dict
+                    for formatter in ("default", "access"):
+                        if formatter in log_config.get("formatters", {}):
+                            log_config["formatters"][formatter]["use_colors"] = self.use_colors
+                dictConfig(log_config)
+            elif log_config.endswith(".json"):
+                import json
+
+                with open(log_config) as file:
+                    dictConfig(json.load(file))
+            elif log_config.endswith((".yaml", ".yml")):
+                try:
+                    import yaml
+                except ImportError:
+                    raise ImportError("Reading a YAML --log-config needs PyYAML: pip install pyyaml") from None
+                with open(log_config) as file:
+                    dictConfig(yaml.safe_load(file))
+            else:  # .ini and other configparser formats
+                fileConfig(log_config, disable_existing_loggers=False)
+
+        if self.log_level is not None:
+            level = LOG_LEVELS[self.log_level.lower()] if isinstance(self.log_level, str) else self.log_level
+            logging.getLogger("zigcorn.error").setLevel(level)
+            logging.getLogger("zigcorn.access").setLevel(level)
+        if self.access_log is False:
+            access_logger = logging.getLogger("zigcorn.access")
+            access_logger.handlers = []
+            access_logger.propagate = False
+
+    def load(self) -> None:
+        """Import the app (and call its factory), pick the lifespan runner.
+
+        Import-string mistakes end the process with one log line and exit code 1,
+        like uvicorn; exceptions raised by the app's own module propagate as is.
+        """
+        if self.loaded:
+            return
+        from zigcorn.lifespan import LifespanOff, LifespanOn
+
+        self.lifespan_class = LifespanOff if self.lifespan == "off" else LifespanOn
+
+        try:
+            app = import_from_string(self.app)
+        except ImportFromStringError as exc:
+            _fail(f"Error loading ASGI app. {exc}")
+        if self.factory:
+            if not callable(app):
+                _fail(f"Error loading ASGI app factory: {app!r} is not callable.")
+            try:
+                app = app()
+            except TypeError as exc:
+                _fail(f"Error loading ASGI app factory: {exc}")
+        if not callable(app):
+            _fail(f"Error loading ASGI app. {app!r} is not callable.")
+
+        self.loaded_app = app
+        self.loaded = True
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        """A fresh event loop of the configured kind."""
+        return self.loop_factory()()
+
+    def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
+        """The callable that makes loops: uvloop's, asyncio's, or a user's ``module:function``."""
+        if self.loop in ("auto", "uvloop"):
+            try:
+                import uvloop
+            except ImportError:
+                if self.loop == "uvloop":
+                    _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop asyncio).')
+            else:
+                return uvloop.new_event_loop
+        if self.loop in LOOP_CHOICES:
+            import asyncio
+
+            # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
+            return asyncio.SelectorEventLoop
+        try:
+            return import_from_string(self.loop)
+        except ImportFromStringError as exc:
+            _fail(f"Error loading custom loop factory. {exc}")
+
+
+def _split_header(header: HeaderSpec) -> tuple[str, str]:
+    """``"name:value"`` or ``(name, value)`` -> ``(name, value)``, refusing what would break the response."""
+    if isinstance(header, str):
+        name, sep, value = header.partition(":")
+        if not sep:
+            raise ValueError(f'header {header!r} must be in format "name:value"')
+        name, value = name.strip(), value.strip()
+    else:
+        name, value = header
+    if not name or any(c in name for c in " \t:") or any(c in name + value for c in "\r\n\0"):
+        raise ValueError(f"invalid header {header!r}")
+    return name, value
+
+
+def _fail(message: str) -> NoReturn:
+    """Log one line and exit: a configuration mistake, not a crash worth a traceback."""
+    logger.error(message)
+    sys.exit(LOAD_FAILURE)

@@ -1,0 +1,132 @@
+"""The ``zigcorn`` command and `run()`, uvicorn's entry points under zigcorn's name.
+
+argparse rather than click keeps the CLI dependency-free; it is imported only
+when the command line is parsed, so programs calling `run()` never load it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import zigcorn
+from zigcorn.config import LIFESPAN_CHOICES, LOG_LEVELS, LOOP_CHOICES, STARTUP_FAILURE, Config
+from zigcorn.logging import LOGGING_CONFIG
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
+    """Serve ``app`` (an ASGI app or a ``"module:attribute"`` string) until stopped.
+
+    Takes `Config`'s keywords, as ``uvicorn.run`` does. ``app_dir`` is put first
+    on ``sys.path`` ("" means the current directory) so the app string resolves
+    against it. Exits with status 3 if the server could not start.
+    """
+    if app_dir is not None:
+        sys.path.insert(0, app_dir or os.getcwd())
+    config = Config(app, **kwargs)
+
+    from zigcorn.server import Server
+
+    server = Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass  # Ctrl+C before signal handlers were installed: nothing to report
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``zigcorn`` and ``python -m zigcorn``."""
+    options = vars(build_parser().parse_args(argv))
+    if options["log_config"] is None:
+        options["log_config"] = LOGGING_CONFIG
+    run(options.pop("app"), **options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="zigcorn",
+        description="Run an ASGI application on zigcorn.",
+        usage="%(prog)s APP [options]",
+    )
+    parser.add_argument("app", metavar="APP", help='the application, as "module:attribute" (e.g. main:app)')
+    parser.add_argument("--version", action="version", version=_version_line())
+    on_off = argparse.BooleanOptionalAction
+
+    server = parser.add_argument_group("Server")
+    server.add_argument("--host", default="127.0.0.1", help="bind to this address (default: %(default)s)")
+    server.add_argument("--port", type=_port, default=8000, help="bind to this port, 0 for any (default: %(default)s)")
+    server.add_argument("--uds", metavar="PATH", help="bind to a Unix domain socket instead")
+    server.add_argument("--fd", type=int, help="serve on this inherited, already listening socket")
+    server.add_argument("--backlog", type=int, default=2048, metavar="N", help="listen backlog (default: %(default)s)")
+    server.add_argument(
+        "--loop", choices=LOOP_CHOICES, default="auto", help="event loop; auto is uvloop if installed (default: auto)"
+    )
+
+    app = parser.add_argument_group("Application")
+    app.add_argument("--factory", action="store_true", help="APP is a factory to call for the app")
+    app.add_argument("--app-dir", default="", metavar="DIR", help="import APP from here (default: cwd)")
+    app.add_argument("--lifespan", choices=LIFESPAN_CHOICES, default="auto", help="lifespan events (default: auto)")
+    app.add_argument("--root-path", default="", metavar="PATH", help="the path prefix a proxy mounts the app at")
+
+    logs = parser.add_argument_group("Logging")
+    logs.add_argument("--log-level", choices=LOG_LEVELS, help="level of zigcorn's loggers (default: info)")
+    logs.add_argument("--log-config", metavar="PATH", help="logging configuration file: .json, .yaml/.yml or .ini")
+    logs.add_argument("--access-log", action=on_off, default=True, help="log each request (default: on)")
+    logs.add_argument("--use-colors", action=on_off, help="colour the logs (default: on a terminal)")
+
+    http = parser.add_argument_group("HTTP")
+    http.add_argument(
+        "--header", dest="headers", action="append", type=_header, default=[], metavar="NAME:VALUE",
+        help="add this header to every response; repeatable",
+    )  # fmt: skip
+    http.add_argument("--server-header", action=on_off, default=True, help="send a Server header (default: on)")
+    http.add_argument("--date-header", action=on_off, default=True, help="send a Date header (default: on)")
+
+    limits = parser.add_argument_group("Timeouts and limits")
+    limits.add_argument(
+        "--timeout-keep-alive", type=int, default=5, metavar="SECONDS", help="close idle connections after (default: 5)"
+    )
+    limits.add_argument(
+        "--timeout-graceful-shutdown", type=int, metavar="SECONDS", help="max wait for requests at shutdown"
+    )
+    limits.add_argument("--limit-concurrency", type=int, metavar="N", help="answer 503 past N requests in flight")
+    limits.add_argument("--limit-max-requests", type=int, metavar="N", help="exit after N requests")
+    return parser
+
+
+def _version_line() -> str:
+    import platform
+
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"zigcorn {zigcorn.__version__} with {python} on {platform.system()}"
+
+
+def _port(text: str) -> int:
+    from argparse import ArgumentTypeError
+
+    port = int(text) if text.isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise ArgumentTypeError(f"{text} is not a port (0-65535)")
+    return port
+
+
+def _header(text: str) -> tuple[str, str]:
+    from argparse import ArgumentTypeError
+
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ArgumentTypeError(f'{text!r} is not in format "NAME:VALUE"')
+    return name.strip(), value.strip()
+
+
+if __name__ == "__main__":
+    main()
