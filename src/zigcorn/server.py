@@ -118,6 +118,7 @@ class Server:
         await self._exit_event.wait()
         await self._shutdown(loop, engine)
         await lifespan.shutdown()
+        logger.info("Finished server process [%d]", os.getpid())
 
     def _bind(self, engine) -> tuple:
         config = self.config
