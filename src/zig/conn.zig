@@ -89,7 +89,10 @@ pub const Conn = struct {
     next: ?*Conn = null,
     pending_next: ?*Conn = null,
     is_pending: bool = false,
+    /// Idle, header, body or linger deadline: a connection is in one such phase at a time.
     timer: timer.Entry = .{},
+    /// Pending output that makes no progress (independent of the phase).
+    write_timer: timer.Entry = .{},
 
     // Reading.
     rbuf: ?*Buffer = null,
@@ -107,6 +110,7 @@ pub const Conn = struct {
     body_kind: BodyKind = .none,
     body_done: bool = true,
     body_remaining: u64 = 0,
+    body_received: u64 = 0,
     chunked: http1.ChunkedDecoder = .{},
 
     // The current response.
@@ -206,6 +210,10 @@ pub const Conn = struct {
         self.timer.disarm();
         self.beginRequest(&head.request);
         self.rstart += @intCast(head.len);
+        if (head.request.content_length orelse 0 > self.server.body_bytes_max) {
+            // Refused before any app sees it, and before a 100-continue invites the body.
+            return self.refuse(413);
+        }
         self.state = .request;
         self.requests_count += 1;
         if (!self.server.hooks.onRequest(self, &head.request)) {
@@ -221,6 +229,7 @@ pub const Conn = struct {
         self.is_head_method = std.mem.eql(u8, req.method, "HEAD");
         self.expect_continue = req.expect_continue;
         self.chunked = .{};
+        self.body_received = 0;
         if (req.chunked) {
             self.body_kind = .chunked;
             self.body_done = false;
@@ -296,6 +305,13 @@ pub const Conn = struct {
                     if (step.data.len > 0) {
                         segs[r.count] = step.data;
                         r.count += 1;
+                        self.body_received += step.data.len;
+                        if (self.body_received > self.server.body_bytes_max) {
+                            r.failed = true;
+                            self.body_done = true;
+                            if (!self.resp_started) self.refuse(413) else self.close();
+                            break;
+                        }
                     }
                     if (step.done) self.body_done = true;
                     if (step.consumed == 0) break;
@@ -307,9 +323,33 @@ pub const Conn = struct {
         return r;
     }
 
+    /// The app waits for body bytes that have not arrived: they must come in time.
+    pub fn awaitBody(self: *Conn) void {
+        if (self.state != .request or self.body_done) return;
+        self.server.body_timeouts.arm(&self.timer, self.server.now_ms);
+    }
+
+    /// A deadline of the current phase passed.
+    pub fn timedOut(self: *Conn) void {
+        switch (self.state) {
+            .head => {
+                // A client that sent part of a head is told why; a silent one just goes.
+                if (self.rlen > self.rstart) return self.refuse(408);
+                return self.close();
+            },
+            .request => {
+                if (self.body_done or self.resp_started) return self.close();
+                self.refuse(408);
+                if (self.stream) |s| self.server.hooks.wakeRead(s);
+            },
+            .lingering, .closed => self.close(),
+        }
+    }
+
     /// The stream copied the slices from `takeBody`: make room for more.
     pub fn bodyConsumed(self: *Conn) void {
         if (self.state == .closed) return;
+        if (self.timer.queue == &self.server.body_timeouts) self.timer.disarm();
         if (self.rstart == self.rlen) {
             self.rstart = 0;
             self.rlen = 0;
@@ -390,6 +430,7 @@ pub const Conn = struct {
             // HTTP/1.0 without a length: the end of the body is the end of the connection.
             self.keep_alive = false;
         }
+        if (self.requests_count >= self.server.keep_alive_requests_max) self.keep_alive = false;
         if (!self.keep_alive or self.server.draining) {
             self.keep_alive = false;
             try w.append("connection: close\r\n");
@@ -549,13 +590,19 @@ pub const Conn = struct {
                 n += 1;
             }
             switch (sys.writev(self.fd, iov[0..n])) {
-                .ok => |written| self.advanceOutput(written),
+                .ok => |written| {
+                    self.advanceOutput(written);
+                    // Progress: the write deadline starts again.
+                    if (self.write_timer.armed()) self.server.write_timeouts.arm(&self.write_timer, self.server.now_ms);
+                },
                 .err => |e| {
-                    if (e == .AGAIN) return self.setWriting(true);
-                    return self.close();
+                    if (e != .AGAIN) return self.close();
+                    if (!self.write_timer.armed()) self.server.write_timeouts.arm(&self.write_timer, self.server.now_ms);
+                    return self.setWriting(true);
                 },
             }
         }
+        self.write_timer.disarm();
         if (self.interest.writable) self.setWriting(false);
         if (self.staged_head_len == 0) self.releaseOut();
         if (self.stream) |s| self.server.hooks.wakeWrite(s);
@@ -723,6 +770,7 @@ pub const Conn = struct {
         if (self.state == .closed) return;
         self.state = .closed;
         self.timer.disarm();
+        self.write_timer.disarm();
         self.server.poller.unregister(self.fd);
         sys.close(self.fd);
         self.fd = -1;

@@ -94,6 +94,7 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     if (take.failed or conn.gone()) return scope.disconnectMessage();
     if (take.count == 0 and !take.done) {
         conn.bodyConsumed();
+        conn.awaitBody();
         return py.none();
     }
     var total: usize = 0;
@@ -423,12 +424,24 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         return py.typeError("stream_class must subclass zigcorn._core.Stream");
     if (c.PyDict_Check(opts) == 0) return py.typeError("options must be a dict");
 
+    const pool_buffer_bytes = @import("pool.zig").buffer_bytes;
     const server_opts = server_mod.Options{
         .backlog = @intCast(std.math.clamp(optInt(opts, "backlog", 2048) orelse return null, 1, 65535)),
-        .timeout_keep_alive_ms = optFloatMs(opts, "timeout_keep_alive", 5000) orelse return null,
+        .timeout_keep_alive_ms = optFloatMs(opts, "timeout_keep_alive", 5_000) orelse return null,
         .timeout_header_ms = optFloatMs(opts, "timeout_header", 30_000) orelse return null,
+        .timeout_body_ms = optFloatMs(opts, "timeout_body", 30_000) orelse return null,
+        .timeout_write_ms = optFloatMs(opts, "timeout_write", 30_000) orelse return null,
         .server_header = optBool(opts, "server_header", true) orelse return null,
         .date_header = optBool(opts, "date_header", true) orelse return null,
+        .connections_max = @intCast(std.math.clamp(optInt(opts, "limit_connections", 100_000) orelse return null, 1, std.math.maxInt(u32))),
+        .keep_alive_requests_max = @intCast(std.math.clamp(optInt(opts, "limit_keep_alive_requests", 10_000) orelse return null, 1, std.math.maxInt(u32))),
+        .body_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_body", 1 << 30) orelse return null, 0, std.math.maxInt(i64))),
+        .limits = .{
+            // The whole head must fit in one pooled read buffer.
+            .head_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_head", pool_buffer_bytes) orelse return null, 256, pool_buffer_bytes)),
+            .target_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_line", 8190) orelse return null, 16, pool_buffer_bytes)),
+            .headers_count_max = @intCast(std.math.clamp(optInt(opts, "limit_request_fields", 100) orelse return null, 1, 128)),
+        },
     };
 
     const alloc_fn = tp.?.tp_alloc.?;

@@ -166,6 +166,7 @@ pub const DateCache = struct {
 pub fn errorResponse(status: u16) []const u8 {
     return switch (status) {
         400 => canned(400),
+        408 => canned(408),
         413 => canned(413),
         414 => canned(414),
         431 => canned(431),

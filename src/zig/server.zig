@@ -46,12 +46,23 @@ pub const Hooks = struct {
 
 pub const Options = struct {
     backlog: u31 = 2048,
+    /// An idle keep-alive connection is closed after this long.
     timeout_keep_alive_ms: u64 = 5_000,
+    /// A request head must be complete this long after its first byte (or the accept).
     timeout_header_ms: u64 = 30_000,
+    /// An app waiting for request body bytes waits at most this long for the next ones.
+    timeout_body_ms: u64 = 30_000,
+    /// Pending output that makes no progress for this long closes the connection.
+    timeout_write_ms: u64 = 30_000,
     server_header: bool = true,
     date_header: bool = true,
+    /// Connections past this are accepted and closed at once.
     connections_max: u32 = 100_000,
-    keep_alive_requests_max: u32 = std.math.maxInt(u32),
+    /// The response to the Nth request on one connection closes it.
+    keep_alive_requests_max: u32 = 10_000,
+    /// Request bodies larger than this get 413.
+    body_bytes_max: u64 = 1 << 30,
+    limits: http1.Limits = .{},
 };
 
 const token_listen: usize = 1;
@@ -67,16 +78,19 @@ pub const Server = struct {
     wake_signalled: bool = false,
     hooks: Hooks,
     pool: Pool = .{},
-    limits: http1.Limits = .{},
+    limits: http1.Limits,
     headers_storage: [128]http1.Header = undefined,
     date: response.DateCache = .{},
     server_header: bool,
     date_header: bool,
     keep_alive_requests_max: u32,
     connections_max: u32,
+    body_bytes_max: u64,
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
+    body_timeouts: timer.Queue,
+    write_timeouts: timer.Queue,
     linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000 },
     now_ms: u64 = 0,
 
@@ -107,8 +121,12 @@ pub const Server = struct {
             .date_header = opts.date_header,
             .keep_alive_requests_max = opts.keep_alive_requests_max,
             .connections_max = opts.connections_max,
+            .body_bytes_max = opts.body_bytes_max,
+            .limits = opts.limits,
             .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms },
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms },
+            .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms },
+            .write_timeouts = .{ .timeout_ms = opts.timeout_write_ms },
         };
         errdefer self.poller.deinit();
         self.now_ms = sys.monotonicMs();
@@ -228,17 +246,17 @@ pub const Server = struct {
         _ = sys.read(self.timer_fd, std.mem.asBytes(&expirations));
         self.now_ms = sys.monotonicMs();
         self.date.update(sys.realtimeSeconds());
-        self.expire(&self.idle_timeouts);
-        self.expire(&self.header_timeouts);
-        self.expire(&self.linger_timeouts);
-        self.pool.trim();
-    }
-
-    fn expire(self: *Server, q: *timer.Queue) void {
-        while (q.popExpired(self.now_ms)) |entry| {
-            const c: *Conn = @fieldParentPtr("timer", entry);
+        inline for (.{ &self.idle_timeouts, &self.header_timeouts, &self.linger_timeouts, &self.body_timeouts }) |q| {
+            while (q.popExpired(self.now_ms)) |entry| {
+                const c: *Conn = @fieldParentPtr("timer", entry);
+                c.timedOut();
+            }
+        }
+        while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
+            const c: *Conn = @fieldParentPtr("write_timer", entry);
             c.close();
         }
+        self.pool.trim();
     }
 
     /// Asks for another pass (a pipelined request waits in a buffer).
@@ -336,7 +354,13 @@ pub const Server = struct {
     /// closed as soon as their current response is out.
     pub fn drain(self: *Server) void {
         self.draining = true;
+        // Connections the kernel already completed are taken and served (with
+        // `connection: close`), not reset by closing the listener under them; requests
+        // that just arrived on keep-alive connections are read before idle ones go.
+        if (!self.in_poll) self.poll();
+        self.acceptAll();
         self.stopAccepting();
+        if (!self.in_poll) self.poll();
         self.closeIdle();
     }
 

@@ -60,14 +60,24 @@ class Config:
         use_colors: bool | None = None,
         factory: bool = False,
         root_path: str = "",
-        timeout_keep_alive: int = 5,
-        timeout_graceful_shutdown: int | None = None,
+        timeout_keep_alive: float = 5,
+        timeout_graceful_shutdown: float | None = None,
+        timeout_header: float = 30,
+        timeout_body: float = 30,
+        timeout_write: float = 30,
+        timeout_request: float | None = None,
         server_header: bool = True,
         date_header: bool = True,
         headers: Sequence[HeaderSpec] | None = None,
         backlog: int = 2048,
         limit_concurrency: int | None = None,
         limit_max_requests: int | None = None,
+        limit_connections: int = 100_000,
+        limit_keep_alive_requests: int = 10_000,
+        limit_request_body: int = 1 << 30,
+        limit_request_line: int = 8190,
+        limit_request_fields: int = 100,
+        limit_request_head: int = 16384,
     ) -> None:
         if loop not in LOOP_CHOICES and ":" not in loop:
             choices = ", ".join(LOOP_CHOICES)
@@ -100,6 +110,24 @@ class Config:
         self.backlog = backlog
         self.limit_concurrency = limit_concurrency
         self.limit_max_requests = limit_max_requests
+        self.timeout_header = timeout_header
+        self.timeout_body = timeout_body
+        self.timeout_write = timeout_write
+        self.timeout_request = timeout_request
+        self.limit_connections = limit_connections
+        self.limit_keep_alive_requests = limit_keep_alive_requests
+        self.limit_request_body = limit_request_body
+        self.limit_request_line = limit_request_line
+        self.limit_request_fields = limit_request_fields
+        self.limit_request_head = limit_request_head
+        _check_range("limit_request_head", limit_request_head, 256, 16384)
+        _check_range("limit_request_line", limit_request_line, 16, 16384)
+        _check_range("limit_request_fields", limit_request_fields, 1, 128)
+        for name in ("limit_connections", "limit_keep_alive_requests"):
+            _check_range(name, getattr(self, name), 1, 2**32 - 1)
+        _check_range("limit_request_body", limit_request_body, 0, 2**63 - 1)
+        for name in ("timeout_keep_alive", "timeout_header", "timeout_body", "timeout_write"):
+            _check_range(name, getattr(self, name), 0, 10**9)
 
         # Extra response headers for the engine, ready to copy into each response.
         # `server` and `date` are not here: the engine adds them itself.
@@ -232,3 +260,9 @@ def _fail(message: str) -> NoReturn:
     """Log one line and exit: a configuration mistake, not a crash worth a traceback."""
     logger.error(message)
     sys.exit(LOAD_FAILURE)
+
+
+def _check_range(name: str, value, low, high) -> None:
+    """Limits are checked once here, so the engine never sees a value it cannot honour."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")

@@ -19,7 +19,13 @@ logger = logging.getLogger("zigcorn.error")
 access_logger = logging.getLogger("zigcorn.access")
 
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+_ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 _EAGER_TASKS = sys.version_info >= (3, 12)
+_TIMEOUT_MESSAGE = "zigcorn: request timeout"
+
+
+def _expire(task: asyncio.Task) -> None:
+    task.cancel(_TIMEOUT_MESSAGE)
 
 
 def wake(future: asyncio.Future) -> None:
@@ -57,10 +63,19 @@ class HTTPCycle(Stream):
         else:
             raise RuntimeError(f"Unexpected ASGI message '{message_type}' sent, in response to an HTTP request.")
 
-    async def run(self, app, access_log: bool) -> None:
+    async def run(self, app, access_log: bool, timeout: float | None) -> None:
         started_at = time.perf_counter() if access_log else 0.0
+        timer = None
+        if timeout is not None:
+            timer = asyncio.get_running_loop().call_later(timeout, _expire, asyncio.current_task())
         try:
             result = await app(self.scope, self.receive, self.send)
+        except asyncio.CancelledError as exc:
+            if exc.args != (_TIMEOUT_MESSAGE,):
+                self._fail()
+                raise
+            logger.error("Request timed out after %ss: the app was cancelled.", timeout)
+            self._fail(503)
         except BaseException as exc:  # the worker must survive anything an app raises
             logger.error("Exception in ASGI application\n", exc_info=exc)
             self._fail()
@@ -79,17 +94,22 @@ class HTTPCycle(Stream):
                 self.abort()
             else:
                 self.finish()
+        finally:
+            if timer is not None:
+                timer.cancel()
         if access_log:
             self._log_access(started_at)
 
-    def _fail(self) -> None:
-        """500 if nothing was sent yet, otherwise the connection is cut."""
+    def _fail(self, status: int = 500) -> None:
+        """An error status if nothing was sent yet; a complete response stands; otherwise the connection is cut."""
         if not self.response_started and not self.disconnected:
             try:
-                self.start(500, _ERROR_HEADERS)
-                self.write(b"Internal Server Error", False)
+                self.start(status, _ERROR_HEADERS)
+                self.write(_ERROR_BODIES[status], False)
             except RuntimeError:
                 pass
+            self.finish()
+        elif self.response_complete:
             self.finish()
         else:
             self.abort()
@@ -116,9 +136,15 @@ class HTTPCycle(Stream):
 class Dispatcher:
     """Turns each stream the engine hands over into a task running the app."""
 
-    __slots__ = ("app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "requests", "on_limit", "engine")
+    __slots__ = (
+        "app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "timeout_request",
+        "requests", "on_limit", "engine",
+    )  # fmt: skip
 
-    def __init__(self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, on_limit) -> None:
+    def __init__(
+        self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit
+    ) -> None:
+        self.timeout_request = timeout_request
         self.app = app
         self.loop = loop
         self.access_log = access_log
@@ -140,7 +166,7 @@ class Dispatcher:
             if self.requests == self.limit_max_requests:
                 logger.warning("Maximum request limit of %d exceeded. Terminating process.", self.limit_max_requests)
                 self.on_limit()
-        coro = stream.run(self.app, self.access_log)
+        coro = stream.run(self.app, self.access_log, self.timeout_request)
         if _EAGER_TASKS:
             asyncio.Task(coro, loop=self.loop, eager_start=True)
         else:

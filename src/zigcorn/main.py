@@ -91,15 +91,29 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--server-header", action=on_off, default=True, help="send a Server header (default: on)")
     http.add_argument("--date-header", action=on_off, default=True, help="send a Date header (default: on)")
 
-    limits = parser.add_argument_group("Timeouts and limits")
-    limits.add_argument(
-        "--timeout-keep-alive", type=int, default=5, metavar="SECONDS", help="close idle connections after (default: 5)"
-    )
-    limits.add_argument(
-        "--timeout-graceful-shutdown", type=int, metavar="SECONDS", help="max wait for requests at shutdown"
-    )
-    limits.add_argument("--limit-concurrency", type=int, metavar="N", help="answer 503 past N requests in flight")
-    limits.add_argument("--limit-max-requests", type=int, metavar="N", help="exit after N requests")
+    timeouts = parser.add_argument_group("Timeouts")
+    for flag, default, text in (
+        ("--timeout-keep-alive", 5, "close an idle keep-alive connection after this (default: 5)"),
+        ("--timeout-header", 30, "a request head must arrive within this, from its first byte (default: 30)"),
+        ("--timeout-body", 30, "an app waiting for request body bytes waits at most this for more (default: 30)"),
+        ("--timeout-write", 30, "close a connection whose pending output makes no progress for this (default: 30)"),
+        ("--timeout-request", None, "cancel an app that has not finished a request after this (default: off)"),
+        ("--timeout-graceful-shutdown", None, "max wait for in-flight requests at shutdown (default: forever)"),
+    ):
+        timeouts.add_argument(flag, type=float, default=default, metavar="SECONDS", help=text)
+
+    limits = parser.add_argument_group("Limits")
+    for flag, default, text in (
+        ("--limit-concurrency", None, "answer 503 past N requests in flight"),
+        ("--limit-max-requests", None, "exit after N requests"),
+        ("--limit-connections", 100_000, "accept and close at once connections past N (default: %(default)s)"),
+        ("--limit-keep-alive-requests", 10_000, "close a connection after N requests (default: %(default)s)"),
+        ("--limit-request-body", 1 << 30, "413 for request bodies over N bytes (default: %(default)s)"),
+        ("--limit-request-line", 8190, "414 for request targets over N bytes (default: %(default)s)"),
+        ("--limit-request-fields", 100, "431 for more than N header lines, at most 128 (default: %(default)s)"),
+        ("--limit-request-head", 16384, "431 for a request head over N bytes, at most 16384 (default: %(default)s)"),
+    ):
+        limits.add_argument(flag, type=int, default=default, metavar="N", help=text)
     return parser
 
 

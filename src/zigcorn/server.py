@@ -86,6 +86,7 @@ class Server:
             access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             limit_concurrency=config.limit_concurrency,
             limit_max_requests=config.limit_max_requests,
+            timeout_request=config.timeout_request,
             on_limit=self.handle_exit_request,
         )
         engine = _core.Engine(
@@ -99,6 +100,15 @@ class Server:
                 "date_header": config.date_header,
                 "headers": list(config.encoded_headers),
                 "backlog": config.backlog,
+                "timeout_header": config.timeout_header,
+                "timeout_body": config.timeout_body,
+                "timeout_write": config.timeout_write,
+                "limit_connections": config.limit_connections,
+                "limit_keep_alive_requests": config.limit_keep_alive_requests,
+                "limit_request_body": config.limit_request_body,
+                "limit_request_line": config.limit_request_line,
+                "limit_request_fields": config.limit_request_fields,
+                "limit_request_head": config.limit_request_head,
             },
         )
         dispatcher.engine = engine
