@@ -115,6 +115,10 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 }
 
 const max_headers = 256;
+// Scratch for start(): module-level (the GIL serialises callers) because a local
+// `undefined` array of this size would be filled with 0xaa on every call in safe builds.
+var header_pairs: [max_headers][2][]const u8 = undefined;
+var header_holders: [max_headers]?*Object = undefined;
 
 /// start(status, headers): the response head. Headers are (bytes, bytes) pairs.
 fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
@@ -130,8 +134,8 @@ fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     defer py.decref(seq);
     const n: usize = @intCast(py.seqLen(seq));
     if (n > max_headers) return py.runtimeError("too many response headers");
-    var pairs: [max_headers][2][]const u8 = undefined;
-    var holders: [max_headers]?*Object = undefined;
+    const pairs = &header_pairs;
+    const holders = &header_holders;
     var held: usize = 0;
     defer for (holders[0..held]) |h| py.xdecref(h);
     const items = py.seqItems(seq);

@@ -61,6 +61,8 @@ const header_index = blk: {
 };
 
 var keys: Keys = undefined;
+/// Scratch for building paths; only touched with the GIL held, never across calls.
+var path_scratch: [8192]u8 = undefined;
 var values: Values = undefined;
 var methods: [common_methods.len]*Object = undefined;
 var header_names: [common_headers.len]*Object = undefined;
@@ -150,7 +152,7 @@ fn client(peer: *const Peer) ?*Object {
 /// root_path in front, as in uvicorn.
 fn paths(req: *const http1.Request, info: *const ServerInfo, path_out: *?*Object, raw_out: *?*Object) bool {
     const root = info.root_path_utf8;
-    var stack: [4096]u8 = undefined;
+    const stack = &path_scratch;
     const need = root.len + req.path.len;
     var heap: ?[]u8 = null;
     defer if (heap) |h| std.heap.c_allocator.free(h);

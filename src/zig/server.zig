@@ -80,6 +80,7 @@ pub const Server = struct {
     pool: Pool = .{},
     limits: http1.Limits,
     headers_storage: [128]http1.Header = undefined,
+    batch: Poller.Batch = .{},
     date: response.DateCache = .{},
     server_header: bool,
     date_header: bool,
@@ -186,8 +187,9 @@ pub const Server = struct {
         std.debug.assert(!self.in_poll);
         self.in_poll = true;
         defer self.in_poll = false;
-        var batch: Poller.Batch = .{};
-        self.poller.wait(&batch, 0);
+        // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
+        const batch = &self.batch;
+        self.poller.wait(batch, 0);
         for (0..batch.len) |i| {
             const ev = batch.get(i);
             switch (ev.token) {
