@@ -183,7 +183,8 @@ pub const Conn = struct {
         switch (self.state) {
             .head => self.parseHead(),
             .request => {
-                if (!self.body_done) self.server.hooks.wakeRead(self.stream.?);
+                // The stream may already be gone while its last response is still flushing.
+                if (!self.body_done) if (self.stream) |st| self.server.hooks.wakeRead(st);
                 if (self.rlen == buffer_bytes and self.rstart == 0) self.setReading(false);
             },
             .lingering, .closed => {},
@@ -606,7 +607,7 @@ pub const Conn = struct {
         if (self.interest.writable) self.setWriting(false);
         if (self.staged_head_len == 0) self.releaseOut();
         if (self.stream) |s| self.server.hooks.wakeWrite(s);
-        if (self.resp_complete) {
+        if (self.resp_complete and (self.state == .request or self.refused)) {
             if (self.resp_close_after and self.stream == null) return self.lingerClose();
             self.afterResponse();
         }
