@@ -79,27 +79,17 @@ pub const TakeResult = struct { count: usize, done: bool, failed: bool };
 
 pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
 
-pub const Conn = struct {
-    server: *Server,
-    fd: i32,
-    state: State = .head,
-    peer: Peer = .{},
-    /// Intrusive links in the server's list of live connections (or its graveyard).
-    prev: ?*Conn = null,
-    next: ?*Conn = null,
-    pending_next: ?*Conn = null,
-    is_pending: bool = false,
-    /// Idle, header, body or linger deadline: a connection is in one such phase at a time.
-    timer: timer.Entry = .{},
+/// Everything a connection needs only while a request is read or answered. An idle
+/// keep-alive connection has none of it: the `Conn` left is about a hundred bytes.
+pub const Active = struct {
+    conn: *Conn,
     /// Pending output that makes no progress (independent of the phase).
     write_timer: timer.Entry = .{},
 
-    // Reading.
+    // Reading: the buffer is attached only while a request is read or served.
     rbuf: ?*Buffer = null,
     rstart: u32 = 0,
     rlen: u32 = 0,
-    interest: Interest = .{},
-    requests_count: u32 = 0,
 
     // The current request.
     stream: ?*anyopaque = null,
@@ -143,8 +133,56 @@ pub const Conn = struct {
     /// A response head written by startResponse, waiting past `olen` for the first body.
     staged_head_len: u32 = 0,
 
+};
+
+pub const Conn = struct {
+    server: *Server,
+    fd: i32,
+    state: State = .head,
+    peer: Peer = .{},
+    /// Intrusive links in the server's list of live connections (or its graveyard).
+    prev: ?*Conn = null,
+    next: ?*Conn = null,
+    pending_next: ?*Conn = null,
+    is_pending: bool = false,
+    /// Idle, header, body or linger deadline: a connection is in one such phase at a time.
+    timer: timer.Entry = .{},
+    interest: Interest = .{},
+    requests_count: u32 = 0,
+    /// Request and response state, attached while the connection is busy.
+    act: ?*Active = null,
+
     pub fn init(server: *Server, fd: i32, peer: Peer) Conn {
         return .{ .server = server, .fd = fd, .peer = peer };
+    }
+
+    /// The busy part; only called where a request is known to be under way.
+    pub inline fn a(self: *const Conn) *Active {
+        return self.act.?;
+    }
+
+    fn ensureActive(self: *Conn) ?*Active {
+        if (self.act == null) {
+            const act = std.heap.c_allocator.create(Active) catch return null;
+            act.* = .{ .conn = self };
+            self.act = act;
+        }
+        return self.act;
+    }
+
+    /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
+    pub fn releaseActive(self: *Conn) void {
+        const act = self.act orelse return;
+        std.debug.assert(act.stream == null);
+        act.write_timer.disarm();
+        if (act.rbuf) |b| self.server.pool.release(b);
+        act.rbuf = null;
+        self.releaseOutMemory();
+        act.pending = &.{};
+        if (act.pending_owner) |o| self.server.hooks.release(o);
+        act.pending_owner = null;
+        std.heap.c_allocator.destroy(act);
+        self.act = null;
     }
 
     // ---- events -------------------------------------------------------------
@@ -162,15 +200,16 @@ pub const Conn = struct {
 
     fn onReadable(self: *Conn) void {
         if (self.state == .lingering) return self.drainLinger();
+        if (self.ensureActive() == null) return self.close();
         const buf = self.ensureReadBuffer() orelse return self.close();
-        if (self.rlen == buffer_bytes) {
+        if (self.a().rlen == buffer_bytes) {
             self.compact();
-            if (self.rlen == buffer_bytes) return self.setReading(false);
+            if (self.a().rlen == buffer_bytes) return self.setReading(false);
         }
-        switch (sys.read(self.fd, buf[self.rlen..])) {
+        switch (sys.read(self.fd, buf[self.a().rlen..])) {
             .ok => |n| {
                 if (n == 0) return self.close();
-                self.rlen += @intCast(n);
+                self.a().rlen += @intCast(n);
                 self.server.bytes_in += n;
                 self.process();
             },
@@ -181,36 +220,36 @@ pub const Conn = struct {
     /// Acts on whatever is buffered: parse a head, or tell the stream body bytes arrived.
     pub fn process(self: *Conn) void {
         switch (self.state) {
-            .head => self.parseHead(),
+            .head => if (self.act != null) self.parseHead(),
             .request => {
                 // The stream may already be gone while its last response is still flushing.
-                if (!self.body_done) if (self.stream) |st| self.server.hooks.wakeRead(st);
-                if (self.rlen == buffer_bytes and self.rstart == 0) self.setReading(false);
+                if (!self.a().body_done) if (self.a().stream) |st| self.server.hooks.wakeRead(st);
+                if (self.a().rlen == buffer_bytes and self.a().rstart == 0) self.setReading(false);
             },
             .lingering, .closed => {},
         }
     }
 
     fn parseHead(self: *Conn) void {
-        if (self.discarding) {
+        if (self.a().discarding) {
             self.discardBody();
-            if (self.discarding) return;
+            if (self.a().discarding) return;
         }
-        const buf = self.rbuf orelse return;
-        if (self.rstart == self.rlen) return;
-        const data = buf[self.rstart..self.rlen];
+        const buf = self.a().rbuf orelse return;
+        if (self.a().rstart == self.a().rlen) return;
+        const data = buf[self.a().rstart..self.a().rlen];
         const parsed = http1.parseHead(data, &self.server.headers_storage, self.server.limits) catch |err| {
             return self.refuse(http1.statusFor(err));
         };
         const head = parsed orelse {
             // Incomplete: the head must arrive within the header timeout, counted from its first byte.
             if (self.timer.queue != &self.server.header_timeouts) self.server.header_timeouts.arm(&self.timer, self.server.now_ms);
-            if (self.rstart > 0) self.compact();
+            if (self.a().rstart > 0) self.compact();
             return;
         };
         self.timer.disarm();
         self.beginRequest(&head.request);
-        self.rstart += @intCast(head.len);
+        self.a().rstart += @intCast(head.len);
         if (head.request.content_length orelse 0 > self.server.body_bytes_max) {
             // Refused before any app sees it, and before a 100-continue invites the body.
             return self.refuse(413);
@@ -225,45 +264,45 @@ pub const Conn = struct {
     }
 
     fn beginRequest(self: *Conn, req: *const http1.Request) void {
-        self.keep_alive = req.keep_alive;
-        self.http10 = req.version == .http10;
-        self.is_head_method = std.mem.eql(u8, req.method, "HEAD");
-        self.expect_continue = req.expect_continue;
-        self.chunked = .{};
-        self.body_received = 0;
+        self.a().keep_alive = req.keep_alive;
+        self.a().http10 = req.version == .http10;
+        self.a().is_head_method = std.mem.eql(u8, req.method, "HEAD");
+        self.a().expect_continue = req.expect_continue;
+        self.a().chunked = .{};
+        self.a().body_received = 0;
         if (req.chunked) {
-            self.body_kind = .chunked;
-            self.body_done = false;
+            self.a().body_kind = .chunked;
+            self.a().body_done = false;
         } else if (req.content_length) |n| {
-            self.body_kind = .length;
-            self.body_remaining = n;
-            self.body_done = n == 0;
+            self.a().body_kind = .length;
+            self.a().body_remaining = n;
+            self.a().body_done = n == 0;
         } else {
-            self.body_kind = .none;
-            self.body_done = true;
+            self.a().body_kind = .none;
+            self.a().body_done = true;
         }
-        self.status = 0;
-        self.resp_started = false;
-        self.resp_head_sent = false;
-        self.resp_complete = false;
-        self.resp_chunked = false;
-        self.resp_no_body = false;
-        self.resp_close_after = false;
-        self.refused = false;
-        self.resp_length = null;
-        self.resp_body_bytes = 0;
-        self.bytes_sent = 0;
+        self.a().status = 0;
+        self.a().resp_started = false;
+        self.a().resp_head_sent = false;
+        self.a().resp_complete = false;
+        self.a().resp_chunked = false;
+        self.a().resp_no_body = false;
+        self.a().resp_close_after = false;
+        self.a().refused = false;
+        self.a().resp_length = null;
+        self.a().resp_body_bytes = 0;
+        self.a().bytes_sent = 0;
     }
 
     /// Answers a request the engine itself refuses, then closes.
     pub fn refuse(self: *Conn, status: u16) void {
-        self.refused = true;
-        self.keep_alive = false;
-        self.resp_close_after = true;
-        self.resp_complete = true;
-        self.status = status;
+        self.a().refused = true;
+        self.a().keep_alive = false;
+        self.a().resp_close_after = true;
+        self.a().resp_complete = true;
+        self.a().status = status;
         // Bytes after a refused head are never parsed.
-        self.rstart = self.rlen;
+        self.a().rstart = self.a().rlen;
         self.queue(response.errorResponse(status)) catch return self.close();
         self.flush();
     }
@@ -273,60 +312,60 @@ pub const Conn = struct {
     /// Collects available body bytes as slices into the read buffer (valid until
     /// `bodyConsumed`). Also sends `100 Continue` the first time the app asks for a body.
     pub fn takeBody(self: *Conn, segs: [][]const u8) TakeResult {
-        var r = TakeResult{ .count = 0, .done = self.body_done, .failed = false };
-        if (self.body_done or self.state == .closed) return r;
-        if (self.expect_continue) {
-            self.expect_continue = false;
-            if (!self.resp_started) {
+        var r = TakeResult{ .count = 0, .done = self.a().body_done, .failed = false };
+        if (self.a().body_done or self.state == .closed) return r;
+        if (self.a().expect_continue) {
+            self.a().expect_continue = false;
+            if (!self.a().resp_started) {
                 self.queue("HTTP/1.1 100 Continue\r\n\r\n") catch {};
                 self.flush();
             }
         }
-        const buf = self.rbuf orelse return r;
-        while (r.count < segs.len and !self.body_done) {
-            const avail = buf[self.rstart..self.rlen];
+        const buf = self.a().rbuf orelse return r;
+        while (r.count < segs.len and !self.a().body_done) {
+            const avail = buf[self.a().rstart..self.a().rlen];
             if (avail.len == 0) break;
-            switch (self.body_kind) {
+            switch (self.a().body_kind) {
                 .length => {
-                    const n: usize = @intCast(@min(self.body_remaining, avail.len));
+                    const n: usize = @intCast(@min(self.a().body_remaining, avail.len));
                     segs[r.count] = avail[0..n];
                     r.count += 1;
-                    self.rstart += @intCast(n);
-                    self.body_remaining -= n;
-                    self.body_done = self.body_remaining == 0;
+                    self.a().rstart += @intCast(n);
+                    self.a().body_remaining -= n;
+                    self.a().body_done = self.a().body_remaining == 0;
                 },
                 .chunked => {
-                    const step = self.chunked.decode(avail, self.server.limits) catch |err| {
+                    const step = self.a().chunked.decode(avail, self.server.limits) catch |err| {
                         r.failed = true;
-                        self.body_done = true;
-                        if (!self.resp_started) self.refuse(http1.statusFor(err)) else self.close();
+                        self.a().body_done = true;
+                        if (!self.a().resp_started) self.refuse(http1.statusFor(err)) else self.close();
                         break;
                     };
-                    self.rstart += @intCast(step.consumed);
+                    self.a().rstart += @intCast(step.consumed);
                     if (step.data.len > 0) {
                         segs[r.count] = step.data;
                         r.count += 1;
-                        self.body_received += step.data.len;
-                        if (self.body_received > self.server.body_bytes_max) {
+                        self.a().body_received += step.data.len;
+                        if (self.a().body_received > self.server.body_bytes_max) {
                             r.failed = true;
-                            self.body_done = true;
-                            if (!self.resp_started) self.refuse(413) else self.close();
+                            self.a().body_done = true;
+                            if (!self.a().resp_started) self.refuse(413) else self.close();
                             break;
                         }
                     }
-                    if (step.done) self.body_done = true;
+                    if (step.done) self.a().body_done = true;
                     if (step.consumed == 0) break;
                 },
-                .none => self.body_done = true,
+                .none => self.a().body_done = true,
             }
         }
-        r.done = self.body_done;
+        r.done = self.a().body_done;
         return r;
     }
 
     /// The app waits for body bytes that have not arrived: they must come in time.
     pub fn awaitBody(self: *Conn) void {
-        if (self.state != .request or self.body_done) return;
+        if (self.state != .request or self.a().body_done) return;
         self.server.body_timeouts.arm(&self.timer, self.server.now_ms);
     }
 
@@ -335,13 +374,13 @@ pub const Conn = struct {
         switch (self.state) {
             .head => {
                 // A client that sent part of a head is told why; a silent one just goes.
-                if (self.rlen > self.rstart) return self.refuse(408);
+                if (self.act) |act| if (act.rlen > act.rstart) return self.refuse(408);
                 return self.close();
             },
             .request => {
-                if (self.body_done or self.resp_started) return self.close();
+                if (self.a().body_done or self.a().resp_started) return self.close();
                 self.refuse(408);
-                if (self.stream) |s| self.server.hooks.wakeRead(s);
+                if (self.a().stream) |s| self.server.hooks.wakeRead(s);
             },
             .lingering, .closed => self.close(),
         }
@@ -351,9 +390,9 @@ pub const Conn = struct {
     pub fn bodyConsumed(self: *Conn) void {
         if (self.state == .closed) return;
         if (self.timer.queue == &self.server.body_timeouts) self.timer.disarm();
-        if (self.rstart == self.rlen) {
-            self.rstart = 0;
-            self.rlen = 0;
+        if (self.a().rstart == self.a().rlen) {
+            self.a().rstart = 0;
+            self.a().rlen = 0;
         }
         if (!self.interest.readable) self.setReading(true);
     }
@@ -363,32 +402,32 @@ pub const Conn = struct {
     /// Serialises the response head into the output buffer. Nothing is written to the
     /// socket yet: the head leaves together with the first body bytes.
     pub fn startResponse(self: *Conn, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
-        if (self.resp_started) return error.AlreadyStarted;
+        if (self.a().resp_started) return error.AlreadyStarted;
         if (self.gone()) {
-            self.resp_started = true;
+            self.a().resp_started = true;
             return;
         }
         var buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
-        var w = response.HeadWriter{ .buf = buf[self.olen..] };
-        self.status = status;
-        self.resp_no_body = response.statusHasNoBody(status) or self.is_head_method;
+        var w = response.HeadWriter{ .buf = buf[self.a().olen..] };
+        self.a().status = status;
+        self.a().resp_no_body = response.statusHasNoBody(status) or self.a().is_head_method;
         self.writeHead(&w, status, headers, extra) catch |err| {
             if (err != error.NoSpace) return error.InvalidHeader;
             // A head larger than a pooled buffer: move to a heap buffer sized for it.
-            var need: usize = 1024 + self.olen;
+            var need: usize = 1024 + self.a().olen;
             for (headers) |h| need += h[0].len + h[1].len + 4;
             for (extra) |h| need += h[0].len + h[1].len + 4;
             if (need > response_head_bytes_max) return error.HeadTooLarge;
             buf = self.growOut(need) orelse return error.OutOfMemory;
-            w = .{ .buf = buf[self.olen..] };
-            self.resp_length = null;
+            w = .{ .buf = buf[self.a().olen..] };
+            self.a().resp_length = null;
             self.writeHead(&w, status, headers, extra) catch |e2| {
                 return if (e2 == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
             };
         };
         // Room is left for the framing header and the blank line, added with the first body.
-        self.staged_head_len = @intCast(w.len);
-        self.resp_started = true;
+        self.a().staged_head_len = @intCast(w.len);
+        self.a().resp_started = true;
     }
 
     fn writeHead(self: *Conn, w: *response.HeadWriter, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) !void {
@@ -400,13 +439,13 @@ pub const Conn = struct {
         for (headers) |h| {
             if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
             if (std.ascii.eqlIgnoreCase(h[0], "content-length")) {
-                if (self.resp_length != null) return error.InvalidHeader;
-                self.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
+                if (self.a().resp_length != null) return error.InvalidHeader;
+                self.a().resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
             } else if (std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
                 // The engine frames the body itself; the app's claim is dropped.
                 continue;
             } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
-                if (http1.connectionHas(h[1], "close")) self.keep_alive = false;
+                if (http1.connectionHas(h[1], "close")) self.a().keep_alive = false;
                 continue;
             }
             try w.header(h[0], h[1]);
@@ -415,111 +454,113 @@ pub const Conn = struct {
 
     /// Chooses the framing once the first body message shows whether it is the only one.
     fn finishHead(self: *Conn, first_body_len: usize, more: bool) error{NoSpace}!void {
-        const buf = self.obuf.?[0..self.ocap];
-        var w = response.HeadWriter{ .buf = buf[self.olen..], .len = self.staged_head_len };
-        if (self.resp_length != null) {
+        const buf = self.a().obuf.?[0..self.a().ocap];
+        var w = response.HeadWriter{ .buf = buf[self.a().olen..], .len = self.a().staged_head_len };
+        if (self.a().resp_length != null) {
             // The app's own content-length is already in the head.
-        } else if (self.resp_no_body) {
+        } else if (self.a().resp_no_body) {
             // 1xx/204/304/HEAD: no framing header is invented (HEAD keeps the app's).
         } else if (!more) {
-            self.resp_length = first_body_len;
+            self.a().resp_length = first_body_len;
             try w.contentLength(first_body_len);
-        } else if (!self.http10) {
-            self.resp_chunked = true;
+        } else if (!self.a().http10) {
+            self.a().resp_chunked = true;
             try w.append("transfer-encoding: chunked\r\n");
         } else {
             // HTTP/1.0 without a length: the end of the body is the end of the connection.
-            self.keep_alive = false;
+            self.a().keep_alive = false;
         }
-        if (self.requests_count >= self.server.keep_alive_requests_max) self.keep_alive = false;
-        if (!self.keep_alive or self.server.draining) {
-            self.keep_alive = false;
+        if (self.requests_count >= self.server.keep_alive_requests_max) self.a().keep_alive = false;
+        if (!self.a().keep_alive or self.server.draining) {
+            self.a().keep_alive = false;
             try w.append("connection: close\r\n");
-        } else if (self.http10) {
+        } else if (self.a().http10) {
             try w.append("connection: keep-alive\r\n");
         }
         try w.append("\r\n");
-        self.olen += @intCast(w.len);
-        self.staged_head_len = 0;
-        self.resp_head_sent = true;
+        self.a().olen += @intCast(w.len);
+        self.a().staged_head_len = 0;
+        self.a().resp_head_sent = true;
     }
 
     /// Queues one body message and tries to write it at once. Returns true when the
     /// caller must wait for `wakeWrite` before the next write (the client reads slowly).
     /// `owner` keeps `data` alive while it is queued; the hooks release it.
     pub fn writeBody(self: *Conn, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
-        if (!self.resp_started) return error.NotStarted;
-        if (self.resp_complete) return error.AlreadyComplete;
-        if (self.pending.len != 0) return error.Busy;
+        if (!self.a().resp_started) return error.NotStarted;
+        if (self.a().resp_complete) return error.AlreadyComplete;
+        if (self.a().pending.len != 0) return error.Busy;
         if (self.gone()) {
-            if (!more) self.resp_complete = true;
+            if (!more) self.a().resp_complete = true;
             return false;
         }
-        if (!self.resp_head_sent) self.finishHead(data.len, more) catch return error.OutOfMemory;
+        if (!self.a().resp_head_sent) self.finishHead(data.len, more) catch return error.OutOfMemory;
         var body = data;
-        if (self.resp_no_body) body = &.{};
-        if (self.resp_length) |n| {
-            if (self.resp_body_bytes + body.len > n and !self.resp_no_body) return error.TooMuchBody;
-            if (!more and self.resp_body_bytes + body.len < n and !self.resp_no_body) return error.TooLittleBody;
+        if (self.a().resp_no_body) body = &.{};
+        if (self.a().resp_length) |n| {
+            if (self.a().resp_body_bytes + body.len > n and !self.a().resp_no_body) return error.TooMuchBody;
+            if (!more and self.a().resp_body_bytes + body.len < n and !self.a().resp_no_body) return error.TooLittleBody;
         }
-        self.resp_body_bytes += body.len;
-        if (self.resp_chunked and body.len > 0) {
+        self.a().resp_body_bytes += body.len;
+        if (self.a().resp_chunked and body.len > 0) {
             var tmp: [20]u8 = undefined;
             const line = std.fmt.bufPrint(&tmp, "{x}\r\n", .{body.len}) catch unreachable;
             self.queue(line) catch return error.OutOfMemory;
         }
         if (body.len > 0) self.queueOwned(body, owner) catch return error.OutOfMemory;
-        if (self.resp_chunked) {
+        if (self.a().resp_chunked) {
             if (body.len > 0) self.queueSmall("\r\n") catch return error.OutOfMemory;
             if (!more) self.queueSmall("0\r\n\r\n") catch return error.OutOfMemory;
         }
-        if (!more) self.resp_complete = true;
+        if (!more) self.a().resp_complete = true;
         self.flush();
-        return self.pending.len != 0 or (self.olen - self.ooff) > buffer_bytes / 2;
+        return self.a().pending.len != 0 or (self.a().olen - self.a().ooff) > buffer_bytes / 2;
     }
 
     /// The stream is done with this connection (the app returned or failed). If the
     /// response is whole and the connection may be kept, the next request is parsed.
     pub fn finishStream(self: *Conn) void {
-        self.stream = null;
+        self.a().stream = null;
         self.server.streamFinished();
         if (self.state == .closed) return self.server.retire(self);
-        if (!self.resp_complete) return self.close();
+        if (!self.a().resp_complete) return self.close();
         self.afterResponse();
     }
 
     /// Called when the response is complete and flushed, or when the stream finishes.
     fn afterResponse(self: *Conn) void {
-        if (!self.resp_complete or self.outputLen() != 0) return;
-        if (self.stream) |s| {
+        if (!self.a().resp_complete or self.outputLen() != 0) return;
+        if (self.a().stream) |s| {
             // The app is still running: its receive() now reports disconnect.
             self.server.hooks.wakeRead(s);
             return;
         }
         if (self.state != .request and self.state != .head) return;
-        const reusable = self.keep_alive and !self.server.draining and
+        const reusable = self.a().keep_alive and !self.server.draining and
             self.requests_count < self.server.keep_alive_requests_max and
-            (self.body_done or self.canDiscardBody());
+            (self.a().body_done or self.canDiscardBody());
         if (!reusable) return self.lingerClose();
         self.state = .head;
-        if (!self.body_done) {
+        if (!self.a().body_done) {
             // The app answered without reading the whole body: skip the rest, then go on.
-            self.discarding = true;
+            self.a().discarding = true;
             self.discardBody();
             if (self.state != .head) return;
         }
-        self.releaseIdleBuffers();
         self.server.idle_timeouts.arm(&self.timer, self.server.now_ms);
-        if (self.rlen > self.rstart) self.server.schedule(self);
         if (!self.interest.readable) self.setReading(true);
+        if (self.a().rlen > self.a().rstart) return self.server.schedule(self);
+        if (self.a().discarding) return;
+        // Idle: the connection keeps only its small struct.
+        self.releaseActive();
     }
 
     /// A body is skipped only when that is cheap and the client is not waiting for a
     /// `100 Continue` it never got (it would never send the body).
     fn canDiscardBody(self: *const Conn) bool {
-        if (self.expect_continue) return false;
-        return switch (self.body_kind) {
-            .length => self.body_remaining <= discard_bytes_max,
+        if (self.a().expect_continue) return false;
+        return switch (self.a().body_kind) {
+            .length => self.a().body_remaining <= discard_bytes_max,
             .chunked => true,
             .none => true,
         };
@@ -527,198 +568,199 @@ pub const Conn = struct {
 
     fn discardBody(self: *Conn) void {
         var segs: [16][]const u8 = undefined;
-        while (!self.body_done and self.state != .closed) {
+        while (!self.a().body_done and self.state != .closed) {
             const r = self.takeBody(&segs);
-            for (segs[0..r.count]) |seg| self.discarded_bytes += seg.len;
-            if (r.failed or self.discarded_bytes > discard_bytes_max) return self.close();
+            for (segs[0..r.count]) |seg| self.a().discarded_bytes += seg.len;
+            if (r.failed or self.a().discarded_bytes > discard_bytes_max) return self.close();
             if (r.count == 0) break;
         }
         if (self.state == .closed) return;
         self.bodyConsumed();
-        if (self.body_done) {
-            self.discarding = false;
-            self.discarded_bytes = 0;
+        if (self.a().body_done) {
+            self.a().discarding = false;
+            self.a().discarded_bytes = 0;
         }
     }
 
     // ---- output -------------------------------------------------------------
 
     fn outputLen(self: *const Conn) usize {
-        return (self.olen - self.ooff) + self.pending.len + self.tail_len;
+        return (self.a().olen - self.a().ooff) + self.a().pending.len + self.a().tail_len;
     }
 
     fn queue(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
-        if (self.pending.len != 0) return self.queueSmall(bytes);
+        if (self.a().pending.len != 0) return self.queueSmall(bytes);
         const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
-        if (bytes.len > self.ocap - self.olen and self.ooff > 0) self.compactOut();
-        if (bytes.len > self.ocap - self.olen) return error.OutOfMemory;
-        @memcpy(buf[self.olen..][0..bytes.len], bytes);
-        self.olen += @intCast(bytes.len);
+        if (bytes.len > self.a().ocap - self.a().olen and self.a().ooff > 0) self.compactOut();
+        if (bytes.len > self.a().ocap - self.a().olen) return error.OutOfMemory;
+        @memcpy(buf[self.a().olen..][0..bytes.len], bytes);
+        self.a().olen += @intCast(bytes.len);
     }
 
     /// Small framing bytes that must follow a pending (borrowed) body.
     fn queueSmall(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
-        if (self.pending.len == 0) return self.queue(bytes);
-        if (bytes.len > self.tail.len - self.tail_len) return error.OutOfMemory;
-        @memcpy(self.tail[self.tail_len..][0..bytes.len], bytes);
-        self.tail_len += @intCast(bytes.len);
+        if (self.a().pending.len == 0) return self.queue(bytes);
+        if (bytes.len > self.a().tail.len - self.a().tail_len) return error.OutOfMemory;
+        @memcpy(self.a().tail[self.a().tail_len..][0..bytes.len], bytes);
+        self.a().tail_len += @intCast(bytes.len);
     }
 
     /// Small bodies are copied next to the head (one write); large ones are borrowed.
     fn queueOwned(self: *Conn, bytes: []const u8, owner: ?*anyopaque) error{OutOfMemory}!void {
-        const room = self.ocap - self.olen;
+        const room = self.a().ocap - self.a().olen;
         if (bytes.len <= 4096 and bytes.len <= room) return self.queue(bytes);
-        std.debug.assert(self.pending.len == 0);
-        self.pending = bytes;
-        self.pending_owner = owner;
+        std.debug.assert(self.a().pending.len == 0);
+        self.a().pending = bytes;
+        self.a().pending_owner = owner;
         if (owner) |o| self.server.hooks.retain(o);
     }
 
     fn flush(self: *Conn) void {
+        if (self.act == null) return self.setWriting(false);
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
             var n: usize = 0;
-            if (self.olen > self.ooff) {
-                iov[n] = .{ .base = self.obuf.? + self.ooff, .len = self.olen - self.ooff };
+            if (self.a().olen > self.a().ooff) {
+                iov[n] = .{ .base = self.a().obuf.? + self.a().ooff, .len = self.a().olen - self.a().ooff };
                 n += 1;
             }
-            if (self.pending.len > 0) {
-                iov[n] = .{ .base = self.pending.ptr, .len = self.pending.len };
+            if (self.a().pending.len > 0) {
+                iov[n] = .{ .base = self.a().pending.ptr, .len = self.a().pending.len };
                 n += 1;
             }
-            if (self.tail_len > 0) {
-                iov[n] = .{ .base = &self.tail, .len = self.tail_len };
+            if (self.a().tail_len > 0) {
+                iov[n] = .{ .base = &self.a().tail, .len = self.a().tail_len };
                 n += 1;
             }
             switch (sys.writev(self.fd, iov[0..n])) {
                 .ok => |written| {
                     self.advanceOutput(written);
                     // Progress: the write deadline starts again.
-                    if (self.write_timer.armed()) self.server.write_timeouts.arm(&self.write_timer, self.server.now_ms);
+                    if (self.a().write_timer.armed()) self.server.write_timeouts.arm(&self.a().write_timer, self.server.now_ms);
                 },
                 .err => |e| {
                     if (e != .AGAIN) return self.close();
-                    if (!self.write_timer.armed()) self.server.write_timeouts.arm(&self.write_timer, self.server.now_ms);
+                    if (!self.a().write_timer.armed()) self.server.write_timeouts.arm(&self.a().write_timer, self.server.now_ms);
                     return self.setWriting(true);
                 },
             }
         }
-        self.write_timer.disarm();
+        self.a().write_timer.disarm();
         if (self.interest.writable) self.setWriting(false);
-        if (self.staged_head_len == 0) self.releaseOut();
-        if (self.stream) |s| self.server.hooks.wakeWrite(s);
-        if (self.resp_complete and (self.state == .request or self.refused)) {
-            if (self.resp_close_after and self.stream == null) return self.lingerClose();
+        if (self.a().staged_head_len == 0) self.releaseOut();
+        if (self.a().stream) |s| self.server.hooks.wakeWrite(s);
+        if (self.a().resp_complete and (self.state == .request or self.a().refused)) {
+            if (self.a().resp_close_after and self.a().stream == null) return self.lingerClose();
             self.afterResponse();
         }
     }
 
     fn advanceOutput(self: *Conn, written: usize) void {
-        self.bytes_sent += written;
+        self.a().bytes_sent += written;
         self.server.bytes_out += written;
         var left = written;
-        const head = @min(left, self.olen - self.ooff);
-        self.ooff += @intCast(head);
+        const head = @min(left, self.a().olen - self.a().ooff);
+        self.a().ooff += @intCast(head);
         left -= head;
-        if (self.ooff == self.olen) {
-            self.ooff = 0;
-            self.olen = 0;
+        if (self.a().ooff == self.a().olen) {
+            self.a().ooff = 0;
+            self.a().olen = 0;
         }
-        if (left > 0 and self.pending.len > 0) {
-            const p = @min(left, self.pending.len);
-            self.pending = self.pending[p..];
+        if (left > 0 and self.a().pending.len > 0) {
+            const p = @min(left, self.a().pending.len);
+            self.a().pending = self.a().pending[p..];
             left -= p;
-            if (self.pending.len == 0) self.releasePending();
+            if (self.a().pending.len == 0) self.releasePending();
         }
         if (left > 0) {
-            std.debug.assert(left <= self.tail_len);
-            std.mem.copyForwards(u8, self.tail[0 .. self.tail_len - left], self.tail[left..self.tail_len]);
-            self.tail_len -= @intCast(left);
+            std.debug.assert(left <= self.a().tail_len);
+            std.mem.copyForwards(u8, self.a().tail[0 .. self.a().tail_len - left], self.a().tail[left..self.a().tail_len]);
+            self.a().tail_len -= @intCast(left);
         }
         // Framing bytes parked behind a borrowed body move up once it is gone.
-        if (self.pending.len == 0 and self.tail_len > 0 and self.olen == 0) {
-            const t = self.tail_len;
-            self.tail_len = 0;
-            self.queue(self.tail[0..t]) catch {};
+        if (self.a().pending.len == 0 and self.a().tail_len > 0 and self.a().olen == 0) {
+            const t = self.a().tail_len;
+            self.a().tail_len = 0;
+            self.queue(self.a().tail[0..t]) catch {};
         }
     }
 
     fn releasePending(self: *Conn) void {
-        self.pending = &.{};
-        if (self.pending_owner) |o| {
-            self.pending_owner = null;
+        self.a().pending = &.{};
+        if (self.a().pending_owner) |o| {
+            self.a().pending_owner = null;
             self.server.hooks.release(o);
         }
     }
 
     fn compactOut(self: *Conn) void {
-        const buf = self.obuf orelse return;
-        const n = self.olen - self.ooff;
-        std.mem.copyForwards(u8, buf[0..n], buf[self.ooff..self.olen]);
-        self.ooff = 0;
-        self.olen = n;
+        const buf = self.a().obuf orelse return;
+        const n = self.a().olen - self.a().ooff;
+        std.mem.copyForwards(u8, buf[0..n], buf[self.a().ooff..self.a().olen]);
+        self.a().ooff = 0;
+        self.a().olen = n;
     }
 
     // ---- buffers and interest -------------------------------------------------
 
     fn ensureReadBuffer(self: *Conn) ?*Buffer {
-        if (self.rbuf == null) self.rbuf = self.server.pool.acquire();
-        return self.rbuf;
+        if (self.a().rbuf == null) self.a().rbuf = self.server.pool.acquire();
+        return self.a().rbuf;
     }
 
     fn ensureOutBuffer(self: *Conn) ?[]u8 {
-        if (self.obuf == null) {
+        if (self.a().obuf == null) {
             const b = self.server.pool.acquire() orelse return null;
-            self.obuf = b;
-            self.ocap = buffer_bytes;
+            self.a().obuf = b;
+            self.a().ocap = buffer_bytes;
         }
-        return self.obuf.?[0..self.ocap];
+        return self.a().obuf.?[0..self.a().ocap];
     }
 
     /// Replaces the output buffer by a heap one of `size` bytes, keeping its contents.
     fn growOut(self: *Conn, size: usize) ?[]u8 {
         const heap = std.heap.c_allocator.alloc(u8, size) catch return null;
-        if (self.obuf) |old| @memcpy(heap[0..self.olen], old[0..self.olen]);
+        if (self.a().obuf) |old| @memcpy(heap[0..self.a().olen], old[0..self.a().olen]);
         self.releaseOutMemory();
-        self.obuf = heap.ptr;
-        self.ocap = @intCast(size);
+        self.a().obuf = heap.ptr;
+        self.a().ocap = @intCast(size);
         return heap;
     }
 
     fn releaseOutMemory(self: *Conn) void {
-        const b = self.obuf orelse return;
-        if (self.ocap == buffer_bytes) {
+        const b = self.a().obuf orelse return;
+        if (self.a().ocap == buffer_bytes) {
             self.server.pool.release(@ptrCast(@alignCast(b)));
         } else {
-            std.heap.c_allocator.free(b[0..self.ocap]);
+            std.heap.c_allocator.free(b[0..self.a().ocap]);
         }
-        self.obuf = null;
-        self.ocap = 0;
+        self.a().obuf = null;
+        self.a().ocap = 0;
     }
 
     fn releaseOut(self: *Conn) void {
         self.releaseOutMemory();
-        self.ooff = 0;
-        self.olen = 0;
+        self.a().ooff = 0;
+        self.a().olen = 0;
     }
 
     fn compact(self: *Conn) void {
-        const buf = self.rbuf orelse return;
-        if (self.rstart == 0) return;
-        const n = self.rlen - self.rstart;
-        std.mem.copyForwards(u8, buf[0..n], buf[self.rstart..self.rlen]);
-        self.rstart = 0;
-        self.rlen = n;
+        const buf = self.a().rbuf orelse return;
+        if (self.a().rstart == 0) return;
+        const n = self.a().rlen - self.a().rstart;
+        std.mem.copyForwards(u8, buf[0..n], buf[self.a().rstart..self.a().rlen]);
+        self.a().rstart = 0;
+        self.a().rlen = n;
     }
 
     /// An idle connection gives its buffers back: it holds only this struct.
     fn releaseIdleBuffers(self: *Conn) void {
-        if (self.rbuf) |b| {
-            if (self.rstart == self.rlen) {
+        if (self.a().rbuf) |b| {
+            if (self.a().rstart == self.a().rlen) {
                 self.server.pool.release(b);
-                self.rbuf = null;
-                self.rstart = 0;
-                self.rlen = 0;
+                self.a().rbuf = null;
+                self.a().rstart = 0;
+                self.a().rlen = 0;
             }
         }
     }
@@ -741,19 +783,19 @@ pub const Conn = struct {
     /// closing with unread bytes would reset the connection and could destroy the
     /// response the peer has not read yet.
     fn lingerClose(self: *Conn) void {
-        if (self.rstart == self.rlen and self.body_done and self.state == .request) {
+        if (self.a().rstart == self.a().rlen and self.a().body_done and self.state == .request) {
             // Nothing unread: a plain close loses nothing.
-            if (!self.keep_alive) return self.close();
+            if (!self.a().keep_alive) return self.close();
         }
         sys.shutdownWrite(self.fd);
         self.state = .lingering;
         self.releaseIdleBuffers();
-        if (self.rbuf) |b| {
+        if (self.a().rbuf) |b| {
             self.server.pool.release(b);
-            self.rbuf = null;
+            self.a().rbuf = null;
         }
-        self.rstart = 0;
-        self.rlen = 0;
+        self.a().rstart = 0;
+        self.a().rlen = 0;
         self.server.linger_timeouts.arm(&self.timer, self.server.now_ms);
         self.setReading(true);
     }
@@ -771,21 +813,22 @@ pub const Conn = struct {
         if (self.state == .closed) return;
         self.state = .closed;
         self.timer.disarm();
-        self.write_timer.disarm();
         self.server.poller.unregister(self.fd);
         sys.close(self.fd);
         self.fd = -1;
-        if (self.rbuf) |b| self.server.pool.release(b);
-        self.releaseOutMemory();
-        self.rbuf = null;
-        self.rstart = 0;
-        self.rlen = 0;
-        self.ooff = 0;
-        self.olen = 0;
-        self.tail_len = 0;
-        self.releasePending();
         self.server.connectionClosed(self);
-        if (self.stream) |s| {
+        const act = self.act orelse return self.server.retire(self);
+        act.write_timer.disarm();
+        if (self.a().rbuf) |b| self.server.pool.release(b);
+        self.releaseOutMemory();
+        self.a().rbuf = null;
+        self.a().rstart = 0;
+        self.a().rlen = 0;
+        self.a().ooff = 0;
+        self.a().olen = 0;
+        self.a().tail_len = 0;
+        self.releasePending();
+        if (self.a().stream) |s| {
             self.server.hooks.wakeRead(s);
             self.server.hooks.wakeWrite(s);
         } else {
@@ -795,10 +838,11 @@ pub const Conn = struct {
 
     /// Closed, or answered by the engine: the app sees a disconnect.
     pub fn gone(self: *const Conn) bool {
-        return self.state == .closed or self.refused;
+        return self.state == .closed or (self.act != null and self.a().refused);
     }
 
     pub fn isIdle(self: *const Conn) bool {
-        return self.state == .head and self.stream == null and self.rstart == self.rlen;
+        const act = self.act orelse return self.state == .head;
+        return self.state == .head and act.stream == null and act.rstart == act.rlen;
     }
 };

@@ -86,7 +86,7 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     if (self.body_final) {
         // After the whole body, receive() waits for the client to go away or for the
         // response to be sent, then reports disconnect (uvicorn's behaviour).
-        if (conn.resp_complete) return scope.disconnectMessage();
+        if (conn.a().resp_complete) return scope.disconnectMessage();
         return py.none();
     }
     var segs: [16][]const u8 = undefined;
@@ -203,7 +203,7 @@ fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 fn detach(self: *StreamObject, abort: bool) void {
     const conn = self.conn orelse return;
-    self.bytes_sent = @intCast(conn.bytes_sent);
+    self.bytes_sent = @intCast(conn.a().bytes_sent);
     self.conn = null;
     self.finished = true;
     if (abort) conn.close();
@@ -233,20 +233,20 @@ fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 
 fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const n: c_longlong = if (self.conn) |conn| @intCast(conn.bytes_sent) else self.bytes_sent;
+    const n: c_longlong = if (self.conn) |conn| @intCast(conn.a().bytes_sent) else self.bytes_sent;
     return c.PyLong_FromLongLong(n);
 }
 
 fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const conn = self.conn orelse return py.boolean(self.status != 0);
-    return py.boolean(conn.resp_started);
+    return py.boolean(conn.a().resp_started);
 }
 
 fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const conn = self.conn orelse return py.boolean(self.finished);
-    return py.boolean(conn.resp_complete);
+    return py.boolean(conn.a().resp_complete);
 }
 
 var stream_methods = [_]c.PyMethodDef{
@@ -315,7 +315,7 @@ fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
     stream.engine = engine.obj;
     // The connection's reference; dropped by finish()/abort().
     stream.conn = conn;
-    conn.stream = obj;
+    conn.a().stream = obj;
     conn.server.streamStarted();
     const result = c.PyObject_CallOneArg(engine.on_request, obj);
     if (result) |r| {
@@ -324,7 +324,7 @@ fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
         c.PyErr_WriteUnraisable(engine.on_request);
         if (stream.conn != null) {
             stream.conn = null;
-            conn.stream = null;
+            conn.a().stream = null;
             conn.server.streamFinished();
             py.decref(obj);
             return false;

@@ -255,8 +255,8 @@ pub const Server = struct {
             }
         }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
-            const c: *Conn = @fieldParentPtr("write_timer", entry);
-            c.close();
+            const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
+            act.conn.close();
         }
         self.pool.trim();
     }
@@ -317,15 +317,13 @@ pub const Server = struct {
         self.connections -= 1;
     }
 
-    /// A closed connection with no stream is freed (deferred while inside poll).
+    /// A closed connection with no stream is freed at the end of the next poll pass:
+    /// the code that closed it may still be running on it, and a later event of the
+    /// same batch may still name it.
     pub fn retire(self: *Server, c: *Conn) void {
-        std.debug.assert(c.state == .closed and c.stream == null);
-        if (self.in_poll or c.is_pending) {
-            c.next = self.graveyard;
-            self.graveyard = c;
-        } else {
-            self.allocator.destroy(c);
-        }
+        std.debug.assert(c.state == .closed and (c.act == null or c.act.?.stream == null));
+        c.next = self.graveyard;
+        self.graveyard = c;
     }
 
     fn freeGraveyard(self: *Server) void {
@@ -337,6 +335,7 @@ pub const Server = struct {
                 c.next = kept;
                 kept = c;
             } else {
+                c.releaseActive();
                 self.allocator.destroy(c);
             }
         }
