@@ -132,7 +132,6 @@ pub const Active = struct {
     tail_len: u8 = 0,
     /// A response head written by startResponse, waiting past `olen` for the first body.
     staged_head_len: u32 = 0,
-
 };
 
 pub const Conn = struct {
@@ -201,15 +200,16 @@ pub const Conn = struct {
     fn onReadable(self: *Conn) void {
         if (self.state == .lingering) return self.drainLinger();
         if (self.ensureActive() == null) return self.close();
+        const act = self.a();
         const buf = self.ensureReadBuffer() orelse return self.close();
-        if (self.a().rlen == buffer_bytes) {
+        if (act.rlen == buffer_bytes) {
             self.compact();
-            if (self.a().rlen == buffer_bytes) return self.setReading(false);
+            if (act.rlen == buffer_bytes) return self.setReading(false);
         }
-        switch (sys.read(self.fd, buf[self.a().rlen..])) {
+        switch (sys.read(self.fd, buf[act.rlen..])) {
             .ok => |n| {
                 if (n == 0) return self.close();
-                self.a().rlen += @intCast(n);
+                act.rlen += @intCast(n);
                 self.server.bytes_in += n;
                 self.process();
             },
@@ -222,34 +222,36 @@ pub const Conn = struct {
         switch (self.state) {
             .head => if (self.act != null) self.parseHead(),
             .request => {
+                const act = self.a();
                 // The stream may already be gone while its last response is still flushing.
-                if (!self.a().body_done) if (self.a().stream) |st| self.server.hooks.wakeRead(st);
-                if (self.a().rlen == buffer_bytes and self.a().rstart == 0) self.setReading(false);
+                if (!act.body_done) if (act.stream) |st| self.server.hooks.wakeRead(st);
+                if (act.rlen == buffer_bytes and act.rstart == 0) self.setReading(false);
             },
             .lingering, .closed => {},
         }
     }
 
     fn parseHead(self: *Conn) void {
-        if (self.a().discarding) {
+        const act = self.a();
+        if (act.discarding) {
             self.discardBody();
-            if (self.a().discarding) return;
+            if (act.discarding) return;
         }
-        const buf = self.a().rbuf orelse return;
-        if (self.a().rstart == self.a().rlen) return;
-        const data = buf[self.a().rstart..self.a().rlen];
+        const buf = act.rbuf orelse return;
+        if (act.rstart == act.rlen) return;
+        const data = buf[act.rstart..act.rlen];
         const parsed = http1.parseHead(data, &self.server.headers_storage, self.server.limits) catch |err| {
             return self.refuse(http1.statusFor(err));
         };
         const head = parsed orelse {
             // Incomplete: the head must arrive within the header timeout, counted from its first byte.
             if (self.timer.queue != &self.server.header_timeouts) self.server.header_timeouts.arm(&self.timer, self.server.now_ms);
-            if (self.a().rstart > 0) self.compact();
+            if (act.rstart > 0) self.compact();
             return;
         };
         self.timer.disarm();
         self.beginRequest(&head.request);
-        self.a().rstart += @intCast(head.len);
+        act.rstart += @intCast(head.len);
         if (head.request.content_length orelse 0 > self.server.body_bytes_max) {
             // Refused before any app sees it, and before a 100-continue invites the body.
             return self.refuse(413);
@@ -264,45 +266,47 @@ pub const Conn = struct {
     }
 
     fn beginRequest(self: *Conn, req: *const http1.Request) void {
-        self.a().keep_alive = req.keep_alive;
-        self.a().http10 = req.version == .http10;
-        self.a().is_head_method = std.mem.eql(u8, req.method, "HEAD");
-        self.a().expect_continue = req.expect_continue;
-        self.a().chunked = .{};
-        self.a().body_received = 0;
+        const act = self.a();
+        act.keep_alive = req.keep_alive;
+        act.http10 = req.version == .http10;
+        act.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+        act.expect_continue = req.expect_continue;
+        act.chunked = .{};
+        act.body_received = 0;
         if (req.chunked) {
-            self.a().body_kind = .chunked;
-            self.a().body_done = false;
+            act.body_kind = .chunked;
+            act.body_done = false;
         } else if (req.content_length) |n| {
-            self.a().body_kind = .length;
-            self.a().body_remaining = n;
-            self.a().body_done = n == 0;
+            act.body_kind = .length;
+            act.body_remaining = n;
+            act.body_done = n == 0;
         } else {
-            self.a().body_kind = .none;
-            self.a().body_done = true;
+            act.body_kind = .none;
+            act.body_done = true;
         }
-        self.a().status = 0;
-        self.a().resp_started = false;
-        self.a().resp_head_sent = false;
-        self.a().resp_complete = false;
-        self.a().resp_chunked = false;
-        self.a().resp_no_body = false;
-        self.a().resp_close_after = false;
-        self.a().refused = false;
-        self.a().resp_length = null;
-        self.a().resp_body_bytes = 0;
-        self.a().bytes_sent = 0;
+        act.status = 0;
+        act.resp_started = false;
+        act.resp_head_sent = false;
+        act.resp_complete = false;
+        act.resp_chunked = false;
+        act.resp_no_body = false;
+        act.resp_close_after = false;
+        act.refused = false;
+        act.resp_length = null;
+        act.resp_body_bytes = 0;
+        act.bytes_sent = 0;
     }
 
     /// Answers a request the engine itself refuses, then closes.
     pub fn refuse(self: *Conn, status: u16) void {
-        self.a().refused = true;
-        self.a().keep_alive = false;
-        self.a().resp_close_after = true;
-        self.a().resp_complete = true;
-        self.a().status = status;
+        const act = self.a();
+        act.refused = true;
+        act.keep_alive = false;
+        act.resp_close_after = true;
+        act.resp_complete = true;
+        act.status = status;
         // Bytes after a refused head are never parsed.
-        self.a().rstart = self.a().rlen;
+        act.rstart = act.rlen;
         self.queue(response.errorResponse(status)) catch return self.close();
         self.flush();
     }
@@ -312,54 +316,55 @@ pub const Conn = struct {
     /// Collects available body bytes as slices into the read buffer (valid until
     /// `bodyConsumed`). Also sends `100 Continue` the first time the app asks for a body.
     pub fn takeBody(self: *Conn, segs: [][]const u8) TakeResult {
-        var r = TakeResult{ .count = 0, .done = self.a().body_done, .failed = false };
-        if (self.a().body_done or self.state == .closed) return r;
-        if (self.a().expect_continue) {
-            self.a().expect_continue = false;
-            if (!self.a().resp_started) {
+        const act = self.a();
+        var r = TakeResult{ .count = 0, .done = act.body_done, .failed = false };
+        if (act.body_done or self.state == .closed) return r;
+        if (act.expect_continue) {
+            act.expect_continue = false;
+            if (!act.resp_started) {
                 self.queue("HTTP/1.1 100 Continue\r\n\r\n") catch {};
                 self.flush();
             }
         }
-        const buf = self.a().rbuf orelse return r;
-        while (r.count < segs.len and !self.a().body_done) {
-            const avail = buf[self.a().rstart..self.a().rlen];
+        const buf = act.rbuf orelse return r;
+        while (r.count < segs.len and !act.body_done) {
+            const avail = buf[act.rstart..act.rlen];
             if (avail.len == 0) break;
-            switch (self.a().body_kind) {
+            switch (act.body_kind) {
                 .length => {
-                    const n: usize = @intCast(@min(self.a().body_remaining, avail.len));
+                    const n: usize = @intCast(@min(act.body_remaining, avail.len));
                     segs[r.count] = avail[0..n];
                     r.count += 1;
-                    self.a().rstart += @intCast(n);
-                    self.a().body_remaining -= n;
-                    self.a().body_done = self.a().body_remaining == 0;
+                    act.rstart += @intCast(n);
+                    act.body_remaining -= n;
+                    act.body_done = act.body_remaining == 0;
                 },
                 .chunked => {
-                    const step = self.a().chunked.decode(avail, self.server.limits) catch |err| {
+                    const step = act.chunked.decode(avail, self.server.limits) catch |err| {
                         r.failed = true;
-                        self.a().body_done = true;
-                        if (!self.a().resp_started) self.refuse(http1.statusFor(err)) else self.close();
+                        act.body_done = true;
+                        if (!act.resp_started) self.refuse(http1.statusFor(err)) else self.close();
                         break;
                     };
-                    self.a().rstart += @intCast(step.consumed);
+                    act.rstart += @intCast(step.consumed);
                     if (step.data.len > 0) {
                         segs[r.count] = step.data;
                         r.count += 1;
-                        self.a().body_received += step.data.len;
-                        if (self.a().body_received > self.server.body_bytes_max) {
+                        act.body_received += step.data.len;
+                        if (act.body_received > self.server.body_bytes_max) {
                             r.failed = true;
-                            self.a().body_done = true;
-                            if (!self.a().resp_started) self.refuse(413) else self.close();
+                            act.body_done = true;
+                            if (!act.resp_started) self.refuse(413) else self.close();
                             break;
                         }
                     }
-                    if (step.done) self.a().body_done = true;
+                    if (step.done) act.body_done = true;
                     if (step.consumed == 0) break;
                 },
-                .none => self.a().body_done = true,
+                .none => act.body_done = true,
             }
         }
-        r.done = self.a().body_done;
+        r.done = act.body_done;
         return r;
     }
 
@@ -378,9 +383,10 @@ pub const Conn = struct {
                 return self.close();
             },
             .request => {
-                if (self.a().body_done or self.a().resp_started) return self.close();
+                const act = self.a();
+                if (act.body_done or act.resp_started) return self.close();
                 self.refuse(408);
-                if (self.a().stream) |s| self.server.hooks.wakeRead(s);
+                if (act.stream) |s| self.server.hooks.wakeRead(s);
             },
             .lingering, .closed => self.close(),
         }
@@ -388,11 +394,12 @@ pub const Conn = struct {
 
     /// The stream copied the slices from `takeBody`: make room for more.
     pub fn bodyConsumed(self: *Conn) void {
+        const act = self.a();
         if (self.state == .closed) return;
         if (self.timer.queue == &self.server.body_timeouts) self.timer.disarm();
-        if (self.a().rstart == self.a().rlen) {
-            self.a().rstart = 0;
-            self.a().rlen = 0;
+        if (act.rstart == act.rlen) {
+            act.rstart = 0;
+            act.rlen = 0;
         }
         if (!self.interest.readable) self.setReading(true);
     }
@@ -402,35 +409,37 @@ pub const Conn = struct {
     /// Serialises the response head into the output buffer. Nothing is written to the
     /// socket yet: the head leaves together with the first body bytes.
     pub fn startResponse(self: *Conn, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
-        if (self.a().resp_started) return error.AlreadyStarted;
+        const act = self.a();
+        if (act.resp_started) return error.AlreadyStarted;
         if (self.gone()) {
-            self.a().resp_started = true;
+            act.resp_started = true;
             return;
         }
         var buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
-        var w = response.HeadWriter{ .buf = buf[self.a().olen..] };
-        self.a().status = status;
-        self.a().resp_no_body = response.statusHasNoBody(status) or self.a().is_head_method;
+        var w = response.HeadWriter{ .buf = buf[act.olen..] };
+        act.status = status;
+        act.resp_no_body = response.statusHasNoBody(status) or act.is_head_method;
         self.writeHead(&w, status, headers, extra) catch |err| {
             if (err != error.NoSpace) return error.InvalidHeader;
             // A head larger than a pooled buffer: move to a heap buffer sized for it.
-            var need: usize = 1024 + self.a().olen;
+            var need: usize = 1024 + act.olen;
             for (headers) |h| need += h[0].len + h[1].len + 4;
             for (extra) |h| need += h[0].len + h[1].len + 4;
             if (need > response_head_bytes_max) return error.HeadTooLarge;
             buf = self.growOut(need) orelse return error.OutOfMemory;
-            w = .{ .buf = buf[self.a().olen..] };
-            self.a().resp_length = null;
+            w = .{ .buf = buf[act.olen..] };
+            act.resp_length = null;
             self.writeHead(&w, status, headers, extra) catch |e2| {
                 return if (e2 == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
             };
         };
         // Room is left for the framing header and the blank line, added with the first body.
-        self.a().staged_head_len = @intCast(w.len);
-        self.a().resp_started = true;
+        act.staged_head_len = @intCast(w.len);
+        act.resp_started = true;
     }
 
     fn writeHead(self: *Conn, w: *response.HeadWriter, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) !void {
+        const act = self.a();
         try w.statusLine(status);
         const srv = self.server;
         if (srv.server_header) try w.append("server: zigcorn\r\n");
@@ -439,13 +448,13 @@ pub const Conn = struct {
         for (headers) |h| {
             if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
             if (std.ascii.eqlIgnoreCase(h[0], "content-length")) {
-                if (self.a().resp_length != null) return error.InvalidHeader;
-                self.a().resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
+                if (act.resp_length != null) return error.InvalidHeader;
+                act.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
             } else if (std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
                 // The engine frames the body itself; the app's claim is dropped.
                 continue;
             } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
-                if (http1.connectionHas(h[1], "close")) self.a().keep_alive = false;
+                if (http1.connectionHas(h[1], "close")) act.keep_alive = false;
                 continue;
             }
             try w.header(h[0], h[1]);
@@ -454,103 +463,107 @@ pub const Conn = struct {
 
     /// Chooses the framing once the first body message shows whether it is the only one.
     fn finishHead(self: *Conn, first_body_len: usize, more: bool) error{NoSpace}!void {
-        const buf = self.a().obuf.?[0..self.a().ocap];
-        var w = response.HeadWriter{ .buf = buf[self.a().olen..], .len = self.a().staged_head_len };
-        if (self.a().resp_length != null) {
+        const act = self.a();
+        const buf = act.obuf.?[0..act.ocap];
+        var w = response.HeadWriter{ .buf = buf[act.olen..], .len = act.staged_head_len };
+        if (act.resp_length != null) {
             // The app's own content-length is already in the head.
-        } else if (self.a().resp_no_body) {
+        } else if (act.resp_no_body) {
             // 1xx/204/304/HEAD: no framing header is invented (HEAD keeps the app's).
         } else if (!more) {
-            self.a().resp_length = first_body_len;
+            act.resp_length = first_body_len;
             try w.contentLength(first_body_len);
-        } else if (!self.a().http10) {
-            self.a().resp_chunked = true;
+        } else if (!act.http10) {
+            act.resp_chunked = true;
             try w.append("transfer-encoding: chunked\r\n");
         } else {
             // HTTP/1.0 without a length: the end of the body is the end of the connection.
-            self.a().keep_alive = false;
+            act.keep_alive = false;
         }
-        if (self.requests_count >= self.server.keep_alive_requests_max) self.a().keep_alive = false;
-        if (!self.a().keep_alive or self.server.draining) {
-            self.a().keep_alive = false;
+        if (self.requests_count >= self.server.keep_alive_requests_max) act.keep_alive = false;
+        if (!act.keep_alive or self.server.draining) {
+            act.keep_alive = false;
             try w.append("connection: close\r\n");
-        } else if (self.a().http10) {
+        } else if (act.http10) {
             try w.append("connection: keep-alive\r\n");
         }
         try w.append("\r\n");
-        self.a().olen += @intCast(w.len);
-        self.a().staged_head_len = 0;
-        self.a().resp_head_sent = true;
+        act.olen += @intCast(w.len);
+        act.staged_head_len = 0;
+        act.resp_head_sent = true;
     }
 
     /// Queues one body message and tries to write it at once. Returns true when the
     /// caller must wait for `wakeWrite` before the next write (the client reads slowly).
     /// `owner` keeps `data` alive while it is queued; the hooks release it.
     pub fn writeBody(self: *Conn, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
-        if (!self.a().resp_started) return error.NotStarted;
-        if (self.a().resp_complete) return error.AlreadyComplete;
-        if (self.a().pending.len != 0) return error.Busy;
+        const act = self.a();
+        if (!act.resp_started) return error.NotStarted;
+        if (act.resp_complete) return error.AlreadyComplete;
+        if (act.pending.len != 0) return error.Busy;
         if (self.gone()) {
-            if (!more) self.a().resp_complete = true;
+            if (!more) act.resp_complete = true;
             return false;
         }
-        if (!self.a().resp_head_sent) self.finishHead(data.len, more) catch return error.OutOfMemory;
+        if (!act.resp_head_sent) self.finishHead(data.len, more) catch return error.OutOfMemory;
         var body = data;
-        if (self.a().resp_no_body) body = &.{};
-        if (self.a().resp_length) |n| {
-            if (self.a().resp_body_bytes + body.len > n and !self.a().resp_no_body) return error.TooMuchBody;
-            if (!more and self.a().resp_body_bytes + body.len < n and !self.a().resp_no_body) return error.TooLittleBody;
+        if (act.resp_no_body) body = &.{};
+        if (act.resp_length) |n| {
+            if (act.resp_body_bytes + body.len > n and !act.resp_no_body) return error.TooMuchBody;
+            if (!more and act.resp_body_bytes + body.len < n and !act.resp_no_body) return error.TooLittleBody;
         }
-        self.a().resp_body_bytes += body.len;
-        if (self.a().resp_chunked and body.len > 0) {
+        act.resp_body_bytes += body.len;
+        if (act.resp_chunked and body.len > 0) {
             var tmp: [20]u8 = undefined;
             const line = std.fmt.bufPrint(&tmp, "{x}\r\n", .{body.len}) catch unreachable;
             self.queue(line) catch return error.OutOfMemory;
         }
         if (body.len > 0) self.queueOwned(body, owner) catch return error.OutOfMemory;
-        if (self.a().resp_chunked) {
+        if (act.resp_chunked) {
             if (body.len > 0) self.queueSmall("\r\n") catch return error.OutOfMemory;
             if (!more) self.queueSmall("0\r\n\r\n") catch return error.OutOfMemory;
         }
-        if (!more) self.a().resp_complete = true;
+        if (!more) act.resp_complete = true;
         self.flush();
-        return self.a().pending.len != 0 or (self.a().olen - self.a().ooff) > buffer_bytes / 2;
+        return act.pending.len != 0 or (act.olen - act.ooff) > buffer_bytes / 2;
     }
 
     /// The stream is done with this connection (the app returned or failed). If the
     /// response is whole and the connection may be kept, the next request is parsed.
     pub fn finishStream(self: *Conn) void {
-        self.a().stream = null;
+        const act = self.a();
+        act.stream = null;
         self.server.streamFinished();
         if (self.state == .closed) return self.server.retire(self);
-        if (!self.a().resp_complete) return self.close();
+        if (!act.resp_complete) return self.close();
         self.afterResponse();
     }
 
     /// Called when the response is complete and flushed, or when the stream finishes.
     fn afterResponse(self: *Conn) void {
-        if (!self.a().resp_complete or self.outputLen() != 0) return;
-        if (self.a().stream) |s| {
+        const act = self.a();
+        if (!act.resp_complete or self.outputLen() != 0) return;
+        if (act.stream) |s| {
             // The app is still running: its receive() now reports disconnect.
             self.server.hooks.wakeRead(s);
             return;
         }
         if (self.state != .request and self.state != .head) return;
-        const reusable = self.a().keep_alive and !self.server.draining and
+        const reusable = act.keep_alive and !self.server.draining and
             self.requests_count < self.server.keep_alive_requests_max and
-            (self.a().body_done or self.canDiscardBody());
+            (act.body_done or self.canDiscardBody());
         if (!reusable) return self.lingerClose();
         self.state = .head;
-        if (!self.a().body_done) {
+        if (!act.body_done) {
             // The app answered without reading the whole body: skip the rest, then go on.
-            self.a().discarding = true;
+            act.discarding = true;
             self.discardBody();
             if (self.state != .head) return;
         }
         self.server.idle_timeouts.arm(&self.timer, self.server.now_ms);
         if (!self.interest.readable) self.setReading(true);
-        if (self.a().rlen > self.a().rstart) return self.server.schedule(self);
-        if (self.a().discarding) return;
+        if (act.rlen > act.rstart) return self.server.schedule(self);
+        if (act.discarding) return;
         // Idle: the connection keeps only its small struct.
         self.releaseActive();
     }
@@ -558,209 +571,225 @@ pub const Conn = struct {
     /// A body is skipped only when that is cheap and the client is not waiting for a
     /// `100 Continue` it never got (it would never send the body).
     fn canDiscardBody(self: *const Conn) bool {
-        if (self.a().expect_continue) return false;
-        return switch (self.a().body_kind) {
-            .length => self.a().body_remaining <= discard_bytes_max,
+        const act = self.a();
+        if (act.expect_continue) return false;
+        return switch (act.body_kind) {
+            .length => act.body_remaining <= discard_bytes_max,
             .chunked => true,
             .none => true,
         };
     }
 
     fn discardBody(self: *Conn) void {
+        const act = self.a();
         var segs: [16][]const u8 = undefined;
-        while (!self.a().body_done and self.state != .closed) {
+        while (!act.body_done and self.state != .closed) {
             const r = self.takeBody(&segs);
-            for (segs[0..r.count]) |seg| self.a().discarded_bytes += seg.len;
-            if (r.failed or self.a().discarded_bytes > discard_bytes_max) return self.close();
+            for (segs[0..r.count]) |seg| act.discarded_bytes += seg.len;
+            if (r.failed or act.discarded_bytes > discard_bytes_max) return self.close();
             if (r.count == 0) break;
         }
         if (self.state == .closed) return;
         self.bodyConsumed();
-        if (self.a().body_done) {
-            self.a().discarding = false;
-            self.a().discarded_bytes = 0;
+        if (act.body_done) {
+            act.discarding = false;
+            act.discarded_bytes = 0;
         }
     }
 
     // ---- output -------------------------------------------------------------
 
     fn outputLen(self: *const Conn) usize {
-        return (self.a().olen - self.a().ooff) + self.a().pending.len + self.a().tail_len;
+        const act = self.a();
+        return (act.olen - act.ooff) + act.pending.len + act.tail_len;
     }
 
     fn queue(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
-        if (self.a().pending.len != 0) return self.queueSmall(bytes);
+        const act = self.a();
+        if (act.pending.len != 0) return self.queueSmall(bytes);
         const buf = self.ensureOutBuffer() orelse return error.OutOfMemory;
-        if (bytes.len > self.a().ocap - self.a().olen and self.a().ooff > 0) self.compactOut();
-        if (bytes.len > self.a().ocap - self.a().olen) return error.OutOfMemory;
-        @memcpy(buf[self.a().olen..][0..bytes.len], bytes);
-        self.a().olen += @intCast(bytes.len);
+        if (bytes.len > act.ocap - act.olen and act.ooff > 0) self.compactOut();
+        if (bytes.len > act.ocap - act.olen) return error.OutOfMemory;
+        @memcpy(buf[act.olen..][0..bytes.len], bytes);
+        act.olen += @intCast(bytes.len);
     }
 
     /// Small framing bytes that must follow a pending (borrowed) body.
     fn queueSmall(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
-        if (self.a().pending.len == 0) return self.queue(bytes);
-        if (bytes.len > self.a().tail.len - self.a().tail_len) return error.OutOfMemory;
-        @memcpy(self.a().tail[self.a().tail_len..][0..bytes.len], bytes);
-        self.a().tail_len += @intCast(bytes.len);
+        const act = self.a();
+        if (act.pending.len == 0) return self.queue(bytes);
+        if (bytes.len > act.tail.len - act.tail_len) return error.OutOfMemory;
+        @memcpy(act.tail[act.tail_len..][0..bytes.len], bytes);
+        act.tail_len += @intCast(bytes.len);
     }
 
     /// Small bodies are copied next to the head (one write); large ones are borrowed.
     fn queueOwned(self: *Conn, bytes: []const u8, owner: ?*anyopaque) error{OutOfMemory}!void {
-        const room = self.a().ocap - self.a().olen;
+        const act = self.a();
+        const room = act.ocap - act.olen;
         if (bytes.len <= 4096 and bytes.len <= room) return self.queue(bytes);
-        std.debug.assert(self.a().pending.len == 0);
-        self.a().pending = bytes;
-        self.a().pending_owner = owner;
+        std.debug.assert(act.pending.len == 0);
+        act.pending = bytes;
+        act.pending_owner = owner;
         if (owner) |o| self.server.hooks.retain(o);
     }
 
     fn flush(self: *Conn) void {
-        if (self.act == null) return self.setWriting(false);
+        const act = self.act orelse return self.setWriting(false);
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
             var n: usize = 0;
-            if (self.a().olen > self.a().ooff) {
-                iov[n] = .{ .base = self.a().obuf.? + self.a().ooff, .len = self.a().olen - self.a().ooff };
+            if (act.olen > act.ooff) {
+                iov[n] = .{ .base = act.obuf.? + act.ooff, .len = act.olen - act.ooff };
                 n += 1;
             }
-            if (self.a().pending.len > 0) {
-                iov[n] = .{ .base = self.a().pending.ptr, .len = self.a().pending.len };
+            if (act.pending.len > 0) {
+                iov[n] = .{ .base = act.pending.ptr, .len = act.pending.len };
                 n += 1;
             }
-            if (self.a().tail_len > 0) {
-                iov[n] = .{ .base = &self.a().tail, .len = self.a().tail_len };
+            if (act.tail_len > 0) {
+                iov[n] = .{ .base = &act.tail, .len = act.tail_len };
                 n += 1;
             }
             switch (sys.writev(self.fd, iov[0..n])) {
                 .ok => |written| {
                     self.advanceOutput(written);
                     // Progress: the write deadline starts again.
-                    if (self.a().write_timer.armed()) self.server.write_timeouts.arm(&self.a().write_timer, self.server.now_ms);
+                    if (act.write_timer.armed()) self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
                 },
                 .err => |e| {
                     if (e != .AGAIN) return self.close();
-                    if (!self.a().write_timer.armed()) self.server.write_timeouts.arm(&self.a().write_timer, self.server.now_ms);
+                    if (!act.write_timer.armed()) self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
                     return self.setWriting(true);
                 },
             }
         }
-        self.a().write_timer.disarm();
+        act.write_timer.disarm();
         if (self.interest.writable) self.setWriting(false);
-        if (self.a().staged_head_len == 0) self.releaseOut();
-        if (self.a().stream) |s| self.server.hooks.wakeWrite(s);
-        if (self.a().resp_complete and (self.state == .request or self.a().refused)) {
-            if (self.a().resp_close_after and self.a().stream == null) return self.lingerClose();
+        if (act.staged_head_len == 0) self.releaseOut();
+        if (act.stream) |s| self.server.hooks.wakeWrite(s);
+        if (act.resp_complete and (self.state == .request or act.refused)) {
+            if (act.resp_close_after and act.stream == null) return self.lingerClose();
             self.afterResponse();
         }
     }
 
     fn advanceOutput(self: *Conn, written: usize) void {
-        self.a().bytes_sent += written;
+        const act = self.a();
+        act.bytes_sent += written;
         self.server.bytes_out += written;
         var left = written;
-        const head = @min(left, self.a().olen - self.a().ooff);
-        self.a().ooff += @intCast(head);
+        const head = @min(left, act.olen - act.ooff);
+        act.ooff += @intCast(head);
         left -= head;
-        if (self.a().ooff == self.a().olen) {
-            self.a().ooff = 0;
-            self.a().olen = 0;
+        if (act.ooff == act.olen) {
+            act.ooff = 0;
+            act.olen = 0;
         }
-        if (left > 0 and self.a().pending.len > 0) {
-            const p = @min(left, self.a().pending.len);
-            self.a().pending = self.a().pending[p..];
+        if (left > 0 and act.pending.len > 0) {
+            const p = @min(left, act.pending.len);
+            act.pending = act.pending[p..];
             left -= p;
-            if (self.a().pending.len == 0) self.releasePending();
+            if (act.pending.len == 0) self.releasePending();
         }
         if (left > 0) {
-            std.debug.assert(left <= self.a().tail_len);
-            std.mem.copyForwards(u8, self.a().tail[0 .. self.a().tail_len - left], self.a().tail[left..self.a().tail_len]);
-            self.a().tail_len -= @intCast(left);
+            std.debug.assert(left <= act.tail_len);
+            std.mem.copyForwards(u8, act.tail[0 .. act.tail_len - left], act.tail[left..act.tail_len]);
+            act.tail_len -= @intCast(left);
         }
         // Framing bytes parked behind a borrowed body move up once it is gone.
-        if (self.a().pending.len == 0 and self.a().tail_len > 0 and self.a().olen == 0) {
-            const t = self.a().tail_len;
-            self.a().tail_len = 0;
-            self.queue(self.a().tail[0..t]) catch {};
+        if (act.pending.len == 0 and act.tail_len > 0 and act.olen == 0) {
+            const t = act.tail_len;
+            act.tail_len = 0;
+            self.queue(act.tail[0..t]) catch {};
         }
     }
 
     fn releasePending(self: *Conn) void {
-        self.a().pending = &.{};
-        if (self.a().pending_owner) |o| {
-            self.a().pending_owner = null;
+        const act = self.a();
+        act.pending = &.{};
+        if (act.pending_owner) |o| {
+            act.pending_owner = null;
             self.server.hooks.release(o);
         }
     }
 
     fn compactOut(self: *Conn) void {
-        const buf = self.a().obuf orelse return;
-        const n = self.a().olen - self.a().ooff;
-        std.mem.copyForwards(u8, buf[0..n], buf[self.a().ooff..self.a().olen]);
-        self.a().ooff = 0;
-        self.a().olen = n;
+        const act = self.a();
+        const buf = act.obuf orelse return;
+        const n = act.olen - act.ooff;
+        std.mem.copyForwards(u8, buf[0..n], buf[act.ooff..act.olen]);
+        act.ooff = 0;
+        act.olen = n;
     }
 
     // ---- buffers and interest -------------------------------------------------
 
     fn ensureReadBuffer(self: *Conn) ?*Buffer {
-        if (self.a().rbuf == null) self.a().rbuf = self.server.pool.acquire();
-        return self.a().rbuf;
+        const act = self.a();
+        if (act.rbuf == null) act.rbuf = self.server.pool.acquire();
+        return act.rbuf;
     }
 
     fn ensureOutBuffer(self: *Conn) ?[]u8 {
-        if (self.a().obuf == null) {
+        const act = self.a();
+        if (act.obuf == null) {
             const b = self.server.pool.acquire() orelse return null;
-            self.a().obuf = b;
-            self.a().ocap = buffer_bytes;
+            act.obuf = b;
+            act.ocap = buffer_bytes;
         }
-        return self.a().obuf.?[0..self.a().ocap];
+        return act.obuf.?[0..act.ocap];
     }
 
     /// Replaces the output buffer by a heap one of `size` bytes, keeping its contents.
     fn growOut(self: *Conn, size: usize) ?[]u8 {
+        const act = self.a();
         const heap = std.heap.c_allocator.alloc(u8, size) catch return null;
-        if (self.a().obuf) |old| @memcpy(heap[0..self.a().olen], old[0..self.a().olen]);
+        if (act.obuf) |old| @memcpy(heap[0..act.olen], old[0..act.olen]);
         self.releaseOutMemory();
-        self.a().obuf = heap.ptr;
-        self.a().ocap = @intCast(size);
+        act.obuf = heap.ptr;
+        act.ocap = @intCast(size);
         return heap;
     }
 
     fn releaseOutMemory(self: *Conn) void {
-        const b = self.a().obuf orelse return;
-        if (self.a().ocap == buffer_bytes) {
+        const act = self.a();
+        const b = act.obuf orelse return;
+        if (act.ocap == buffer_bytes) {
             self.server.pool.release(@ptrCast(@alignCast(b)));
         } else {
-            std.heap.c_allocator.free(b[0..self.a().ocap]);
+            std.heap.c_allocator.free(b[0..act.ocap]);
         }
-        self.a().obuf = null;
-        self.a().ocap = 0;
+        act.obuf = null;
+        act.ocap = 0;
     }
 
     fn releaseOut(self: *Conn) void {
+        const act = self.a();
         self.releaseOutMemory();
-        self.a().ooff = 0;
-        self.a().olen = 0;
+        act.ooff = 0;
+        act.olen = 0;
     }
 
     fn compact(self: *Conn) void {
-        const buf = self.a().rbuf orelse return;
-        if (self.a().rstart == 0) return;
-        const n = self.a().rlen - self.a().rstart;
-        std.mem.copyForwards(u8, buf[0..n], buf[self.a().rstart..self.a().rlen]);
-        self.a().rstart = 0;
-        self.a().rlen = n;
+        const act = self.a();
+        const buf = act.rbuf orelse return;
+        if (act.rstart == 0) return;
+        const n = act.rlen - act.rstart;
+        std.mem.copyForwards(u8, buf[0..n], buf[act.rstart..act.rlen]);
+        act.rstart = 0;
+        act.rlen = n;
     }
 
     /// An idle connection gives its buffers back: it holds only this struct.
     fn releaseIdleBuffers(self: *Conn) void {
-        if (self.a().rbuf) |b| {
-            if (self.a().rstart == self.a().rlen) {
+        const act = self.a();
+        if (act.rbuf) |b| {
+            if (act.rstart == act.rlen) {
                 self.server.pool.release(b);
-                self.a().rbuf = null;
-                self.a().rstart = 0;
-                self.a().rlen = 0;
+                act.rbuf = null;
+                act.rstart = 0;
+                act.rlen = 0;
             }
         }
     }
@@ -783,19 +812,20 @@ pub const Conn = struct {
     /// closing with unread bytes would reset the connection and could destroy the
     /// response the peer has not read yet.
     fn lingerClose(self: *Conn) void {
-        if (self.a().rstart == self.a().rlen and self.a().body_done and self.state == .request) {
+        const act = self.a();
+        if (act.rstart == act.rlen and act.body_done and self.state == .request) {
             // Nothing unread: a plain close loses nothing.
-            if (!self.a().keep_alive) return self.close();
+            if (!act.keep_alive) return self.close();
         }
         sys.shutdownWrite(self.fd);
         self.state = .lingering;
         self.releaseIdleBuffers();
-        if (self.a().rbuf) |b| {
+        if (act.rbuf) |b| {
             self.server.pool.release(b);
-            self.a().rbuf = null;
+            act.rbuf = null;
         }
-        self.a().rstart = 0;
-        self.a().rlen = 0;
+        act.rstart = 0;
+        act.rlen = 0;
         self.server.linger_timeouts.arm(&self.timer, self.server.now_ms);
         self.setReading(true);
     }
@@ -819,16 +849,16 @@ pub const Conn = struct {
         self.server.connectionClosed(self);
         const act = self.act orelse return self.server.retire(self);
         act.write_timer.disarm();
-        if (self.a().rbuf) |b| self.server.pool.release(b);
+        if (act.rbuf) |b| self.server.pool.release(b);
         self.releaseOutMemory();
-        self.a().rbuf = null;
-        self.a().rstart = 0;
-        self.a().rlen = 0;
-        self.a().ooff = 0;
-        self.a().olen = 0;
-        self.a().tail_len = 0;
+        act.rbuf = null;
+        act.rstart = 0;
+        act.rlen = 0;
+        act.ooff = 0;
+        act.olen = 0;
+        act.tail_len = 0;
         self.releasePending();
-        if (self.a().stream) |s| {
+        if (act.stream) |s| {
             self.server.hooks.wakeRead(s);
             self.server.hooks.wakeWrite(s);
         } else {

@@ -138,8 +138,8 @@ pub const DateCache = struct {
     pub fn update(self: *DateCache, now_s: i64) void {
         if (now_s == self.second) return;
         self.second = now_s;
-        const days = [_][]const u8{"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};
-        const months = [_][]const u8{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+        const days = [_][]const u8{ "Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed" };
+        const months = [_][]const u8{ "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
         const es = std.time.epoch.EpochSeconds{ .secs = @intCast(@max(now_s, 0)) };
         const day = es.getEpochDay();
         const yd = day.calculateYearDay();

@@ -44,13 +44,13 @@ const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", 
 
 /// Header names common enough to share one bytes object across requests.
 const common_headers = [_][:0]const u8{
-    "host",             "user-agent",      "accept",           "accept-encoding",
-    "accept-language",  "connection",      "content-type",     "content-length",
-    "cookie",           "referer",         "cache-control",    "origin",
-    "upgrade",          "transfer-encoding", "authorization",  "x-forwarded-for",
-    "x-forwarded-proto", "x-forwarded-host", "x-real-ip",      "x-request-id",
-    "if-none-match",    "if-modified-since", "pragma",         "expect",
-    "sec-fetch-mode",   "sec-fetch-site",  "sec-fetch-dest",   "keep-alive",
+    "host",              "user-agent",            "accept",                 "accept-encoding",
+    "accept-language",   "connection",            "content-type",           "content-length",
+    "cookie",            "referer",               "cache-control",          "origin",
+    "upgrade",           "transfer-encoding",     "authorization",          "x-forwarded-for",
+    "x-forwarded-proto", "x-forwarded-host",      "x-real-ip",              "x-request-id",
+    "if-none-match",     "if-modified-since",     "pragma",                 "expect",
+    "sec-fetch-mode",    "sec-fetch-site",        "sec-fetch-dest",         "keep-alive",
     "sec-websocket-key", "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions",
 };
 
