@@ -118,7 +118,37 @@ const max_headers = 256;
 // Scratch for start(): module-level (the GIL serialises callers) because a local
 // `undefined` array of this size would be filled with 0xaa on every call in safe builds.
 var header_pairs: [max_headers][2][]const u8 = undefined;
-var header_holders: [max_headers]?*Object = undefined;
+
+/// New reference: the headers as a list or tuple whose items are 2-item lists or
+/// tuples, converting other iterables. Reading it afterwards runs no Python code.
+fn normalizedHeaders(headers: *Object) ?*Object {
+    const seq = c.PySequence_Fast(headers, "headers must be an iterable of (name, value) pairs") orelse return null;
+    const n = py.seqLen(seq);
+    const items = py.seqItems(seq);
+    var plain = true;
+    for (0..n) |i| {
+        const pair = items[i].?;
+        const is_seq = c.PyTuple_Check(pair) != 0 or c.PyList_Check(pair) != 0;
+        if (!is_seq or py.seqLen(pair) != 2) plain = false;
+    }
+    if (plain) return seq;
+    defer py.decref(seq);
+    const list = c.PyList_New(@intCast(n)) orelse return null;
+    for (0..n) |i| {
+        // Converting a pair runs Python code, which could shrink a list under us.
+        if (py.seqLen(seq) != n) {
+            py.decref(list);
+            return py.runtimeError("headers changed while being read");
+        }
+        const t = c.PySequence_Tuple(py.seqItems(seq)[i].?) orelse return fail(list);
+        _ = c.PyList_SetItem(list, @intCast(i), t);
+        if (c.PyTuple_Size(t) != 2) {
+            py.decref(list);
+            return py.typeError("each header must be a (name, value) pair");
+        }
+    }
+    return list;
+}
 
 /// start(status, headers): the response head. Headers are (bytes, bytes) pairs.
 fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
@@ -130,21 +160,15 @@ fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
         c.PyErr_SetString(c.PyExc_ValueError, "status must be an integer between 100 and 999");
         return null;
     }
-    const seq = c.PySequence_Fast(args[1], "headers must be an iterable of (name, value) pairs") orelse return null;
+    // Any Python code (a custom iterable) runs here, before the shared scratch is touched.
+    const seq = normalizedHeaders(args[1].?) orelse return null;
     defer py.decref(seq);
-    const n: usize = @intCast(py.seqLen(seq));
+    const n = py.seqLen(seq);
     if (n > max_headers) return py.runtimeError("too many response headers");
     const pairs = &header_pairs;
-    const holders = &header_holders;
-    var held: usize = 0;
-    defer for (holders[0..held]) |h| py.xdecref(h);
     const items = py.seqItems(seq);
     for (0..n) |i| {
-        const pair = c.PySequence_Fast(items[i], "each header must be a (name, value) pair") orelse return null;
-        holders[held] = pair;
-        held += 1;
-        if (py.seqLen(pair) != 2) return py.typeError("each header must be a (name, value) pair");
-        const pi = py.seqItems(pair);
+        const pi = py.seqItems(items[i].?);
         pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
         pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
     }
