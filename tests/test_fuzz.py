@@ -1,0 +1,57 @@
+"""Fuzzing of the Zig HTTP/1.1 parser (src/zig/http1.zig).
+
+- The checked-in corpus (src/zig/fuzz_corpus/*.http) as a regression test:
+  `python -m ziglang test src/zig/fuzz.zig`.
+- A time-bounded mutation fuzzer (src/zig/fuzz_main.zig, built ReleaseSafe so any overflow
+  or out-of-bounds access panics). ZIGCORN_FUZZ_SECONDS (default 20) bounds the run;
+  ZIGCORN_FUZZ_SEED pins the seed (otherwise a fresh one, printed, per run).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness import ROOT, zigcorn_only
+
+pytest.importorskip("ziglang", reason="the ziglang wheel is not installed")
+
+ZIG_DIR = ROOT / "src" / "zig"
+
+
+def zig(*args, cwd, timeout):
+    return subprocess.run(
+        [sys.executable, "-m", "ziglang", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@zigcorn_only
+def test_fuzz_corpus_regression(tmp_path_factory):
+    cache = tmp_path_factory.getbasetemp() / "zig-cache"
+    result = zig("test", "--cache-dir", str(cache), "--test-filter", "fuzz:", str(ZIG_DIR / "fuzz.zig"),
+                 cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@zigcorn_only
+def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
+    seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
+    cache = tmp_path_factory.getbasetemp() / "zig-cache"
+    exe = tmp_path / "fuzz_main"
+    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                str(ZIG_DIR / "fuzz_main.zig"), cwd=tmp_path, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    crash = tmp_path / "fuzz-crash.bin"
+    command = [str(exe), "--seconds", str(seconds), "--out", str(crash)]
+    if "ZIGCORN_FUZZ_SEED" in os.environ:
+        command += ["--seed", os.environ["ZIGCORN_FUZZ_SEED"]]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    output = result.stdout + result.stderr
+    print(output)
+    detail = ""
+    if crash.exists():
+        detail = f"\ncrashing input ({crash}): {crash.read_bytes()!r}"
+    assert result.returncode == 0, output + detail
+    assert "iterations/s" in output
