@@ -29,6 +29,16 @@ SERVER_ARGS = [] if IS_ZIGCORN else ["--http", os.environ.get("ZIGCORN_TEST_UVIC
 CLEAN_SIGTERM_EXIT = 0 if IS_ZIGCORN else -signal.SIGTERM
 
 
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    """Polls `predicate` until it is true or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

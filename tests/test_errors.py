@@ -1,21 +1,11 @@
 """Client disconnects, app exceptions, ASGI misuse and malformed requests."""
 
-import time
-
 import h11
 import httpx
 import pytest
 
+from tests.harness import wait_for
 from tests.rawhttp import RawConn, get, request
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_disconnect_reaches_app_after_client_closes(basic):

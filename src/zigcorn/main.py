@@ -28,8 +28,11 @@ def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
     """
     if app_dir is not None:
         sys.path.insert(0, app_dir or os.getcwd())
-    config = Config(app, **kwargs)
+    serve(Config(app, **kwargs))
 
+
+def serve(config: Config) -> None:
+    """Run a server for `config` until it stops; exit 3 if it never started."""
     from zigcorn.server import Server
 
     server = Server(config)
@@ -43,10 +46,17 @@ def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``zigcorn`` and ``python -m zigcorn``."""
-    options = vars(build_parser().parse_args(argv))
+    parser = build_parser()
+    options = vars(parser.parse_args(argv))
     if options["log_config"] is None:
         options["log_config"] = LOGGING_CONFIG
-    run(options.pop("app"), **options)
+    app, app_dir = options.pop("app"), options.pop("app_dir")
+    sys.path.insert(0, app_dir or os.getcwd())
+    try:
+        config = Config(app, **options)
+    except ValueError as exc:  # a setting out of range: one line, like argparse's own errors
+        parser.error(str(exc))
+    serve(config)
 
 
 def build_parser() -> argparse.ArgumentParser:
