@@ -14,6 +14,7 @@ const scope = @import("scope.zig");
 const server_mod = @import("server.zig");
 const Server = server_mod.Server;
 const Conn = @import("conn.zig").Conn;
+const response = @import("response.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -247,7 +248,8 @@ fn closeIfDone(engine: *EngineObjectCore) void {
 
 fn streamGetDisconnected(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return py.boolean(!self.finished or true);
+    // Without a connection the stream is finished (or was aborted): nobody is listening.
+    const conn = self.conn orelse return py.boolean(true);
     return py.boolean(conn.gone());
 }
 
@@ -567,7 +569,6 @@ fn setExtraHeaders(self: *EngineObjectCore, opts: *Object) bool {
             slices[i][j] = dst[at..][0..b.len];
             at += b.len;
         }
-        const response = @import("response.zig");
         if (!response.validName(slices[i][0]) or !response.validValue(slices[i][1])) {
             allocator.free(slices);
             c.PyErr_SetString(c.PyExc_ValueError, "invalid header name or value");
