@@ -1,0 +1,91 @@
+"""The benchmark's own virtualenv, and a description of the machine the numbers come from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+VENV = BENCH_DIR / ".venv"
+REQUIREMENTS = [
+    "uvicorn[standard]", "httptools", "uvloop",
+    "granian==2.8.7", "saltare==1.13.0", "hypercorn", "fastapi",
+]
+MARKER = VENV / ".zigcorn-bench-requirements"
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args],
+                   check=True)
+
+
+def ensure_venv() -> str:
+    """Create ``benchmarks/.venv`` on first use and install the servers plus zigcorn (editable).
+
+    zigcorn is installed editable from the repository, so the venv always runs the
+    working tree's code and its last built engine (rebuild with ``pip install -e .``).
+    """
+    wanted = "\n".join([*REQUIREMENTS, f"-e {ROOT}"]) + "\n"
+    if not venv_python().exists():
+        print(f"creating {VENV} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    if not MARKER.exists() or MARKER.read_text() != wanted:
+        print("installing the servers into the benchmark venv (first run only) ...", flush=True)
+        _pip("--upgrade", "pip")
+        _pip(*REQUIREMENTS)
+        _pip("-e", str(ROOT))
+        MARKER.write_text(wanted)
+    return str(venv_python())
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def machine() -> dict:
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "memory_kib": _mem_total_kib(),
+    }
+
+
+def _mem_total_kib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def provenance() -> dict:
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "zigcorn_commit": _git("rev-parse", "--short", "HEAD") or None,
+        "zigcorn_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }

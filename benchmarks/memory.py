@@ -1,0 +1,225 @@
+"""Memory of a server's whole process tree, read from /proc (Linux only).
+
+RSS is summed over the tree (it counts pages shared between forked workers once per
+process); PSS (``/proc/PID/smaps_rollup``) splits shared pages between the processes
+that map them, so the tree's PSS sum is what the server really costs.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def raise_nofile() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (children inherit it); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
+    return soft
+
+
+def _parent_map() -> dict[int, int]:
+    """pid -> ppid for every live (non-zombie) process."""
+    parents: dict[int, int] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its live descendants."""
+    parents = _parent_map()
+    if root not in parents:
+        return []
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def _kib_field(path: Path, field: str) -> int:
+    """The ``field: N kB`` value of a /proc status-like file, 0 if the process is gone."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def rss_kib(pid: int) -> int:
+    return _kib_field(PROC / str(pid) / "status", "VmRSS")
+
+
+def pss_kib(pid: int) -> int:
+    return _kib_field(PROC / str(pid) / "smaps_rollup", "Pss")
+
+
+def tree_rss_kib(root: int) -> int:
+    return sum(rss_kib(pid) for pid in tree_pids(root))
+
+
+def tree_pss_kib(root: int) -> int:
+    return sum(pss_kib(pid) for pid in tree_pids(root))
+
+
+@dataclass
+class TreeMemory:
+    rss_kib: int
+    pss_kib: int
+    processes: int
+
+    def as_dict(self) -> dict:
+        return {"rss_kib": self.rss_kib, "pss_kib": self.pss_kib, "processes": self.processes}
+
+
+def snapshot(root: int) -> TreeMemory:
+    pids = tree_pids(root)
+    return TreeMemory(sum(rss_kib(p) for p in pids), sum(pss_kib(p) for p in pids), len(pids))
+
+
+def settle(root: int, min_wait: float = 1.0, max_wait: float = 15.0, min_processes: int = 1) -> TreeMemory:
+    """Wait until the tree has ``min_processes`` and its size and RSS stop moving; snapshot it."""
+    start = time.monotonic()
+    stable, last = 0, snapshot(root)
+    while time.monotonic() - start < max_wait:
+        time.sleep(0.25)
+        now = snapshot(root)
+        same_shape = now.processes == last.processes and now.processes >= min_processes
+        stable = stable + 1 if same_shape and abs(now.rss_kib - last.rss_kib) <= last.rss_kib / 100 else 0
+        last = now
+        if stable >= 3 and time.monotonic() - start >= min_wait:
+            break
+    return snapshot(root)
+
+
+class PeakSampler:
+    """Samples the tree's RSS every ``interval`` seconds in a thread; ``peak_kib`` is the maximum."""
+
+    def __init__(self, root: int, interval: float = 0.05):
+        self.root = root
+        self.interval = interval
+        self.peak_kib = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kib = max(self.peak_kib, tree_rss_kib(self.root))
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# -- idle keep-alive connections ---------------------------------------------------------
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: zigcorn-bench\r\n\r\n"
+BATCH = 50  # connections opened at once: well under every server's listen backlog
+
+
+def _read_response(sock: socket.socket) -> int:
+    """Read one response whose body is framed by Content-Length; return its status."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed before a full response head")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed mid-body")
+        body += chunk
+    return int(lines[0].split()[1])
+
+
+def _open_batch(port: int, count: int) -> list[socket.socket]:
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+    for sock in socks:
+        sock.sendall(REQUEST)
+    for sock in socks:
+        status = _read_response(sock)
+        if status != 200:
+            raise RuntimeError(f"idle-connection request answered {status}")
+    return socks
+
+
+def _still_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def idle_connection_cost(root: int, port: int, count: int, wait: float = 1.0) -> dict:
+    """Open ``count`` keep-alive connections with one request each, idle, measure the growth."""
+    before = settle(root, min_wait=0.5)
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < count:
+            socks.extend(_open_batch(port, min(BATCH, count - len(socks))))
+        time.sleep(wait)
+        after = snapshot(root)
+        alive = sum(_still_open(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+    growth = (after.rss_kib - before.rss_kib) * 1024
+    return {
+        "opened": count,
+        "alive": alive,
+        "rss_before_kib": before.rss_kib,
+        "rss_after_kib": after.rss_kib,
+        "pss_before_kib": before.pss_kib,
+        "pss_after_kib": after.pss_kib,
+        "bytes_per_connection": round(growth / count) if count else None,
+    }

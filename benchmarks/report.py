@@ -1,0 +1,123 @@
+"""Tables (plain text and Markdown) from a results document, with ratios against zigcorn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+BASELINE = "zigcorn"
+Getter = Callable[[dict], float | None]
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    get: Getter
+    fmt: Callable[[float], str]
+    ratio: bool = True  # append "(0.72x)": this server's value over zigcorn's
+
+
+def _dig(result: dict, *keys: str) -> float | None:
+    value: object = result
+    for key in keys:
+        if not isinstance(value, dict) or value.get(key) is None:
+            return None
+        value = value[key]
+    return value  # type: ignore[return-value]
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 1024:.1f} KiB" if abs(n) >= 1024 else f"{n:.0f} B"
+
+
+def _errors(result: dict) -> float | None:
+    points = result.get("load") or {}
+    if not points:
+        return None
+    return sum(p["non_2xx_3xx"] + p["socket_errors_total"] for p in points.values())
+
+
+def columns(connections: list[int]) -> list[Column]:
+    cols: list[Column] = []
+    for c in connections:
+        key = str(c)
+        cols += [
+            Column(f"req/s c{c}", lambda r, k=key: _dig(r, "load", k, "rps"), lambda v: f"{v:,.0f}"),
+            Column(f"p50 c{c}", lambda r, k=key: _dig(r, "load", k, "p50_ms"), lambda v: f"{v:.2f} ms", False),
+            Column(f"p99 c{c}", lambda r, k=key: _dig(r, "load", k, "p99_ms"), lambda v: f"{v:.2f} ms", False),
+        ]
+    return cols + [
+        Column("errors", _errors, lambda v: f"{v:.0f}", False),
+        Column("idle RSS", lambda r: _dig(r, "idle", "rss_kib"), _mib),
+        Column("idle PSS", lambda r: _dig(r, "idle", "pss_kib"), _mib),
+        Column("peak RSS", lambda r: _dig(r, "peak_rss_kib"), _mib),
+        Column("per idle conn", lambda r: _dig(r, "idle_connections", "bytes_per_connection"), _bytes),
+        Column("PSS 4 workers", lambda r: _dig(r, "workers", "pss_kib"), _mib),
+    ]
+
+
+def _cell(col: Column, result: dict, base: dict | None, is_base: bool) -> str:
+    if result.get("error"):
+        return "error"
+    value = col.get(result)
+    if value is None:
+        return "n/a"
+    text = col.fmt(value)
+    base_value = col.get(base) if base and not base.get("error") else None
+    if col.ratio and not is_base and base_value:
+        text += f" ({value / base_value:.2f}x)"
+    return text
+
+
+def rows(app_results: dict[str, dict], connections: list[int]) -> tuple[list[str], list[list[str]]]:
+    cols = columns(connections)
+    base = app_results.get(BASELINE)
+    header = ["server", *(c.title for c in cols)]
+    body = []
+    for name, result in app_results.items():
+        label = f"{name} {result.get('version', '')}".strip()
+        body.append([label, *(_cell(c, result, base, name == BASELINE) for c in cols)])
+    return header, body
+
+
+def text_table(header: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def _title(app: str, doc: dict) -> str:
+    cfg = doc["config"]
+    return (f"{app} app: wrk -t1, {cfg['duration_s']} s per point after a {cfg['warmup_s']} s warm-up, "
+            f"{cfg['idle_connections']} idle keep-alive connections, ratios against {BASELINE}")
+
+
+def render(doc: dict, markdown: bool = False) -> str:
+    connections = doc["config"]["connections"]
+    parts = []
+    for app, app_results in doc["apps"].items():
+        header, body = rows(app_results, connections)
+        if markdown:
+            parts.append(f"**{_title(app, doc)}**\n\n{markdown_table(header, body)}")
+        else:
+            parts.append(f"{_title(app, doc)}\n{text_table(header, body)}")
+    if markdown:
+        m = doc["machine"]
+        parts.append(f"_{m['cpu_model']}, {m['nproc']} CPUs, Linux {m['kernel']}, Python {m['python']}, "
+                     f"{doc['date'][:10]}; zigcorn {doc.get('zigcorn_commit') or '?'}{' + local changes' if doc.get('zigcorn_dirty') else ''}; "
+                     f"loopback, one worker each, "
+                     f"PSS 4 workers summed over the process tree._")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,237 @@
+"""Benchmark zigcorn against other ASGI servers (and nginx as the machine's ceiling).
+
+    python benchmarks/run.py                      # full run, every server, ~10 minutes
+    python benchmarks/run.py --quick              # ~1 s points, the servers already installed
+    python benchmarks/run.py --servers zigcorn,granian --apps raw --markdown table.md
+
+Servers run one after another, one worker each, on 127.0.0.1, each on a fresh port, and
+their whole process tree is killed after its measurements. The full run installs the
+servers into ``benchmarks/.venv`` on first use; ``--no-venv`` uses the current Python.
+Load comes from ``wrk``; see README.md in this folder for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import environment  # noqa: E402
+import report  # noqa: E402
+from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
+from memory import PeakSampler, idle_connection_cost, raise_nofile, settle  # noqa: E402
+from servers import APPS, SERVERS, Env, RunningServer, ServerSpec, probe_env, start  # noqa: E402
+
+RESULTS = environment.BENCH_DIR / "results"
+
+
+@dataclass(frozen=True)
+class Config:
+    duration_s: int
+    warmup_s: int
+    connections: list[int]
+    idle_connections: int
+    idle_wait_s: float
+    workers: int
+    path: str
+    quick: bool
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# -- one server ----------------------------------------------------------------------------
+
+def measure_load(server: RunningServer, cfg: Config) -> dict[str, dict]:
+    """A warm-up at the largest connection count, then one wrk run per count."""
+    url = f"http://127.0.0.1:{server.port}{cfg.path}"
+    run_wrk(url, max(cfg.connections), cfg.warmup_s)
+    points = {}
+    for connections in cfg.connections:
+        with PeakSampler(server.pid) as sampler:
+            point = run_wrk(url, connections, cfg.duration_s)
+        point["peak_rss_kib"] = sampler.peak_kib
+        points[str(connections)] = point
+        log(f"    c={connections:<4} {point['rps']:>10,.0f} req/s  p50 {point['p50_ms']:.2f} ms  "
+            f"p99 {point['p99_ms']:.2f} ms  peak RSS {sampler.peak_kib / 1024:.1f} MiB")
+    return points
+
+
+def started(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServer:
+    server = start(spec, env, app, workers)
+    try:
+        server.wait_ready()
+        server.validate()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def measure_workers(spec: ServerSpec, env: Env, app: str, cfg: Config, single_pss: int) -> dict:
+    """Idle PSS of the tree with ``cfg.workers`` workers, next to the one-worker figure."""
+    if not spec.supports_workers(env):
+        return {"supported": False}
+    with started(spec, env, app, cfg.workers) as server:
+        mem = settle(server.pid, min_wait=2.0, min_processes=cfg.workers)
+    extra = (mem.pss_kib - single_pss) / (cfg.workers - 1) if cfg.workers > 1 else None
+    return {"supported": True, "workers": cfg.workers, **mem.as_dict(),
+            "pss_1_worker_kib": single_pss, "pss_per_extra_worker_kib": extra}
+
+
+def measure_idle_connections(server: RunningServer, cfg: Config) -> dict:
+    result = idle_connection_cost(server.pid, server.port, cfg.idle_connections, cfg.idle_wait_s)
+    log(f"    {result['alive']}/{result['opened']} idle connections: {result['bytes_per_connection']} B each")
+    return result
+
+
+def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
+    """Idle memory and load on one process; idle connections on a fresh one; then N workers.
+
+    ``--quick`` skips the multi-worker figure, to stay within seconds.
+    """
+    result: dict = {"version": spec.version(env)}
+    with started(spec, env, app) as server:
+        result["command"] = server.command
+        result["idle"] = settle(server.pid, min_wait=0.5 if cfg.quick else 1.0).as_dict()
+        log(f"    idle RSS {result['idle']['rss_kib'] / 1024:.1f} MiB, PSS {result['idle']['pss_kib'] / 1024:.1f} MiB")
+        result["load"] = measure_load(server, cfg)
+    result["peak_rss_kib"] = max(p["peak_rss_kib"] for p in result["load"].values())
+    with started(spec, env, app) as server:  # a fresh process: no allocator state left by the load
+        result["idle_connections"] = measure_idle_connections(server, cfg)
+    if cfg.quick:
+        result["workers"] = {"supported": spec.supports_workers(env), "skipped": "quick"}
+        return result
+    result["workers"] = measure_workers(spec, env, app, cfg, result["idle"]["pss_kib"])
+    if result["workers"]["supported"]:
+        log(f"    {cfg.workers} workers: PSS {result['workers']['pss_kib'] / 1024:.1f} MiB")
+    return result
+
+
+# -- selection and the whole run -----------------------------------------------------------
+
+def choose_env(args: argparse.Namespace) -> Env:
+    if args.no_venv:
+        return probe_env(sys.executable)
+    if args.quick:  # never installs: the venv if it is there, else this interpreter
+        python = environment.venv_python()
+        return probe_env(str(python) if python.exists() else sys.executable)
+    return probe_env(environment.ensure_venv())
+
+
+def choose_servers(requested: list[str] | None, env: Env, quick: bool) -> list[ServerSpec]:
+    unknown = [name for name in requested or [] if name not in SERVERS]
+    if unknown:
+        raise SystemExit(f"unknown server(s): {', '.join(unknown)}; known: {', '.join(SERVERS)}")
+    names = requested or list(SERVERS)
+    missing = [name for name in names if not SERVERS[name].available(env)]
+    if missing and (requested or not quick) and set(missing) != {"nginx"}:
+        raise SystemExit(f"not installed in {env.python}: {', '.join(missing)}")
+    for name in missing:
+        log(f"skipping {name}: not installed")
+    names = [name for name in names if name not in missing]
+    return [SERVERS[name] for name in sorted(names, key=lambda n: n != report.BASELINE)]
+
+
+def choose_apps(requested: list[str], env: Env) -> list[str]:
+    apps = []
+    for app in requested:
+        if app not in APPS:
+            raise SystemExit(f"unknown app {app!r}; known: {', '.join(APPS)}")
+        if app == "fastapi" and not env.has("fastapi"):
+            log("skipping the fastapi app: fastapi is not installed")
+            continue
+        apps.append(app)
+    return apps
+
+
+def run(cfg: Config, env: Env, servers: list[ServerSpec], apps: list[str]) -> dict:
+    doc = {**environment.provenance(), "machine": environment.machine(), "config": asdict(cfg),
+           "python_env": env.python, "apps": {}}
+    for app in apps:
+        doc["apps"][app] = {}
+        for spec in servers:
+            log(f"[{app}] {spec.name}")
+            began = time.monotonic()
+            try:
+                result = measure_server(spec, env, app, cfg)
+            except Exception as exc:  # one broken server must not lose the others' numbers
+                log(f"    error: {exc}")
+                result = {"version": spec.version(env), "error": str(exc)}
+            result["elapsed_s"] = round(time.monotonic() - began, 1)
+            doc["apps"][app][spec.name] = result
+    return doc
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="1 s points, raw app, the servers already installed (the venv if it exists), no multi-worker")
+    p.add_argument("--servers", type=lambda s: [x for x in s.split(",") if x],
+                   help=f"comma-separated, from {','.join(SERVERS)} (default: all)")
+    p.add_argument("--apps", type=lambda s: [x for x in s.split(",") if x],
+                   help="comma-separated, from raw,fastapi (default: both; raw only with --quick)")
+    p.add_argument("--no-venv", action="store_true", help="run the servers from the current Python")
+    p.add_argument("--json", type=Path, help="results file (default: benchmarks/results/latest.json, "
+                                             "quick.json with --quick)")
+    p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    p.add_argument("--duration", type=int, help="seconds per load point (default 10, 1 with --quick)")
+    p.add_argument("--warmup", type=int, help="warm-up seconds (default 2, 1 with --quick)")
+    p.add_argument("--connections", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64])
+    p.add_argument("--idle-connections", type=int, default=2000)
+    p.add_argument("--workers", type=int, default=4, help="workers for the multi-worker PSS figure")
+    p.add_argument("--path", default="/", help="request path for the load (default /)")
+    return p.parse_args(argv)
+
+
+def config(args: argparse.Namespace) -> Config:
+    return Config(
+        duration_s=args.duration or (1 if args.quick else 10),
+        warmup_s=args.warmup or (1 if args.quick else 2),
+        connections=args.connections,
+        idle_connections=args.idle_connections,
+        idle_wait_s=1.0,
+        workers=args.workers,
+        path=args.path,
+        quick=args.quick,
+    )
+
+
+def write_outputs(doc: dict, json_path: Path, markdown_path: Path | None) -> None:
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    log(f"\nwrote {json_path}")
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(report.render(doc, markdown=True))
+        log(f"wrote {markdown_path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if wrk_path() is None:
+        print(WRK_MISSING, file=sys.stderr)
+        return 2
+    nofile = raise_nofile()
+    cfg = config(args)
+    if nofile < cfg.idle_connections + 100:
+        raise SystemExit(f"RLIMIT_NOFILE hard limit {nofile} is too low for {cfg.idle_connections} connections")
+    env = choose_env(args)
+    servers = choose_servers(args.servers, env, args.quick)
+    apps = choose_apps(args.apps or (["raw"] if args.quick else list(APPS)), env)
+    log(f"servers: {', '.join(s.name for s in servers)}; apps: {', '.join(apps)}; python: {env.python}")
+    doc = run(cfg, env, servers, apps)
+    print("\n" + report.render(doc))
+    write_outputs(doc, args.json or RESULTS / ("quick.json" if args.quick else "latest.json"), args.markdown)
+    failed = any(r.get("error") for app in doc["apps"].values() for r in app.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""The servers under test: their command lines, and starting / stopping one process tree.
+
+Every server runs one worker on 127.0.0.1 unless asked for more, with access logs off,
+uvloop where the server can use it, and two settings that only the idle-connection
+measurement needs: a 60 s keep-alive timeout and room for thousands of connections.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from memory import pid_alive, tree_pids
+
+BENCH_DIR = Path(__file__).resolve().parent
+APPS_DIR = BENCH_DIR / "apps"
+APPS = {"raw": "raw_app:app", "fastapi": "fastapi_app:app"}
+MAX_CONNECTIONS = 10_000
+KEEP_ALIVE_S = 60
+
+
+@dataclass(frozen=True)
+class Env:
+    """The Python environment the servers run from (the benchmark venv, or the current one)."""
+
+    python: str
+    modules: frozenset[str]  # importable top-level modules among those we ask about
+
+    def has(self, *names: str) -> bool:
+        return all(name in self.modules for name in names)
+
+    @property
+    def loop(self) -> str:
+        return "uvloop" if self.has("uvloop") else "asyncio"
+
+
+Command = Callable[[Env, str, int, int, Path], list[str]]
+
+
+def _zigcorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    cmd = [env.python, "-m", "zigcorn", app, "--host", "127.0.0.1", "--port", str(port),
+           "--loop", env.loop, "--no-access-log", "--log-level", "warning",
+           "--timeout-keep-alive", str(KEEP_ALIVE_S), "--limit-connections", str(MAX_CONNECTIONS)]
+    return cmd + (["--workers", str(workers)] if workers > 1 else [])
+
+
+def _uvicorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    return [env.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+            "--http", "httptools", "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
+            "--timeout-keep-alive", str(KEEP_ALIVE_S), "--workers", str(workers)]
+
+
+def _granian(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    return [env.python, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers), "--loop", env.loop, "--no-access-log", "--log-level", "warning",
+            "--backlog", "2048", app]
+
+
+def _saltare(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    return [env.python, "-m", "saltare", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers), "--keep-alive-timeout", str(KEEP_ALIVE_S),
+            "--max-concurrent-connections", str(MAX_CONNECTIONS), app]
+
+
+def _hypercorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    return [env.python, "-m", "hypercorn", app, "-b", f"127.0.0.1:{port}", "-k", env.loop,
+            "--log-level", "warning", "--keep-alive", str(KEEP_ALIVE_S), "--workers", str(workers)]
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections {max_connections}; }}
+http {{
+    access_log off;
+    keepalive_timeout {keep_alive}s;
+    keepalive_requests 1000000;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 "Hello, world!"; }}
+    }}
+}}
+"""
+
+
+def _nginx(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    """A static 200 from nginx: the machine's ceiling. Config, pid and temp files live in ``workdir``."""
+    tmp = str(workdir)
+    conf = workdir / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(workers=workers, tmp=tmp, port=port, keep_alive=KEEP_ALIVE_S,
+                                      max_connections=MAX_CONNECTIONS))
+    return ["nginx", "-p", tmp, "-e", f"{tmp}/error.log", "-c", str(conf)]
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    command: Command
+    modules: tuple[str, ...] = ()  # Python modules it needs; empty for an external binary
+    binary: str | None = None
+    is_app_server: bool = True  # False for the static nginx ceiling
+
+    def available(self, env: Env) -> bool:
+        if self.binary is not None:
+            return shutil.which(self.binary) is not None
+        return env.has(*self.modules)
+
+    def supports_workers(self, env: Env) -> bool:
+        """Whether ``--workers`` (or ``-w``) appears in the server's ``--help``."""
+        if not self.is_app_server:
+            return True
+        out = subprocess.run([env.python, "-m", self.modules[0], "--help"], capture_output=True, text=True,
+                             timeout=60, env=server_environ())
+        text = out.stdout + out.stderr
+        return "--workers" in text or "-w WORKERS" in text
+
+    def version(self, env: Env) -> str:
+        if not self.is_app_server:
+            out = subprocess.run([self.binary or self.name, "-v"], capture_output=True, text=True)
+            return (out.stderr or out.stdout).strip().rpartition("/")[2]
+        code = f"import importlib.metadata as m; print(m.version({self.modules[0]!r}))"
+        out = subprocess.run([env.python, "-c", code], capture_output=True, text=True)
+        return out.stdout.strip() or "?"
+
+
+SERVERS: dict[str, ServerSpec] = {
+    "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
+    "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),
+    "granian": ServerSpec("granian", _granian, ("granian",)),
+    "saltare": ServerSpec("saltare", _saltare, ("saltare",)),
+    "hypercorn": ServerSpec("hypercorn", _hypercorn, ("hypercorn",)),
+    "nginx": ServerSpec("nginx", _nginx, binary="nginx", is_app_server=False),
+}
+PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "saltare", "hypercorn", "fastapi")
+
+
+def probe_env(python: str) -> Env:
+    """Which of the modules we care about ``python`` can import (without importing them)."""
+    code = ("import importlib.util, sys; "
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m)))")
+    out = subprocess.run([python, "-c", code, *PROBE_MODULES], capture_output=True, text=True, check=True)
+    return Env(python, frozenset(out.stdout.split()))
+
+
+def server_environ() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(APPS_DIR), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(port: int, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class RunningServer:
+    """One server process tree, started in its own session so it can be killed whole."""
+
+    spec: ServerSpec
+    command: list[str]
+    port: int
+    proc: subprocess.Popen = field(repr=False)
+    workdir: Path = field(repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "server.log"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Poll ``GET /`` until it answers 200 (a bound port alone can precede the workers)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.spec.name} exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if http_get(self.port, "/")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.spec.name} not ready within {timeout:.0f}s:\n{self.output()}")
+
+    def validate(self) -> None:
+        """Both routes answer what the apps promise (nginx serves its static body)."""
+        status, body = http_get(self.port, "/")
+        if not self.spec.is_app_server:
+            if status != 200:
+                raise RuntimeError(f"nginx answered {status}")
+            return
+        expected = {"/": {"message": "Hello, world!"}, "/items/7?q=x": {"item_id": 7, "q": "x"}}
+        for path, want in expected.items():
+            status, body = http_get(self.port, path)
+            if status != 200 or json.loads(body) != want:
+                raise RuntimeError(f"{self.spec.name} GET {path} -> {status} {body[:200]!r}")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the session and every process of the tree, SIGKILL what is left after ``grace``."""
+        pids = tree_pids(self.pid) or [self.pid]
+        self._signal(pids, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+            self.proc.poll()
+            time.sleep(0.05)
+        self._signal([p for p in pids if pid_alive(p)], signal.SIGKILL)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _signal(self, pids: list[int], sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def __enter__(self) -> "RunningServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServer:
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix=f"zigcorn-bench-{spec.name}-"))
+    command = spec.command(env, APPS[app], port, workers, workdir)
+    with open(workdir / "server.log", "wb") as log:
+        proc = subprocess.Popen(command, cwd=APPS_DIR, env=server_environ(), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return RunningServer(spec, command, port, proc, workdir)
