@@ -807,7 +807,9 @@ var engine_spec = c.PyType_Spec{
 var module_def: c.PyModuleDef = std.mem.zeroes(c.PyModuleDef);
 
 export fn PyInit__core() ?*Object {
-    module_def.m_base.ob_base.ob_refcnt = 1;
+    // PyModuleDef_HEAD_INIT: the refcount is the object's first word on every
+    // supported version (3.12 wraps it in an anonymous union, so no field name works).
+    @as(*c.Py_ssize_t, @ptrCast(&module_def.m_base.ob_base)).* = 1;
     module_def.m_name = "zigcorn._core";
     module_def.m_doc = "The zigcorn engine: sockets, epoll, HTTP/1.1 parsing and framing.";
     module_def.m_size = -1;
