@@ -785,12 +785,29 @@ var engine_methods = [_]c.PyMethodDef{
     std.mem.zeroes(c.PyMethodDef),
 };
 
+fn engineGetStreams(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromUnsignedLong(server.streams);
+}
+
+fn engineGetConnections(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromUnsignedLong(server.connections);
+}
+
+var engine_getset = [_]c.PyGetSetDef{
+    .{ .name = "streams", .get = &engineGetStreams, .set = null, .doc = "Requests in progress.", .closure = null },
+    .{ .name = "connections", .get = &engineGetConnections, .set = null, .doc = "Open connections.", .closure = null },
+    std.mem.zeroes(c.PyGetSetDef),
+};
+
 var engine_slots = [_]c.PyType_Slot{
     .{ .slot = c.Py_tp_new, .pfunc = @ptrCast(@constCast(&engineNew)) },
     .{ .slot = c.Py_tp_dealloc, .pfunc = @ptrCast(@constCast(&engineDealloc)) },
     .{ .slot = c.Py_tp_traverse, .pfunc = @ptrCast(@constCast(&engineTraverse)) },
     .{ .slot = c.Py_tp_clear, .pfunc = @ptrCast(@constCast(&engineClear)) },
     .{ .slot = c.Py_tp_methods, .pfunc = @ptrCast(&engine_methods) },
+    .{ .slot = c.Py_tp_getset, .pfunc = @ptrCast(&engine_getset) },
     .{ .slot = 0, .pfunc = null },
 };
 

@@ -155,7 +155,7 @@ class Dispatcher:
         self.engine = None
 
     def __call__(self, stream: HTTPCycle) -> None:
-        if self.limit_concurrency is not None and self.engine.stats()["streams"] > self.limit_concurrency:
+        if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
             # Like uvicorn: past the limit the app is not called at all.
             stream.start(503, _ERROR_HEADERS)
             stream.write(b"Service Unavailable", False)

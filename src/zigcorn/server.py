@@ -150,15 +150,15 @@ class Server:
         engine.drain()
         timeout = self.config.timeout_graceful_shutdown
         deadline = None if timeout is None else loop.time() + timeout
-        while engine.stats()["connections"] and not self.force_exit:
+        while engine.connections and not self.force_exit:
             if deadline is not None and loop.time() >= deadline:
-                logger.error("Cancel %d running task(s), timeout graceful shutdown exceeded", engine.stats()["streams"])
+                logger.error("Cancel %d running task(s), timeout graceful shutdown exceeded", engine.streams)
                 break
             await asyncio.sleep(0.05)
         # Whatever is left is cut; apps still running see http.disconnect.
         engine.close_all()
         for _ in range(20):
-            if not engine.stats()["streams"]:
+            if not engine.streams:
                 break
             await asyncio.sleep(0.01)
         loop.remove_reader(engine.fileno())
