@@ -74,11 +74,14 @@ class Server:
 
         logger.info("Started server process [%d]", os.getpid())
         lifespan = config.lifespan_class(config)
-        logger.info("Waiting for application startup.")
+        announce = config.lifespan != "off"
+        if announce:
+            logger.info("Waiting for application startup.")
         await lifespan.startup()
         if lifespan.should_exit:
             return
-        logger.info("Application startup complete.")
+        if announce:
+            logger.info("Application startup complete.")
 
         dispatcher = Dispatcher(
             config.loaded_app,
