@@ -200,15 +200,20 @@ def _still_open(sock: socket.socket) -> bool:
         return False
 
 
-def idle_connection_cost(root: int, port: int, count: int, wait: float = 1.0) -> dict:
-    """Open ``count`` keep-alive connections with one request each, idle, measure the growth."""
+def idle_connection_cost(root: int, port: int, count: int, wait: float = 3.0) -> dict:
+    """Open ``count`` keep-alive connections with one request each, idle, measure the growth.
+
+    The wait lets every server finish whatever it does once a burst has passed (zigcorn
+    gives buffers back on its first idle second) before RSS is read, and then RSS must
+    have stopped moving.
+    """
     before = settle(root, min_wait=0.5)
     socks: list[socket.socket] = []
     try:
         while len(socks) < count:
             socks.extend(_open_batch(port, min(BATCH, count - len(socks))))
         time.sleep(wait)
-        after = snapshot(root)
+        after = settle(root, min_wait=0.5)
         alive = sum(_still_open(sock) for sock in socks)
     finally:
         for sock in socks:

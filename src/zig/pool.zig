@@ -21,6 +21,7 @@ pub const Pool = struct {
     reserve_count: u32 = 8,
     in_use_count: u32 = 0,
     acquired_since_trim: u32 = 0,
+    idle_since_trim: bool = true,
 
     pub fn acquire(self: *Pool) ?*Buffer {
         self.acquired_since_trim +|= 1;
@@ -51,23 +52,30 @@ pub const Pool = struct {
     }
 
     /// Called about once a second: when no buffer was taken since the last call, the
-    /// load has passed and free buffers beyond the reserve go back to the OS.
-    pub fn trim(self: *Pool) void {
+    /// load has passed and free buffers beyond the reserve go back to the OS. Returns
+    /// true once per passing of load (the first idle call after a busy one).
+    pub fn trim(self: *Pool) bool {
         const busy = self.acquired_since_trim != 0;
         self.acquired_since_trim = 0;
-        if (busy) return;
+        if (busy) {
+            self.idle_since_trim = false;
+            return false;
+        }
+        const first_idle = !self.idle_since_trim;
+        self.idle_since_trim = true;
         while (self.free_count > self.reserve_count) {
             const node = self.free.?;
             self.free = node.next;
             self.free_count -= 1;
             _ = linux.munmap(@ptrCast(node), buffer_bytes);
         }
+        return first_idle;
     }
 
     pub fn deinit(self: *Pool) void {
         self.reserve_count = 0;
         self.acquired_since_trim = 0;
-        self.trim();
+        _ = self.trim();
     }
 };
 
@@ -84,9 +92,10 @@ test "pool reuses and trims buffers" {
     const c = pool.acquire().?;
     try std.testing.expect(c == b);
     pool.release(c);
-    pool.trim(); // busy since the last trim: keeps everything
+    try std.testing.expect(!pool.trim()); // busy since the last trim: keeps everything
     try std.testing.expectEqual(@as(u32, 2), pool.free_count);
-    pool.trim(); // idle: back to the reserve
+    try std.testing.expect(pool.trim()); // idle: back to the reserve, once
     try std.testing.expectEqual(@as(u32, 1), pool.free_count);
+    try std.testing.expect(!pool.trim());
     try std.testing.expectEqual(@as(u32, 0), pool.in_use_count);
 }

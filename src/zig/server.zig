@@ -65,6 +65,8 @@ pub const Options = struct {
     limits: http1.Limits = .{},
 };
 
+extern "c" fn malloc_trim(pad: usize) c_int;
+
 const token_listen: usize = 1;
 const token_timer: usize = 2;
 const token_wake: usize = 3;
@@ -258,7 +260,8 @@ pub const Server = struct {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
         }
-        self.pool.trim();
+        // Load has passed: the per-request structs freed to malloc go back to the OS too.
+        if (self.pool.trim()) _ = malloc_trim(0);
     }
 
     /// Asks for another pass (a pipelined request waits in a buffer).
