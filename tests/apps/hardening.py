@@ -6,17 +6,13 @@ Every request prints ``CALLED <path>?<query>``; paths take ``?id=...`` to make m
 import asyncio
 from urllib.parse import parse_qs
 
+from tests.apps.basic import respond
+
 MB = 1024 * 1024
 
 
 def mark(*parts) -> None:
     print(*parts, flush=True)
-
-
-async def respond(send, status=200, body=b"", headers=()):
-    headers = [(b"content-length", str(len(body)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def app(scope, receive, send):
