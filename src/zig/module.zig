@@ -646,34 +646,8 @@ fn serverOf(obj: ?*Object) ?*Server {
     return s;
 }
 
-/// listen(host: str, port: int, backlog: int) -> (host, port) actually bound
-fn engineListen(obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
-    const server = serverOf(obj) orelse return null;
-    if (nargs != 3) return py.typeError("listen(host, port, backlog)");
-    const host = py.strView(args[0].?) orelse return null;
-    const port = c.PyLong_AsLong(args[1]);
-    if (port == -1 and c.PyErr_Occurred() != null) return null;
-    if (port < 0 or port > 65535) return py.typeError("port must be 0..65535");
-    const backlog = c.PyLong_AsLong(args[2]);
-    if (backlog == -1 and c.PyErr_Occurred() != null) return null;
-    const addr = std.net.Address.parseIp(host, @intCast(port)) catch {
-        c.PyErr_SetString(c.PyExc_ValueError, "host must be an IPv4 or IPv6 address");
-        return null;
-    };
-    server.listen(addr, @intCast(std.math.clamp(backlog, 1, 65535))) catch |err| {
-        const msg = switch (err) {
-            error.AddressInUse => "address already in use",
-            error.AddressNotAvailable => "cannot assign requested address",
-            error.AccessDenied => "permission denied",
-            else => "could not bind the listening socket",
-        };
-        _ = c.PyErr_Format(c.PyExc_OSError, "[Errno 98] error while attempting to bind on address ('%U', %ld): %s", args[0].?, port, msg.ptr);
-        return null;
-    };
-    return boundAddress(obj.?, server);
-}
-
-/// adopt(fd: int): serve a socket that is already listening.
+/// adopt(fd: int) -> (host, port) or None: serve a socket that is already listening
+/// (bound by the Python side, inherited, or from systemd). The engine owns fd after this.
 fn engineAdopt(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
     const fd = c.PyLong_AsLong(arg);
@@ -691,6 +665,13 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
     if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
     const peer = @import("conn.zig").Peer.fromStorage(&st);
+    const self = asEngine(obj);
+    if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
+        // A Unix socket: like uvicorn, the scope's `server` is None.
+        py.xdecref(self.info.server);
+        self.info.server = py.none();
+        return py.none();
+    }
     var buf: [64]u8 = undefined;
     const host = peer.format(&buf);
     const t = c.PyTuple_New(2) orelse return null;
@@ -699,7 +680,6 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
         return null;
     });
     _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(peer.port));
-    const self = asEngine(obj);
     py.xdecref(self.info.server);
     py.incref(t);
     self.info.server = t;
@@ -773,7 +753,6 @@ fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 }
 
 var engine_methods = [_]c.PyMethodDef{
-    .{ .ml_name = "listen", .ml_meth = @ptrCast(&engineListen), .ml_flags = c.METH_FASTCALL, .ml_doc = "Bind and listen; returns (host, port)." },
     .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
     .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
     .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
@@ -821,6 +800,25 @@ var engine_spec = c.PyType_Spec{
 
 // ---- module ----------------------------------------------------------------
 
+/// set_parent_death_signal(signum): the kernel sends signum to this process when its
+/// parent exits, so workers never outlive a master that was SIGKILLed.
+fn setParentDeathSignal(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const signum = c.PyLong_AsLong(arg);
+    if (signum == -1 and c.PyErr_Occurred() != null) return null;
+    if (signum < 0 or signum > 64) return py.typeError("signal number out of range");
+    const rc = std.os.linux.prctl(@intFromEnum(std.os.linux.PR.SET_PDEATHSIG), @intCast(signum), 0, 0, 0);
+    if (rc != 0) {
+        c.PyErr_SetString(c.PyExc_OSError, "prctl(PR_SET_PDEATHSIG) failed");
+        return null;
+    }
+    return py.none();
+}
+
+var module_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "set_parent_death_signal", .ml_meth = @ptrCast(&setParentDeathSignal), .ml_flags = c.METH_O, .ml_doc = "Have the kernel signal this process when its parent dies." },
+    std.mem.zeroes(c.PyMethodDef),
+};
+
 var module_def: c.PyModuleDef = std.mem.zeroes(c.PyModuleDef);
 
 export fn PyInit__core() ?*Object {
@@ -830,6 +828,7 @@ export fn PyInit__core() ?*Object {
     module_def.m_name = "zigcorn._core";
     module_def.m_doc = "The zigcorn engine: sockets, epoll, HTTP/1.1 parsing and framing.";
     module_def.m_size = -1;
+    module_def.m_methods = &module_methods;
     const m = c.PyModule_Create(&module_def) orelse return null;
     if (!scope.init()) return fail(m);
     const st = c.PyType_FromSpec(&stream_spec) orelse return fail(m);

@@ -49,6 +49,13 @@ pub const Poller = struct {
         return self.ctl(linux.EPOLL.CTL_ADD, fd, token, interest);
     }
 
+    /// A listening socket, possibly shared with other worker processes: EPOLLEXCLUSIVE
+    /// wakes one waiter per connection instead of every worker.
+    pub fn registerListener(self: *Poller, fd: i32, token: usize) bool {
+        var ev = linux.epoll_event{ .events = linux.EPOLL.IN | linux.EPOLL.EXCLUSIVE, .data = .{ .ptr = token } };
+        return sys.E.init(linux.epoll_ctl(self.fd, linux.EPOLL.CTL_ADD, fd, &ev)) == .SUCCESS;
+    }
+
     pub fn update(self: *Poller, fd: i32, token: usize, interest: Interest) bool {
         return self.ctl(linux.EPOLL.CTL_MOD, fd, token, interest);
     }

@@ -150,30 +150,16 @@ pub const Server = struct {
         return self;
     }
 
-    /// Binds and listens on addr (IPv4 or IPv6; an IPv6 socket is v6-only so that
-    /// "::" and "0.0.0.0" can be served side by side).
-    pub fn listen(self: *Server, addr: std.net.Address, backlog: u31) !void {
-        const family: u32 = addr.any.family;
-        const rc = linux.socket(family, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0);
-        if (sys.E.init(rc) != .SUCCESS) return error.SocketFailed;
-        const fd: i32 = @intCast(rc);
-        errdefer sys.close(fd);
-        _ = sys.setIntOption(fd, linux.SOL.SOCKET, linux.SO.REUSEADDR, 1);
-        if (family == linux.AF.INET6) _ = sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, 1);
-        switch (sys.E.init(linux.bind(fd, &addr.any, addr.getOsSockLen()))) {
-            .SUCCESS => {},
-            .ADDRINUSE => return error.AddressInUse,
-            .ADDRNOTAVAIL => return error.AddressNotAvailable,
-            .ACCES => return error.AccessDenied,
-            else => return error.BindFailed,
-        }
-        if (sys.E.init(linux.listen(fd, backlog)) != .SUCCESS) return error.ListenFailed;
-        try self.adopt(fd);
-    }
-
     /// Serves an already listening socket (inherited, or bound by the master).
+    /// Python binds every socket (TCP, Unix, inherited, systemd's) and hands it over here.
     pub fn adopt(self: *Server, fd: i32) !void {
-        if (!self.poller.register(fd, token_listen, .{})) return error.RegisterFailed;
+        // Workers share one listening socket: a blocking accept() after another worker
+        // won the race would freeze this one, so the socket must be non-blocking.
+        const flags = linux.fcntl(fd, linux.F.GETFL, 0);
+        if (sys.E.init(flags) != .SUCCESS) return error.BadSocket;
+        const nonblock: usize = @as(u32, @bitCast(linux.O{ .NONBLOCK = true }));
+        if (sys.E.init(linux.fcntl(fd, linux.F.SETFL, flags | nonblock)) != .SUCCESS) return error.BadSocket;
+        if (!self.poller.registerListener(fd, token_listen)) return error.RegisterFailed;
         self.listen_fd = fd;
     }
 

@@ -51,7 +51,19 @@ class Config:
         host: str = "127.0.0.1",
         port: int = 8000,
         uds: str | None = None,
+        uds_perms: int = 0o666,
         fd: int | None = None,
+        reuse_port: bool = False,
+        workers: int | None = None,
+        reload: bool = False,
+        reload_dirs: Sequence[str] | str | None = None,
+        reload_includes: Sequence[str] | str | None = None,
+        reload_excludes: Sequence[str] | str | None = None,
+        reload_delay: float = 0.25,
+        proxy_headers: bool = True,
+        forwarded_allow_ips: Sequence[str] | str | None = None,
+        metrics_path: str | None = None,
+        health_path: str | None = None,
         loop: str = "auto",
         lifespan: str = "auto",
         log_config: dict[str, Any] | str | os.PathLike[str] | None = LOGGING_CONFIG,
@@ -79,6 +91,8 @@ class Config:
         limit_request_fields: int = 100,
         limit_request_head: int = 16384,
     ) -> None:
+        # Everything needed to build this Config again in a fresh process (--reload).
+        self.arguments = {name: value for name, value in locals().items() if name != "self"}
         if loop not in LOOP_CHOICES and ":" not in loop:
             choices = ", ".join(LOOP_CHOICES)
             raise ValueError(f"loop must be one of {choices} or a '<module>:<attribute>' string, not {loop!r}")
@@ -93,7 +107,28 @@ class Config:
         self.host = host
         self.port = port
         self.uds = uds
+        self.uds_perms = uds_perms
         self.fd = fd
+        self.reuse_port = reuse_port
+        if workers is None:
+            concurrency = os.environ.get("WEB_CONCURRENCY")
+            workers = int(concurrency) if concurrency and concurrency.isdigit() else 1
+        self.workers = workers
+        _check_range("workers", workers, 1, 1024)
+        self.reload = reload
+        self.reload_dirs = _as_list(reload_dirs) or [os.getcwd()]
+        self.reload_includes = _as_list(reload_includes) or ["*.py"]
+        self.reload_excludes = _as_list(reload_excludes) or [".*", ".py[cod]", ".sw.*", "~*"]
+        self.reload_delay = reload_delay
+        self.proxy_headers = proxy_headers
+        if forwarded_allow_ips is None:
+            forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+        self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
+        for name, path in (("metrics_path", metrics_path), ("health_path", health_path)):
+            if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
+                raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
+        self.metrics_path = metrics_path
+        self.health_path = health_path
         self.loop = loop
         self.lifespan = lifespan
         self.log_config = log_config
@@ -254,6 +289,12 @@ def _split_header(header: HeaderSpec) -> tuple[str, str]:
     if not name or any(c in name for c in " \t:") or any(c in name + value for c in "\r\n\0"):
         raise ValueError(f"invalid header {header!r}")
     return name, value
+
+
+def _as_list(value: Sequence[str] | str | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _fail(message: str) -> NoReturn:

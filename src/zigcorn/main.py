@@ -32,7 +32,21 @@ def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
 
 
 def serve(config: Config) -> None:
-    """Run a server for `config` until it stops; exit 3 if it never started."""
+    """Run a server for `config` until it stops; exit 3 if it never started.
+
+    With ``reload`` a supervisor restarts a fresh server process on code changes; with
+    ``workers`` > 1 a master forks and tends the workers; else this process serves.
+    """
+    if config.reload:
+        from zigcorn.reload import run_reloader
+
+        run_reloader(config)
+        return
+    if config.workers > 1:
+        from zigcorn.workers import run_master
+
+        run_master(config)
+        return
     from zigcorn.server import Server
 
     server = Server(config)
@@ -51,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if options["log_config"] is None:
         options["log_config"] = LOGGING_CONFIG
     app, app_dir = options.pop("app"), options.pop("app_dir")
+    if not app:
+        parser.error("the following arguments are required: APP")
     sys.path.insert(0, app_dir or os.getcwd())
     try:
         config = Config(app, **options)
@@ -67,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an ASGI application on zigcorn.",
         usage="%(prog)s APP [options]",
     )
-    parser.add_argument("app", metavar="APP", help='the application, as "module:attribute" (e.g. main:app)')
+    parser.add_argument(
+        "app", metavar="APP", nargs="?", default=os.environ.get(ENV_PREFIX + "APP"),
+        help='the application, as "module:attribute" (e.g. main:app); or $ZIGCORN_APP',
+    )  # fmt: skip
     parser.add_argument("--version", action="version", version=_version_line())
     on_off = argparse.BooleanOptionalAction
 
@@ -75,11 +94,33 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", default="127.0.0.1", help="bind to this address (default: %(default)s)")
     server.add_argument("--port", type=_port, default=8000, help="bind to this port, 0 for any (default: %(default)s)")
     server.add_argument("--uds", metavar="PATH", help="bind to a Unix domain socket instead")
+    server.add_argument(
+        "--uds-perms", type=_octal, default=0o666, metavar="MODE", help="permissions of the --uds file (default: 666)"
+    )
     server.add_argument("--fd", type=int, help="serve on this inherited, already listening socket")
     server.add_argument("--backlog", type=int, default=2048, metavar="N", help="listen backlog (default: %(default)s)")
+    server.add_argument("--reuse-port", action="store_true", help="each worker binds its own SO_REUSEPORT socket")
     server.add_argument(
         "--loop", choices=LOOP_CHOICES, default="auto", help="event loop; auto is uvloop if installed (default: auto)"
     )
+
+    procs = parser.add_argument_group("Processes")
+    procs.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes (default: $WEB_CONCURRENCY or 1)"
+    )
+    procs.add_argument("--reload", action="store_true", help="restart when files change (needs watchfiles)")
+    procs.add_argument(
+        "--reload-dir", dest="reload_dirs", action="append", metavar="DIR", help="watch this directory; repeatable (default: cwd)"
+    )
+    procs.add_argument(
+        "--reload-include", dest="reload_includes", action="append", metavar="GLOB",
+        help="reload on files matching this; repeatable (default: *.py)",
+    )  # fmt: skip
+    procs.add_argument(
+        "--reload-exclude", dest="reload_excludes", action="append", metavar="GLOB",
+        help="ignore files matching this; repeatable (default: .* .py[cod] .sw.* ~*)",
+    )  # fmt: skip
+    procs.add_argument("--reload-delay", type=float, default=0.25, metavar="SECONDS", help="debounce (default: 0.25)")
 
     app = parser.add_argument_group("Application")
     app.add_argument("--factory", action="store_true", help="APP is a factory to call for the app")
@@ -98,8 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--header", dest="headers", action="append", type=_header, default=[], metavar="NAME:VALUE",
         help="add this header to every response; repeatable",
     )  # fmt: skip
+    http.add_argument(
+        "--proxy-headers", action=on_off, default=True,
+        help="trust X-Forwarded-* and Forwarded from --forwarded-allow-ips (default: on)",
+    )  # fmt: skip
+    http.add_argument(
+        "--forwarded-allow-ips", metavar="IPS",
+        help="comma-separated IPs/CIDRs to trust proxy headers from, * for all, unix: for --uds peers "
+        "(default: $FORWARDED_ALLOW_IPS or 127.0.0.1)",
+    )  # fmt: skip
     http.add_argument("--server-header", action=on_off, default=True, help="send a Server header (default: on)")
     http.add_argument("--date-header", action=on_off, default=True, help="send a Date header (default: on)")
+
+    ops = parser.add_argument_group("Metrics and health")
+    ops.add_argument("--metrics-path", metavar="PATH", help="serve Prometheus metrics here, without the app (e.g. /metrics)")
+    ops.add_argument("--health-path", metavar="PATH", help="answer 200 here without the app, 503 while draining")
 
     timeouts = parser.add_argument_group("Timeouts")
     for flag, default, text in (
@@ -124,7 +178,40 @@ def build_parser() -> argparse.ArgumentParser:
         ("--limit-request-head", 16384, "431 for a request head over N bytes, at most 16384 (default: %(default)s)"),
     ):
         limits.add_argument(flag, type=int, default=default, metavar="N", help=text)
+    _defaults_from_environment(parser)
     return parser
+
+
+ENV_PREFIX = "ZIGCORN_"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def _defaults_from_environment(parser: argparse.ArgumentParser) -> None:
+    """Every option also reads ``ZIGCORN_<NAME>`` (e.g. ZIGCORN_PORT=9000); flags win."""
+    import argparse
+
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "version"):
+            continue
+        name = ENV_PREFIX + action.dest.upper()
+        text = os.environ.get(name)
+        if text is None:
+            continue
+        if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
+            if text.lower() not in _TRUE | _FALSE:
+                parser.error(f"{name}={text!r}: expected one of 1/0, true/false, yes/no, on/off")
+            value = text.lower() in _TRUE
+        elif isinstance(action, argparse._AppendAction):
+            value = [action.type(item) if action.type else item for item in text.split(",") if item.strip()]
+        else:
+            try:
+                value = action.type(text) if action.type else text
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                parser.error(f"{name}={text!r}: {exc}")
+            if action.choices is not None and value not in action.choices:
+                parser.error(f"{name}={text!r}: choose from {', '.join(map(str, action.choices))}")
+        action.default = value
+        action.required = False
 
 
 def _version_line() -> str:
@@ -141,6 +228,15 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise ArgumentTypeError(f"{text} is not a port (0-65535)")
     return port
+
+
+def _octal(text: str) -> int:
+    from argparse import ArgumentTypeError
+
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
 
 
 def _header(text: str) -> tuple[str, str]:

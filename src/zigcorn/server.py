@@ -14,38 +14,21 @@ import signal
 
 from zigcorn import _core
 from zigcorn.http import Dispatcher, HTTPCycle, wake
+from zigcorn.sockets import Listener, bind
 
 logger = logging.getLogger("zigcorn.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def resolve_host(host: str) -> str:
-    """The engine binds IP literals; names are resolved here, once, at start-up."""
-    if host == "localhost":
-        return "127.0.0.1"
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if _is_ip_literal(host):
-        return host
-    import socket  # only for names: most deployments pass an address
-
-    return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
-
-
-def _is_ip_literal(host: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 class Server:
-    def __init__(self, config) -> None:
+    """One serving process. `listener` comes from a master or reload supervisor; without
+    one the server binds its own socket. `on_ready` is called once it accepts."""
+
+    def __init__(self, config, listener: Listener | None = None, on_ready=None) -> None:
         self.config = config
+        self.listener = listener
+        self.on_ready = on_ready
         self.started = False
         self.should_exit = False
         self.force_exit = False
@@ -116,35 +99,31 @@ class Server:
         )
         dispatcher.engine = engine
         self.engine = engine
+        own_listener = self.listener is None
         try:
-            bound = self._bind(engine)
+            listener = bind(config) if own_listener else self.listener
+            engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
-            logger.error("%s", exc)
+            logger.error("%s", exc.strerror or exc)
             engine.close()
             await lifespan.shutdown()
             return
         engine.set_state(lifespan.state)
         loop.add_reader(engine.fileno(), engine.poll)
-        self._log_started(bound)
+        if own_listener:
+            logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
         self.started = True
+        if self.on_ready is not None:
+            self.on_ready()
 
-        await self._exit_event.wait()
-        await self._shutdown(loop, engine)
-        await lifespan.shutdown()
+        try:
+            await self._exit_event.wait()
+            await self._shutdown(loop, engine)
+            await lifespan.shutdown()
+        finally:
+            if own_listener:
+                listener.remove_uds()
         logger.info("Finished server process [%d]", os.getpid())
-
-    def _bind(self, engine) -> tuple:
-        config = self.config
-        if config.fd is not None:
-            return engine.adopt(config.fd)
-        if config.uds:
-            raise OSError("--uds is not supported yet")
-        return engine.listen(resolve_host(config.host), config.port, config.backlog)
-
-    def _log_started(self, bound) -> None:
-        host, port = bound
-        shown = f"[{host}]" if ":" in host else host
-        logger.info("Zigcorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
 
     async def _shutdown(self, loop, engine) -> None:
         logger.info("Shutting down")
@@ -188,4 +167,4 @@ class Server:
             self._exit_event.set()
 
 
-__all__ = ["Server", "resolve_host"]
+__all__ = ["Server"]

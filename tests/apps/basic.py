@@ -2,6 +2,7 @@
 
 import asyncio
 import hashlib
+import os
 from urllib.parse import parse_qs
 
 MB = 1024 * 1024
@@ -92,6 +93,9 @@ async def app(scope, receive, send):
             EVENTS.append(message["type"])
             if message["type"] == "http.disconnect":
                 return
+
+    elif path == "/pid":  # which worker process answered
+        await respond(send, body=str(os.getpid()).encode())
 
     elif path == "/events":
         await respond(send, body=",".join(EVENTS).encode())

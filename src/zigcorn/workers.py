@@ -1,0 +1,328 @@
+"""``--workers N``: a master that binds once, imports the app once and forks workers.
+
+The master never runs the app. It imports it (and everything a worker needs) before
+forking and calls ``gc.freeze()``, so the workers share those pages copy-on-write.
+It then only watches: a worker that dies is replaced (with back-off when they keep
+dying), signals are turned into actions the way gunicorn users expect:
+
+- SIGTERM / SIGINT: every worker drains gracefully, then the master exits.
+- SIGHUP: a new generation of workers starts; once all of them accept, the old ones
+  drain and exit. Both generations accept from the same socket meanwhile, so no
+  connection is refused. (The app is not re-imported: workers fork from the master,
+  like gunicorn's ``--preload``; restart the master to run new code.)
+- SIGTTIN / SIGTTOU: one worker more / one fewer.
+
+Workers ask the kernel for SIGTERM when the master dies, so none is left orphaned.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from zigcorn import _core
+from zigcorn.config import STARTUP_FAILURE
+from zigcorn.sockets import Listener, bind
+
+logger = logging.getLogger("zigcorn.error")
+
+MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+# A worker that dies younger than this counts as a crash; repeated crashes back off.
+CRASH_AGE_SECONDS = 10.0
+BACKOFF_FIRST_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+# After a graceful-shutdown timeout, workers still alive this much later are killed.
+KILL_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Worker:
+    pid: int
+    slot: int
+    generation: int
+    ready_fd: int
+    started_at: float
+    ready: bool = False
+    retiring: bool = False
+
+
+@dataclass
+class Master:
+    config: object
+    listener: Listener | None = None
+    target: int = 1
+    generation: int = 0
+    workers: dict[int, Worker] = field(default_factory=dict)
+    pending_signals: list[int] = field(default_factory=list)
+    crashes: int = 0
+    respawn_at: float | None = None
+    stopping: bool = False
+    stop_deadline: float | None = None
+    exit_code: int = 0
+    restarts: int = 0
+
+    def run(self) -> int:
+        config = self.config
+        self.target = config.workers
+        if not config.reuse_port:
+            try:
+                self.listener = bind(config)
+            except OSError as exc:
+                logger.error("%s", exc.strerror or exc)
+                return STARTUP_FAILURE
+        self._preload()
+        where = self.listener.description if self.listener else _tcp_description(config)
+        logger.info("Zigcorn running on %s (Press CTRL+C to quit)", where)
+        logger.info("Started parent process [%d]", os.getpid())
+        wakeup_r = self._install_signals()
+        try:
+            for _ in range(self.target):
+                self._spawn()
+            self._loop(wakeup_r)
+        finally:
+            if self.listener is not None:
+                self.listener.remove_uds()
+                self.listener.close()
+        logger.info("Stopping parent process [%d]", os.getpid())
+        return self.exit_code
+
+    # ---- start-up --------------------------------------------------------------
+
+    def _preload(self) -> None:
+        """Import what every worker needs, once, so the pages are shared."""
+        config = self.config
+        config.load()
+        config.loop_factory()  # imports uvloop (or asyncio) here, not in each worker
+        import zigcorn.http  # noqa: F401
+        import zigcorn.lifespan  # noqa: F401
+        import zigcorn.server  # noqa: F401
+
+        gc.collect()
+        gc.freeze()  # the collector never touches (and so never copies) the master's objects
+
+    def _install_signals(self) -> int:
+        wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
+        for sig in MASTER_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        return wakeup_r
+
+    def _on_signal(self, sig: int, frame) -> None:
+        self.pending_signals.append(sig)
+
+    # ---- the loop --------------------------------------------------------------
+
+    def _loop(self, wakeup_r: int) -> None:
+        while True:
+            self._reap()
+            self._handle_signals()
+            if self.stopping:
+                if not self.workers:
+                    return
+                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                    self._kill_all(signal.SIGKILL)
+            elif self.respawn_at is not None and time.monotonic() >= self.respawn_at:
+                self.respawn_at = None
+                self._top_up()
+            fds = [wakeup_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd >= 0]
+            try:
+                readable, _, _ = select.select(fds, [], [], 0.5)
+            except InterruptedError:
+                continue
+            for fd in readable:
+                if fd == wakeup_r:
+                    _drain(wakeup_r)
+                else:
+                    self._on_ready_message(fd)
+
+    def _handle_signals(self) -> None:
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
+            if sig in (signal.SIGINT, signal.SIGTERM):
+                self._stop(sig)
+            elif sig == signal.SIGHUP and not self.stopping:
+                self._reload()
+            elif sig == signal.SIGTTIN and not self.stopping:
+                self.target += 1
+                logger.info("SIGTTIN: %d workers", self.target)
+                self._spawn()
+            elif sig == signal.SIGTTOU and not self.stopping:
+                if self.target > 1:
+                    self.target -= 1
+                    logger.info("SIGTTOU: %d workers", self.target)
+                    self._retire(sorted(self._serving(), key=lambda w: w.started_at)[-1:])
+
+    def _stop(self, sig: int) -> None:
+        if self.stopping:
+            if sig == signal.SIGINT:  # a second Ctrl+C: no more waiting
+                logger.warning("Second interrupt: killing workers.")
+                self._kill_all(signal.SIGKILL)
+            return
+        self.stopping = True
+        logger.info("Received %s: stopping %d worker(s).", signal.Signals(sig).name, len(self.workers))
+        timeout = self.config.timeout_graceful_shutdown
+        if timeout is not None:
+            self.stop_deadline = time.monotonic() + timeout + KILL_GRACE_SECONDS
+        self._kill_all(signal.SIGTERM)
+
+    def _reload(self) -> None:
+        if any(not w.ready and not w.retiring for w in self.workers.values()):
+            logger.warning("SIGHUP: a reload is already in progress.")
+            return
+        self.generation += 1
+        logger.info("SIGHUP: starting %d new worker(s); the old ones drain once these accept.", self.target)
+        for _ in range(self.target):
+            self._spawn()
+
+    # ---- workers ---------------------------------------------------------------
+
+    def _serving(self) -> list[Worker]:
+        return [w for w in self.workers.values() if not w.retiring]
+
+    def _spawn(self) -> None:
+        used = {w.slot for w in self.workers.values()}
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            os.close(ready_r)
+            code = 1
+            try:
+                code = self._worker_main(slot, ready_w)
+            except BaseException:
+                logger.exception("Worker failed")
+            finally:
+                os._exit(code)
+        os.close(ready_w)
+        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic())
+
+    def _worker_main(self, slot: int, ready_w: int) -> int:
+        master_pid = os.getppid()
+        _core.set_parent_death_signal(signal.SIGTERM)
+        if os.getppid() != master_pid:  # the master died before the request above took effect
+            return 0
+        signal.set_wakeup_fd(-1)
+        for sig in MASTER_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
+            signal.signal(sig, signal.SIG_IGN)  # meant for the master
+        for other in self.workers.values():
+            if other.ready_fd >= 0:
+                os.close(other.ready_fd)
+        self.workers.clear()
+        from zigcorn.server import Server
+
+        listener = self.listener
+        if listener is None:  # --reuse-port: each worker binds its own socket
+            listener = bind(self.config, reuse_port=True)
+        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"))
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            pass
+        return 0 if server.started else STARTUP_FAILURE
+
+    def _on_ready_message(self, fd: int) -> None:
+        worker = next((w for w in self.workers.values() if w.ready_fd == fd), None)
+        try:
+            data = os.read(fd, 16)
+        except OSError:
+            data = b""
+        if worker is None:
+            return
+        if not data:  # the worker is gone; _reap tells why
+            os.close(fd)
+            worker.ready_fd = -1
+            return
+        worker.ready = True
+        if all(w.ready for w in self.workers.values() if w.generation == self.generation):
+            self._retire([w for w in self._serving() if w.generation < self.generation])
+
+    def _retire(self, workers: list[Worker]) -> None:
+        for worker in workers:
+            worker.retiring = True
+            _signal(worker.pid, signal.SIGTERM)
+
+    def _kill_all(self, sig: int) -> None:
+        for worker in self.workers.values():
+            worker.retiring = True
+            _signal(worker.pid, sig)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.pop(pid, None)
+            if worker is None:
+                continue
+            if worker.ready_fd >= 0:
+                os.close(worker.ready_fd)
+            self._after_exit(worker, status)
+
+    def _after_exit(self, worker: Worker, status: int) -> None:
+        if worker.retiring or self.stopping:
+            logger.info("Worker [%d] stopped.", worker.pid)
+            return
+        reason = _describe(status)
+        if not worker.ready and os.waitstatus_to_exitcode(status) == STARTUP_FAILURE:
+            logger.error("Worker [%d] failed to start (%s): stopping.", worker.pid, reason)
+            self.exit_code = STARTUP_FAILURE
+            self._stop(signal.SIGTERM)
+            return
+        self.restarts += 1
+        young = time.monotonic() - worker.started_at < CRASH_AGE_SECONDS
+        self.crashes = self.crashes + 1 if young else 0
+        delay = 0.0 if not self.crashes else min(BACKOFF_FIRST_SECONDS * 2 ** (self.crashes - 1), BACKOFF_MAX_SECONDS)
+        logger.warning("Worker [%d] %s; starting a new one in %.1fs.", worker.pid, reason, delay)
+        when = time.monotonic() + delay
+        self.respawn_at = when if self.respawn_at is None else min(self.respawn_at, when)
+
+    def _top_up(self) -> None:
+        missing = self.target - sum(1 for w in self._serving() if w.generation == self.generation)
+        for _ in range(missing):
+            self._spawn()
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    code = os.WEXITSTATUS(status)
+    return "exited normally (--limit-max-requests?)" if code == 0 else f"exited with code {code}"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _tcp_description(config) -> str:
+    host = config.bind_host
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{config.port} (SO_REUSEPORT in each worker)"
+
+
+def run_master(config) -> None:
+    sys.exit(Master(config).run())

@@ -1,0 +1,168 @@
+"""--workers: the master forks, heals, reloads and scales its workers (real processes, real signals)."""
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.harness import _children, wait_for, zigcorn_only
+
+pytestmark = zigcorn_only
+
+
+def worker_pids(server) -> set[int]:
+    return set(_children(server.proc.pid))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie counts as dead
+        return open(f"/proc/{pid}/stat").read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+class Client(threading.Thread):
+    """Keeps sending requests (new connection each time) and counts what fails."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.ok, self.failures, self.pids = url, 0, [], set()
+        self.running = True
+
+    def run(self):
+        while self.running:
+            try:
+                with httpx.Client(timeout=10) as client:
+                    r = client.get(self.url + "/pid")
+                if r.status_code == 200:
+                    self.ok += 1
+                    self.pids.add(int(r.text))
+                else:
+                    self.failures.append(r.status_code)
+            except httpx.HTTPError as exc:
+                self.failures.append(repr(exc))
+
+    def stop(self):
+        self.running = False
+        self.join(15)
+
+
+def start_workers(start_server, n: int, *args: str):
+    server = start_server("basic:app", "--workers", str(n), *args)
+    assert wait_for(lambda: len(worker_pids(server)) == n, 10), server.output()
+    # Every worker has announced readiness once all answered lifespan startup.
+    assert wait_for(lambda: server.output().count("Application startup complete.") >= n, 10), server.output()
+    return server
+
+
+def test_requests_spread_over_workers(start_server):
+    server = start_workers(start_server, 2)
+    pids = set()
+    for _ in range(200):
+        pids.add(int(httpx.get(server.url + "/pid").text))  # a new connection each time
+        if len(pids) == 2:
+            break
+    assert pids == worker_pids(server)
+    assert server.stop() == 0
+    assert "Stopping parent process" in server.output()
+
+
+def test_killed_worker_is_replaced_while_clients_keep_getting_200(start_server):
+    server = start_workers(start_server, 2)
+    client = Client(server.url)
+    client.start()
+    try:
+        assert wait_for(lambda: client.ok > 20)
+        victim = sorted(worker_pids(server))[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: len(worker_pids(server) - {victim}) == 2, 10), server.output()
+        before = client.ok
+        assert wait_for(lambda: client.ok > before + 50, 10)
+    finally:
+        client.stop()
+    assert client.failures == []
+    assert f"Worker [{victim}] was killed by SIGKILL" in server.output()
+
+
+def test_sighup_swaps_every_worker_without_failing_a_request(start_server):
+    server = start_workers(start_server, 2)
+    old = worker_pids(server)
+    client = Client(server.url)
+    client.start()
+    try:
+        assert wait_for(lambda: client.ok > 20)
+        server.proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: not (worker_pids(server) & old) and len(worker_pids(server)) == 2, 15), server.output()
+        new = worker_pids(server)
+        seen = client.ok
+        assert wait_for(lambda: client.ok > seen + 50, 10)
+    finally:
+        client.stop()
+    assert client.failures == []
+    assert client.pids & new, "the new generation served requests"
+    assert all(not alive(pid) for pid in old)
+
+
+def test_ttin_and_ttou_change_the_number_of_workers(start_server):
+    server = start_workers(start_server, 2)
+    server.proc.send_signal(signal.SIGTTIN)
+    assert wait_for(lambda: len(worker_pids(server)) == 3, 10), server.output()
+    for remaining in (2, 1):  # one at a time: a signal sent twice before delivery arrives once
+        server.proc.send_signal(signal.SIGTTOU)
+        assert wait_for(lambda: len(worker_pids(server)) == remaining, 10), server.output()
+    assert httpx.get(server.url + "/pid").status_code == 200
+
+
+def test_workers_die_with_a_killed_master(start_server):
+    server = start_workers(start_server, 2)
+    pids = worker_pids(server)
+    server.proc.kill()
+    server.proc.wait()
+    assert wait_for(lambda: not any(alive(pid) for pid in pids), 10)
+
+
+def test_worker_reaching_max_requests_is_replaced(start_server):
+    server = start_workers(start_server, 2, "--limit-max-requests", "5")
+    first = worker_pids(server)
+    seen = set()
+    for _ in range(25):
+        r = httpx.get(server.url + "/pid", timeout=10)
+        assert r.status_code == 200
+        seen.add(int(r.text))
+    assert seen - first, "a replacement worker answered"
+    assert "exited normally" in server.output()
+
+
+def test_a_worker_that_cannot_start_stops_the_master(start_server):
+    server = start_server("lifespan:startup_failed", "--workers", "2", wait=False)
+    assert server.wait(15) == 3
+    assert "failed to start" in server.output()
+
+
+def test_reuse_port_workers_bind_their_own_sockets(start_server):
+    server = start_workers(start_server, 2, "--reuse-port")
+    pids = {int(httpx.get(server.url + "/pid").text) for _ in range(60)}
+    assert pids <= worker_pids(server) and pids
+    assert server.stop() == 0
+
+
+def test_sigterm_lets_inflight_requests_finish(start_server):
+    server = start_workers(start_server, 2)
+    result = {}
+
+    def slow():
+        result["r"] = httpx.get(server.url + "/sleep?s=1", timeout=10)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)
+    assert server.stop() == 0
+    t.join(5)
+    assert result["r"].status_code == 200
