@@ -403,6 +403,7 @@ const EngineObjectCore = struct {
     extra_headers: [][2][]const u8 = &.{},
     extra_storage: ?*Object = null,
     close_requested: bool = false,
+    trust: @import("proxy.zig").Trust = .{},
 
     fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -490,7 +491,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
     py.incref(cls);
     self.stream_class = @ptrCast(cls);
 
-    if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts)) {
+    if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts) or !setTrust(self, opts)) {
         py.decref(obj);
         return null;
     }
@@ -526,6 +527,26 @@ fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     self.info.scheme = scheme;
     self.info.server = py.none();
     self.info.state = null;
+    return true;
+}
+
+/// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
+/// (proxy headers off).
+fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
+    const list = c.PyDict_GetItemString(opts, "forwarded_allow_ips") orelse return true;
+    if (py.isNone(list)) return true;
+    const seq = c.PySequence_Fast(list, "forwarded_allow_ips must be a list of str") orelse return false;
+    defer py.decref(seq);
+    const items = py.seqItems(seq);
+    for (0..@intCast(py.seqLen(seq))) |i| {
+        const text = py.strView(items[i].?) orelse return false;
+        self.trust.add(text) catch |err| {
+            const why = if (err == error.TooMany) "too many entries (at most 64)" else "not an IP address, a CIDR network, '*' or 'unix:'";
+            _ = c.PyErr_Format(c.PyExc_ValueError, "forwarded_allow_ips: %R is %s", items[i].?, why.ptr);
+            return false;
+        };
+    }
+    self.info.trust = &self.trust;
     return true;
 }
 
@@ -850,4 +871,5 @@ test {
     _ = @import("pool.zig");
     _ = @import("timer.zig");
     _ = @import("response.zig");
+    _ = @import("proxy.zig");
 }

@@ -5,6 +5,7 @@ const std = @import("std");
 const py = @import("py.zig");
 const http1 = @import("http1.zig");
 const Peer = @import("conn.zig").Peer;
+const proxy = @import("proxy.zig");
 const Object = py.Object;
 const c = py.c;
 
@@ -31,6 +32,7 @@ const Keys = struct {
 
 const Values = struct {
     http: *Object,
+    https: *Object,
     asgi_version: *Object,
     spec_version: *Object,
     http11: *Object,
@@ -74,6 +76,7 @@ pub fn init() bool {
     }
     values = .{
         .http = py.intern("http") orelse return false,
+        .https = py.intern("https") orelse return false,
         .asgi_version = py.intern("3.0") orelse return false,
         .spec_version = py.intern("2.3") orelse return false,
         .http11 = py.intern("1.1") orelse return false,
@@ -99,7 +102,21 @@ pub const ServerInfo = struct {
     scheme: ?*Object,
     /// Lifespan state: each request gets a shallow copy. Null when there is none.
     state: ?*Object,
+    /// Peers whose proxy headers are believed; null when --no-proxy-headers.
+    trust: ?*const proxy.Trust = null,
 };
+
+/// What trusted proxies say about this request (nothing for anyone else).
+fn forwardedFor(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
+    const trust = info.trust orelse return .{};
+    const trusted = switch (peer.family) {
+        std.os.linux.AF.UNIX => trust.unix or trust.all,
+        std.os.linux.AF.INET => trust.trustsIp(.{ .version = 4, .addr = peer.addr[0..4].* ++ [_]u8{0} ** 12 }),
+        std.os.linux.AF.INET6 => trust.trustsIp(.{ .version = 6, .addr = peer.addr }),
+        else => false,
+    };
+    return if (trusted) proxy.resolve(trust, req.headers) else .{};
+}
 
 fn method(name: []const u8) ?*Object {
     for (common_methods, 0..) |m, i| {
@@ -119,7 +136,8 @@ fn headerName(name: []const u8) ?*Object {
     return py.bytes(name);
 }
 
-fn headers(req: *const http1.Request) ?*Object {
+/// `forwarded_host`, from a trusted proxy, replaces the Host header's value.
+fn headers(req: *const http1.Request, forwarded_host: ?[]const u8) ?*Object {
     const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
     for (req.headers, 0..) |h, i| {
         const pair = c.PyTuple_New(2) orelse return fail(list);
@@ -127,7 +145,8 @@ fn headers(req: *const http1.Request) ?*Object {
         _ = c.PyList_SetItem(list, @intCast(i), pair);
         const name = headerName(h.name) orelse return fail(list);
         _ = c.PyTuple_SetItem(pair, 0, name);
-        const value = py.bytes(h.value) orelse return fail(list);
+        const raw = if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value;
+        const value = py.bytes(raw) orelse return fail(list);
         _ = c.PyTuple_SetItem(pair, 1, value);
     }
     return list;
@@ -138,13 +157,14 @@ fn fail(o: *Object) ?*Object {
     return null;
 }
 
-fn client(peer: *const Peer) ?*Object {
+fn client(peer: *const Peer, fwd: *const proxy.Forwarded) ?*Object {
     var buf: [64]u8 = undefined;
-    const host = peer.format(&buf);
+    const host = fwd.client_host orelse peer.format(&buf);
+    const port = if (fwd.client_host != null) fwd.client_port else peer.port;
     if (host.len == 0) return py.none();
     const t = c.PyTuple_New(2) orelse return null;
     _ = c.PyTuple_SetItem(t, 0, py.str(host) orelse return fail(t));
-    _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(peer.port) orelse return fail(t));
+    _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(port) orelse return fail(t));
     return t;
 }
 
@@ -192,7 +212,9 @@ fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const S
     const version = if (req.version == .http11) values.http11 else values.http10;
     if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
-    if (c.PyDict_SetItem(d, keys.scheme, info.scheme.?) != 0) return false;
+    const fwd = forwardedFor(req, peer, info);
+    const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else info.scheme.?;
+    if (c.PyDict_SetItem(d, keys.scheme, scheme_obj) != 0) return false;
     var path: ?*Object = null;
     var raw: ?*Object = null;
     if (!paths(req, info, &path, &raw)) {
@@ -210,8 +232,8 @@ fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const S
     } else py.bytes(req.query);
     if (!py.dictSetSteal(d, keys.query_string, query)) return false;
     if (c.PyDict_SetItem(d, keys.root_path, info.root_path.?) != 0) return false;
-    if (!py.dictSetSteal(d, keys.headers, headers(req))) return false;
-    if (!py.dictSetSteal(d, keys.client, client(peer))) return false;
+    if (!py.dictSetSteal(d, keys.headers, headers(req, fwd.host))) return false;
+    if (!py.dictSetSteal(d, keys.client, client(peer, &fwd))) return false;
     if (c.PyDict_SetItem(d, keys.server, info.server.?) != 0) return false;
     if (info.state) |state| {
         if (!py.dictSetSteal(d, keys.state, c.PyDict_Copy(state))) return false;

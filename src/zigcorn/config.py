@@ -124,6 +124,7 @@ class Config:
         if forwarded_allow_ips is None:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
+        _check_networks(self.forwarded_allow_ips)
         for name, path in (("metrics_path", metrics_path), ("health_path", health_path)):
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
@@ -289,6 +290,23 @@ def _split_header(header: HeaderSpec) -> tuple[str, str]:
     if not name or any(c in name for c in " \t:") or any(c in name + value for c in "\r\n\0"):
         raise ValueError(f"invalid header {header!r}")
     return name, value
+
+
+def _check_networks(entries: list[str]) -> None:
+    """What the engine accepts: "*", "unix:", IP addresses and CIDR networks (at most 64)."""
+    import ipaddress
+
+    if len(entries) > 64:
+        raise ValueError("forwarded_allow_ips takes at most 64 entries")
+    for entry in entries:
+        if entry in ("*", "unix:"):
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"forwarded_allow_ips: {entry!r} is not an IP address, a CIDR network, '*' or 'unix:'"
+            ) from None
 
 
 def _as_list(value: Sequence[str] | str | None) -> list[str]:

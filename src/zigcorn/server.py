@@ -95,6 +95,7 @@ class Server:
                 "limit_request_line": config.limit_request_line,
                 "limit_request_fields": config.limit_request_fields,
                 "limit_request_head": config.limit_request_head,
+                "forwarded_allow_ips": config.forwarded_allow_ips if config.proxy_headers else None,
             },
         )
         dispatcher.engine = engine
