@@ -12,6 +12,7 @@ const http1 = @import("http1.zig");
 const pool_mod = @import("pool.zig");
 const response = @import("response.zig");
 const timer = @import("timer.zig");
+const metrics = @import("metrics.zig");
 const Server = @import("server.zig").Server;
 const Interest = @import("poller.zig").Interest;
 
@@ -19,6 +20,9 @@ const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
+/// Scratch for engine-made answers (health, metrics): used and copied out within one call.
+var ops_head_scratch: [512]u8 = undefined;
+var ops_body_scratch: [8192]u8 = undefined;
 /// An unread request body up to this size is skipped to keep the connection; past it we close.
 const discard_bytes_max = 1024 * 1024;
 
@@ -119,6 +123,8 @@ pub const Active = struct {
     resp_length: ?u64 = null,
     resp_body_bytes: u64 = 0,
     bytes_sent: u64 = 0,
+    /// When the request head was parsed, for the duration histogram (metrics only).
+    started_us: u64 = 0,
 
     // Output, in write order: obuf[ooff..olen], then pending[poff..], then tail.
     /// A pooled buffer, or a larger heap one while a response head outgrows it.
@@ -211,6 +217,7 @@ pub const Conn = struct {
                 if (n == 0) return self.close();
                 act.rlen += @intCast(n);
                 self.server.bytes_in += n;
+                if (self.server.metrics) |m| m.received_bytes += n;
                 self.process();
             },
             .err => |e| if (e != .AGAIN) self.close(),
@@ -258,6 +265,8 @@ pub const Conn = struct {
         }
         self.state = .request;
         self.requests_count += 1;
+        if (self.server.metrics != null) act.started_us = sys.monotonicUs();
+        if (self.answerOps(&head.request)) return;
         if (!self.server.hooks.onRequest(self, &head.request)) {
             // The seam could not take the request (out of memory, app dispatch failed).
             self.state = .head;
@@ -297,9 +306,70 @@ pub const Conn = struct {
         act.bytes_sent = 0;
     }
 
+    /// Health and metrics paths are answered here, without the app, on a keep-alive
+    /// connection like any response. Only GET and HEAD: anything else goes to the app.
+    fn answerOps(self: *Conn, req: *const http1.Request) bool {
+        const srv = self.server;
+        const is_metrics = srv.metrics_path.len > 0 and std.mem.eql(u8, req.path, srv.metrics_path);
+        const is_health = srv.health_path.len > 0 and std.mem.eql(u8, req.path, srv.health_path);
+        if (!is_metrics and !is_health) return false;
+        const head_only = std.mem.eql(u8, req.method, "HEAD");
+        if (!head_only and !std.mem.eql(u8, req.method, "GET")) return false;
+        const act = self.a();
+        var status: u16 = 200;
+        var body: []const u8 = "ok\n";
+        var content_type: []const u8 = "text/plain; charset=utf-8";
+        if (is_health and srv.draining) {
+            status = 503;
+            body = "draining\n";
+        } else if (is_metrics) {
+            if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
+            content_type = "text/plain; version=0.0.4; charset=utf-8";
+            body = metrics.render(&ops_body_scratch) catch "";
+            if (body.len == 0) status = 500;
+        }
+        if (act.http10 or srv.draining) act.keep_alive = false;
+        var w = response.HeadWriter{ .buf = &ops_head_scratch };
+        self.writeOpsHead(&w, status, content_type, body.len, act.keep_alive) catch return false;
+        act.status = status;
+        act.resp_started = true;
+        act.resp_head_sent = true;
+        act.resp_complete = true;
+        act.resp_close_after = !act.keep_alive;
+        self.queue(w.written()) catch return false;
+        if (!head_only) self.queue(body) catch {
+            self.close();
+            return true;
+        };
+        self.observe(status);
+        self.flush();
+        return true;
+    }
+
+    fn writeOpsHead(self: *Conn, w: *response.HeadWriter, status: u16, content_type: []const u8, len: usize, keep_alive: bool) error{NoSpace}!void {
+        try w.statusLine(status);
+        if (self.server.server_header) try w.append("server: zigcorn\r\n");
+        if (self.server.date_header) try w.append(self.server.date.get());
+        try w.header("content-type", content_type);
+        try w.header("cache-control", "no-store");
+        try w.contentLength(len);
+        if (!keep_alive) try w.append("connection: close\r\n");
+        try w.append("\r\n");
+    }
+
+    /// One finished request for the metrics: its status class and duration.
+    fn observe(self: *Conn, status: u16) void {
+        const m = self.server.metrics orelse return;
+        const act = self.a();
+        const now = sys.monotonicUs();
+        m.observe(status, if (act.started_us != 0 and now > act.started_us) now - act.started_us else 0);
+        act.started_us = 0;
+    }
+
     /// Answers a request the engine itself refuses, then closes.
     pub fn refuse(self: *Conn, status: u16) void {
         const act = self.a();
+        self.observe(status);
         act.refused = true;
         act.keep_alive = false;
         act.resp_close_after = true;
@@ -533,6 +603,7 @@ pub const Conn = struct {
     pub fn finishStream(self: *Conn) void {
         const act = self.a();
         act.stream = null;
+        if (!act.refused) self.observe(if (act.resp_started) act.status else 500);
         self.server.streamFinished();
         if (self.state == .closed) return self.server.retire(self);
         if (!act.resp_complete) return self.close();
@@ -678,6 +749,7 @@ pub const Conn = struct {
         const act = self.a();
         act.bytes_sent += written;
         self.server.bytes_out += written;
+        if (self.server.metrics) |m| m.sent_bytes += written;
         var left = written;
         const head = @min(left, act.olen - act.ooff);
         act.ooff += @intCast(head);

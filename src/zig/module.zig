@@ -15,6 +15,7 @@ const server_mod = @import("server.zig");
 const Server = server_mod.Server;
 const Conn = @import("conn.zig").Conn;
 const response = @import("response.zig");
+const metrics = @import("metrics.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -404,6 +405,9 @@ const EngineObjectCore = struct {
     extra_storage: ?*Object = null,
     close_requested: bool = false,
     trust: @import("proxy.zig").Trust = .{},
+    /// str objects whose UTF-8 the server's ops paths point into.
+    metrics_path: ?*Object = null,
+    health_path: ?*Object = null,
 
     fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -475,6 +479,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         },
     };
 
+    var opts_full = server_opts;
     const alloc_fn = tp.?.tp_alloc.?;
     const obj = alloc_fn(tp, 0) orelse return null;
     const eo: *EngineObject = @ptrCast(@alignCast(obj));
@@ -491,7 +496,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
     py.incref(cls);
     self.stream_class = @ptrCast(cls);
 
-    if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts) or !setTrust(self, opts)) {
+    if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts) or !setTrust(self, opts) or !setOps(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -503,7 +508,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .retain_fn = hookRetain,
         .release_fn = hookRelease,
     };
-    self.server = Server.init(allocator, hooks, server_opts) catch {
+    self.server = Server.init(allocator, hooks, opts_full) catch {
         py.decref(obj);
         c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
         return null;
@@ -527,6 +532,37 @@ fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     self.info.scheme = scheme;
     self.info.server = py.none();
     self.info.state = null;
+    return true;
+}
+
+/// metrics_path / health_path (str or None) and metrics_slot (int): engine-answered paths.
+fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    inline for (.{ "metrics_path", "health_path" }) |key| {
+        if (c.PyDict_GetItemString(opts, key)) |v| {
+            if (!py.isNone(v)) {
+                const text = py.strView(v) orelse return false;
+                if (text.len == 0 or text[0] != '/') {
+                    c.PyErr_SetString(c.PyExc_ValueError, key ++ " must start with '/'");
+                    return false;
+                }
+                py.incref(v);
+                @field(self, key) = v;
+                @field(out, key) = text;
+            }
+        }
+    }
+    if (self.metrics_path == null) return true;
+    const index = optInt(opts, "metrics_slot", 0) orelse return false;
+    metrics.init(1) catch {
+        c.PyErr_SetString(c.PyExc_OSError, "could not map the metrics counters");
+        return false;
+    };
+    const pid: u64 = @intCast(std.os.linux.getpid());
+    const slot = metrics.claim(@intCast(@max(index, 0)), pid) orelse {
+        c.PyErr_SetString(c.PyExc_ValueError, "metrics_slot out of range");
+        return false;
+    };
+    out.metrics = slot;
     return true;
 }
 
@@ -615,6 +651,8 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.info.scheme);
         py.xdecref(self.info.server);
         py.xdecref(self.extra_storage);
+        py.xdecref(self.metrics_path);
+        py.xdecref(self.health_path);
         eo.core = null;
         allocator.destroy(self);
     }
@@ -835,7 +873,32 @@ fn setParentDeathSignal(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
+/// metrics_init(slots): map the shared counters; the master calls it before forking.
+fn metricsInit(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const n = c.PyLong_AsLong(arg);
+    if (n == -1 and c.PyErr_Occurred() != null) return null;
+    if (n < 1 or n > metrics.slots_max) return py.typeError("slots must be 1..2048");
+    metrics.init(@intCast(n)) catch {
+        c.PyErr_SetString(c.PyExc_OSError, "could not map the metrics counters");
+        return null;
+    };
+    return py.none();
+}
+
+/// metrics_retire(slot, restarted): a worker exited; its gauges stop counting.
+fn metricsRetire(_: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    if (nargs != 2) return py.typeError("metrics_retire(slot, restarted)");
+    const index = c.PyLong_AsLong(args[0]);
+    if (index == -1 and c.PyErr_Occurred() != null) return null;
+    const restarted = c.PyObject_IsTrue(args[1]);
+    if (restarted < 0) return null;
+    if (index >= 0) metrics.retire(@intCast(index), restarted != 0);
+    return py.none();
+}
+
 var module_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "metrics_init", .ml_meth = @ptrCast(&metricsInit), .ml_flags = c.METH_O, .ml_doc = "Map the shared metrics counters (before forking workers)." },
+    .{ .ml_name = "metrics_retire", .ml_meth = @ptrCast(&metricsRetire), .ml_flags = c.METH_FASTCALL, .ml_doc = "A worker's slot stops counting gauges." },
     .{ .ml_name = "set_parent_death_signal", .ml_meth = @ptrCast(&setParentDeathSignal), .ml_flags = c.METH_O, .ml_doc = "Have the kernel signal this process when its parent dies." },
     std.mem.zeroes(c.PyMethodDef),
 };

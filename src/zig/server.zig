@@ -4,6 +4,7 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
+const metrics = @import("metrics.zig");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
 const http1 = @import("http1.zig");
@@ -63,6 +64,11 @@ pub const Options = struct {
     /// Request bodies larger than this get 413.
     body_bytes_max: u64 = 1 << 30,
     limits: http1.Limits = .{},
+    /// Paths the engine answers itself ("" = off); the memory belongs to the caller.
+    metrics_path: []const u8 = "",
+    health_path: []const u8 = "",
+    /// This process's slot in the shared counters, when metrics are on.
+    metrics: ?*metrics.Slot = null,
 };
 
 extern "c" fn malloc_trim(pad: usize) c_int;
@@ -89,6 +95,9 @@ pub const Server = struct {
     keep_alive_requests_max: u32,
     connections_max: u32,
     body_bytes_max: u64,
+    metrics_path: []const u8,
+    health_path: []const u8,
+    metrics: ?*metrics.Slot,
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
@@ -125,6 +134,9 @@ pub const Server = struct {
             .keep_alive_requests_max = opts.keep_alive_requests_max,
             .connections_max = opts.connections_max,
             .body_bytes_max = opts.body_bytes_max,
+            .metrics_path = opts.metrics_path,
+            .health_path = opts.health_path,
+            .metrics = opts.metrics,
             .limits = opts.limits,
             .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms },
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms },
@@ -227,6 +239,7 @@ pub const Server = struct {
             }
             self.link(c);
             self.connections += 1;
+            if (self.metrics) |m| m.connections_open = self.connections;
             self.header_timeouts.arm(&c.timer, self.now_ms);
         }
     }
@@ -246,6 +259,7 @@ pub const Server = struct {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
         }
+        if (self.metrics) |m| m.resident_bytes = metrics.residentBytes();
         // Load has passed: the per-request structs freed to malloc go back to the OS too.
         if (self.pool.trim()) _ = malloc_trim(0);
     }
@@ -304,6 +318,7 @@ pub const Server = struct {
     pub fn connectionClosed(self: *Server, c: *Conn) void {
         self.unlink(c);
         self.connections -= 1;
+        if (self.metrics) |m| m.connections_open = self.connections;
     }
 
     /// A closed connection with no stream is freed at the end of the next poll pass:
@@ -334,10 +349,12 @@ pub const Server = struct {
     pub fn streamStarted(self: *Server) void {
         self.streams += 1;
         self.requests_total += 1;
+        if (self.metrics) |m| m.requests_in_flight = self.streams;
     }
 
     pub fn streamFinished(self: *Server) void {
         self.streams -= 1;
+        if (self.metrics) |m| m.requests_in_flight = self.streams;
     }
 
     /// Graceful shutdown, step one: no new connections, idle ones closed, busy ones

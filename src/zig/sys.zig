@@ -65,6 +65,13 @@ pub fn monotonicMs() u64 {
     return @as(u64, @intCast(ts.sec)) * 1000 + @as(u64, @intCast(ts.nsec)) / std.time.ns_per_ms;
 }
 
+/// Microseconds of CLOCK_MONOTONIC, for request durations (only read when metrics are on).
+pub fn monotonicUs() u64 {
+    var ts: linux.timespec = undefined;
+    _ = linux.clock_gettime(.MONOTONIC, &ts);
+    return @as(u64, @intCast(ts.sec)) * 1_000_000 + @as(u64, @intCast(ts.nsec)) / std.time.ns_per_us;
+}
+
 pub fn realtimeSeconds() i64 {
     var ts: linux.timespec = undefined;
     _ = linux.clock_gettime(.REALTIME, &ts);

@@ -25,10 +25,11 @@ class Server:
     """One serving process. `listener` comes from a master or reload supervisor; without
     one the server binds its own socket. `on_ready` is called once it accepts."""
 
-    def __init__(self, config, listener: Listener | None = None, on_ready=None) -> None:
+    def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0) -> None:
         self.config = config
         self.listener = listener
         self.on_ready = on_ready
+        self.metrics_slot = metrics_slot
         self.started = False
         self.should_exit = False
         self.force_exit = False
@@ -96,6 +97,9 @@ class Server:
                 "limit_request_fields": config.limit_request_fields,
                 "limit_request_head": config.limit_request_head,
                 "forwarded_allow_ips": config.forwarded_allow_ips if config.proxy_headers else None,
+                "metrics_path": config.metrics_path,
+                "health_path": config.health_path,
+                "metrics_slot": self.metrics_slot,
             },
         )
         dispatcher.engine = engine

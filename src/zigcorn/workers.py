@@ -37,6 +37,8 @@ MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, 
 CRASH_AGE_SECONDS = 10.0
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
+# Worker slots in the shared metrics counters (each worker, old or new, holds one).
+METRICS_SLOTS_MAX = 2048
 # After a graceful-shutdown timeout, workers still alive this much later are killed.
 KILL_GRACE_SECONDS = 5.0
 
@@ -77,6 +79,9 @@ class Master:
                 logger.error("%s", exc.strerror or exc)
                 return STARTUP_FAILURE
         self._preload()
+        if config.metrics_path:
+            # Shared counters, mapped before the fork: any worker can answer a scrape for all.
+            _core.metrics_init(METRICS_SLOTS_MAX)
         where = self.listener.description if self.listener else _tcp_description(config)
         logger.info("Zigcorn running on %s (Press CTRL+C to quit)", where)
         logger.info("Started parent process [%d]", os.getpid())
@@ -188,6 +193,9 @@ class Master:
     def _spawn(self) -> None:
         used = {w.slot for w in self.workers.values()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
+        if len(used) >= METRICS_SLOTS_MAX:
+            logger.error("Not starting a worker: %d are already running.", len(used))
+            return
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the worker
@@ -221,7 +229,7 @@ class Master:
         listener = self.listener
         if listener is None:  # --reuse-port: each worker binds its own socket
             listener = bind(self.config, reuse_port=True)
-        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"))
+        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot)
         try:
             server.run()
         except KeyboardInterrupt:
@@ -270,6 +278,8 @@ class Master:
             self._after_exit(worker, status)
 
     def _after_exit(self, worker: Worker, status: int) -> None:
+        if self.config.metrics_path:
+            _core.metrics_retire(worker.slot, not (worker.retiring or self.stopping))
         if worker.retiring or self.stopping:
             logger.info("Worker [%d] stopped.", worker.pid)
             return
