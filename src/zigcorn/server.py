@@ -14,6 +14,7 @@ import signal
 
 from zigcorn import _core
 from zigcorn.http import Dispatcher, HTTPCycle, wake
+from zigcorn.websocket import WebSocketCycle
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -112,6 +113,7 @@ class Server:
                 "limit_request_line": config.limit_request_line,
                 "limit_request_fields": config.limit_request_fields,
                 "limit_request_head": config.limit_request_head,
+                **self._ws_options(),
             },
         )
         dispatcher.engine = engine
@@ -132,6 +134,22 @@ class Server:
         await self._shutdown(loop, engine)
         await lifespan.shutdown()
         logger.info("Finished server process [%d]", os.getpid())
+
+    def _ws_options(self) -> dict:
+        config = self.config
+        if config.ws == "none":
+            # Upgrade requests are then plain HTTP requests, as in uvicorn.
+            return {"ws": False}
+        ping = config.ws_ping_interval
+        return {
+            "ws": True,
+            "websocket_class": WebSocketCycle,
+            "ws_max_size": config.ws_max_size,
+            "ws_max_queue": config.ws_max_queue,
+            "ws_ping_interval": ping if ping else None,
+            "ws_ping_timeout": config.ws_ping_timeout if config.ws_ping_timeout is not None else 1e9,
+            "ws_per_message_deflate": config.ws_per_message_deflate,
+        }
 
     def _bind(self, engine) -> tuple:
         config = self.config
