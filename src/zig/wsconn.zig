@@ -56,6 +56,8 @@ pub const Session = struct {
     ready_head: ?*Message = null,
     ready_tail: ?*Message = null,
     ready_count: u32 = 0,
+    /// Bytes in those messages: past one maximum-size message's worth, reading pauses too.
+    ready_bytes: u64 = 0,
 
     // Closing.
     close_sent: bool = false,
@@ -152,7 +154,7 @@ pub fn process(conn: *Conn) void {
     const act = conn.a();
     const s = session(conn);
     while (conn.state == .websocket and !s.close_received and !s.failed) {
-        if (s.ready_count >= conn.server.ws_queue_max or conn.outputLen() > out_bytes_high) {
+        if (backlogged(conn)) {
             // The app or the client is behind: stop reading until it catches up.
             conn.setReading(false);
             break;
@@ -253,6 +255,7 @@ fn endMessage(conn: *Conn) void {
     if (s.ready_tail) |t| t.next = m else s.ready_head = m;
     s.ready_tail = m;
     s.ready_count += 1;
+    s.ready_bytes += m.data.items.len;
     wakeStream(conn);
 }
 
@@ -325,11 +328,19 @@ fn wakeStream(conn: *Conn) void {
 fn maybeResume(conn: *Conn) void {
     const s = session(conn);
     if (conn.state != .websocket or s.close_received or s.failed) return;
-    if (s.ready_count >= conn.server.ws_queue_max or conn.outputLen() > out_bytes_high) return;
+    if (backlogged(conn)) return;
     if (!conn.interest.readable) {
         conn.setReading(true);
         conn.server.schedule(conn);
     }
+}
+
+/// Too much waits for the app (messages) or for the client (output).
+fn backlogged(conn: *Conn) bool {
+    const s = session(conn);
+    const srv = conn.server;
+    return s.ready_count >= srv.ws_queue_max or s.ready_bytes >= srv.ws_message_bytes_max or
+        conn.outputLen() > out_bytes_high;
 }
 
 /// The oldest whole message, now owned by the caller (`Message.destroy`).
@@ -339,6 +350,7 @@ pub fn takeMessage(conn: *Conn) ?*Message {
     s.ready_head = m.next;
     if (s.ready_head == null) s.ready_tail = null;
     s.ready_count -= 1;
+    s.ready_bytes -= m.data.items.len;
     maybeResume(conn);
     return m;
 }
