@@ -202,3 +202,54 @@ def test_disconnect_while_app_waits_on_send_raises_in_app(start_server):
     events = run(sent())
     assert events and events[0]["sent"] < 100_000
     assert "Traceback" not in server.output()
+
+
+def test_no_memory_growth_over_many_sessions_and_messages(start_server):
+    server = start_server("ws:app", "--ws-ping-interval", "0", "--no-access-log")
+
+    async def sessions(n: int) -> None:
+        for i in range(n):
+            compression = "deflate" if i % 2 else None
+            async with websockets.connect(url(server, "/echo"), compression=compression, max_size=None) as ws:
+                for message in ["x" * 1000, b"y" * 70_000, "z" * 20]:
+                    await ws.send(message)
+                    assert await ws.recv() == message
+
+    async def messages(n: int) -> None:
+        async with websockets.connect(url(server, "/echo")) as ws:
+            for i in range(n):
+                await ws.send(f"message {i} " * 20)
+                await ws.recv()
+
+    run(sessions(60))
+    run(messages(500))
+    before = server.rss_kb()
+    run(sessions(300))
+    run(messages(3000))
+    grown = server.rss_kb() - before
+    assert grown < 3 * 1024, f"RSS grew {grown} KiB over 300 sessions and 3000 messages"
+
+
+def test_random_garbage_after_the_handshake_never_kills_the_worker(start_server):
+    import random
+
+    server = start_server("ws:app", "--ws-ping-interval", "0")
+    rng = random.Random(1234)
+    for i in range(60):
+        ws = RawWS(server.port, extra="Sec-WebSocket-Extensions: permessage-deflate\r\n" if i % 2 else "")
+        try:
+            ws.send(rng.randbytes(rng.choice([1, 2, 14, 200, 5000, 70_000])))
+            ws.sock.settimeout(0.3)
+            ws.closed_by_peer()
+        except OSError:
+            pass
+        finally:
+            ws.close()
+    assert server.proc.poll() is None
+
+    async def still_serving():
+        async with websockets.connect(url(server, "/echo")) as ws:
+            await ws.send("alive")
+            return await ws.recv()
+
+    assert run(still_serving()) == "alive"

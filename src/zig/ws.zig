@@ -609,3 +609,36 @@ test "close payloads" {
     try testing.expect(p.len <= 125 and validUtf8(p[2..]));
     try testing.expectEqual(@as(usize, 0), encodeClosePayload(&out, 1005, "x").len);
 }
+
+test "hostile bytes never crash the frame parser, and UTF-8 matches std" {
+    var prng = std.Random.DefaultPrng.init(0x5eed);
+    const r = prng.random();
+    var buf: [32]u8 = undefined;
+    for (0..200_000) |_| {
+        const n = r.uintAtMost(usize, buf.len);
+        r.bytes(buf[0..n]);
+        if (parseHeader(buf[0..n], r.boolean()) catch null) |h| {
+            try testing.expect(h.header_len <= header_bytes_max and h.header_len <= n);
+            if (h.opcode.isControl()) try testing.expect(h.payload_len <= control_payload_bytes_max and h.fin);
+        }
+        _ = parseClose(buf[0..@min(n, control_payload_bytes_max)]) catch {};
+        // Mostly-valid text: random code points with a sprinkle of random bytes.
+        var text: [64]u8 = undefined;
+        var len: usize = 0;
+        while (len + 4 < text.len) {
+            if (r.uintLessThan(u8, 16) == 0) {
+                text[len] = r.int(u8);
+                len += 1;
+            } else {
+                const cp = r.uintAtMost(u21, 0x10ffff);
+                if (cp >= 0xd800 and cp <= 0xdfff) continue;
+                len += std.unicode.utf8Encode(cp, text[len..]) catch unreachable;
+            }
+        }
+        try testing.expectEqual(std.unicode.utf8ValidateSlice(text[0..len]), validUtf8(text[0..len]));
+        const cut = r.uintAtMost(usize, len);
+        var v = Utf8{};
+        const ok = v.feed(text[0..cut]) and v.feed(text[cut..len]) and v.complete();
+        try testing.expectEqual(std.unicode.utf8ValidateSlice(text[0..len]), ok);
+    }
+}

@@ -114,6 +114,8 @@ pub fn accept(conn: *Conn, subprotocol: ?[]const u8, headers: []const [2][]const
     s.open = true;
     conn.state = .websocket;
     armPing(conn);
+    // Accepted while the server drains: it is told at once that the server is going away.
+    if (conn.server.draining) return goingAway(conn);
     conn.flush();
     if (conn.state != .websocket) return;
     conn.setReading(true);
