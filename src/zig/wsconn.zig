@@ -215,7 +215,8 @@ fn endFrame(conn: *Conn) void {
         },
         .pong => if (s.ping_outstanding) {
             s.ping_outstanding = false;
-            armPing(conn);
+            // Once our close frame is out, the timer waits for the peer's close instead.
+            if (!s.close_sent) armPing(conn);
         },
         else => if (s.frame.fin) endMessage(conn),
     }
