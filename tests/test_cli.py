@@ -33,7 +33,8 @@ def test_help_lists_uvicorn_flags():
     result = run_cli("--help")
     assert result.returncode == 0
     for flag in ("--host", "--port", "--root-path", "--lifespan", "--no-server-header",
-                 "--no-date-header", "--header", "--version"):
+                 "--no-date-header", "--header", "--version", "--ws", "--ws-max-size", "--ws-max-queue",
+                 "--ws-ping-interval", "--ws-ping-timeout", "--ws-per-message-deflate"):
         assert flag in result.stdout
 
 
@@ -96,3 +97,23 @@ def test_limit_concurrency_answers_503(start_server):
         statuses = list(pool.map(lambda _: httpx.get(server.url + "/sleep?s=0.5", timeout=10).status_code, range(4)))
     assert 200 in statuses and 503 in statuses, statuses
     assert httpx.get(server.url + "/after").status_code == 200
+
+
+@zigcorn_only
+def test_ws_flags_out_of_range_are_one_line_errors():
+    for args in (["--ws", "bogus"], ["--ws-max-size", "0"], ["--ws-max-queue", "0"],
+                 ["--ws-per-message-deflate", "maybe"], ["--ws-ping-interval", "-1"]):
+        result = run_cli("tests.apps.ws:app", "--port", str(free_port()), *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert args[0].lstrip("-").split("-")[0] in result.stderr
+
+
+@zigcorn_only
+def test_run_accepts_uvicorn_ws_keywords():
+    from zigcorn.config import Config
+
+    config = Config("tests.apps.ws:app", ws="wsproto", ws_max_size=1024, ws_max_queue=4, ws_ping_interval=None,
+                    ws_ping_timeout=5.0, ws_per_message_deflate=False)
+    assert (config.ws, config.ws_max_size, config.ws_max_queue) == ("wsproto", 1024, 4)
+    assert config.ws_ping_interval is None and config.ws_per_message_deflate is False

@@ -1,7 +1,12 @@
 """Real frameworks end to end: FastAPI and Starlette."""
 
+import asyncio
+import json
+
 import httpx
 import pytest
+import websockets
+from websockets.exceptions import InvalidStatus
 
 from tests.harness import Server
 
@@ -71,3 +76,51 @@ def test_starlette_streaming_response(starlette_server):
     with httpx.stream("GET", starlette_server.url + "/stream") as r:
         assert r.headers.get("transfer-encoding") == "chunked"
         assert r.read() == b"0\n1\n2\n3\n4\n"
+
+
+# ---- WebSocket endpoints ---------------------------------------------------------------
+
+
+def ws_url(server, path: str) -> str:
+    return f"ws://127.0.0.1:{server.port}{path}"
+
+
+def test_starlette_websocket_endpoint(starlette_server):
+    async def go():
+        async with websockets.connect(ws_url(starlette_server, "/ws"), subprotocols=["upper"]) as ws:
+            assert ws.subprotocol == "upper"
+            for text in ["hello", "straße", "x" * 100_000]:
+                await ws.send(text)
+                assert await ws.recv() == text.upper()
+            await ws.close(4321)
+        await asyncio.sleep(0.1)
+        async with websockets.connect(ws_url(starlette_server, "/ws/disconnects")) as ws:
+            return json.loads(await ws.recv())
+
+    assert 4321 in asyncio.run(asyncio.wait_for(go(), 20))
+
+
+def test_starlette_websocket_denial_response(starlette_server):
+    async def go():
+        with pytest.raises(InvalidStatus) as info:
+            async with websockets.connect(ws_url(starlette_server, "/ws/denied")):
+                pass
+        response = info.value.response
+        assert response.status_code == 401
+        assert response.body == b"members only"
+
+    asyncio.run(asyncio.wait_for(go(), 20))
+
+
+def test_fastapi_websocket_endpoint(fastapi_server):
+    async def go():
+        async with websockets.connect(ws_url(fastapi_server, "/ws/lobby?token=abc")) as ws:
+            assert json.loads(await ws.recv()) == {"room": "lobby", "token": "abc"}
+            await ws.send(b"\x01\x02\x03")
+            assert await ws.recv() == b"\x03\x02\x01"
+        with pytest.raises(InvalidStatus) as info:
+            async with websockets.connect(ws_url(fastapi_server, "/ws/lobby?token=bad")):
+                pass
+        assert info.value.response.status_code == 403
+
+    asyncio.run(asyncio.wait_for(go(), 20))

@@ -15,6 +15,9 @@ const timer = @import("timer.zig");
 const metrics = @import("metrics.zig");
 const Server = @import("server.zig").Server;
 const Interest = @import("poller.zig").Interest;
+const ws = @import("ws.zig");
+const wsconn = @import("wsconn.zig");
+const deflate = @import("deflate.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -74,6 +77,8 @@ pub const State = enum(u8) {
     /// Response sent, the peer's remaining bytes are drained before close so that
     /// our last response is not destroyed by a reset.
     lingering,
+    /// Upgraded: WebSocket frames both ways (wsconn.zig), a stream for the session.
+    websocket,
     closed,
 };
 
@@ -138,6 +143,8 @@ pub const Active = struct {
     tail_len: u8 = 0,
     /// A response head written by startResponse, waiting past `olen` for the first body.
     staged_head_len: u32 = 0,
+    /// A WebSocket upgrade: pending the app's accept, then the open session.
+    ws: ?*wsconn.Session = null,
 };
 
 pub const Conn = struct {
@@ -186,6 +193,8 @@ pub const Conn = struct {
         act.pending = &.{};
         if (act.pending_owner) |o| self.server.hooks.release(o);
         act.pending_owner = null;
+        if (act.ws) |s| wsconn.destroy(s);
+        act.ws = null;
         std.heap.c_allocator.destroy(act);
         self.act = null;
     }
@@ -234,6 +243,7 @@ pub const Conn = struct {
                 if (!act.body_done) if (act.stream) |st| self.server.hooks.wakeRead(st);
                 if (act.rlen == buffer_bytes and act.rstart == 0) self.setReading(false);
             },
+            .websocket => wsconn.process(self),
             .lingering, .closed => {},
         }
     }
@@ -263,6 +273,9 @@ pub const Conn = struct {
             // Refused before any app sees it, and before a 100-continue invites the body.
             return self.refuse(413);
         }
+        if (self.server.ws_enabled and ws.isUpgrade(&head.request)) {
+            if (!self.beginUpgrade(&head.request)) return;
+        }
         self.state = .request;
         self.requests_count += 1;
         if (self.server.metrics != null) act.started_us = sys.monotonicUs();
@@ -272,6 +285,25 @@ pub const Conn = struct {
             self.state = .head;
             return self.refuse(500);
         }
+    }
+
+    /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
+    /// when the engine refused it (400/426).
+    fn beginUpgrade(self: *Conn, req: *const http1.Request) bool {
+        const act = self.a();
+        var hs = ws.validate(req, self.server.ws_deflate) catch |err| {
+            self.refuse(ws.statusFor(err));
+            return false;
+        };
+        // zlib is loaded only now, for a client that offers compression; without it we decline.
+        if (hs.deflate != null and !deflate.load()) hs.deflate = null;
+        if (!wsconn.begin(self, hs)) {
+            self.refuse(500);
+            return false;
+        }
+        // Whatever the app answers over HTTP (denial, 403, 500) ends the connection.
+        act.keep_alive = false;
+        return true;
     }
 
     fn beginRequest(self: *Conn, req: *const http1.Request) void {
@@ -458,7 +490,8 @@ pub const Conn = struct {
                 self.refuse(408);
                 if (act.stream) |s| self.server.hooks.wakeRead(s);
             },
-            .lingering, .closed => self.close(),
+            // The peer's close frame did not come in time.
+            .websocket, .lingering, .closed => self.close(),
         }
     }
 
@@ -606,6 +639,7 @@ pub const Conn = struct {
         if (!act.refused) self.observe(if (act.resp_started) act.status else 500);
         self.server.streamFinished();
         if (self.state == .closed) return self.server.retire(self);
+        if (act.ws != null and self.state != .request) return wsconn.streamFinished(self);
         if (!act.resp_complete) return self.close();
         self.afterResponse();
     }
@@ -670,7 +704,7 @@ pub const Conn = struct {
 
     // ---- output -------------------------------------------------------------
 
-    fn outputLen(self: *const Conn) usize {
+    pub fn outputLen(self: *const Conn) usize {
         const act = self.a();
         return (act.olen - act.ooff) + act.pending.len + act.tail_len;
     }
@@ -682,6 +716,25 @@ pub const Conn = struct {
         if (bytes.len > act.ocap - act.olen and act.ooff > 0) self.compactOut();
         if (bytes.len > act.ocap - act.olen) return error.OutOfMemory;
         @memcpy(buf[act.olen..][0..bytes.len], bytes);
+        act.olen += @intCast(bytes.len);
+    }
+
+    /// WebSocket output: copied, the buffer grown on the heap as needed. The caller
+    /// bounds what is queued (send() waits past wsconn.out_bytes_high).
+    pub fn queueGrow(self: *Conn, bytes: []const u8) error{OutOfMemory}!void {
+        const act = self.a();
+        std.debug.assert(act.pending.len == 0);
+        _ = self.ensureOutBuffer() orelse return error.OutOfMemory;
+        if (bytes.len > act.ocap - act.olen) {
+            if (act.ooff > 0) self.compactOut();
+            const need = @as(usize, act.olen) + bytes.len;
+            if (need > act.ocap) {
+                if (need > std.math.maxInt(u32)) return error.OutOfMemory;
+                const size = @min(@max(need, @as(usize, act.ocap) * 2), std.math.maxInt(u32));
+                _ = self.growOut(size) orelse return error.OutOfMemory;
+            }
+        }
+        @memcpy(act.obuf.?[act.olen..][0..bytes.len], bytes);
         act.olen += @intCast(bytes.len);
     }
 
@@ -705,7 +758,7 @@ pub const Conn = struct {
         if (owner) |o| self.server.hooks.retain(o);
     }
 
-    fn flush(self: *Conn) void {
+    pub fn flush(self: *Conn) void {
         const act = self.act orelse return self.setWriting(false);
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
@@ -739,6 +792,7 @@ pub const Conn = struct {
         if (self.interest.writable) self.setWriting(false);
         if (act.staged_head_len == 0) self.releaseOut();
         if (act.stream) |s| self.server.hooks.wakeWrite(s);
+        if (self.state == .websocket) return wsconn.afterFlush(self);
         if (act.resp_complete and (self.state == .request or act.refused)) {
             if (act.resp_close_after and act.stream == null) return self.lingerClose();
             self.afterResponse();
@@ -803,7 +857,7 @@ pub const Conn = struct {
         return act.rbuf;
     }
 
-    fn ensureOutBuffer(self: *Conn) ?[]u8 {
+    pub fn ensureOutBuffer(self: *Conn) ?[]u8 {
         const act = self.a();
         if (act.obuf == null) {
             const b = self.server.pool.acquire() orelse return null;
@@ -866,7 +920,7 @@ pub const Conn = struct {
         }
     }
 
-    fn setReading(self: *Conn, on: bool) void {
+    pub fn setReading(self: *Conn, on: bool) void {
         if (self.interest.readable == on or self.fd < 0) return;
         self.interest.readable = on;
         _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
@@ -883,7 +937,7 @@ pub const Conn = struct {
     /// Stops sending, then reads and drops what the peer still sends for a moment:
     /// closing with unread bytes would reset the connection and could destroy the
     /// response the peer has not read yet.
-    fn lingerClose(self: *Conn) void {
+    pub fn lingerClose(self: *Conn) void {
         const act = self.a();
         if (act.rstart == act.rlen and act.body_done and self.state == .request) {
             // Nothing unread: a plain close loses nothing.

@@ -16,6 +16,7 @@ const Server = server_mod.Server;
 const Conn = @import("conn.zig").Conn;
 const response = @import("response.zig");
 const metrics = @import("metrics.zig");
+const wsconn = @import("wsconn.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -276,7 +277,92 @@ fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     return py.boolean(conn.a().resp_complete);
 }
 
+// ---- WebSocket streams ---------------------------------------------------------
+//
+// After an upgrade the stream is a WebSocket session: the engine hands whole messages
+// to `ws_receive` and frames what `ws_send` gives it. Before `ws_accept` the app may
+// still answer over HTTP with start()/write() (denial response, 403).
+
+/// ws_accept(subprotocol: str | None, headers): the 101 response.
+fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("ws_accept() takes subprotocol and headers");
+    const sub: ?[]const u8 = if (py.isNone(args[0].?)) null else (py.strView(args[0].?) orelse return null);
+    const seq = normalizedHeaders(args[1].?) orelse return null;
+    defer py.decref(seq);
+    const n = py.seqLen(seq);
+    if (n > max_headers) return py.runtimeError("too many response headers");
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pi = py.seqItems(items[i].?);
+        header_pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
+        header_pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
+    }
+    const conn = self.conn orelse return py.none();
+    wsconn.accept(conn, sub, header_pairs[0..n], asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+        error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
+        error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
+        error.NotPending => py.runtimeError("Expected ASGI message 'websocket.send' or 'websocket.close', but got 'websocket.accept'."),
+    };
+    self.status = 101;
+    return py.none();
+}
+
+/// ws_send(data: bytes | str) -> 0 sent, 1 sent but wait for write_waiter, 2 the connection is closed.
+fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const o = arg.?;
+    const text = c.PyUnicode_Check(o) != 0;
+    const data = if (text) (py.strView(o) orelse return null) else (py.bytesView(o) orelse
+        return py.typeError("websocket.send needs 'bytes' (bytes) or 'text' (str)"));
+    const conn = self.conn orelse return c.PyLong_FromLong(2);
+    const wait = wsconn.send(conn, data, text) catch |err| return switch (err) {
+        error.Closed => c.PyLong_FromLong(2),
+        error.OutOfMemory => py.runtimeError("Out of memory for the message."),
+    };
+    return c.PyLong_FromLong(if (wait) 1 else 0);
+}
+
+/// ws_receive(): the next websocket.receive or websocket.disconnect message, or None to wait.
+fn streamWsReceive(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return scope.wsDisconnectMessage(1006, "");
+    if (wsconn.takeMessage(conn)) |m| {
+        defer m.destroy();
+        return scope.wsReceiveMessage(m.text, m.data.items);
+    }
+    if (conn.a().ws == null or wsconn.finished(conn)) return scope.wsDisconnectMessage(wsconn.closeCode(conn), wsconn.closeReason(conn));
+    return py.none();
+}
+
+/// ws_close(code: int, reason: str): the close frame (after accept).
+fn streamWsClose(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("ws_close() takes code and reason");
+    const code = c.PyLong_AsLong(args[0]);
+    if (code == -1 and c.PyErr_Occurred() != null) return null;
+    if (code != 1000 and (code < 1000 or code > 4999 or !@import("ws.zig").validCloseCode(@intCast(code)))) {
+        c.PyErr_SetString(c.PyExc_ValueError, "invalid WebSocket close code");
+        return null;
+    }
+    const reason = py.strView(args[1].?) orelse return null;
+    const conn = self.conn orelse return py.none();
+    wsconn.closeFromApp(conn, @intCast(code), reason);
+    return py.none();
+}
+
+fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(true);
+    return py.boolean(wsconn.finished(conn));
+}
+
 var stream_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "ws_accept", .ml_meth = @ptrCast(&streamWsAccept), .ml_flags = c.METH_FASTCALL, .ml_doc = "Accept a WebSocket upgrade." },
+    .{ .ml_name = "ws_send", .ml_meth = @ptrCast(&streamWsSend), .ml_flags = c.METH_O, .ml_doc = "Send one message; 1 means wait for write_waiter, 2 closed." },
+    .{ .ml_name = "ws_receive", .ml_meth = @ptrCast(&streamWsReceive), .ml_flags = c.METH_NOARGS, .ml_doc = "Next WebSocket message, or None to wait." },
+    .{ .ml_name = "ws_close", .ml_meth = @ptrCast(&streamWsClose), .ml_flags = c.METH_FASTCALL, .ml_doc = "Send a close frame." },
     .{ .ml_name = "read", .ml_meth = @ptrCast(&streamRead), .ml_flags = c.METH_NOARGS, .ml_doc = "Next request message, or None to wait." },
     .{ .ml_name = "start", .ml_meth = @ptrCast(&streamStart), .ml_flags = c.METH_FASTCALL, .ml_doc = "Start the response." },
     .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
@@ -301,6 +387,7 @@ var stream_getset = [_]c.PyGetSetDef{
     .{ .name = "bytes_sent", .get = &streamGetBytesSent, .set = null, .doc = null, .closure = null },
     .{ .name = "response_started", .get = &streamGetStarted, .set = null, .doc = null, .closure = null },
     .{ .name = "response_complete", .get = &streamGetComplete, .set = null, .doc = null, .closure = null },
+    .{ .name = "ws_finished", .get = &streamGetWsFinished, .set = null, .doc = null, .closure = null },
     std.mem.zeroes(c.PyGetSetDef),
 };
 
@@ -326,7 +413,8 @@ var stream_spec = c.PyType_Spec{
 
 fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
-    const tp = engine.stream_class orelse return false;
+    const is_ws = conn.a().ws != null;
+    const tp = (if (is_ws) engine.ws_class else engine.stream_class) orelse return false;
     const alloc_fn = tp.tp_alloc orelse return false;
     const obj = alloc_fn(tp, 0) orelse {
         c.PyErr_WriteUnraisable(null);
@@ -400,6 +488,8 @@ const EngineObjectCore = struct {
     on_request: ?*Object = null,
     wake: ?*Object = null,
     stream_class: ?*c.PyTypeObject = null,
+    /// The stream class for WebSocket upgrades (options["websocket_class"]).
+    ws_class: ?*c.PyTypeObject = null,
     info: scope.ServerInfo = .{ .server = null, .root_path = null, .root_path_utf8 = "", .scheme = null, .state = null },
     extra_headers: [][2][]const u8 = &.{},
     extra_storage: ?*Object = null,
@@ -471,6 +561,12 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .connections_max = @intCast(std.math.clamp(optInt(opts, "limit_connections", 100_000) orelse return null, 1, std.math.maxInt(u32))),
         .keep_alive_requests_max = @intCast(std.math.clamp(optInt(opts, "limit_keep_alive_requests", 10_000) orelse return null, 1, std.math.maxInt(u32))),
         .body_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_body", 1 << 30) orelse return null, 0, std.math.maxInt(i64))),
+        .ws_enabled = (optBool(opts, "ws", true) orelse return null) and c.PyDict_GetItemString(opts, "websocket_class") != null,
+        .ws_deflate = optBool(opts, "ws_per_message_deflate", true) orelse return null,
+        .ws_message_bytes_max = @intCast(std.math.clamp(optInt(opts, "ws_max_size", 16 * 1024 * 1024) orelse return null, 1, std.math.maxInt(u32))),
+        .ws_queue_max = @intCast(std.math.clamp(optInt(opts, "ws_max_queue", 32) orelse return null, 1, 1 << 20)),
+        .ws_ping_interval_ms = optFloatMs(opts, "ws_ping_interval", 0) orelse return null,
+        .ws_ping_timeout_ms = optFloatMs(opts, "ws_ping_timeout", 20_000) orelse return null,
         .limits = .{
             // The whole head must fit in one pooled read buffer.
             .head_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_head", pool_buffer_bytes) orelse return null, 256, pool_buffer_bytes)),
@@ -495,6 +591,14 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
     self.wake = wake;
     py.incref(cls);
     self.stream_class = @ptrCast(cls);
+    if (c.PyDict_GetItemString(opts, "websocket_class")) |wcls| {
+        if (c.PyType_Check(wcls) == 0 or c.PyType_IsSubtype(@ptrCast(wcls), stream_type) == 0) {
+            py.decref(obj);
+            return py.typeError("websocket_class must subclass zigcorn._core.Stream");
+        }
+        py.incref(wcls);
+        self.ws_class = @ptrCast(wcls);
+    }
 
     if (!setServerInfo(self, opts) or !setExtraHeaders(self, opts) or !setTrust(self, opts) or !setOps(self, opts, &opts_full)) {
         py.decref(obj);
@@ -674,6 +778,10 @@ fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(
         const r = v(@ptrCast(t), arg);
         if (r != 0) return r;
     }
+    if (self.ws_class) |t| {
+        const r = v(@ptrCast(t), arg);
+        if (r != 0) return r;
+    }
     if (self.info.state) |s| {
         const r = v(s, arg);
         if (r != 0) return r;
@@ -687,10 +795,13 @@ fn engineClear(obj: ?*Object) callconv(.c) c_int {
     const a = self.on_request;
     const b = self.wake;
     const t = self.stream_class;
+    const wt = self.ws_class;
     const s = self.info.state;
     self.on_request = null;
     self.wake = null;
     self.stream_class = null;
+    self.ws_class = null;
+    if (wt) |tt| py.decref(@ptrCast(tt));
     self.info.state = null;
     py.xdecref(a);
     py.xdecref(b);
@@ -935,4 +1046,6 @@ test {
     _ = @import("timer.zig");
     _ = @import("response.zig");
     _ = @import("proxy.zig");
+    _ = @import("ws.zig");
+    _ = @import("deflate.zig");
 }

@@ -167,6 +167,7 @@ pub fn errorResponse(status: u16) []const u8 {
     return switch (status) {
         400 => canned(400),
         408 => canned(408),
+        403 => canned(403),
         413 => canned(413),
         414 => canned(414),
         431 => canned(431),
@@ -174,6 +175,11 @@ pub fn errorResponse(status: u16) []const u8 {
         501 => canned(501),
         503 => canned(503),
         505 => canned(505),
+        // RFC 6455 4.2.2: the versions we speak.
+        426 => std.fmt.comptimePrint(
+            "HTTP/1.1 426 Upgrade Required\r\nsec-websocket-version: 13\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 16\r\nconnection: close\r\n\r\nUpgrade Required",
+            .{},
+        ),
         else => canned(400),
     };
 }

@@ -28,6 +28,10 @@ const Keys = struct {
     extensions: *Object,
     body: *Object,
     more_body: *Object,
+    text: *Object,
+    bytes: *Object,
+    code: *Object,
+    reason: *Object,
 };
 
 const Values = struct {
@@ -40,6 +44,8 @@ const Values = struct {
     http_request: *Object,
     http_disconnect: *Object,
     empty_bytes: *Object,
+    ws_receive: *Object,
+    ws_disconnect: *Object,
 };
 
 const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH" };
@@ -84,6 +90,8 @@ pub fn init() bool {
         .http_request = py.intern("http.request") orelse return false,
         .http_disconnect = py.intern("http.disconnect") orelse return false,
         .empty_bytes = py.bytes("") orelse return false,
+        .ws_receive = py.intern("websocket.receive") orelse return false,
+        .ws_disconnect = py.intern("websocket.disconnect") orelse return false,
     };
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
     for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
@@ -266,4 +274,29 @@ pub fn disconnectMessage() ?*Object {
 pub fn emptyBytes() *Object {
     py.incref(values.empty_bytes);
     return values.empty_bytes;
+}
+
+/// New reference: {"type": "websocket.receive", "text": str} or {..., "bytes": bytes}.
+/// Text was validated as UTF-8 by the engine.
+pub fn wsReceiveMessage(text: bool, data: []const u8) ?*Object {
+    const d = c.PyDict_New() orelse return null;
+    if (c.PyDict_SetItem(d, keys.type, values.ws_receive) != 0) return fail(d);
+    const ok = if (text)
+        py.dictSetSteal(d, keys.text, c.PyUnicode_DecodeUTF8(data.ptr, @intCast(data.len), "strict"))
+    else
+        py.dictSetSteal(d, keys.bytes, py.bytes(data));
+    if (!ok) return fail(d);
+    return d;
+}
+
+/// New reference: {"type": "websocket.disconnect", "code": code, "reason": reason}.
+pub fn wsDisconnectMessage(code: u16, reason: []const u8) ?*Object {
+    const d = c.PyDict_New() orelse return null;
+    if (c.PyDict_SetItem(d, keys.type, values.ws_disconnect) != 0 or
+        !py.dictSetSteal(d, keys.code, c.PyLong_FromLong(code)) or
+        !py.dictSetSteal(d, keys.reason, c.PyUnicode_DecodeUTF8(reason.ptr, @intCast(reason.len), "replace")))
+    {
+        return fail(d);
+    }
+    return d;
 }

@@ -14,6 +14,8 @@ const timer = @import("timer.zig");
 const response = @import("response.zig");
 const conn_mod = @import("conn.zig");
 const Conn = conn_mod.Conn;
+const wsconn = @import("wsconn.zig");
+const deflate = @import("deflate.zig");
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -69,6 +71,17 @@ pub const Options = struct {
     health_path: []const u8 = "",
     /// This process's slot in the shared counters, when metrics are on.
     metrics: ?*metrics.Slot = null,
+    /// WebSocket upgrades are served (`--ws`); off, they are plain HTTP requests.
+    ws_enabled: bool = true,
+    /// permessage-deflate is negotiated when a client offers it.
+    ws_deflate: bool = true,
+    /// Larger messages close the connection with 1009.
+    ws_message_bytes_max: u64 = 16 * 1024 * 1024,
+    /// Whole messages waiting for the app before the socket stops being read.
+    ws_queue_max: u32 = 32,
+    /// 0: no server pings.
+    ws_ping_interval_ms: u64 = 20_000,
+    ws_ping_timeout_ms: u64 = 20_000,
 };
 
 extern "c" fn malloc_trim(pad: usize) c_int;
@@ -98,12 +111,22 @@ pub const Server = struct {
     metrics_path: []const u8,
     health_path: []const u8,
     metrics: ?*metrics.Slot,
+    ws_enabled: bool,
+    ws_deflate: bool,
+    ws_message_bytes_max: u64,
+    ws_queue_max: u32,
+    ws_ping_enabled: bool,
+    zlib: deflate.Shared = .{},
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
     body_timeouts: timer.Queue,
     write_timeouts: timer.Queue,
     linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000 },
+    /// An open WebSocket is pinged this long after its last pong (or its accept)...
+    ws_ping_timeouts: timer.Queue,
+    /// ...and closed with 1011 if the pong does not come within this.
+    ws_pong_timeouts: timer.Queue,
     now_ms: u64 = 0,
 
     /// Every open connection, for draining and shutdown.
@@ -137,6 +160,13 @@ pub const Server = struct {
             .metrics_path = opts.metrics_path,
             .health_path = opts.health_path,
             .metrics = opts.metrics,
+            .ws_enabled = opts.ws_enabled,
+            .ws_deflate = opts.ws_deflate,
+            .ws_message_bytes_max = opts.ws_message_bytes_max,
+            .ws_queue_max = @max(opts.ws_queue_max, 1),
+            .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
+            .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms },
+            .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms },
             .limits = opts.limits,
             .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms },
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms },
@@ -255,6 +285,12 @@ pub const Server = struct {
                 c.timedOut();
             }
         }
+        while (self.ws_ping_timeouts.popExpired(self.now_ms)) |entry| {
+            wsconn.pingDue(@fieldParentPtr("timer", entry));
+        }
+        while (self.ws_pong_timeouts.popExpired(self.now_ms)) |entry| {
+            wsconn.pongTimeout(@fieldParentPtr("timer", entry));
+        }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
@@ -291,7 +327,7 @@ pub const Server = struct {
             list = c.pending_next;
             c.pending_next = null;
             c.is_pending = false;
-            if (c.state == .head) c.process();
+            if (c.state == .head or c.state == .websocket) c.process();
         }
         if (self.pending != null and !self.wake_signalled) {
             self.wake_signalled = true;
@@ -369,6 +405,13 @@ pub const Server = struct {
         self.stopAccepting();
         if (!self.in_poll) self.poll();
         self.closeIdle();
+        // Open WebSockets are told the server is going away (1012); their apps see the
+        // disconnect once the client answers.
+        var it = self.live;
+        while (it) |c| {
+            it = c.next;
+            if (c.state == .websocket) wsconn.goingAway(c);
+        }
     }
 
     pub fn closeIdle(self: *Server) void {
@@ -392,6 +435,7 @@ pub const Server = struct {
         if (self.wake_fd >= 0) sys.close(self.wake_fd);
         self.poller.deinit();
         self.pool.deinit();
+        self.zlib.deinit();
         self.allocator.destroy(self);
     }
 };

@@ -31,6 +31,8 @@ LOG_LEVELS: dict[str, int] = {
 }
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
+# uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
+WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 
 # Exit codes. Like uvicorn: 1 when the app (or loop) cannot be loaded, 3 when the
 # server could not start (lifespan startup failed, bind failed).
@@ -90,6 +92,12 @@ class Config:
         limit_request_line: int = 8190,
         limit_request_fields: int = 100,
         limit_request_head: int = 16384,
+        ws: str = "auto",
+        ws_max_size: int = 16 * 1024 * 1024,
+        ws_max_queue: int = 32,
+        ws_ping_interval: float | None = 20.0,
+        ws_ping_timeout: float | None = 20.0,
+        ws_per_message_deflate: bool = True,
     ) -> None:
         # Everything needed to build this Config again in a fresh process (--reload).
         self.arguments = {name: value for name, value in locals().items() if name != "self"}
@@ -100,6 +108,8 @@ class Config:
             raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_CHOICES)}, not {lifespan!r}")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
+        if ws not in WS_CHOICES:
+            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {ws!r}")
         if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
 
@@ -156,6 +166,17 @@ class Config:
         self.limit_request_line = limit_request_line
         self.limit_request_fields = limit_request_fields
         self.limit_request_head = limit_request_head
+        self.ws = ws
+        self.ws_max_size = ws_max_size
+        self.ws_max_queue = ws_max_queue
+        self.ws_ping_interval = ws_ping_interval
+        self.ws_ping_timeout = ws_ping_timeout
+        self.ws_per_message_deflate = bool(ws_per_message_deflate)
+        _check_range("ws_max_size", ws_max_size, 1, 2**32 - 1)
+        _check_range("ws_max_queue", ws_max_queue, 1, 2**20)
+        for name in ("ws_ping_interval", "ws_ping_timeout"):
+            if getattr(self, name) is not None:
+                _check_range(name, getattr(self, name), 0, 10**9)
         _check_range("limit_request_head", limit_request_head, 256, 16384)
         _check_range("limit_request_line", limit_request_line, 16, 16384)
         _check_range("limit_request_fields", limit_request_fields, 1, 128)

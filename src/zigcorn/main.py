@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import zigcorn
-from zigcorn.config import LIFESPAN_CHOICES, LOG_LEVELS, LOOP_CHOICES, STARTUP_FAILURE, Config
+from zigcorn.config import LIFESPAN_CHOICES, LOG_LEVELS, LOOP_CHOICES, STARTUP_FAILURE, WS_CHOICES, Config
 from zigcorn.logging import LOGGING_CONFIG
 
 if TYPE_CHECKING:
@@ -154,6 +154,31 @@ def build_parser() -> argparse.ArgumentParser:
     ops = parser.add_argument_group("Metrics and health")
     ops.add_argument("--metrics-path", metavar="PATH", help="serve Prometheus metrics here, without the app (e.g. /metrics)")
     ops.add_argument("--health-path", metavar="PATH", help="answer 200 here without the app, 503 while draining")
+    websockets = parser.add_argument_group("WebSockets")
+    websockets.add_argument(
+        "--ws", choices=WS_CHOICES, default="auto",
+        help="WebSocket support; anything but none is the engine's own (default: auto)",
+    )  # fmt: skip
+    websockets.add_argument(
+        "--ws-max-size", type=int, default=16 * 1024 * 1024, metavar="BYTES",
+        help="close with 1009 on larger messages (default: %(default)s)",
+    )  # fmt: skip
+    websockets.add_argument(
+        "--ws-max-queue", type=int, default=32, metavar="N",
+        help="messages waiting for the app before the socket stops being read (default: %(default)s)",
+    )  # fmt: skip
+    websockets.add_argument(
+        "--ws-ping-interval", type=float, default=20.0, metavar="SECONDS",
+        help="ping every open WebSocket this often, 0 for never (default: %(default)s)",
+    )  # fmt: skip
+    websockets.add_argument(
+        "--ws-ping-timeout", type=float, default=20.0, metavar="SECONDS",
+        help="close with 1011 when a pong does not come within this (default: %(default)s)",
+    )  # fmt: skip
+    websockets.add_argument(
+        "--ws-per-message-deflate", type=_boolean, default=True, metavar="BOOL",
+        help="negotiate permessage-deflate when offered (default: true)",
+    )  # fmt: skip
 
     timeouts = parser.add_argument_group("Timeouts")
     for flag, default, text in (
@@ -237,6 +262,15 @@ def _octal(text: str) -> int:
         return int(text, 8)
     except ValueError:
         raise ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
+def _boolean(text: str) -> bool:
+    from argparse import ArgumentTypeError
+
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import signal
 from zigcorn import _core
 from zigcorn.http import Dispatcher, HTTPCycle, wake
 from zigcorn.sockets import Listener, bind
+from zigcorn.websocket import WebSocketCycle
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -100,6 +101,7 @@ class Server:
                 "metrics_path": config.metrics_path,
                 "health_path": config.health_path,
                 "metrics_slot": self.metrics_slot,
+                **self._ws_options(),
             },
         )
         dispatcher.engine = engine
@@ -129,6 +131,22 @@ class Server:
             if own_listener:
                 listener.remove_uds()
         logger.info("Finished server process [%d]", os.getpid())
+
+    def _ws_options(self) -> dict:
+        config = self.config
+        if config.ws == "none":
+            # Upgrade requests are then plain HTTP requests, as in uvicorn.
+            return {"ws": False}
+        ping = config.ws_ping_interval
+        return {
+            "ws": True,
+            "websocket_class": WebSocketCycle,
+            "ws_max_size": config.ws_max_size,
+            "ws_max_queue": config.ws_max_queue,
+            "ws_ping_interval": ping if ping else None,
+            "ws_ping_timeout": config.ws_ping_timeout if config.ws_ping_timeout is not None else 1e9,
+            "ws_per_message_deflate": config.ws_per_message_deflate,
+        }
 
     async def _shutdown(self, loop, engine) -> None:
         logger.info("Shutting down")

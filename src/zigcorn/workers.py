@@ -197,7 +197,20 @@ class Master:
             logger.error("Not starting a worker: %d are already running.", len(used))
             return
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        # Signals stay blocked across the fork until the child has dropped the master's
+        # handlers: a SIGTERM in between would otherwise be queued for a loop it never runs.
+        signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
+        try:
+            pid = os.fork()
+        except OSError as exc:  # out of processes or memory: try again later
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
+            os.close(ready_r)
+            os.close(ready_w)
+            logger.error("Could not start a worker: %s; retrying in %.0fs.", exc, BACKOFF_MAX_SECONDS)
+            self.respawn_at = time.monotonic() + BACKOFF_MAX_SECONDS
+            return
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         if pid == 0:  # the worker
             os.close(ready_r)
             code = 1
@@ -220,6 +233,7 @@ class Master:
             signal.signal(sig, signal.SIG_DFL)
         for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
             signal.signal(sig, signal.SIG_IGN)  # meant for the master
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         for other in self.workers.values():
             if other.ready_fd >= 0:
                 os.close(other.ready_fd)

@@ -1,4 +1,4 @@
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect, WebSocketException, status
 from pydantic import BaseModel
 
 app = FastAPI()
@@ -23,3 +23,16 @@ async def create_item(item: Item):
 @app.get("/sync")
 def sync_route():  # runs in the threadpool
     return {"sync": True}
+
+
+@app.websocket("/ws/{room}")
+async def ws_room(websocket: WebSocket, room: str, token: str | None = None):
+    if token == "bad":
+        raise WebSocketException(code=status.WS_1008_POLICY_VIOLATION)
+    await websocket.accept()
+    await websocket.send_json({"room": room, "token": token})
+    try:
+        async for data in websocket.iter_bytes():
+            await websocket.send_bytes(data[::-1])
+    except WebSocketDisconnect:
+        pass
