@@ -15,6 +15,7 @@ const server_mod = @import("server.zig");
 const Server = server_mod.Server;
 const Conn = @import("conn.zig").Conn;
 const response = @import("response.zig");
+const tls = @import("tls.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -332,7 +333,7 @@ fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
         return false;
     };
     const stream = asStream(obj);
-    stream.scope = scope.build(req, &conn.peer, &engine.info) orelse {
+    stream.scope = scope.build(req, &conn.peer, &engine.info, conn.tls) orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);
         return false;
@@ -507,8 +508,89 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
         return null;
     };
+    if (!setTls(self, opts)) {
+        py.decref(obj);
+        return null;
+    }
     return obj;
 }
+
+// ---- TLS ---------------------------------------------------------------------
+
+/// A str option as a C string (borrowed from the options dict), or null when absent/None.
+fn optPath(opts: *Object, comptime key: [:0]const u8) error{Invalid}!?[*:0]const u8 {
+    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return null;
+    if (py.isNone(v)) return null;
+    if (c.PyUnicode_Check(v) == 0) {
+        c.PyErr_SetString(c.PyExc_TypeError, key ++ " must be a str");
+        return error.Invalid;
+    }
+    const p = c.PyUnicode_AsUTF8(v) orelse return error.Invalid;
+    return @ptrCast(p);
+}
+
+/// With `ssl_certfile` in the options the server speaks HTTPS: the TLS context is
+/// built here, so a bad certificate, key or password fails at start-up, once.
+fn setTls(self: *EngineObjectCore, opts: *Object) bool {
+    const certfile = (optPath(opts, "ssl_certfile") catch return false) orelse return true;
+    if (!tls.isLoaded()) {
+        _ = py.runtimeError("OpenSSL is not loaded: call zigcorn._core.tls_load() first");
+        return false;
+    }
+    var o = tls.ContextOptions{ .certfile = certfile };
+    o.keyfile = optPath(opts, "ssl_keyfile") catch return false;
+    o.ca_certs = optPath(opts, "ssl_ca_certs") catch return false;
+    o.ciphers = optPath(opts, "ssl_ciphers") catch return false;
+    if (c.PyDict_GetItemString(opts, "ssl_keyfile_password")) |pw| if (!py.isNone(pw)) {
+        // Borrowed for the duration of the key load only; never copied, never shown.
+        o.password = py.bytesView(pw) orelse {
+            _ = py.typeError("ssl_keyfile_password must be bytes");
+            return false;
+        };
+    };
+    o.cert_reqs = @intCast(std.math.clamp(optInt(opts, "ssl_cert_reqs", 0) orelse return false, 0, 2));
+    o.min_version = optInt(opts, "ssl_min_version", tls.TLS1_2_VERSION) orelse return false;
+    o.max_version = optInt(opts, "ssl_max_version", tls.TLS1_3_VERSION) orelse return false;
+    var err = tls.ContextError{};
+    const ctx = tls.newContext(o, &err) orelse {
+        const text = err.text();
+        _ = c.PyErr_Format(c.PyExc_ValueError, "%.*s", @as(c_int, @intCast(text.len)), text.ptr);
+        return false;
+    };
+    self.server.?.tls_ctx = ctx;
+    self.info.tls_server_cert = scope.serverCertPem(ctx) orelse return false;
+    return true;
+}
+
+/// tls_load(path: str) -> OpenSSL version: loads libssl (once per process). Raises
+/// OSError with one line naming what is missing.
+fn moduleTlsLoad(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const path = c.PyUnicode_AsUTF8(arg) orelse return null;
+    tls.load(path) catch |err| {
+        const why: [:0]const u8 = switch (err) {
+            error.LibraryNotFound => "not found",
+            error.SymbolMissing => "not OpenSSL 3 (an older or different library)",
+            error.TooOld => "older than OpenSSL 3.0",
+            error.InitFailed => "OpenSSL failed to initialise",
+        };
+        const detail = tls.loadErrorDetail();
+        _ = c.PyErr_Format(c.PyExc_OSError, "TLS needs OpenSSL 3: %s: %s (%.*s)", path, why.ptr, @as(c_int, @intCast(detail.len)), detail.ptr);
+        return null;
+    };
+    var buf: [32]u8 = undefined;
+    return py.str(tls.versionText(&buf));
+}
+
+/// tls_loaded() -> whether this process's engine has loaded OpenSSL.
+fn moduleTlsLoaded(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return py.boolean(tls.isLoaded());
+}
+
+var module_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "tls_load", .ml_meth = @ptrCast(&moduleTlsLoad), .ml_flags = c.METH_O, .ml_doc = "Load OpenSSL 3 from this library; returns its version." },
+    .{ .ml_name = "tls_loaded", .ml_meth = @ptrCast(&moduleTlsLoaded), .ml_flags = c.METH_NOARGS, .ml_doc = "Whether OpenSSL was loaded." },
+    std.mem.zeroes(c.PyMethodDef),
+};
 
 fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     const root = c.PyDict_GetItemString(opts, "root_path") orelse blk: {
@@ -593,6 +675,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.info.root_path);
         py.xdecref(self.info.scheme);
         py.xdecref(self.info.server);
+        py.xdecref(self.info.tls_server_cert);
         py.xdecref(self.extra_storage);
         eo.core = null;
         allocator.destroy(self);
@@ -830,6 +913,7 @@ export fn PyInit__core() ?*Object {
     module_def.m_name = "zigcorn._core";
     module_def.m_doc = "The zigcorn engine: sockets, epoll, HTTP/1.1 parsing and framing.";
     module_def.m_size = -1;
+    module_def.m_methods = &module_methods;
     const m = c.PyModule_Create(&module_def) orelse return null;
     if (!scope.init()) return fail(m);
     const st = c.PyType_FromSpec(&stream_spec) orelse return fail(m);
@@ -850,5 +934,6 @@ test {
     _ = @import("http1.zig");
     _ = @import("pool.zig");
     _ = @import("timer.zig");
+    _ = @import("tls.zig");
     _ = @import("response.zig");
 }
