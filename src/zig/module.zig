@@ -553,13 +553,18 @@ fn setTls(self: *EngineObjectCore, opts: *Object) bool {
     o.max_version = optInt(opts, "ssl_max_version", tls.TLS1_3_VERSION) orelse return false;
     var err = tls.ContextError{};
     const ctx = tls.newContext(o, &err) orelse {
-        const text = err.text();
-        _ = c.PyErr_Format(c.PyExc_ValueError, "%.*s", @as(c_int, @intCast(text.len)), text.ptr);
+        setErrorText(c.PyExc_ValueError, err.text());
         return false;
     };
     self.server.?.tls_ctx = ctx;
     self.info.tls_server_cert = scope.serverCertPem(ctx) orelse return false;
     return true;
+}
+
+fn setErrorText(exc: ?*Object, text: []const u8) void {
+    const msg = c.PyUnicode_DecodeUTF8(text.ptr, @intCast(text.len), "replace") orelse return;
+    c.PyErr_SetObject(exc, msg);
+    py.decref(msg);
 }
 
 /// tls_load(path: str) -> OpenSSL version: loads libssl (once per process). Raises
@@ -573,8 +578,9 @@ fn moduleTlsLoad(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
             error.TooOld => "older than OpenSSL 3.0",
             error.InitFailed => "OpenSSL failed to initialise",
         };
-        const detail = tls.loadErrorDetail();
-        _ = c.PyErr_Format(c.PyExc_OSError, "TLS needs OpenSSL 3: %s: %s (%.*s)", path, why.ptr, @as(c_int, @intCast(detail.len)), detail.ptr);
+        var buf: [512]u8 = undefined;
+        const text = std.fmt.bufPrint(&buf, "TLS needs OpenSSL 3: {s}: {s} ({s})", .{ std.mem.span(path), why, tls.loadErrorDetail() }) catch "TLS needs OpenSSL 3";
+        setErrorText(c.PyExc_OSError, text);
         return null;
     };
     var buf: [32]u8 = undefined;

@@ -258,7 +258,7 @@ fn loadKey(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     api.SSL_CTX_set_default_passwd_cb_userdata(ctx, @ptrCast(&password));
     defer api.SSL_CTX_set_default_passwd_cb_userdata(ctx, null);
     if (api.SSL_CTX_use_PrivateKey_file(ctx, opts.keyfile orelse opts.certfile, SSL_FILETYPE_PEM) != 1) {
-        err.set("--ssl-keyfile: could not load the private key (wrong or missing --ssl-keyfile-password?)");
+        err.set("--ssl-keyfile: could not use the private key (wrong or missing --ssl-keyfile-password, or the key of another certificate?)");
         return false;
     }
     if (api.SSL_CTX_check_private_key(ctx) != 1) {

@@ -203,7 +203,8 @@ class Config:
             "ssl_max_version": high,
             "ssl_cert_reqs": self.ssl_cert_reqs,
             "ssl_ca_certs": self.ssl_ca_certs,
-            "ssl_ciphers": self.ssl_ciphers or None,
+            # Never anonymous or unencrypted suites, whatever the list says ("TLSv1" has both).
+            "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
         }
 
     @property
