@@ -158,6 +158,21 @@ def test_pipelined_requests_on_a_raw_tls_socket(https, certs):
     assert statuses == [200, 201, 202, 203, 200]
 
 
+def test_many_pipelined_requests_and_a_body_sent_in_one_write(https, certs):
+    # Far more than one 16 KiB read buffer arrives at once: decrypted bytes OpenSSL holds
+    # past a full buffer must still be read once there is room (the socket is quiet by then).
+    body = os.urandom(MB)
+    upload = b"POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    requests = b"".join(get(f"/status/{200 + i % 4}", "X-Pad: " + "p" * 300 + "\r\n") for i in range(200))
+    with tls_raw(https.port, certs.client_context()) as conn:
+        conn.send(upload + requests + get("/echo"))
+        first = conn.read_response()
+        statuses = [conn.read_response().status for _ in range(200)]
+        assert conn.read_response().status == 200
+    assert first.body == f"{MB} {hashlib.sha256(body).hexdigest()}".encode()
+    assert statuses == [200 + i % 4 for i in range(200)]
+
+
 def test_tls12_and_tls13_clients(https, certs):
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
         ctx = certs.client_context(minimum_version=version, maximum_version=version)

@@ -807,6 +807,7 @@ pub const Conn = struct {
 
     fn setWriting(self: *Conn, on: bool) void {
         if (self.interest.writable == on or self.fd < 0) return;
+        if (!on and self.interest.readable and self.tlsPending()) return;
         self.interest.writable = on;
         _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
     }
@@ -828,7 +829,7 @@ pub const Conn = struct {
         };
         if (self.act != null and self.outputLen() != 0) self.flush() else if (self.interest.writable) self.setWriting(false);
         if (self.state == .closed) return;
-        if (!(readable or hangup or tls.hasPending(ssl))) return;
+        if (!(readable or hangup or self.tlsPending())) return;
         if (self.interest.readable) {
             self.onReadable();
         } else if (hangup) {
@@ -852,7 +853,7 @@ pub const Conn = struct {
             .failed => .{ .err = .CONNRESET },
         };
         // More decrypted bytes than fitted: come back for them on the next pass.
-        if (r == .ok and r.ok > 0 and tls.hasPending(ssl)) self.setWriting(true);
+        if (r == .ok and r.ok > 0 and self.tlsPending()) self.setWriting(true);
         return r;
     }
 
@@ -870,8 +871,11 @@ pub const Conn = struct {
         };
     }
 
+    /// Decrypted request bytes wait in OpenSSL while we still read: writable interest
+    /// (nearly always ready) stands in for the readiness the socket no longer signals.
     fn tlsPending(self: *const Conn) bool {
         const ssl = self.tls orelse return false;
+        if (self.state != .head and self.state != .request) return false;
         return tls.handshakeDone(ssl) and tls.hasPending(ssl);
     }
 

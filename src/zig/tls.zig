@@ -78,7 +78,7 @@ const Api = struct {
     SSL_read: *const fn (ssl: *SSL, buf: *anyopaque, num: c_int) callconv(.c) c_int,
     SSL_write: *const fn (ssl: *SSL, buf: *const anyopaque, num: c_int) callconv(.c) c_int,
     SSL_get_error: *const fn (ssl: *const SSL, ret: c_int) callconv(.c) c_int,
-    SSL_has_pending: *const fn (ssl: *const SSL) callconv(.c) c_int,
+    SSL_pending: *const fn (ssl: *const SSL) callconv(.c) c_int,
     SSL_shutdown: *const fn (ssl: *SSL) callconv(.c) c_int,
     SSL_version: *const fn (ssl: *const SSL) callconv(.c) c_int,
     SSL_get_current_cipher: *const fn (ssl: *const SSL) callconv(.c) ?*const SSL_CIPHER,
@@ -394,9 +394,11 @@ pub fn writev(ssl: *SSL, parts: []const []const u8) Io {
     return .{ .ok = total };
 }
 
-/// Decrypted bytes (or a whole record) wait inside OpenSSL: the socket will not signal them.
+/// Decrypted bytes wait inside OpenSSL: the socket will not signal them. (A partial
+/// record does not count: its rest is still to come from the socket. Without read-ahead
+/// OpenSSL never holds a whole unread record.)
 pub fn hasPending(ssl: *const SSL) bool {
-    return api.SSL_has_pending(ssl) == 1;
+    return api.SSL_pending(ssl) > 0;
 }
 
 /// Sends close_notify if the socket takes it now; never waits for the peer's.
