@@ -185,6 +185,7 @@ def test_tls12_and_tls13_clients(https, certs):
             assert conn.read_response().status == 200
 
 
+@zigcorn_only
 def test_alpn_offers_http11_and_ignores_h2(https, certs):
     ctx = certs.client_context()
     ctx.set_alpn_protocols(["h2", "http/1.1"])
@@ -300,6 +301,7 @@ def test_combined_pem_needs_no_keyfile(start_server, certs):
     assert httpx.get(f"https://127.0.0.1:{server.port}/echo", verify=certs.client_context()).status_code == 200
 
 
+@zigcorn_only
 @pytest.mark.parametrize("password", [None, "wrong-password-91ab"])
 def test_wrong_or_missing_password_is_one_line_without_secrets(start_server, certs, password):
     args = ["--ssl-certfile", certs.certfile, "--ssl-keyfile", certs.encrypted_keyfile]
@@ -317,6 +319,7 @@ def test_wrong_or_missing_password_is_one_line_without_secrets(start_server, cer
     assert PASSWORD not in out and certs.key_body_line not in out
 
 
+@zigcorn_only
 def test_key_not_matching_the_certificate(start_server, certs, tmp_path):
     other = trustme.CA().issue_cert("localhost")
     other_key = tmp_path / "other.key"
@@ -399,6 +402,7 @@ def test_garbage_and_half_handshakes_leave_the_server_whole(https, certs):
         assert client.get(https.url + "/echo").status_code == 200
 
 
+@zigcorn_only
 def test_handshake_timeout_closes_a_silent_or_stalled_client(start_server, certs):
     server = start_server("basic:app", *certs.server_args("--timeout-header", "1"))
     hello = client_hello()
