@@ -451,3 +451,39 @@ def test_only_an_https_server_maps_openssl(start_server, certs, tmp_path, tls):
         assert any("libssl.so.3" in path for path in mapped), mapped
     else:
         assert mapped == []
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+
+def test_no_growth_over_tls_requests_and_handshakes(start_server, certs):
+    # Optional client certificates: every request builds the TLS extension with the
+    # client's PEM chain and name, so a leak there would show.
+    server = start_server("scope:app", *certs.server_args("--ssl-cert-reqs", "1", "--ssl-ca-certs", certs.ca_file))
+    ctx = certs.client_context(certs.client)
+    conns = [tls_raw(server.port, ctx) for _ in range(4)]
+
+    def requests(n):
+        for i in range(n):
+            conn = conns[i % len(conns)]
+            conn.send(get("/"))
+            assert conn.read_response().status == 200
+
+    def handshakes(n):
+        for _ in range(n):
+            with tls_raw(server.port, ctx) as conn:
+                conn.send(get("/", "Connection: close\r\n"))
+                assert conn.read_response().status == 200
+
+    try:
+        requests(300)
+        handshakes(100)
+        before = server.rss_kb()
+        requests(3000)
+        handshakes(400)
+        after = server.rss_kb()
+    finally:
+        for conn in conns:
+            conn.close()
+    # A leaked client-certificate PEM (~700 B) per request alone would be 2 MiB here.
+    assert after - before < 1536, f"RSS grew {after - before} KiB"
