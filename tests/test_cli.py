@@ -33,7 +33,8 @@ def test_help_lists_uvicorn_flags():
     result = run_cli("--help")
     assert result.returncode == 0
     for flag in ("--host", "--port", "--root-path", "--lifespan", "--no-server-header",
-                 "--no-date-header", "--header", "--version"):
+                 "--no-date-header", "--header", "--version", "--ssl-keyfile", "--ssl-certfile",
+                 "--ssl-keyfile-password", "--ssl-version", "--ssl-cert-reqs", "--ssl-ca-certs", "--ssl-ciphers"):
         assert flag in result.stdout
 
 

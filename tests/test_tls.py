@@ -173,6 +173,20 @@ def test_many_pipelined_requests_and_a_body_sent_in_one_write(https, certs):
     assert statuses == [200 + i % 4 for i in range(200)]
 
 
+def test_close_delimited_body_ends_with_close_notify(https, certs):
+    # An HTTP/1.0 streamed body ends with the connection: only close_notify (not a bare
+    # EOF, which a truncation attack could forge) says it is whole.
+    sock = socket.create_connection(("127.0.0.1", https.port), timeout=10)
+    with certs.client_context().wrap_socket(sock, server_hostname="localhost", suppress_ragged_eofs=False) as s:
+        s.sendall(b"GET /download?mb=1 HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):  # SSLEOFError here if the server just closed
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"content-length" not in head.lower()
+    assert body == bytes(MB)
+
+
 def test_tls12_and_tls13_clients(https, certs):
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
         ctx = certs.client_context(minimum_version=version, maximum_version=version)
@@ -365,6 +379,39 @@ def test_unsupported_ssl_version_is_a_cli_error(certs):
     )  # fmt: skip
     assert r.returncode == 2
     assert "ssl_version PROTOCOL_TLSv1 is not supported" in r.stderr
+
+
+def test_run_with_ssl_arguments(certs, tmp_path):
+    from tests.harness import SERVER, free_port, port_open
+
+    port = free_port()
+    script = tmp_path / "serve.py"
+    script.write_text(
+        f"import {SERVER} as server\n"
+        "from tests.apps.hello import app\n"
+        f"server.run(app, host='127.0.0.1', port={port}, ssl_certfile={certs.certfile!r}, "
+        f"ssl_keyfile={certs.encrypted_keyfile!r}, ssl_keyfile_password={PASSWORD!r}, log_level='warning')\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        assert wait_for(lambda: port_open(port) or proc.poll() is not None, timeout=10)
+        assert proc.poll() is None, proc.communicate()[0].decode()
+        r = httpx.get(f"https://127.0.0.1:{port}/", verify=certs.client_context())
+        assert r.text == "Hello, world!"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@zigcorn_only
+def test_python_fallback_finds_the_libssl_of_pythons_ssl_module():
+    code = "from zigcorn.server import _python_libssl; import zigcorn._core as c; p = _python_libssl(); print(p); print(c.tls_load(p))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    path, version = r.stdout.split()
+    assert "libssl.so" in path and os.path.exists(path)
+    assert version.startswith("3.")
 
 
 # ---- hostile clients -----------------------------------------------------------------

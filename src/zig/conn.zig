@@ -891,11 +891,12 @@ pub const Conn = struct {
     /// response the peer has not read yet.
     fn lingerClose(self: *Conn) void {
         const act = self.a();
+        // TLS: close_notify tells the client the (possibly close-delimited) body is whole.
+        if (self.tls) |ssl| tls.shutdown(ssl);
         if (act.rstart == act.rlen and act.body_done and self.state == .request) {
             // Nothing unread: a plain close loses nothing.
             if (!act.keep_alive) return self.close();
         }
-        if (self.tls) |ssl| tls.shutdown(ssl);
         sys.shutdownWrite(self.fd);
         self.state = .lingering;
         self.releaseIdleBuffers();
