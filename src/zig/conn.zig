@@ -818,7 +818,6 @@ pub const Conn = struct {
     /// from the accept). A TLS record can need the other direction (a read may have to
     /// write, decrypted bytes may wait inside OpenSSL), so any event retries both sides.
     fn onTlsEvent(self: *Conn, readable: bool, writable: bool, hangup: bool) void {
-        _ = writable;
         const ssl = self.tls.?;
         if (self.state == .closed) return;
         if (!tls.handshakeDone(ssl)) switch (tls.handshake(ssl)) {
@@ -827,9 +826,13 @@ pub const Conn = struct {
             .want_write => return self.setWriting(true),
             .failed => return self.close(),
         };
-        if (self.act != null and self.outputLen() != 0) self.flush() else if (self.interest.writable) self.setWriting(false);
+        const had_output = self.act != null and self.outputLen() != 0;
+        if (had_output) self.flush() else if (self.interest.writable) self.setWriting(false);
         if (self.state == .closed) return;
-        if (!(readable or hangup or self.tlsPending())) return;
+        // Writable with nothing to send: a read asked for it (it had to write, or left
+        // decrypted bytes inside OpenSSL), so the read is retried.
+        const read_retry = writable and !had_output;
+        if (!(readable or hangup or read_retry or self.tlsPending())) return;
         if (self.interest.readable) {
             self.onReadable();
         } else if (hangup) {
