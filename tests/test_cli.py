@@ -34,7 +34,8 @@ def test_help_lists_uvicorn_flags():
     assert result.returncode == 0
     for flag in ("--host", "--port", "--root-path", "--lifespan", "--no-server-header",
                  "--no-date-header", "--header", "--version", "--ws", "--ws-max-size", "--ws-max-queue",
-                 "--ws-ping-interval", "--ws-ping-timeout", "--ws-per-message-deflate"):
+                 "--ws-ping-interval", "--ws-ping-timeout", "--ws-per-message-deflate", "--ssl-keyfile", "--ssl-certfile",
+                 "--ssl-keyfile-password", "--ssl-version", "--ssl-cert-reqs", "--ssl-ca-certs", "--ssl-ciphers"):
         assert flag in result.stdout
 
 

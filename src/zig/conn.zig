@@ -18,6 +18,7 @@ const Interest = @import("poller.zig").Interest;
 const ws = @import("ws.zig");
 const wsconn = @import("wsconn.zig");
 const deflate = @import("deflate.zig");
+const tls = @import("tls.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -163,6 +164,8 @@ pub const Conn = struct {
     requests_count: u32 = 0,
     /// Request and response state, attached while the connection is busy.
     act: ?*Active = null,
+    /// The TLS session when the server speaks HTTPS; all socket I/O goes through `recv`/`sendv`.
+    tls: ?*tls.SSL = null,
 
     pub fn init(server: *Server, fd: i32, peer: Peer) Conn {
         return .{ .server = server, .fd = fd, .peer = peer };
@@ -202,6 +205,7 @@ pub const Conn = struct {
     // ---- events -------------------------------------------------------------
 
     pub fn onEvent(self: *Conn, readable: bool, writable: bool, hangup: bool) void {
+        if (self.tls != null) return self.onTlsEvent(readable, writable, hangup);
         if (writable and self.state != .closed) self.flush();
         if ((readable or hangup) and self.state != .closed) {
             if (self.interest.readable) {
@@ -221,7 +225,7 @@ pub const Conn = struct {
             self.compact();
             if (act.rlen == buffer_bytes) return self.setReading(false);
         }
-        switch (sys.read(self.fd, buf[act.rlen..])) {
+        switch (self.recv(buf[act.rlen..])) {
             .ok => |n| {
                 if (n == 0) return self.close();
                 act.rlen += @intCast(n);
@@ -775,7 +779,7 @@ pub const Conn = struct {
                 iov[n] = .{ .base = &act.tail, .len = act.tail_len };
                 n += 1;
             }
-            switch (sys.writev(self.fd, iov[0..n])) {
+            switch (self.sendv(iov[0..n])) {
                 .ok => |written| {
                     self.advanceOutput(written);
                     // Progress: the write deadline starts again.
@@ -923,13 +927,90 @@ pub const Conn = struct {
     pub fn setReading(self: *Conn, on: bool) void {
         if (self.interest.readable == on or self.fd < 0) return;
         self.interest.readable = on;
+        if (on and self.tlsPending()) self.interest.writable = true;
         _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
     }
 
     fn setWriting(self: *Conn, on: bool) void {
         if (self.interest.writable == on or self.fd < 0) return;
+        if (!on and self.interest.readable and self.tlsPending()) return;
         self.interest.writable = on;
         _ = self.server.poller.update(self.fd, @intFromPtr(self), self.interest);
+    }
+
+    // ---- transport: the plain socket, or TLS over it ------------------------------
+
+    /// HTTPS. The handshake comes first (its deadline is the header timeout, counted
+    /// from the accept). A TLS record can need the other direction (a read may have to
+    /// write, decrypted bytes may wait inside OpenSSL), so any event retries both sides.
+    fn onTlsEvent(self: *Conn, readable: bool, writable: bool, hangup: bool) void {
+        const ssl = self.tls.?;
+        if (self.state == .closed) return;
+        if (!tls.handshakeDone(ssl)) switch (tls.handshake(ssl)) {
+            .ok => {},
+            .want_read => return self.setWriting(false),
+            .want_write => return self.setWriting(true),
+            .failed => return self.close(),
+        };
+        const had_output = self.act != null and self.outputLen() != 0;
+        if (had_output) self.flush() else if (self.interest.writable) self.setWriting(false);
+        if (self.state == .closed) return;
+        // Writable with nothing to send: a read asked for it (it had to write, or left
+        // decrypted bytes inside OpenSSL), so the read is retried.
+        const read_retry = writable and !had_output;
+        if (!(readable or hangup or read_retry or self.tlsPending())) return;
+        if (self.interest.readable) {
+            self.onReadable();
+        } else if (hangup) {
+            self.close();
+        }
+        // Only part of a record arrived: an idle connection keeps no buffer while it waits.
+        if (self.state == .head and self.isIdle()) if (self.act) |act| {
+            if (self.outputLen() == 0 and !act.discarding) self.releaseActive();
+        };
+    }
+
+    fn recv(self: *Conn, buf: []u8) sys.Result(usize) {
+        const ssl = self.tls orelse return sys.read(self.fd, buf);
+        const r: sys.Result(usize) = switch (tls.read(ssl, buf)) {
+            .ok => |n| .{ .ok = n },
+            .want_read => .{ .err = .AGAIN },
+            .want_write => blk: {
+                self.setWriting(true);
+                break :blk .{ .err = .AGAIN };
+            },
+            .failed => .{ .err = .CONNRESET },
+        };
+        // More decrypted bytes than fitted: come back for them on the next pass.
+        if (r == .ok and r.ok > 0 and self.tlsPending()) self.setWriting(true);
+        return r;
+    }
+
+    fn sendv(self: *Conn, iov: []const std.posix.iovec_const) sys.Result(usize) {
+        const ssl = self.tls orelse return sys.writev(self.fd, iov);
+        var parts: [3][]const u8 = undefined;
+        const n = @min(iov.len, parts.len);
+        for (iov[0..n], 0..) |v, i| parts[i] = v.base[0..v.len];
+        return switch (tls.writev(ssl, parts[0..n])) {
+            .ok => |written| .{ .ok = written },
+            // A write waiting on a read (renegotiation is off, so only in odd states):
+            // retried on the next event like any blocked write, bounded by the write timeout.
+            .want_read, .want_write => .{ .err = .AGAIN },
+            .failed => .{ .err = .PIPE },
+        };
+    }
+
+    /// Decrypted request bytes wait in OpenSSL while we still read: writable interest
+    /// (nearly always ready) stands in for the readiness the socket no longer signals.
+    fn tlsPending(self: *const Conn) bool {
+        const ssl = self.tls orelse return false;
+        if (self.state != .head and self.state != .request) return false;
+        return tls.handshakeDone(ssl) and tls.hasPending(ssl);
+    }
+
+    /// Whether the connection is HTTPS (the scope's scheme is https / wss).
+    pub fn secure(self: *const Conn) bool {
+        return self.tls != null;
     }
 
     // ---- closing --------------------------------------------------------------
@@ -939,6 +1020,8 @@ pub const Conn = struct {
     /// response the peer has not read yet.
     pub fn lingerClose(self: *Conn) void {
         const act = self.a();
+        // TLS: close_notify tells the client the (possibly close-delimited) body is whole.
+        if (self.tls) |ssl| tls.shutdown(ssl);
         if (act.rstart == act.rlen and act.body_done and self.state == .request) {
             // Nothing unread: a plain close loses nothing.
             if (!act.keep_alive) return self.close();
@@ -970,6 +1053,8 @@ pub const Conn = struct {
         self.state = .closed;
         self.timer.disarm();
         self.server.poller.unregister(self.fd);
+        if (self.tls) |ssl| tls.freeSession(ssl);
+        self.tls = null;
         sys.close(self.fd);
         self.fd = -1;
         self.server.connectionClosed(self);

@@ -6,6 +6,7 @@ const py = @import("py.zig");
 const http1 = @import("http1.zig");
 const Peer = @import("conn.zig").Peer;
 const proxy = @import("proxy.zig");
+const tls = @import("tls.zig");
 const Object = py.Object;
 const c = py.c;
 
@@ -32,6 +33,15 @@ const Keys = struct {
     bytes: *Object,
     code: *Object,
     reason: *Object,
+    // The ASGI TLS extension, plus the SNI host name as `server_name`.
+    tls: *Object,
+    server_cert: *Object,
+    client_cert_chain: *Object,
+    client_cert_name: *Object,
+    client_cert_error: *Object,
+    tls_version: *Object,
+    cipher_suite: *Object,
+    server_name: *Object,
 };
 
 const Values = struct {
@@ -112,6 +122,8 @@ pub const ServerInfo = struct {
     state: ?*Object,
     /// Peers whose proxy headers are believed; null when --no-proxy-headers.
     trust: ?*const proxy.Trust = null,
+    /// HTTPS: the server's certificate as a PEM str, shared by every scope.
+    tls_server_cert: ?*Object = null,
 };
 
 /// What trusted proxies say about this request (nothing for anyone else).
@@ -200,13 +212,15 @@ fn paths(req: *const http1.Request, info: *const ServerInfo, path_out: *?*Object
 }
 
 /// New reference: the scope dict of one HTTP request.
-pub fn build(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) ?*Object {
+/// `session` is the connection's TLS session (null for plain HTTP): it decides the
+/// scheme and adds `extensions["tls"]`.
+pub fn build(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) ?*Object {
     const d = c.PyDict_New() orelse return null;
-    if (!fill(d, req, peer, info)) return fail(d);
+    if (!fill(d, req, peer, info, session)) return fail(d);
     return d;
 }
 
-fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) bool {
+fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
     py.incref(values.http);
     if (!py.dictSetSteal(d, keys.type, values.http)) return false;
     const asgi = c.PyDict_New() orelse return false;
@@ -221,8 +235,13 @@ fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const S
     if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
     const fwd = forwardedFor(req, peer, info);
-    const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else info.scheme.?;
+    const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null) values.https else info.scheme.?;
     if (c.PyDict_SetItem(d, keys.scheme, scheme_obj) != 0) return false;
+    if (session) |ssl| {
+        const ext = c.PyDict_New() orelse return false;
+        if (!py.dictSetSteal(d, keys.extensions, ext)) return false;
+        if (!py.dictSetSteal(ext, keys.tls, tlsInfo(ssl, info))) return false;
+    }
     var path: ?*Object = null;
     var raw: ?*Object = null;
     if (!paths(req, info, &path, &raw)) {
@@ -299,4 +318,70 @@ pub fn wsDisconnectMessage(code: u16, reason: []const u8) ?*Object {
         return fail(d);
     }
     return d;
+}
+// ---- the ASGI TLS extension -----------------------------------------------------
+
+fn strOrNone(text: ?[]const u8) ?*Object {
+    const t = text orelse return py.none();
+    return c.PyUnicode_DecodeUTF8(t.ptr, @intCast(t.len), "replace");
+}
+
+fn intOrNone(v: ?u16) ?*Object {
+    const n = v orelse return py.none();
+    return c.PyLong_FromLong(n);
+}
+
+/// New reference: a certificate as a PEM str.
+fn pemStr(x: *tls.X509) ?*Object {
+    const text = tls.pem(x) orelse return py.runtimeError("could not encode a certificate");
+    defer text.deinit();
+    return strOrNone(text.bytes());
+}
+
+/// New reference: the client's certificate and the chain it sent, as PEM strs (leaf first).
+fn clientChain(ssl: *tls.SSL, leaf: ?*tls.X509) ?*Object {
+    const list = c.PyList_New(0) orelse return null;
+    const x = leaf orelse return list;
+    const item = pemStr(x) orelse return fail(list);
+    const ok = c.PyList_Append(list, item) == 0;
+    py.decref(item);
+    if (!ok) return fail(list);
+    // Bounded by what OpenSSL accepted (its verify depth), and the leaf is not repeated.
+    for (0..tls.peerChainLen(ssl)) |i| {
+        const cert = tls.peerChainAt(ssl, i) orelse continue;
+        if (cert == x) continue;
+        const pem_item = pemStr(cert) orelse return fail(list);
+        defer py.decref(pem_item);
+        if (c.PyList_Append(list, pem_item) != 0) return fail(list);
+    }
+    return list;
+}
+
+/// New reference: scope["extensions"]["tls"] for one request.
+fn tlsInfo(ssl: *tls.SSL, info: *const ServerInfo) ?*Object {
+    const d = c.PyDict_New() orelse return null;
+    const server_cert = info.tls_server_cert orelse py.none();
+    if (info.tls_server_cert != null) py.incref(server_cert);
+    if (!py.dictSetSteal(d, keys.server_cert, server_cert)) return fail(d);
+    const leaf = tls.peerCertificate(ssl);
+    defer if (leaf) |x| tls.freeCertificate(x);
+    if (!py.dictSetSteal(d, keys.client_cert_chain, clientChain(ssl, leaf))) return fail(d);
+    const name: ?*Object = if (leaf) |x| blk: {
+        const text = tls.subjectName(x) orelse break :blk py.none();
+        defer text.deinit();
+        break :blk strOrNone(text.bytes());
+    } else py.none();
+    if (!py.dictSetSteal(d, keys.client_cert_name, name)) return fail(d);
+    const verify_error: ?[]const u8 = if (leaf != null) tls.verifyError(ssl) else null;
+    if (!py.dictSetSteal(d, keys.client_cert_error, strOrNone(verify_error))) return fail(d);
+    if (!py.dictSetSteal(d, keys.tls_version, intOrNone(tls.protocolVersion(ssl)))) return fail(d);
+    if (!py.dictSetSteal(d, keys.cipher_suite, intOrNone(tls.cipherSuite(ssl)))) return fail(d);
+    if (!py.dictSetSteal(d, keys.server_name, strOrNone(tls.serverName(ssl)))) return fail(d);
+    return d;
+}
+
+/// New reference: the server certificate of a TLS context as a PEM str, or None.
+pub fn serverCertPem(ctx: *tls.SSL_CTX) ?*Object {
+    const x = tls.serverCertificate(ctx) orelse return py.none();
+    return pemStr(x);
 }

@@ -16,6 +16,7 @@ const conn_mod = @import("conn.zig");
 const Conn = conn_mod.Conn;
 const wsconn = @import("wsconn.zig");
 const deflate = @import("deflate.zig");
+const tls = @import("tls.zig");
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -98,6 +99,8 @@ pub const Server = struct {
     wake_fd: i32 = -1,
     wake_signalled: bool = false,
     hooks: Hooks,
+    /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
+    tls_ctx: ?*tls.SSL_CTX = null,
     pool: Pool = .{},
     limits: http1.Limits,
     headers_storage: [128]http1.Header = undefined,
@@ -262,7 +265,15 @@ pub const Server = struct {
                 continue;
             };
             c.* = Conn.init(self, fd, conn_mod.Peer.fromStorage(&st));
+            if (self.tls_ctx) |ctx| {
+                c.tls = tls.newSession(ctx, fd) orelse {
+                    sys.close(fd);
+                    self.allocator.destroy(c);
+                    continue;
+                };
+            }
             if (!self.poller.register(fd, @intFromPtr(c), c.interest)) {
+                if (c.tls) |ssl| tls.freeSession(ssl);
                 sys.close(fd);
                 self.allocator.destroy(c);
                 continue;
@@ -436,6 +447,7 @@ pub const Server = struct {
         self.poller.deinit();
         self.pool.deinit();
         self.zlib.deinit();
+        if (self.tls_ctx) |ctx| tls.freeContext(ctx);
         self.allocator.destroy(self);
     }
 };

@@ -43,6 +43,14 @@ logger = logging.getLogger("zigcorn.error")
 
 HeaderSpec = str | tuple[str, str] | list[str]
 
+# The values of Python's ssl constants, so that importing this module never loads ssl.
+PROTOCOL_TLS_SERVER = 17
+CERT_NONE = 0
+# --ssl-version -> (lowest, highest) TLS version the engine accepts: TLS 1.2 and 1.3 only.
+_TLS12, _TLS13 = 0x0303, 0x0304
+SSL_VERSIONS = {2: (_TLS12, _TLS13), 17: (_TLS12, _TLS13), 5: (_TLS12, _TLS12)}
+_SSL_VERSION_NAMES = {3: "PROTOCOL_TLSv1", 4: "PROTOCOL_TLSv1_1", 16: "PROTOCOL_TLS_CLIENT"}
+
 
 class Config:
     """Server settings. Construct, then the server calls `load()` inside its loop."""
@@ -98,6 +106,13 @@ class Config:
         ws_ping_interval: float | None = 20.0,
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
+        ssl_keyfile: str | os.PathLike[str] | None = None,
+        ssl_certfile: str | os.PathLike[str] | None = None,
+        ssl_keyfile_password: str | None = None,
+        ssl_version: int = PROTOCOL_TLS_SERVER,
+        ssl_cert_reqs: int = CERT_NONE,
+        ssl_ca_certs: str | os.PathLike[str] | None = None,
+        ssl_ciphers: str = "TLSv1",
     ) -> None:
         # Everything needed to build this Config again in a fresh process (--reload).
         self.arguments = {name: value for name, value in locals().items() if name != "self"}
@@ -186,6 +201,15 @@ class Config:
         for name in ("timeout_keep_alive", "timeout_header", "timeout_body", "timeout_write"):
             _check_range(name, getattr(self, name), 0, 10**9)
 
+        self.ssl_keyfile = os.fspath(ssl_keyfile) if ssl_keyfile is not None else None
+        self.ssl_certfile = os.fspath(ssl_certfile) if ssl_certfile is not None else None
+        self.ssl_keyfile_password = ssl_keyfile_password
+        self.ssl_version = ssl_version
+        self.ssl_cert_reqs = ssl_cert_reqs
+        self.ssl_ca_certs = os.fspath(ssl_ca_certs) if ssl_ca_certs is not None else None
+        self.ssl_ciphers = ssl_ciphers
+        self._check_tls()
+
         # Extra response headers for the engine, ready to copy into each response.
         # `server` and `date` are not here: the engine adds them itself.
         self.encoded_headers: list[tuple[bytes, bytes]] = [
@@ -197,6 +221,48 @@ class Config:
         self.lifespan_class: type | None = None
 
         self.configure_logging()
+
+    @property
+    def is_ssl(self) -> bool:
+        """HTTPS: a certificate was given (the key may sit in the same file, as with uvicorn)."""
+        return bool(self.ssl_certfile)
+
+    def _check_tls(self) -> None:
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("ssl_keyfile needs ssl_certfile (the certificate chain to serve)")
+        version = self.ssl_version
+        if isinstance(version, bool) or not isinstance(version, int) or version not in SSL_VERSIONS:
+            name = _SSL_VERSION_NAMES.get(version, repr(version))
+            raise ValueError(
+                f"ssl_version {name} is not supported: use 17 (PROTOCOL_TLS_SERVER, TLS 1.2 and 1.3) "
+                "or 5 (PROTOCOL_TLSv1_2, TLS 1.2 only)"
+            )
+        if self.ssl_cert_reqs not in (0, 1, 2) or isinstance(self.ssl_cert_reqs, bool):
+            raise ValueError(
+                f"ssl_cert_reqs must be 0 (CERT_NONE), 1 (CERT_OPTIONAL) or 2 (CERT_REQUIRED), not {self.ssl_cert_reqs!r}"
+            )
+        if self.ssl_cert_reqs and self.is_ssl and not self.ssl_ca_certs:
+            raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
+        if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
+            raise ValueError("ssl_keyfile_password must be a str")
+
+    def engine_tls_options(self) -> dict[str, Any]:
+        """The engine's TLS options: empty for plain HTTP. Holds the password: never log it."""
+        if not self.is_ssl:
+            return {}
+        low, high = SSL_VERSIONS[self.ssl_version]
+        password = self.ssl_keyfile_password
+        return {
+            "ssl_certfile": self.ssl_certfile,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_keyfile_password": password.encode() if password is not None else None,
+            "ssl_min_version": low,
+            "ssl_max_version": high,
+            "ssl_cert_reqs": self.ssl_cert_reqs,
+            "ssl_ca_certs": self.ssl_ca_certs,
+            # Never anonymous or unencrypted suites, whatever the list says ("TLSv1" has both).
+            "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
+        }
 
     @property
     def bind_host(self) -> str:

@@ -191,6 +191,21 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         timeouts.add_argument(flag, type=float, default=default, metavar="SECONDS", help=text)
 
+    tls = parser.add_argument_group("TLS (HTTPS)")
+    tls.add_argument("--ssl-keyfile", metavar="PATH", help="the private key (PEM); default: in --ssl-certfile")
+    tls.add_argument("--ssl-certfile", metavar="PATH", help="the certificate chain (PEM); turns HTTPS on")
+    tls.add_argument("--ssl-keyfile-password", metavar="TEXT", help="password of an encrypted key")
+    tls.add_argument(
+        "--ssl-version", type=int, default=17, metavar="N",
+        help="17 (PROTOCOL_TLS_SERVER): TLS 1.2 and 1.3; 5 (PROTOCOL_TLSv1_2): 1.2 only (default: %(default)s)",
+    )  # fmt: skip
+    tls.add_argument(
+        "--ssl-cert-reqs", type=int, default=0, metavar="N",
+        help="client certificates: 0 none, 1 optional, 2 required (default: %(default)s)",
+    )  # fmt: skip
+    tls.add_argument("--ssl-ca-certs", metavar="PATH", help="CA certificates (PEM) that verify client certificates")
+    tls.add_argument("--ssl-ciphers", default="TLSv1", metavar="LIST", help="TLS 1.2 ciphers (default: %(default)s)")
+
     limits = parser.add_argument_group("Limits")
     for flag, default, text in (
         ("--limit-concurrency", None, "answer 503 past N requests in flight"),

@@ -22,6 +22,38 @@ logger = logging.getLogger("zigcorn.error")
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def load_openssl() -> str:
+    """Loads OpenSSL 3 into the engine (HTTPS only) and returns its version.
+
+    ``libssl.so.3`` as the system finds it, else the libssl Python's own ``_ssl`` module
+    uses; ``ZIGCORN_LIBSSL`` names another library. Raises OSError with one line.
+    """
+    chosen = os.environ.get("ZIGCORN_LIBSSL")
+    if chosen:
+        return _core.tls_load(chosen)
+    try:
+        return _core.tls_load("libssl.so.3")
+    except OSError as first:
+        path = _python_libssl()
+        if path is None:
+            raise first from None
+        return _core.tls_load(path)
+
+
+def _python_libssl() -> str | None:
+    """The libssl mapped into this process by Python's ``_ssl`` (imported only now)."""
+    try:
+        import _ssl  # noqa: F401  (maps Python's libssl)
+    except ImportError:
+        return None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libssl.so"):
+                return fields[5].strip()
+    return None
+
+
 class Server:
     """One serving process. `listener` comes from a master or reload supervisor; without
     one the server binds its own socket. `on_ready` is called once it accepts."""
@@ -57,6 +89,13 @@ class Server:
         self._exit_event = asyncio.Event()
         self._install_signal_handlers(loop)
 
+        if config.is_ssl:
+            # Before the app's startup: a missing library is one line and exit 3, at once.
+            try:
+                load_openssl()
+            except OSError as exc:
+                logger.error("%s", exc)
+                return
         logger.info("Started server process [%d]", os.getpid())
         lifespan = config.lifespan_class(config)
         announce = config.lifespan != "off"
@@ -77,33 +116,13 @@ class Server:
             timeout_request=config.timeout_request,
             on_limit=self.handle_exit_request,
         )
-        engine = _core.Engine(
-            dispatcher,
-            wake,
-            HTTPCycle,
-            {
-                "root_path": config.root_path or "",
-                "timeout_keep_alive": config.timeout_keep_alive,
-                "server_header": config.server_header,
-                "date_header": config.date_header,
-                "headers": list(config.encoded_headers),
-                "backlog": config.backlog,
-                "timeout_header": config.timeout_header,
-                "timeout_body": config.timeout_body,
-                "timeout_write": config.timeout_write,
-                "limit_connections": config.limit_connections,
-                "limit_keep_alive_requests": config.limit_keep_alive_requests,
-                "limit_request_body": config.limit_request_body,
-                "limit_request_line": config.limit_request_line,
-                "limit_request_fields": config.limit_request_fields,
-                "limit_request_head": config.limit_request_head,
-                "forwarded_allow_ips": config.forwarded_allow_ips if config.proxy_headers else None,
-                "metrics_path": config.metrics_path,
-                "health_path": config.health_path,
-                "metrics_slot": self.metrics_slot,
-                **self._ws_options(),
-            },
-        )
+        try:
+            engine = self._new_engine(dispatcher)
+        except (OSError, ValueError, TypeError) as exc:
+            # A bad certificate, key or password: one line naming which (never the key's bytes).
+            logger.error("%s", exc)
+            await lifespan.shutdown()
+            return
         dispatcher.engine = engine
         self.engine = engine
         own_listener = self.listener is None
@@ -147,6 +166,38 @@ class Server:
             "ws_ping_timeout": config.ws_ping_timeout if config.ws_ping_timeout is not None else 1e9,
             "ws_per_message_deflate": config.ws_per_message_deflate,
         }
+
+    def _new_engine(self, dispatcher):
+        config = self.config
+        return _core.Engine(
+            dispatcher,
+            wake,
+            HTTPCycle,
+            {
+                "root_path": config.root_path or "",
+                "timeout_keep_alive": config.timeout_keep_alive,
+                "server_header": config.server_header,
+                "date_header": config.date_header,
+                "headers": list(config.encoded_headers),
+                "backlog": config.backlog,
+                "timeout_header": config.timeout_header,
+                "timeout_body": config.timeout_body,
+                "timeout_write": config.timeout_write,
+                "limit_connections": config.limit_connections,
+                "limit_keep_alive_requests": config.limit_keep_alive_requests,
+                "limit_request_body": config.limit_request_body,
+                "limit_request_line": config.limit_request_line,
+                "limit_request_fields": config.limit_request_fields,
+                "limit_request_head": config.limit_request_head,
+                "forwarded_allow_ips": config.forwarded_allow_ips if config.proxy_headers else None,
+                "metrics_path": config.metrics_path,
+                "health_path": config.health_path,
+                "metrics_slot": self.metrics_slot,
+                **self._ws_options(),
+                **config.engine_tls_options(),
+            },
+        )
+
 
     async def _shutdown(self, loop, engine) -> None:
         logger.info("Shutting down")

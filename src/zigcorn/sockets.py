@@ -74,8 +74,9 @@ def systemd_fds() -> list[int]:
 
 def bind(config, *, reuse_port: bool = False) -> Listener:
     """The listening socket `config` asks for. Raises OSError with a one-line message."""
+    scheme = "https" if getattr(config, "is_ssl", False) else "http"
     if config.fd is not None:
-        return _inherited(config.fd, "file descriptor")
+        return _inherited(config.fd, "file descriptor", scheme)
     if config.uds:
         return _unix(config.uds, config.uds_perms, config.backlog)
     passed = systemd_fds()
@@ -84,11 +85,11 @@ def bind(config, *, reuse_port: bool = False) -> Listener:
             logger.warning("systemd passed %d sockets; serving the first (fd %d) only.", len(passed), passed[0])
         for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
             os.environ.pop(name, None)  # not for the app, nor for processes it starts
-        return _inherited(passed[0], "systemd socket")
-    return _tcp(resolve_host(config.host), config.port, config.backlog, reuse_port or config.reuse_port)
+        return _inherited(passed[0], "systemd socket", scheme)
+    return _tcp(resolve_host(config.host), config.port, config.backlog, reuse_port or config.reuse_port, scheme)
 
 
-def _tcp(host: str, port: int, backlog: int, reuse_port: bool) -> Listener:
+def _tcp(host: str, port: int, backlog: int, reuse_port: bool, scheme: str) -> Listener:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -106,7 +107,7 @@ def _tcp(host: str, port: int, backlog: int, reuse_port: bool) -> Listener:
         raise OSError(exc.errno, f"[Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): {reason}") from None
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    return Listener(sock, f"http://{shown}:{bound_port}")
+    return Listener(sock, f"{scheme}://{shown}:{bound_port}")
 
 
 def _unix(path: str, perms: int, backlog: int) -> Listener:
@@ -143,7 +144,7 @@ def _remove_stale_socket(path: str) -> None:
     raise OSError(98, f"cannot listen on unix socket {path}: another server is listening there")
 
 
-def _inherited(fd: int, what: str) -> Listener:
+def _inherited(fd: int, what: str, scheme: str) -> Listener:
     try:
         sock = socket.socket(fileno=fd)
     except OSError as exc:
@@ -155,4 +156,4 @@ def _inherited(fd: int, what: str) -> Listener:
         return Listener(sock, f"unix socket {sock.getsockname()} ({what} {fd})")
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    return Listener(sock, f"http://{shown}:{port} ({what} {fd})")
+    return Listener(sock, f"{scheme}://{shown}:{port} ({what} {fd})")

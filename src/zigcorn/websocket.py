@@ -41,7 +41,8 @@ def _websocket_scope(scope: dict) -> dict:
         if name == b"sec-websocket-protocol":
             subprotocols += [p.strip() for p in value.decode("latin-1").split(",") if p.strip()]
     scope["subprotocols"] = subprotocols
-    scope["extensions"] = {"websocket.http.response": {}}
+    # Added to what the engine put there (the TLS extension on wss).
+    scope.setdefault("extensions", {})["websocket.http.response"] = {}
     return scope
 
 

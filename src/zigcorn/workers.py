@@ -78,7 +78,11 @@ class Master:
             except OSError as exc:
                 logger.error("%s", exc.strerror or exc)
                 return STARTUP_FAILURE
-        self._preload()
+        try:
+            self._preload()
+        except OSError as exc:  # OpenSSL missing or too old
+            logger.error("%s", exc)
+            return STARTUP_FAILURE
         if config.metrics_path:
             # Shared counters, mapped before the fork: any worker can answer a scrape for all.
             _core.metrics_init(METRICS_SLOTS_MAX)
@@ -104,6 +108,10 @@ class Master:
         config = self.config
         config.load()
         config.loop_factory()  # imports uvloop (or asyncio) here, not in each worker
+        if config.is_ssl:  # OpenSSL's pages are shared too; a missing library stops us here
+            from zigcorn.server import load_openssl
+
+            load_openssl()
         import zigcorn.http  # noqa: F401
         import zigcorn.lifespan  # noqa: F401
         import zigcorn.server  # noqa: F401
