@@ -28,6 +28,16 @@ def _expire(task: asyncio.Task) -> None:
     task.cancel(_TIMEOUT_MESSAGE)
 
 
+def access_fields(scope: dict) -> tuple[str, str]:
+    """``("host:port" or "-", "/path?query")`` for an access log line."""
+    client = scope.get("client")
+    client_addr = f"{client[0]}:{client[1]}" if client else "-"
+    path = scope["raw_path"].decode("latin-1")
+    if scope["query_string"]:
+        path = f"{path}?{scope['query_string'].decode('latin-1')}"
+    return client_addr, path
+
+
 def wake(future: asyncio.Future) -> None:
     """Called by the engine to resume a receive() or send() waiting on `future`."""
     if not future.done():
@@ -116,11 +126,7 @@ class HTTPCycle(Stream):
 
     def _log_access(self, started_at: float) -> None:
         scope = self.scope
-        client = scope.get("client")
-        client_addr = f"{client[0]}:{client[1]}" if client else "-"
-        path = scope["raw_path"].decode("latin-1")
-        if scope["query_string"]:
-            path = f"{path}?{scope['query_string'].decode('latin-1')}"
+        client_addr, path = access_fields(scope)
         access_logger.info(
             '%s - "%s %s HTTP/%s" %d %d %.1fms',
             client_addr,

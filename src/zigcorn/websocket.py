@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from zigcorn._core import Stream
+from zigcorn.http import access_fields
 
 logger = logging.getLogger("zigcorn.error")
 access_logger = logging.getLogger("zigcorn.access")
@@ -173,10 +174,5 @@ class WebSocketCycle(Stream):
             self.finish()
 
     def _log_access(self, outcome: str) -> None:
-        scope = self.scope
-        client = scope.get("client")
-        client_addr = f"{client[0]}:{client[1]}" if client else "-"
-        path = scope["raw_path"].decode("latin-1")
-        if scope["query_string"]:
-            path = f"{path}?{scope['query_string'].decode('latin-1')}"
+        client_addr, path = access_fields(self.scope)
         access_logger.info('%s - "WebSocket %s" %s', client_addr, path, outcome)
