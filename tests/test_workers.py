@@ -132,12 +132,15 @@ def test_worker_reaching_max_requests_is_replaced(start_server):
     server = start_workers(start_server, 2, "--limit-max-requests", "5")
     first = worker_pids(server)
     seen = set()
-    for _ in range(25):
+    for _ in range(40):
         r = httpx.get(server.url + "/pid", timeout=10)
         assert r.status_code == 200
         seen.add(int(r.text))
-    assert seen - first, "a replacement worker answered"
-    assert "exited normally" in server.output()
+    assert len(seen - first) >= 2, "replacement workers answered"
+    lines = [line for line in server.output().splitlines() if "exited normally" in line]
+    assert len(lines) >= 2
+    # Routine exits are replaced at once: no crash back-off, however young the worker.
+    assert all(line.endswith("starting a new one in 0.0s.") for line in lines), lines
 
 
 def test_a_worker_that_cannot_start_stops_the_master(start_server):

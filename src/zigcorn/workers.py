@@ -312,8 +312,10 @@ class Master:
             self._stop(signal.SIGTERM)
             return
         self.restarts += 1
+        # A clean exit (--limit-max-requests) is routine, however soon it comes.
+        crashed = os.waitstatus_to_exitcode(status) != 0
         young = time.monotonic() - worker.started_at < CRASH_AGE_SECONDS
-        self.crashes = self.crashes + 1 if young else 0
+        self.crashes = self.crashes + 1 if crashed and young else 0
         delay = 0.0 if not self.crashes else min(BACKOFF_FIRST_SECONDS * 2 ** (self.crashes - 1), BACKOFF_MAX_SECONDS)
         logger.warning("Worker [%d] %s; starting a new one in %.1fs.", worker.pid, reason, delay)
         when = time.monotonic() + delay
