@@ -171,3 +171,15 @@ def test_port_in_use_gives_one_line_and_exit_3():
         out = stop(proc) if proc.wait(10) is not None else ""
     assert proc.returncode == 3
     assert f"error while attempting to bind on address ('127.0.0.1', {port}): address already in use" in out
+
+
+def test_reuse_port_with_a_unix_socket_is_ignored_with_a_warning(tmp_path):
+    path = str(tmp_path / "rp.sock")
+    proc = spawn("--uds", path, "--workers", "2", "--reuse-port")
+    try:
+        assert wait_for(lambda: can_connect_unix(path), 10)
+        assert all(uds_get(path).status_code == 200 for _ in range(5))
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert "--reuse-port applies to TCP sockets" in out

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from zigcorn import _core
 from zigcorn.config import STARTUP_FAILURE
-from zigcorn.sockets import Listener, bind
+from zigcorn.sockets import Listener, bind, systemd_fds
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -72,7 +72,10 @@ class Master:
     def run(self) -> int:
         config = self.config
         self.target = config.workers
-        if not config.reuse_port:
+        per_worker_sockets = config.reuse_port and config.uds is None and config.fd is None and not systemd_fds()
+        if config.reuse_port and not per_worker_sockets:
+            logger.warning("--reuse-port applies to TCP sockets the workers bind themselves: ignored here.")
+        if not per_worker_sockets:
             try:
                 self.listener = bind(config)
             except OSError as exc:
