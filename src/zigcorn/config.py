@@ -264,12 +264,6 @@ class Config:
             "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
         }
 
-    @property
-    def bind_host(self) -> str:
-        """`host` without the brackets some users put around IPv6 literals."""
-        host = self.host
-        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
     def configure_logging(self) -> None:
         """Apply `log_config`, then the `log_level` / `access_log` / `use_colors` overrides."""
         logging.addLevelName(TRACE_LOG_LEVEL, "TRACE")

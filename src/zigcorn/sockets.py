@@ -61,6 +61,16 @@ def resolve_host(host: str) -> str:
     return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
 
 
+def url(scheme: str, host: str, port: int) -> str:
+    """``http://127.0.0.1:8000``, with brackets around an IPv6 address."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def scheme_of(config) -> str:
+    return "https" if getattr(config, "is_ssl", False) else "http"
+
+
 def systemd_fds() -> list[int]:
     """Descriptors systemd passed to this very process (socket activation), if any."""
     try:
@@ -74,7 +84,7 @@ def systemd_fds() -> list[int]:
 
 def bind(config, *, reuse_port: bool = False) -> Listener:
     """The listening socket `config` asks for. Raises OSError with a one-line message."""
-    scheme = "https" if getattr(config, "is_ssl", False) else "http"
+    scheme = scheme_of(config)
     if config.fd is not None:
         return _inherited(config.fd, "file descriptor", scheme)
     if config.uds:
@@ -106,8 +116,7 @@ def _tcp(host: str, port: int, backlog: int, reuse_port: bool, scheme: str) -> L
         reason = (exc.strerror or str(exc)).lower()
         raise OSError(exc.errno, f"[Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): {reason}") from None
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    return Listener(sock, f"{scheme}://{shown}:{bound_port}")
+    return Listener(sock, url(scheme, bound_host, bound_port))
 
 
 def _unix(path: str, perms: int, backlog: int) -> Listener:
@@ -155,5 +164,4 @@ def _inherited(fd: int, what: str, scheme: str) -> Listener:
     if sock.family == socket.AF_UNIX:
         return Listener(sock, f"unix socket {sock.getsockname()} ({what} {fd})")
     host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    return Listener(sock, f"{scheme}://{shown}:{port} ({what} {fd})")
+    return Listener(sock, f"{url(scheme, host, port)} ({what} {fd})")

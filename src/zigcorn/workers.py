@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from zigcorn import _core
 from zigcorn.config import STARTUP_FAILURE
-from zigcorn.sockets import Listener, bind, systemd_fds
+from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -67,7 +67,6 @@ class Master:
     stopping: bool = False
     stop_deadline: float | None = None
     exit_code: int = 0
-    restarts: int = 0
 
     def run(self) -> int:
         config = self.config
@@ -89,7 +88,10 @@ class Master:
         if config.metrics_path:
             # Shared counters, mapped before the fork: any worker can answer a scrape for all.
             _core.metrics_init(METRICS_SLOTS_MAX)
-        where = self.listener.description if self.listener else _tcp_description(config)
+        if self.listener is not None:
+            where = self.listener.description
+        else:
+            where = f"{url(scheme_of(config), resolve_host(config.host), config.port)} (SO_REUSEPORT in each worker)"
         logger.info("Zigcorn running on %s (Press CTRL+C to quit)", where)
         logger.info("Started parent process [%d]", os.getpid())
         wakeup_r = self._install_signals()
@@ -115,9 +117,7 @@ class Master:
             from zigcorn.server import load_openssl
 
             load_openssl()
-        import zigcorn.http  # noqa: F401
-        import zigcorn.lifespan  # noqa: F401
-        import zigcorn.server  # noqa: F401
+        import zigcorn.server  # noqa: F401  (and with it http, websocket, sockets)
 
         gc.collect()
         gc.freeze()  # the collector never touches (and so never copies) the master's objects
@@ -314,7 +314,6 @@ class Master:
             self.exit_code = STARTUP_FAILURE
             self._stop(signal.SIGTERM)
             return
-        self.restarts += 1
         # A clean exit (--limit-max-requests) is routine, however soon it comes.
         crashed = os.waitstatus_to_exitcode(status) != 0
         young = time.monotonic() - worker.started_at < CRASH_AGE_SECONDS
@@ -353,12 +352,6 @@ def _drain(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
-
-
-def _tcp_description(config) -> str:
-    host = config.bind_host
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{config.port} (SO_REUSEPORT in each worker)"
 
 
 def run_master(config) -> None:
