@@ -17,6 +17,7 @@ const Conn = conn_mod.Conn;
 const wsconn = @import("wsconn.zig");
 const deflate = @import("deflate.zig");
 const tls = @import("tls.zig");
+const writer_mod = @import("writer.zig");
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -83,6 +84,8 @@ pub const Options = struct {
     /// 0: no server pings.
     ws_ping_interval_ms: u64 = 20_000,
     ws_ping_timeout_ms: u64 = 20_000,
+    /// The last write of a complete plain HTTP/1.1 response goes to the writer thread.
+    writer_thread: bool = false,
 };
 
 extern "c" fn malloc_trim(pad: usize) c_int;
@@ -120,6 +123,8 @@ pub const Server = struct {
     ws_queue_max: u32,
     ws_ping_enabled: bool,
     zlib: deflate.Shared = .{},
+    /// Set with `writer_thread`: started in init, joined in deinit.
+    writer: ?*writer_mod.Writer = null,
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
@@ -192,7 +197,34 @@ pub const Server = struct {
         if (sys.E.init(efd_rc) != .SUCCESS) return error.EventFdFailed;
         self.wake_fd = @intCast(efd_rc);
         _ = self.poller.register(self.wake_fd, token_wake, .{});
+        if (opts.writer_thread) self.startWriter();
         return self;
+    }
+
+    /// Without a thread (out of memory, thread limit) every write stays inline.
+    fn startWriter(self: *Server) void {
+        const w = self.allocator.create(writer_mod.Writer) catch return;
+        w.* = .{ .wake_fd = self.wake_fd };
+        w.start() catch {
+            self.allocator.destroy(w);
+            return;
+        };
+        self.writer = w;
+    }
+
+    /// Applies the writer thread's finished jobs: each connection goes on where its
+    /// inline write would have.
+    fn applyWrites(self: *Server) void {
+        const w = self.writer orelse return;
+        var jobs: [64]*writer_mod.Job = undefined;
+        while (true) {
+            const n = w.take(&jobs);
+            for (jobs[0..n]) |job| {
+                const c: *Conn = @ptrCast(@alignCast(job.owner));
+                c.writeDone(job);
+            }
+            if (n < jobs.len) return;
+        }
     }
 
     /// Serves an already listening socket (inherited, or bound by the master).
@@ -223,6 +255,7 @@ pub const Server = struct {
         // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
         const batch = &self.batch;
         self.poller.wait(batch, 0);
+        self.applyWrites();
         for (0..batch.len) |i| {
             const ev = batch.get(i);
             switch (ev.token) {
@@ -381,7 +414,7 @@ pub const Server = struct {
         var kept: ?*Conn = null;
         while (self.graveyard) |c| {
             self.graveyard = c.next;
-            if (c.is_pending) {
+            if (c.is_pending or c.ioBusy()) {
                 // Still on the pending list: freed after the pass that skips it.
                 c.next = kept;
                 kept = c;
@@ -441,6 +474,14 @@ pub const Server = struct {
     pub fn deinit(self: *Server) void {
         self.stopAccepting();
         self.closeAll();
+        if (self.writer) |w| {
+            // Queued writes finish (the sockets are non-blocking), then their owners are freed.
+            w.stop();
+            self.applyWrites();
+            std.debug.assert(w.in_flight == 0);
+            self.allocator.destroy(w);
+            self.writer = null;
+        }
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);

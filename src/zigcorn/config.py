@@ -106,6 +106,7 @@ class Config:
         ws_ping_interval: float | None = 20.0,
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
+        writer_thread: bool = False,
         ssl_keyfile: str | os.PathLike[str] | None = None,
         ssl_certfile: str | os.PathLike[str] | None = None,
         ssl_keyfile_password: str | None = None,
@@ -187,6 +188,7 @@ class Config:
         self.ws_ping_interval = ws_ping_interval
         self.ws_ping_timeout = ws_ping_timeout
         self.ws_per_message_deflate = bool(ws_per_message_deflate)
+        self.writer_thread = bool(writer_thread)
         _check_range("ws_max_size", ws_max_size, 1, 2**32 - 1)
         _check_range("ws_max_queue", ws_max_queue, 1, 2**20)
         for name in ("ws_ping_interval", "ws_ping_timeout"):

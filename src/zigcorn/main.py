@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     http.add_argument("--server-header", action=on_off, default=True, help="send a Server header (default: on)")
     http.add_argument("--date-header", action=on_off, default=True, help="send a Date header (default: on)")
+    http.add_argument(
+        "--writer-thread", action=on_off, default=False,
+        help="write complete responses from an engine thread, off the app's thread (experimental; default: off)",
+    )
 
     ops = parser.add_argument_group("Metrics and health")
     ops.add_argument("--metrics-path", metavar="PATH", help="serve Prometheus metrics here, without the app (e.g. /metrics)")

@@ -183,6 +183,7 @@ class Server:
                 "timeout_header": config.timeout_header,
                 "timeout_body": config.timeout_body,
                 "timeout_write": config.timeout_write,
+                "writer_thread": config.writer_thread,
                 "limit_connections": config.limit_connections,
                 "limit_keep_alive_requests": config.limit_keep_alive_requests,
                 "limit_request_body": config.limit_request_body,
