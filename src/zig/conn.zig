@@ -775,7 +775,7 @@ pub const Conn = struct {
         const act = self.act orelse return self.setWriting(false);
         // The writer thread has the output: its completion goes on from here.
         if (act.io_busy) return;
-        if (self.canHandOff() and self.handOff()) return;
+        if (self.canHandOff() and self.server.wantsHandOff() and self.handOff()) return;
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
             var n: usize = 0;
@@ -825,7 +825,7 @@ pub const Conn = struct {
     /// streaming, WebSocket, TLS and engine refusals stay inline.
     fn canHandOff(self: *const Conn) bool {
         const act = self.a();
-        return self.server.writer != null and self.tls == null and self.state == .request and
+        return self.server.writer_mode != .off and self.tls == null and self.state == .request and
             act.resp_complete and !act.refused and act.ws == null and
             !self.interest.writable and self.outputLen() != 0;
     }

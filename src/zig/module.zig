@@ -568,7 +568,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .ws_queue_max = @intCast(std.math.clamp(optInt(opts, "ws_max_queue", 32) orelse return null, 1, 1 << 20)),
         .ws_ping_interval_ms = optFloatMs(opts, "ws_ping_interval", 0) orelse return null,
         .ws_ping_timeout_ms = optFloatMs(opts, "ws_ping_timeout", 20_000) orelse return null,
-        .writer_thread = optBool(opts, "writer_thread", false) orelse return null,
+        .writer = std.meta.intToEnum(server_mod.WriterMode, std.math.clamp(optInt(opts, "writer", 1) orelse return null, 0, 2)) catch unreachable,
         .limits = .{
             // The whole head must fit in one pooled read buffer.
             .head_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_head", pool_buffer_bytes) orelse return null, 256, pool_buffer_bytes)),
