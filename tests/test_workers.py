@@ -83,11 +83,15 @@ def test_killed_worker_is_replaced_while_clients_keep_getting_200(start_server):
         victim = sorted(worker_pids(server))[0]
         os.kill(victim, signal.SIGKILL)
         assert wait_for(lambda: len(worker_pids(server) - {victim}) == 2, 10), server.output()
+        # The one request the victim may have accepted when it died is reset with it
+        # (SIGKILL leaves nothing to drain); no other request may fail.
+        at_kill = list(client.failures)
         before = client.ok
         assert wait_for(lambda: client.ok > before + 50, 10)
     finally:
         client.stop()
-    assert client.failures == []
+    assert len(at_kill) <= 1, at_kill
+    assert client.failures == at_kill
     assert f"Worker [{victim}] was killed by SIGKILL" in server.output()
 
 

@@ -67,7 +67,7 @@ def _concurrent_spin(port: int, requests: int, us: int, clients: int = 8) -> Non
 def test_auto_stays_inline_for_a_lone_connection(start_server):
     # Whether a fast app under full load stays inline is a matter of speed: the benchmark
     # shows it (raw app, c64). Here: a slow app, but nothing could run during a hand-over.
-    server = start_server("basic:app")  # auto is the default
+    server = start_server("basic:app", "--writer-thread", "auto")  # the default; explicit against ZIGCORN_WRITER_THREAD
     with RawConn(server.port) as conn:
         for _ in range(300):
             conn.send(get("/spin?us=300"))
@@ -76,7 +76,7 @@ def test_auto_stays_inline_for_a_lone_connection(start_server):
 
 
 def test_auto_starts_the_thread_when_the_app_is_the_bottleneck(start_server):
-    server = start_server("basic:app")
+    server = start_server("basic:app", "--writer-thread", "auto")
     _concurrent_spin(server.port, requests=400, us=300)
     assert threads(server.proc.pid) == 2
     # Still correct afterwards, with the thread taking some responses.
