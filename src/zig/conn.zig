@@ -19,6 +19,7 @@ const ws = @import("ws.zig");
 const wsconn = @import("wsconn.zig");
 const deflate = @import("deflate.zig");
 const tls = @import("tls.zig");
+const writer_mod = @import("writer.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -146,6 +147,13 @@ pub const Active = struct {
     staged_head_len: u32 = 0,
     /// A WebSocket upgrade: pending the app's accept, then the open session.
     ws: ?*wsconn.Session = null,
+    /// The writer thread holds this response's output (`job`): nothing may change or
+    /// free obuf/pending/tail, close the descriptor or free the connection until
+    /// `writeDone` runs on the Python thread.
+    io_busy: bool = false,
+    /// The descriptor of a connection closed while busy: closed at `writeDone`.
+    deferred_fd: i32 = -1,
+    job: writer_mod.Job = undefined,
 };
 
 pub const Conn = struct {
@@ -189,6 +197,7 @@ pub const Conn = struct {
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
         std.debug.assert(act.stream == null);
+        std.debug.assert(!act.io_busy);
         act.write_timer.disarm();
         if (act.rbuf) |b| self.server.pool.release(b);
         act.rbuf = null;
@@ -651,7 +660,7 @@ pub const Conn = struct {
     /// Called when the response is complete and flushed, or when the stream finishes.
     fn afterResponse(self: *Conn) void {
         const act = self.a();
-        if (!act.resp_complete or self.outputLen() != 0) return;
+        if (!act.resp_complete or act.io_busy or self.outputLen() != 0) return;
         if (act.stream) |s| {
             // The app is still running: its receive() now reports disconnect.
             self.server.hooks.wakeRead(s);
@@ -764,6 +773,9 @@ pub const Conn = struct {
 
     pub fn flush(self: *Conn) void {
         const act = self.act orelse return self.setWriting(false);
+        // The writer thread has the output: its completion goes on from here.
+        if (act.io_busy) return;
+        if (self.canHandOff() and self.server.wantsHandOff() and self.handOff()) return;
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
             var n: usize = 0;
@@ -792,6 +804,12 @@ pub const Conn = struct {
                 },
             }
         }
+        self.flushed();
+    }
+
+    /// All output is written: wake the stream, then finish the response or go on.
+    fn flushed(self: *Conn) void {
+        const act = self.a();
         act.write_timer.disarm();
         if (self.interest.writable) self.setWriting(false);
         if (act.staged_head_len == 0) self.releaseOut();
@@ -801,6 +819,78 @@ pub const Conn = struct {
             if (act.resp_close_after and act.stream == null) return self.lingerClose();
             self.afterResponse();
         }
+    }
+
+    /// Only the first write of a complete plain HTTP/1.1 response (nothing blocked yet):
+    /// streaming, WebSocket, TLS and engine refusals stay inline.
+    fn canHandOff(self: *const Conn) bool {
+        const act = self.a();
+        return self.server.writer_mode != .off and self.tls == null and self.state == .request and
+            act.resp_complete and !act.refused and act.ws == null and
+            !self.interest.writable and self.outputLen() != 0;
+    }
+
+    fn handOff(self: *Conn) bool {
+        const act = self.a();
+        var job = writer_mod.Job{ .owner = self, .fd = self.fd };
+        if (act.olen > act.ooff) {
+            job.iov[job.iov_len] = .{ .base = act.obuf.? + act.ooff, .len = act.olen - act.ooff };
+            job.iov_len += 1;
+        }
+        if (act.pending.len > 0) {
+            job.iov[job.iov_len] = .{ .base = act.pending.ptr, .len = act.pending.len };
+            job.iov_len += 1;
+        }
+        if (act.tail_len > 0) {
+            job.iov[job.iov_len] = .{ .base = &act.tail, .len = act.tail_len };
+            job.iov_len += 1;
+        }
+        act.job = job;
+        if (!self.server.writer.?.submit(&act.job)) return false;
+        act.io_busy = true;
+        return true;
+    }
+
+    /// The writer thread finished this connection's job (on the Python thread, in poll).
+    pub fn writeDone(self: *Conn, job: *const writer_mod.Job) void {
+        const act = self.a();
+        std.debug.assert(act.io_busy and job == &act.job);
+        act.io_busy = false;
+        if (act.deferred_fd >= 0) {
+            // Closed meanwhile: what close() left for now is done here.
+            std.debug.assert(self.state == .closed);
+            sys.close(act.deferred_fd);
+            act.deferred_fd = -1;
+            // close() already retired it (or finishStream will): the graveyard waited.
+            self.dropOutput();
+            return;
+        }
+        std.debug.assert(job.written <= self.outputLen());
+        if (job.written > 0) self.advanceOutput(job.written);
+        switch (job.err) {
+            .SUCCESS => {
+                std.debug.assert(self.outputLen() == 0);
+                self.flushed();
+            },
+            .AGAIN => {
+                // The client reads slowly: the rest goes inline on writable events.
+                self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
+                self.setWriting(true);
+            },
+            else => self.close(),
+        }
+    }
+
+    /// Whether the writer thread holds this connection's output.
+    pub fn ioBusy(self: *const Conn) bool {
+        const act = self.act orelse return false;
+        return act.io_busy;
+    }
+
+    /// Output bytes handed to the socket or to the writer thread.
+    pub fn bytesSentOrQueued(self: *const Conn) u64 {
+        const act = self.a();
+        return act.bytes_sent + if (act.io_busy) act.job.bytes() else 0;
     }
 
     fn advanceOutput(self: *Conn, written: usize) void {
@@ -1055,26 +1145,34 @@ pub const Conn = struct {
         self.server.poller.unregister(self.fd);
         if (self.tls) |ssl| tls.freeSession(ssl);
         self.tls = null;
-        sys.close(self.fd);
+        // The writer thread may be writing to it: the number must not be reused yet.
+        if (self.ioBusy()) self.a().deferred_fd = self.fd else sys.close(self.fd);
         self.fd = -1;
         self.server.connectionClosed(self);
         const act = self.act orelse return self.server.retire(self);
         act.write_timer.disarm();
         if (act.rbuf) |b| self.server.pool.release(b);
-        self.releaseOutMemory();
         act.rbuf = null;
         act.rstart = 0;
         act.rlen = 0;
-        act.ooff = 0;
-        act.olen = 0;
-        act.tail_len = 0;
-        self.releasePending();
+        // A busy connection's output is dropped by writeDone; the graveyard waits for it.
+        if (!act.io_busy) self.dropOutput();
         if (act.stream) |s| {
             self.server.hooks.wakeRead(s);
             self.server.hooks.wakeWrite(s);
         } else {
             self.server.retire(self);
         }
+    }
+
+    fn dropOutput(self: *Conn) void {
+        const act = self.a();
+        std.debug.assert(!act.io_busy);
+        self.releaseOutMemory();
+        act.ooff = 0;
+        act.olen = 0;
+        act.tail_len = 0;
+        self.releasePending();
     }
 
     /// Closed, or answered by the engine: the app sees a disconnect.

@@ -231,7 +231,7 @@ fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 fn detach(self: *StreamObject, abort: bool) void {
     const conn = self.conn orelse return;
-    self.bytes_sent = @intCast(conn.a().bytes_sent);
+    self.bytes_sent = @intCast(conn.bytesSentOrQueued());
     self.conn = null;
     self.finished = true;
     if (abort) conn.close();
@@ -262,7 +262,7 @@ fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 
 fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const n: c_longlong = if (self.conn) |conn| @intCast(conn.a().bytes_sent) else self.bytes_sent;
+    const n: c_longlong = if (self.conn) |conn| @intCast(conn.bytesSentOrQueued()) else self.bytes_sent;
     return c.PyLong_FromLongLong(n);
 }
 
@@ -568,6 +568,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .ws_queue_max = @intCast(std.math.clamp(optInt(opts, "ws_max_queue", 32) orelse return null, 1, 1 << 20)),
         .ws_ping_interval_ms = optFloatMs(opts, "ws_ping_interval", 0) orelse return null,
         .ws_ping_timeout_ms = optFloatMs(opts, "ws_ping_timeout", 20_000) orelse return null,
+        .writer = std.meta.intToEnum(server_mod.WriterMode, std.math.clamp(optInt(opts, "writer", 1) orelse return null, 0, 2)) catch unreachable,
         .limits = .{
             // The whole head must fit in one pooled read buffer.
             .head_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_head", pool_buffer_bytes) orelse return null, 256, pool_buffer_bytes)),

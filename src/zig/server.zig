@@ -17,6 +17,7 @@ const Conn = conn_mod.Conn;
 const wsconn = @import("wsconn.zig");
 const deflate = @import("deflate.zig");
 const tls = @import("tls.zig");
+const writer_mod = @import("writer.zig");
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -83,7 +84,24 @@ pub const Options = struct {
     /// 0: no server pings.
     ws_ping_interval_ms: u64 = 20_000,
     ws_ping_timeout_ms: u64 = 20_000,
+    /// Who writes complete plain HTTP/1.1 responses: see `WriterMode`.
+    writer: WriterMode = .auto,
 };
+
+/// `off`: the Python thread writes every response itself. `on`: every complete response
+/// goes to the writer thread (for tests). `auto`: the thread starts, and takes
+/// responses, only while the app is slow enough per response that the Python thread is
+/// the bottleneck and other requests are waiting behind the write; a fast app (where the
+/// hand-over costs more than the write) and a lone connection keep writing inline.
+pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
+
+/// `auto` measures the Python thread's CPU time per complete response over windows of
+/// `offload_window` responses, hands over once it is above `offload_above_ns` and stops
+/// below `offload_below_ns` (hysteresis: a handed-over write no longer counts). CPU
+/// time, not wall time: a thread waiting for slow clients is idle, not busy.
+const offload_window: u32 = 16;
+const offload_above_ns: u64 = 30_000;
+const offload_below_ns: u64 = 20_000;
 
 extern "c" fn malloc_trim(pad: usize) c_int;
 
@@ -120,6 +138,14 @@ pub const Server = struct {
     ws_queue_max: u32,
     ws_ping_enabled: bool,
     zlib: deflate.Shared = .{},
+    writer_mode: WriterMode,
+    /// Started on first use (`auto`) or in init (`on`), joined in deinit.
+    writer: ?*writer_mod.Writer = null,
+    /// `auto`'s measure: responses in the current window, and the thread's CPU clock
+    /// when it began.
+    window_responses: u32 = 0,
+    window_cpu_ns: u64 = 0,
+    offloading: bool = false,
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
@@ -168,6 +194,7 @@ pub const Server = struct {
             .ws_message_bytes_max = opts.ws_message_bytes_max,
             .ws_queue_max = @max(opts.ws_queue_max, 1),
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
+            .writer_mode = opts.writer,
             .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms },
             .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms },
             .limits = opts.limits,
@@ -192,7 +219,65 @@ pub const Server = struct {
         if (sys.E.init(efd_rc) != .SUCCESS) return error.EventFdFailed;
         self.wake_fd = @intCast(efd_rc);
         _ = self.poller.register(self.wake_fd, token_wake, .{});
+        if (opts.writer == .on) self.startWriter();
         return self;
+    }
+
+    /// Without a thread (out of memory, thread limit) every write stays inline.
+    fn startWriter(self: *Server) void {
+        const w = self.allocator.create(writer_mod.Writer) catch {
+            self.writer_mode = .off;
+            return;
+        };
+        w.* = .{ .wake_fd = self.wake_fd };
+        w.start() catch {
+            self.allocator.destroy(w);
+            self.writer_mode = .off;
+            return;
+        };
+        self.writer = w;
+    }
+
+    /// Asked once per complete plain response, just before it is written: whether the
+    /// writer thread should take it.
+    pub fn wantsHandOff(self: *Server) bool {
+        switch (self.writer_mode) {
+            .off => return false,
+            .on => return self.writer != null,
+            .auto => {},
+        }
+        self.window_responses += 1;
+        if (self.window_responses >= offload_window) {
+            const now = sys.threadCpuNs();
+            const per_response = (now -| self.window_cpu_ns) / offload_window;
+            const first = self.window_cpu_ns == 0; // no window measured yet
+            self.window_cpu_ns = now;
+            self.window_responses = 0;
+            if (first) {} else if (self.offloading) {
+                if (per_response < offload_below_ns) self.offloading = false;
+            } else if (per_response > offload_above_ns) {
+                self.offloading = true;
+            }
+        }
+        // A lone request gains nothing from a hand-over: nothing else could run meanwhile.
+        if (!self.offloading or self.streams < 2) return false;
+        if (self.writer == null) self.startWriter();
+        return self.writer != null;
+    }
+
+    /// Applies the writer thread's finished jobs: each connection goes on where its
+    /// inline write would have.
+    fn applyWrites(self: *Server) void {
+        const w = self.writer orelse return;
+        var jobs: [64]*writer_mod.Job = undefined;
+        while (true) {
+            const n = w.take(&jobs);
+            for (jobs[0..n]) |job| {
+                const c: *Conn = @ptrCast(@alignCast(job.owner));
+                c.writeDone(job);
+            }
+            if (n < jobs.len) return;
+        }
     }
 
     /// Serves an already listening socket (inherited, or bound by the master).
@@ -223,6 +308,7 @@ pub const Server = struct {
         // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
         const batch = &self.batch;
         self.poller.wait(batch, 0);
+        self.applyWrites();
         for (0..batch.len) |i| {
             const ev = batch.get(i);
             switch (ev.token) {
@@ -381,7 +467,7 @@ pub const Server = struct {
         var kept: ?*Conn = null;
         while (self.graveyard) |c| {
             self.graveyard = c.next;
-            if (c.is_pending) {
+            if (c.is_pending or c.ioBusy()) {
                 // Still on the pending list: freed after the pass that skips it.
                 c.next = kept;
                 kept = c;
@@ -441,6 +527,14 @@ pub const Server = struct {
     pub fn deinit(self: *Server) void {
         self.stopAccepting();
         self.closeAll();
+        if (self.writer) |w| {
+            // Queued writes finish (the sockets are non-blocking), then their owners are freed.
+            w.stop();
+            self.applyWrites();
+            std.debug.assert(w.in_flight == 0);
+            self.allocator.destroy(w);
+            self.writer = null;
+        }
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);

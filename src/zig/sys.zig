@@ -65,6 +65,13 @@ pub fn monotonicMs() u64 {
     return @as(u64, @intCast(ts.sec)) * 1000 + @as(u64, @intCast(ts.nsec)) / std.time.ns_per_ms;
 }
 
+/// CPU time of the calling thread, in nanoseconds (a system call: sample it sparingly).
+pub fn threadCpuNs() u64 {
+    var ts: linux.timespec = undefined;
+    _ = linux.clock_gettime(.THREAD_CPUTIME_ID, &ts);
+    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
+}
+
 /// Microseconds of CLOCK_MONOTONIC, for request durations (only read when metrics are on).
 pub fn monotonicUs() u64 {
     var ts: linux.timespec = undefined;

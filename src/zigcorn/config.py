@@ -32,6 +32,7 @@ LOG_LEVELS: dict[str, int] = {
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
 # uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
+WRITER_CHOICES = ("auto", "on", "off")
 WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 
 # Exit codes. Like uvicorn: 1 when the app (or loop) cannot be loaded, 3 when the
@@ -106,6 +107,7 @@ class Config:
         ws_ping_interval: float | None = 20.0,
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
+        writer_thread: str = "auto",
         ssl_keyfile: str | os.PathLike[str] | None = None,
         ssl_certfile: str | os.PathLike[str] | None = None,
         ssl_keyfile_password: str | None = None,
@@ -187,6 +189,9 @@ class Config:
         self.ws_ping_interval = ws_ping_interval
         self.ws_ping_timeout = ws_ping_timeout
         self.ws_per_message_deflate = bool(ws_per_message_deflate)
+        if writer_thread not in WRITER_CHOICES:
+            raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {writer_thread!r}")
+        self.writer_thread = writer_thread
         _check_range("ws_max_size", ws_max_size, 1, 2**32 - 1)
         _check_range("ws_max_queue", ws_max_queue, 1, 2**20)
         for name in ("ws_ping_interval", "ws_ping_timeout"):

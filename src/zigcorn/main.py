@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import zigcorn
-from zigcorn.config import LIFESPAN_CHOICES, LOG_LEVELS, LOOP_CHOICES, STARTUP_FAILURE, WS_CHOICES, Config
+from zigcorn.config import LIFESPAN_CHOICES, LOG_LEVELS, LOOP_CHOICES, STARTUP_FAILURE, WRITER_CHOICES, WS_CHOICES, Config
 from zigcorn.logging import LOGGING_CONFIG
 
 if TYPE_CHECKING:
@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     http.add_argument("--server-header", action=on_off, default=True, help="send a Server header (default: on)")
     http.add_argument("--date-header", action=on_off, default=True, help="send a Date header (default: on)")
+    http.add_argument(
+        "--writer-thread", choices=WRITER_CHOICES, default="auto",
+        help="write complete responses from an engine thread: auto does while the app is the bottleneck (default: auto)",
+    )
 
     ops = parser.add_argument_group("Metrics and health")
     ops.add_argument("--metrics-path", metavar="PATH", help="serve Prometheus metrics here, without the app (e.g. /metrics)")

@@ -20,6 +20,7 @@ from zigcorn.websocket import WebSocketCycle
 logger = logging.getLogger("zigcorn.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WRITER_MODES = {"off": 0, "auto": 1, "on": 2}  # the engine's WriterMode
 
 
 def load_openssl() -> str:
@@ -183,6 +184,7 @@ class Server:
                 "timeout_header": config.timeout_header,
                 "timeout_body": config.timeout_body,
                 "timeout_write": config.timeout_write,
+                "writer": WRITER_MODES[config.writer_thread],
                 "limit_connections": config.limit_connections,
                 "limit_keep_alive_requests": config.limit_keep_alive_requests,
                 "limit_request_body": config.limit_request_body,

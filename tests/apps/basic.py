@@ -3,6 +3,7 @@
 import asyncio
 import hashlib
 import os
+import time
 from urllib.parse import parse_qs
 
 MB = 1024 * 1024
@@ -93,6 +94,12 @@ async def app(scope, receive, send):
             EVENTS.append(message["type"])
             if message["type"] == "http.disconnect":
                 return
+
+    elif path == "/spin":  # ?us=N: N microseconds of CPU on the app's thread, then a 200
+        until = time.perf_counter() + int(query.get("us", 100)) / 1e6
+        while time.perf_counter() < until:
+            pass
+        await respond(send, body=b"spun")
 
     elif path == "/pid":  # which worker process answered
         await respond(send, body=str(os.getpid()).encode())
