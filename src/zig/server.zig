@@ -95,13 +95,17 @@ pub const Options = struct {
 /// hand-over costs more than the write) and a lone connection keep writing inline.
 pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
 
-/// `auto` measures the Python thread's CPU time per complete response over windows of
-/// `offload_window` responses, hands over once it is above `offload_above_ns` and stops
-/// below `offload_below_ns` (hysteresis: a handed-over write no longer counts). CPU
-/// time, not wall time: a thread waiting for slow clients is idle, not busy.
+/// `auto` measures the Python thread over windows of `offload_window` responses: its
+/// CPU time per response, and how busy it was (CPU time over wall time). It hands over
+/// once the thread is saturated (`busy_above_pct`) and each response costs it more than
+/// `offload_above_ns`; it stops when either falls (below `busy_below_pct` or
+/// `offload_below_ns`; a handed-over write no longer counts). A thread that waits for
+/// slow or few clients is not the bottleneck: handing over would only add work.
 const offload_window: u32 = 16;
 const offload_above_ns: u64 = 30_000;
 const offload_below_ns: u64 = 20_000;
+const busy_above_pct: u64 = 80;
+const busy_below_pct: u64 = 50;
 
 extern "c" fn malloc_trim(pad: usize) c_int;
 
@@ -141,10 +145,11 @@ pub const Server = struct {
     writer_mode: WriterMode,
     /// Started on first use (`auto`) or in init (`on`), joined in deinit.
     writer: ?*writer_mod.Writer = null,
-    /// `auto`'s measure: responses in the current window, and the thread's CPU clock
-    /// when it began.
+    /// `auto`'s measure: responses in the current window, and the thread's CPU clock and
+    /// the wall clock when it began.
     window_responses: u32 = 0,
     window_cpu_ns: u64 = 0,
+    window_wall_ns: u64 = 0,
     offloading: bool = false,
 
     idle_timeouts: timer.Queue,
@@ -248,14 +253,17 @@ pub const Server = struct {
         }
         self.window_responses += 1;
         if (self.window_responses >= offload_window) {
-            const now = sys.threadCpuNs();
-            const per_response = (now -| self.window_cpu_ns) / offload_window;
+            const cpu = sys.threadCpuNs();
+            const wall = sys.monotonicNs();
             const first = self.window_cpu_ns == 0; // no window measured yet
-            self.window_cpu_ns = now;
+            const per_response = (cpu -| self.window_cpu_ns) / offload_window;
+            const busy_pct = (cpu -| self.window_cpu_ns) * 100 / @max(wall -| self.window_wall_ns, 1);
+            self.window_cpu_ns = cpu;
+            self.window_wall_ns = wall;
             self.window_responses = 0;
             if (first) {} else if (self.offloading) {
-                if (per_response < offload_below_ns) self.offloading = false;
-            } else if (per_response > offload_above_ns) {
+                if (per_response < offload_below_ns or busy_pct < busy_below_pct) self.offloading = false;
+            } else if (per_response > offload_above_ns and busy_pct >= busy_above_pct) {
                 self.offloading = true;
             }
         }
