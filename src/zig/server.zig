@@ -476,7 +476,8 @@ pub const Server = struct {
         while (self.graveyard) |c| {
             self.graveyard = c.next;
             if (c.is_pending or c.ioBusy()) {
-                // Still on the pending list: freed after the pass that skips it.
+                // Still on the pending list, or the writer thread still holds its output:
+                // freed on a later pass.
                 c.next = kept;
                 kept = c;
             } else {

@@ -31,8 +31,8 @@ LOG_LEVELS: dict[str, int] = {
 }
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
-# uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
 WRITER_CHOICES = ("auto", "on", "off")
+# uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
 WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 
 # Exit codes. Like uvicorn: 1 when the app (or loop) cannot be loaded, 3 when the
