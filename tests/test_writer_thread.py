@@ -77,7 +77,9 @@ def test_auto_stays_inline_for_a_lone_connection(start_server):
 
 def test_auto_starts_the_thread_when_the_app_is_the_bottleneck(start_server):
     server = start_server("basic:app", "--writer-thread", "auto")
-    _concurrent_spin(server.port, requests=400, us=300)
+    # 2 ms of app CPU per request and 16 waiting: the Python thread is surely saturated,
+    # even when the clients' own threads are slow to send the next request.
+    _concurrent_spin(server.port, requests=320, us=2000, clients=16)
     assert threads(server.proc.pid) == 2
     # Still correct afterwards, with the thread taking some responses.
     _concurrent_spin(server.port, requests=200, us=100)

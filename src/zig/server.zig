@@ -91,7 +91,7 @@ pub const Options = struct {
 /// `off`: the Python thread writes every response itself. `on`: every complete response
 /// goes to the writer thread (for tests). `auto`: the thread starts, and takes
 /// responses, only while the app is slow enough per response that the Python thread is
-/// the bottleneck and other requests are waiting behind the write; a fast app (where the
+/// the bottleneck and other connections are open; a fast app (where the
 /// hand-over costs more than the write) and a lone connection keep writing inline.
 pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
 
@@ -267,8 +267,10 @@ pub const Server = struct {
                 self.offloading = true;
             }
         }
-        // A lone request gains nothing from a hand-over: nothing else could run meanwhile.
-        if (!self.offloading or self.streams < 2) return false;
+        // A lone connection gains nothing from a hand-over: nothing else could run
+        // meanwhile. (Not streams in flight: with eager tasks, 3.12+, a request often
+        // finishes before the next one is even parsed.)
+        if (!self.offloading or self.connections < 2) return false;
         if (self.writer == null) self.startWriter();
         return self.writer != null;
     }
