@@ -778,19 +778,7 @@ pub const Conn = struct {
         if (self.canHandOff() and self.server.wantsHandOff() and self.handOff()) return;
         while (self.outputLen() != 0) {
             var iov: [3]std.posix.iovec_const = undefined;
-            var n: usize = 0;
-            if (act.olen > act.ooff) {
-                iov[n] = .{ .base = act.obuf.? + act.ooff, .len = act.olen - act.ooff };
-                n += 1;
-            }
-            if (act.pending.len > 0) {
-                iov[n] = .{ .base = act.pending.ptr, .len = act.pending.len };
-                n += 1;
-            }
-            if (act.tail_len > 0) {
-                iov[n] = .{ .base = &act.tail, .len = act.tail_len };
-                n += 1;
-            }
+            const n = self.outputIov(&iov);
             switch (self.sendv(iov[0..n])) {
                 .ok => |written| {
                     self.advanceOutput(written);
@@ -821,6 +809,26 @@ pub const Conn = struct {
         }
     }
 
+    /// The output, in order: staged bytes, a borrowed body, the chunked tail. Returns how
+    /// many of `iov` it filled.
+    fn outputIov(self: *const Conn, iov: *[3]std.posix.iovec_const) usize {
+        const act = self.a();
+        var n: usize = 0;
+        if (act.olen > act.ooff) {
+            iov[n] = .{ .base = act.obuf.? + act.ooff, .len = act.olen - act.ooff };
+            n += 1;
+        }
+        if (act.pending.len > 0) {
+            iov[n] = .{ .base = act.pending.ptr, .len = act.pending.len };
+            n += 1;
+        }
+        if (act.tail_len > 0) {
+            iov[n] = .{ .base = &act.tail, .len = act.tail_len };
+            n += 1;
+        }
+        return n;
+    }
+
     /// Only the first write of a complete plain HTTP/1.1 response (nothing blocked yet):
     /// streaming, WebSocket, TLS and engine refusals stay inline.
     fn canHandOff(self: *const Conn) bool {
@@ -832,20 +840,8 @@ pub const Conn = struct {
 
     fn handOff(self: *Conn) bool {
         const act = self.a();
-        var job = writer_mod.Job{ .owner = self, .fd = self.fd };
-        if (act.olen > act.ooff) {
-            job.iov[job.iov_len] = .{ .base = act.obuf.? + act.ooff, .len = act.olen - act.ooff };
-            job.iov_len += 1;
-        }
-        if (act.pending.len > 0) {
-            job.iov[job.iov_len] = .{ .base = act.pending.ptr, .len = act.pending.len };
-            job.iov_len += 1;
-        }
-        if (act.tail_len > 0) {
-            job.iov[job.iov_len] = .{ .base = &act.tail, .len = act.tail_len };
-            job.iov_len += 1;
-        }
-        act.job = job;
+        act.job = .{ .owner = self, .fd = self.fd };
+        act.job.iov_len = @intCast(self.outputIov(&act.job.iov));
         if (!self.server.writer.?.submit(&act.job)) return false;
         act.io_busy = true;
         return true;
