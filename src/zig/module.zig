@@ -467,6 +467,16 @@ fn hookWakeWrite(s: *anyopaque) void {
     wakeSlot(s, "write_waiter");
 }
 
+fn hookOnIdle(ctx: *anyopaque) void {
+    const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    const call_soon = engine.call_soon orelse return;
+    // A fresh bound method each time: a stored one would be a cycle through the engine.
+    const spin = c.PyObject_GetAttrString(engine.obj, "spin") orelse return c.PyErr_WriteUnraisable(engine.obj);
+    defer py.decref(spin);
+    const r = c.PyObject_CallOneArg(call_soon, spin) orelse return c.PyErr_WriteUnraisable(call_soon);
+    py.decref(r);
+}
+
 fn hookRetain(o: *anyopaque) void {
     py.incref(@ptrCast(@alignCast(o)));
 }
@@ -488,6 +498,8 @@ const EngineObjectCore = struct {
     server: ?*Server = null,
     on_request: ?*Object = null,
     wake: ?*Object = null,
+    /// The loop's call_soon, for the busy poll (options["call_soon"]); may be null.
+    call_soon: ?*Object = null,
     stream_class: ?*c.PyTypeObject = null,
     /// The stream class for WebSocket upgrades (options["websocket_class"]).
     ws_class: ?*c.PyTypeObject = null,
@@ -568,6 +580,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .ws_queue_max = @intCast(std.math.clamp(optInt(opts, "ws_max_queue", 32) orelse return null, 1, 1 << 20)),
         .ws_ping_interval_ms = optFloatMs(opts, "ws_ping_interval", 0) orelse return null,
         .ws_ping_timeout_ms = optFloatMs(opts, "ws_ping_timeout", 20_000) orelse return null,
+        .spin_ns = @as(u64, @intCast(std.math.clamp(optInt(opts, "busy_poll_us", 0) orelse return null, 0, 1_000_000))) * 1000,
         .writer = std.meta.intToEnum(server_mod.WriterMode, std.math.clamp(optInt(opts, "writer", 1) orelse return null, 0, 2)) catch unreachable,
         .limits = .{
             // The whole head must fit in one pooled read buffer.
@@ -591,6 +604,12 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
     self.on_request = on_request;
     py.incref(wake);
     self.wake = wake;
+    if (c.PyDict_GetItemString(opts, "call_soon")) |cs| {
+        if (!py.isNone(cs)) {
+            py.incref(cs);
+            self.call_soon = cs;
+        }
+    }
     py.incref(cls);
     self.stream_class = @ptrCast(cls);
     if (c.PyDict_GetItemString(opts, "websocket_class")) |wcls| {
@@ -613,6 +632,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .wake_write = hookWakeWrite,
         .retain_fn = hookRetain,
         .release_fn = hookRelease,
+        .on_idle = hookOnIdle,
     };
     self.server = Server.init(allocator, hooks, opts_full) catch {
         py.decref(obj);
@@ -852,7 +872,7 @@ fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(
     const v = visit.?;
     const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
     const self = eo.core orelse return v(@ptrCast(py.typeOf(obj.?)), arg);
-    inline for (.{ "on_request", "wake" }) |f| {
+    inline for (.{ "on_request", "wake", "call_soon" }) |f| {
         if (@field(self, f)) |o| {
             const r = v(o, arg);
             if (r != 0) return r;
@@ -878,6 +898,9 @@ fn engineClear(obj: ?*Object) callconv(.c) c_int {
     const self = eo.core orelse return 0;
     const a = self.on_request;
     const b = self.wake;
+    const cs = self.call_soon;
+    self.call_soon = null;
+    py.xdecref(cs);
     const t = self.stream_class;
     const wt = self.ws_class;
     const s = self.info.state;
@@ -946,6 +969,19 @@ fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
+/// spin() -> bool: the busy poll the engine scheduled when its last stream finished.
+/// Without the GIL, polls until an event is ready or the budget is spent; handles the
+/// events if one came. A no-op once the engine is closed or draining.
+fn engineSpin(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = asEngine(obj).server orelse return py.boolean(false);
+    if (!server.spinDue()) return py.boolean(false);
+    const ts = c.PyEval_SaveThread();
+    const ready = server.spinWait();
+    c.PyEval_RestoreThread(ts);
+    if (ready) server.process();
+    return py.boolean(ready);
+}
+
 fn engineFileno(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
     return c.PyLong_FromLong(server.poller.fd);
@@ -1008,6 +1044,7 @@ fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 var engine_methods = [_]c.PyMethodDef{
     .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
+    .{ .ml_name = "spin", .ml_meth = @ptrCast(&engineSpin), .ml_flags = c.METH_NOARGS, .ml_doc = "The scheduled busy poll: wait without blocking, up to the budget, for events and handle them." },
     .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
     .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
     .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },

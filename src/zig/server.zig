@@ -31,6 +31,9 @@ pub const Hooks = struct {
     wake_write: *const fn (stream: *anyopaque) void,
     retain_fn: *const fn (owner: *anyopaque) void,
     release_fn: *const fn (owner: *anyopaque) void,
+    /// Every stream is done and a busy poll is due: schedule `spin` to run once the
+    /// app side has nothing left to do (after its ready callbacks).
+    on_idle: *const fn (ctx: *anyopaque) void,
 
     pub fn onRequest(self: Hooks, c: *Conn, req: *const http1.Request) bool {
         return self.on_request(self.ctx, c, req);
@@ -46,6 +49,9 @@ pub const Hooks = struct {
     }
     pub fn release(self: Hooks, o: *anyopaque) void {
         self.release_fn(o);
+    }
+    pub fn onIdle(self: Hooks) void {
+        self.on_idle(self.ctx);
     }
 };
 
@@ -86,6 +92,8 @@ pub const Options = struct {
     ws_ping_timeout_ms: u64 = 20_000,
     /// Who writes complete plain HTTP/1.1 responses: see `WriterMode`.
     writer: WriterMode = .auto,
+    /// Busy poll after the last stream finishes, in ns (0: off). See `Server.spinWait`.
+    spin_ns: u64 = 0,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -172,6 +180,15 @@ pub const Server = struct {
     pending: ?*Conn = null,
     in_poll: bool = false,
     draining: bool = false,
+    /// Busy poll: once every stream is done, poll without sleeping for up to this long
+    /// before the loop goes back to its blocking wait (0: never).
+    spin_ns: u64 = 0,
+    /// A spin is scheduled and has not run yet.
+    spin_pending: bool = false,
+    /// After a spin that found nothing, the next idle moments are let pass without one.
+    spin_skip: u8 = 0,
+    /// Time spent spinning, in total (the writer thread's `auto` does not count it as work).
+    spun_ns: u64 = 0,
 
     connections: u32 = 0,
     streams: u32 = 0,
@@ -200,6 +217,7 @@ pub const Server = struct {
             .ws_queue_max = @max(opts.ws_queue_max, 1),
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
             .writer_mode = opts.writer,
+            .spin_ns = opts.spin_ns,
             .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms },
             .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms },
             .limits = opts.limits,
@@ -253,7 +271,8 @@ pub const Server = struct {
         }
         self.window_responses += 1;
         if (self.window_responses >= offload_window) {
-            const cpu = sys.threadCpuNs();
+            // Time spent busy polling is the thread waiting, not the app working.
+            const cpu = sys.threadCpuNs() -| self.spun_ns;
             const wall = sys.monotonicNs();
             const first = self.window_cpu_ns == 0; // no window measured yet
             const per_response = (cpu -| self.window_cpu_ns) / offload_window;
@@ -313,11 +332,17 @@ pub const Server = struct {
     /// Processes every ready event without blocking.
     pub fn poll(self: *Server) void {
         std.debug.assert(!self.in_poll);
+        // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
+        self.poller.wait(&self.batch, 0);
+        self.process();
+    }
+
+    /// Handles the events in `batch` (filled by `poll` or `spinWait`).
+    pub fn process(self: *Server) void {
+        std.debug.assert(!self.in_poll);
         self.in_poll = true;
         defer self.in_poll = false;
-        // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
         const batch = &self.batch;
-        self.poller.wait(batch, 0);
         self.applyWrites();
         for (0..batch.len) |i| {
             const ev = batch.get(i);
@@ -499,6 +524,49 @@ pub const Server = struct {
     pub fn streamFinished(self: *Server) void {
         self.streams -= 1;
         if (self.metrics) |m| m.requests_in_flight = self.streams;
+        if (self.streams == 0 and self.spin_ns != 0 and !self.spin_pending and !self.draining) {
+            if (self.spin_skip != 0) {
+                self.spin_skip -= 1;
+            } else {
+                self.spin_pending = true;
+                self.hooks.onIdle();
+            }
+        }
+    }
+
+    /// Failed spins in a row make the next ones rarer: a client that answers within the
+    /// budget (a request/response ping-pong) keeps the spin, sporadic traffic mostly
+    /// sleeps at once and pays one budget per `spin_backoff` idle moments.
+    const spin_backoff = 31;
+
+    /// The scheduled spin, first half: whether one is still due (the engine may be
+    /// draining). Consumes the schedule either way.
+    pub fn spinDue(self: *Server) bool {
+        const due = self.spin_pending and !self.draining;
+        self.spin_pending = false;
+        return due;
+    }
+
+    /// The scheduled spin, second half, without the GIL: polls without blocking until an
+    /// event is ready (true: the caller runs `process`) or the budget is spent.
+    /// Touches only the poller and the batch, never a connection.
+    pub fn spinWait(self: *Server) bool {
+        const start = sys.monotonicNs();
+        while (true) {
+            self.poller.wait(&self.batch, 0);
+            const spent = sys.monotonicNs() -% start;
+            if (self.batch.len != 0) {
+                self.spun_ns +%= spent;
+                self.spin_skip = 0;
+                return true;
+            }
+            if (spent >= self.spin_ns) {
+                self.spun_ns +%= spent;
+                self.spin_skip = spin_backoff;
+                return false;
+            }
+            for (0..32) |_| std.atomic.spinLoopHint();
+        }
     }
 
     /// Graceful shutdown, step one: no new connections, idle ones closed, busy ones

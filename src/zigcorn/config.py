@@ -108,6 +108,7 @@ class Config:
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
         writer_thread: str = "auto",
+        busy_poll: int = 100,
         ssl_keyfile: str | os.PathLike[str] | None = None,
         ssl_certfile: str | os.PathLike[str] | None = None,
         ssl_keyfile_password: str | None = None,
@@ -192,6 +193,8 @@ class Config:
         if writer_thread not in WRITER_CHOICES:
             raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {writer_thread!r}")
         self.writer_thread = writer_thread
+        _check_range("busy_poll", busy_poll, 0, 5000)
+        self.busy_poll = int(busy_poll)
         _check_range("ws_max_size", ws_max_size, 1, 2**32 - 1)
         _check_range("ws_max_queue", ws_max_queue, 1, 2**20)
         for name in ("ws_ping_interval", "ws_ping_timeout"):

@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--writer-thread", choices=WRITER_CHOICES, default="auto",
         help="write complete responses from an engine thread: auto does while the app is the bottleneck (default: auto)",
     )
+    http.add_argument(
+        "--busy-poll", type=int, metavar="USEC", default=100,
+        help="once every request is answered, poll this long before sleeping; 0 never (default: 100)",
+    )  # fmt: skip
 
     ops = parser.add_argument_group("Metrics and health")
     ops.add_argument("--metrics-path", metavar="PATH", help="serve Prometheus metrics here, without the app (e.g. /metrics)")

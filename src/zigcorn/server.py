@@ -185,6 +185,8 @@ class Server:
                 "timeout_body": config.timeout_body,
                 "timeout_write": config.timeout_write,
                 "writer": WRITER_MODES[config.writer_thread],
+                "busy_poll_us": config.busy_poll,
+                "call_soon": asyncio.get_running_loop().call_soon,
                 "limit_connections": config.limit_connections,
                 "limit_keep_alive_requests": config.limit_keep_alive_requests,
                 "limit_request_body": config.limit_request_body,
