@@ -79,9 +79,14 @@ class Server:
         pytest.fail(f"server did not accept connections within {timeout}s:\n{self.output()}")
 
     def output(self) -> str:
-        """Everything the process wrote to stdout and stderr so far."""
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")
+        """Everything the process wrote to stdout and stderr so far.
+
+        Read with pread, which leaves the file offset alone: the server writes through
+        the same open file, so a seek here could land its next write at offset 0 and
+        split a line it was printing piecewise (unbuffered print() writes each part).
+        """
+        fd = self._log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def wait(self, timeout: float = 10.0) -> int:
         try:
