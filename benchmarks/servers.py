@@ -54,6 +54,13 @@ def _zigcorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list
     return cmd + (["--workers", str(workers)] if workers > 1 else [])
 
 
+def _zigcorn_asyncio(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    """zigcorn's lean configuration: the stdlib loop, which leaves ssl (libcrypto) unloaded."""
+    cmd = _zigcorn(env, app, port, workers, workdir)
+    cmd[cmd.index("--loop") + 1] = "asyncio"
+    return cmd
+
+
 def _uvicorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
     return [env.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
             "--http", "httptools", "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
@@ -143,6 +150,7 @@ class ServerSpec:
 
 SERVERS: dict[str, ServerSpec] = {
     "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
+    "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_asyncio, ("zigcorn",)),
     "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),
     "granian": ServerSpec("granian", _granian, ("granian",)),
     "saltare": ServerSpec("saltare", _saltare, ("saltare",)),

@@ -100,3 +100,55 @@ def test_log_level_warning_silences_info(start_server):
     httpx.get(server.url + "/hello?x=1")
     server.stop()
     assert "Started server process" not in server.output() and "GET /hello" not in server.output()
+
+
+def _logging_state() -> dict:
+    import logging
+
+    state = {}
+    for name in ("zigcorn", "zigcorn.error", "zigcorn.access"):
+        logger = logging.getLogger(name)
+        state[name] = (
+            logger.level,
+            logger.propagate,
+            logger.disabled,
+            [(type(h), h.name, h.stream, type(h.formatter), h.formatter.use_colors, h.formatter._fmt) for h in logger.handlers],
+        )
+    return state
+
+
+@pytest.mark.parametrize("use_colors", [None, False, True])
+def test_default_logging_without_logging_config_matches_dict_config(use_colors):
+    # The default setup skips logging.config (about 1 MiB of modules); it must leave
+    # exactly what dictConfig(LOGGING_CONFIG) leaves.
+    import copy
+    import logging.config
+
+    from zigcorn.logging import LOGGING_CONFIG, apply_default_logging
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    if use_colors is not None:
+        for formatter in config["formatters"].values():
+            formatter["use_colors"] = use_colors
+    try:
+        logging.getLogger("zigcorn.error").addHandler(logging.NullHandler())  # replaced by both
+        logging.config.dictConfig(config)
+        expected = _logging_state()
+        logging.getLogger("zigcorn.error").addHandler(logging.NullHandler())
+        logging.getLogger("zigcorn.access").disabled = True
+        apply_default_logging(use_colors)
+        assert _logging_state() == expected
+    finally:
+        for name in ("zigcorn", "zigcorn.error", "zigcorn.access"):
+            logger = logging.getLogger(name)
+            logger.handlers = []
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)
+
+
+def test_a_changed_default_dict_goes_through_dict_config(monkeypatch):
+    from zigcorn import logging as zlogging
+
+    assert zlogging.is_default_logging(zlogging.LOGGING_CONFIG)
+    monkeypatch.setitem(zlogging.LOGGING_CONFIG["loggers"]["zigcorn.error"], "level", "DEBUG")
+    assert not zlogging.is_default_logging(zlogging.LOGGING_CONFIG)

@@ -1128,7 +1128,17 @@ fn metricsRetire(_: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) cal
     return py.none();
 }
 
+/// trim_memory(): hand the C heap's free pages back to the OS (glibc's malloc_trim).
+/// Called once the server is up: imports and startup leave freed memory behind.
+fn trimMemory(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    // Weak: a C library without it (musl) makes this a no-op instead of an import error.
+    const trim = @extern(?*const fn (usize) callconv(.c) c_int, .{ .name = "malloc_trim", .linkage = .weak });
+    if (trim) |f| _ = f(0);
+    return py.none();
+}
+
 var module_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "trim_memory", .ml_meth = @ptrCast(&trimMemory), .ml_flags = c.METH_NOARGS, .ml_doc = "Return the C heap's free pages to the OS (malloc_trim)." },
     .{ .ml_name = "metrics_init", .ml_meth = @ptrCast(&metricsInit), .ml_flags = c.METH_O, .ml_doc = "Map the shared metrics counters (before forking workers)." },
     .{ .ml_name = "metrics_retire", .ml_meth = @ptrCast(&metricsRetire), .ml_flags = c.METH_FASTCALL, .ml_doc = "A worker's slot stops counting gauges." },
     .{ .ml_name = "set_parent_death_signal", .ml_meth = @ptrCast(&setParentDeathSignal), .ml_flags = c.METH_O, .ml_doc = "Have the kernel signal this process when its parent dies." },

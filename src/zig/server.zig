@@ -185,8 +185,10 @@ pub const Server = struct {
     spin_ns: u64 = 0,
     /// A spin is scheduled and has not run yet.
     spin_pending: bool = false,
-    /// After a spin that found nothing, the next idle moments are let pass without one.
+    /// After a spin that found nothing, the next idle moments are let pass without one:
+    /// 1, then 2, 4, ... up to `spin_backoff_max` after misses in a row.
     spin_skip: u8 = 0,
+    spin_backoff: u8 = 0,
     /// Time spent spinning, in total (the writer thread's `auto` does not count it as work).
     spun_ns: u64 = 0,
 
@@ -535,9 +537,10 @@ pub const Server = struct {
     }
 
     /// Failed spins in a row make the next ones rarer: a client that answers within the
-    /// budget (a request/response ping-pong) keeps the spin, sporadic traffic mostly
-    /// sleeps at once and pays one budget per `spin_backoff` idle moments.
-    const spin_backoff = 31;
+    /// budget (a request/response ping-pong) keeps the spin, and one late answer costs
+    /// it one idle moment; sporadic traffic soon sleeps at once, paying one budget per
+    /// `spin_backoff_max` + 1 idle moments.
+    const spin_backoff_max = 32;
 
     /// The scheduled spin, first half: whether one is still due (the engine may be
     /// draining). Consumes the schedule either way.
@@ -557,12 +560,13 @@ pub const Server = struct {
             const spent = sys.monotonicNs() -% start;
             if (self.batch.len != 0) {
                 self.spun_ns +%= spent;
-                self.spin_skip = 0;
+                self.spin_backoff = 0;
                 return true;
             }
             if (spent >= self.spin_ns) {
                 self.spun_ns +%= spent;
-                self.spin_skip = spin_backoff;
+                self.spin_backoff = if (self.spin_backoff == 0) 1 else @min(self.spin_backoff * 2, spin_backoff_max);
+                self.spin_skip = self.spin_backoff;
                 return false;
             }
             for (0..32) |_| std.atomic.spinLoopHint();

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from zigcorn.importer import ImportFromStringError, import_from_string
-from zigcorn.logging import LOGGING_CONFIG, TRACE_LOG_LEVEL
+from zigcorn.logging import LOGGING_CONFIG, TRACE_LOG_LEVEL, apply_default_logging, is_default_logging
 
 if TYPE_CHECKING:
     import asyncio
@@ -279,7 +279,10 @@ class Config:
         if isinstance(log_config, os.PathLike):
             log_config = os.fspath(log_config)
 
-        if log_config is not None:
+        if is_default_logging(log_config):
+            # The default, applied without logging.config (about 1 MiB of modules).
+            apply_default_logging(self.use_colors)
+        elif log_config is not None:
             from logging.config import dictConfig, fileConfig  # pulls in socket & co: only now
 
             if isinstance(log_config, dict):
@@ -357,8 +360,9 @@ class Config:
             else:
                 return uvloop.new_event_loop
         if self.loop in LOOP_CHOICES:
-            import asyncio
+            from zigcorn.lazyssl import import_asyncio
 
+            asyncio = import_asyncio()  # ssl (libcrypto) loads only if something uses it
             # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
             return asyncio.SelectorEventLoop
         try:

@@ -41,6 +41,41 @@ LOGGING_CONFIG: dict[str, Any] = {
     },
 }
 
+# As shipped: the shortcut below applies only while LOGGING_CONFIG still equals it.
+_PRISTINE = copy.deepcopy(LOGGING_CONFIG)
+
+
+def is_default_logging(log_config: Any) -> bool:
+    return log_config is LOGGING_CONFIG and log_config == _PRISTINE
+
+
+def apply_default_logging(use_colors: bool | None = None) -> None:
+    """What ``dictConfig(LOGGING_CONFIG)`` does, without importing ``logging.config``.
+
+    Loggers it names get exactly the handlers, level and propagation listed there;
+    other loggers are left alone (``disable_existing_loggers`` is false).
+    """
+    formatters = {}
+    for name, spec in LOGGING_CONFIG["formatters"].items():
+        cls = DefaultFormatter if spec["()"].endswith("DefaultFormatter") else AccessFormatter
+        formatters[name] = cls(fmt=spec["fmt"], use_colors=spec["use_colors"] if use_colors is None else use_colors)
+    handlers = {}
+    for name, spec in LOGGING_CONFIG["handlers"].items():
+        handler = logging.StreamHandler(sys.stderr if spec["stream"] == "ext://sys.stderr" else sys.stdout)
+        handler.name = name
+        handler.setFormatter(formatters[spec["formatter"]])
+        handlers[name] = handler
+    for name, spec in LOGGING_CONFIG["loggers"].items():
+        logger = logging.getLogger(name)
+        for old in logger.handlers[:]:
+            logger.removeHandler(old)
+        for handler in spec.get("handlers", ()):
+            logger.addHandler(handlers[handler])
+        logger.setLevel(spec["level"])
+        logger.propagate = spec.get("propagate", True)
+        logger.disabled = False
+
+
 # SGR codes; kept to the handful used here rather than pulling in a colour library.
 _RESET = "\x1b[0m"
 _LEVEL_COLORS = {

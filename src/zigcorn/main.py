@@ -47,6 +47,7 @@ def serve(config: Config) -> None:
 
         run_master(config)
         return
+    config.loop_factory()  # before zigcorn.server imports asyncio: the loop decides how
     from zigcorn.server import Server
 
     server = Server(config)

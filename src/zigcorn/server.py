@@ -7,6 +7,9 @@ The engine owns every socket; this module only wires it into the loop (one
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import gc
 import logging
 import os
 import signal
@@ -140,6 +143,10 @@ class Server:
         if own_listener:
             logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
         self.started = True
+        # Startup (imports, argument parsing, the app's own setup) leaves garbage and
+        # freed heap behind: collect it and give the pages back before serving.
+        gc.collect()
+        _core.trim_memory()
         if self.on_ready is not None:
             self.on_ready()
 
@@ -186,7 +193,10 @@ class Server:
                 "timeout_write": config.timeout_write,
                 "writer": WRITER_MODES[config.writer_thread],
                 "busy_poll_us": config.busy_poll,
-                "call_soon": asyncio.get_running_loop().call_soon,
+                # The busy poll is scheduled from inside a finishing request: without a
+                # context of its own it would run in that request's, and the next
+                # requests' tasks would inherit its context variables.
+                "call_soon": functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context()),
                 "limit_connections": config.limit_connections,
                 "limit_keep_alive_requests": config.limit_keep_alive_requests,
                 "limit_request_body": config.limit_request_body,

@@ -1,0 +1,123 @@
+"""asyncio without ``ssl`` until first use (``zigcorn.lazyssl``), and TLS through asyncio
+working exactly as before once something does use it.
+
+The server under test runs ``--loop asyncio``, where the deferral applies: ``ssl`` is not
+imported after startup, and an app that later makes TLS connections through asyncio
+(``open_connection(ssl=...)``, ``start_tls``) gets working ones. Also checked in a fresh
+interpreter, without the server.
+"""
+
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+
+from tests.harness import ROOT, zigcorn_only
+
+trustme = pytest.importorskip("trustme")
+pytestmark = zigcorn_only
+
+
+@pytest.fixture(scope="module")
+def tls_echo(tmp_path_factory):
+    """A TLS server on a thread answering each line with ``pong:<line>``; yields (port, ca_file)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    ca_file = tmp_path_factory.mktemp("lazyssl") / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem.bytes())
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(ctx)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def handle(raw):
+        raw.settimeout(5)
+        try:
+            with ctx.wrap_socket(raw, server_side=True) as conn:
+                line = conn.recv(100)
+                conn.sendall(b"pong:" + line)
+        except OSError:
+            raw.close()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=handle, args=(raw,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], str(ca_file)
+    stop.set()
+    thread.join(2)
+    listener.close()
+
+
+def test_server_on_asyncio_loop_starts_without_ssl_and_tls_works_when_used(start_server, tls_echo):
+    port, ca = tls_echo
+    server = start_server("tls_client:app", "--loop", "asyncio")
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        assert client.get("/ssl-loaded").text == "no"
+        assert client.get("/fetch", params={"port": port, "ca": ca}).text == "pong:ping"
+        assert client.get("/ssl-loaded").text == "yes"
+        assert client.get("/start-tls", params={"port": port, "ca": ca}).text == "pong:ping"
+        assert client.get("/fetch", params={"port": port, "ca": ca}).text == "pong:ping"
+
+
+SNIPPET = r"""
+import sys
+from zigcorn.lazyssl import deferred, import_asyncio
+
+asyncio = import_asyncio()
+assert "ssl" not in sys.modules and deferred()
+from asyncio import base_events, selector_events, sslproto
+
+import ssl  # an ordinary import elsewhere is the real module
+assert type(ssl).__name__ == "module" and hasattr(ssl, "SSLContext")
+assert deferred()  # importing is not using: asyncio still holds the stand-in
+
+port, ca = int(sys.argv[1]), sys.argv[2]
+
+async def main():
+    ctx = ssl.create_default_context(cafile=ca)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    writer.write(b"ping\n")
+    await writer.drain()
+    reply = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    return reply
+
+assert asyncio.run(main()) == b"pong:ping\n"
+assert not deferred()
+assert base_events.ssl is ssl and selector_events.ssl is ssl and sslproto.ssl is ssl
+assert sslproto.SSLAgainErrors == (ssl.SSLWantReadError, ssl.SSLSyscallError)
+print("ok")
+"""
+
+
+def test_lazyssl_in_a_fresh_interpreter(tls_echo):
+    port, ca = tls_echo
+    result = subprocess.run(
+        [sys.executable, "-c", SNIPPET, str(port), ca], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_no_deferral_once_ssl_or_asyncio_is_imported():
+    snippet = (
+        "import sys, ssl\n"
+        "from zigcorn.lazyssl import deferred, import_asyncio\n"
+        "import_asyncio()\n"
+        "from asyncio import base_events\n"
+        "assert not deferred() and base_events.ssl is ssl\n"
+    )
+    result = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
