@@ -16,6 +16,7 @@ const Server = server_mod.Server;
 const Conn = @import("conn.zig").Conn;
 const response = @import("response.zig");
 const metrics = @import("metrics.zig");
+const sys = @import("sys.zig");
 const wsconn = @import("wsconn.zig");
 const tls = @import("tls.zig");
 
@@ -1131,9 +1132,7 @@ fn metricsRetire(_: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) cal
 /// trim_memory(): hand the C heap's free pages back to the OS (glibc's malloc_trim).
 /// Called once the server is up: imports and startup leave freed memory behind.
 fn trimMemory(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
-    // Weak: a C library without it (musl) makes this a no-op instead of an import error.
-    const trim = @extern(?*const fn (usize) callconv(.c) c_int, .{ .name = "malloc_trim", .linkage = .weak });
-    if (trim) |f| _ = f(0);
+    sys.trimHeap();
     return py.none();
 }
 

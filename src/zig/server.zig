@@ -115,7 +115,6 @@ const offload_below_ns: u64 = 20_000;
 const busy_above_pct: u64 = 80;
 const busy_below_pct: u64 = 50;
 
-extern "c" fn malloc_trim(pad: usize) c_int;
 
 const token_listen: usize = 1;
 const token_timer: usize = 2;
@@ -431,7 +430,7 @@ pub const Server = struct {
         }
         if (self.metrics) |m| m.resident_bytes = metrics.residentBytes();
         // Load has passed: the per-request structs freed to malloc go back to the OS too.
-        if (self.pool.trim()) _ = malloc_trim(0);
+        if (self.pool.trim()) sys.trimHeap();
     }
 
     /// Asks for another pass (a pipelined request waits in a buffer).

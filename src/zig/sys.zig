@@ -92,3 +92,10 @@ pub fn realtimeSeconds() i64 {
     _ = linux.clock_gettime(.REALTIME, &ts);
     return @intCast(ts.sec);
 }
+
+/// Hands the C heap's free pages back to the OS (glibc's malloc_trim). Weak: with a C
+/// library that lacks it (musl) this does nothing instead of failing to load.
+pub fn trimHeap() void {
+    const trim = @extern(?*const fn (usize) callconv(.c) c_int, .{ .name = "malloc_trim", .linkage = .weak });
+    if (trim) |f| _ = f(0);
+}
