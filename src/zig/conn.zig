@@ -844,6 +844,7 @@ pub const Conn = struct {
         act.job.iov_len = @intCast(self.outputIov(&act.job.iov));
         if (!self.server.writer.?.submit(&act.job)) return false;
         act.io_busy = true;
+        self.server.kickWriterSoon();
         return true;
     }
 

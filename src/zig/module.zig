@@ -468,14 +468,27 @@ fn hookWakeWrite(s: *anyopaque) void {
     wakeSlot(s, "write_waiter");
 }
 
-fn hookOnIdle(ctx: *anyopaque) void {
+fn hookOnSettle(ctx: *anyopaque) void {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
-    const call_soon = engine.call_soon orelse return;
+    if (scheduleSettle(engine)) return;
+    // Nothing to defer to (no loop, or it refused): wake the writer now, skip the spin.
+    if (engine.server) |s| _ = s.settleBegin();
+}
+
+fn scheduleSettle(engine: *EngineObjectCore) bool {
+    const call_soon = engine.call_soon orelse return false;
     // A fresh bound method each time: a stored one would be a cycle through the engine.
-    const spin = c.PyObject_GetAttrString(engine.obj, "spin") orelse return c.PyErr_WriteUnraisable(engine.obj);
-    defer py.decref(spin);
-    const r = c.PyObject_CallOneArg(call_soon, spin) orelse return c.PyErr_WriteUnraisable(call_soon);
+    const settle = c.PyObject_GetAttrString(engine.obj, "settle") orelse {
+        c.PyErr_WriteUnraisable(engine.obj);
+        return false;
+    };
+    defer py.decref(settle);
+    const r = c.PyObject_CallOneArg(call_soon, settle) orelse {
+        c.PyErr_WriteUnraisable(call_soon);
+        return false;
+    };
     py.decref(r);
+    return true;
 }
 
 fn hookRetain(o: *anyopaque) void {
@@ -633,7 +646,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .wake_write = hookWakeWrite,
         .retain_fn = hookRetain,
         .release_fn = hookRelease,
-        .on_idle = hookOnIdle,
+        .on_settle = hookOnSettle,
     };
     self.server = Server.init(allocator, hooks, opts_full) catch {
         py.decref(obj);
@@ -970,15 +983,16 @@ fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
-/// spin() -> bool: the busy poll the engine scheduled when its last stream finished.
-/// Without the GIL, polls until an event is ready or the budget is spent; handles the
-/// events if one came. A no-op once the engine is closed or draining.
-fn engineSpin(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+/// settle() -> bool: what the engine scheduled for the end of the loop's pass. Wakes
+/// the writer thread for the jobs handed over meanwhile; then, if the last stream
+/// finished, the busy poll: without the GIL, polls until an event is ready or the
+/// budget is spent, and handles the events if one came (True). A no-op once closed.
+fn engineSettle(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const server = asEngine(obj).server orelse return py.boolean(false);
-    if (!server.spinDue()) return py.boolean(false);
-    const ts = c.PyEval_SaveThread();
+    if (!server.settleBegin()) return py.boolean(false);
+    const ts = py.releaseGil();
     const ready = server.spinWait();
-    c.PyEval_RestoreThread(ts);
+    py.takeGil(ts);
     if (ready) server.process();
     return py.boolean(ready);
 }
@@ -1045,7 +1059,7 @@ fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 var engine_methods = [_]c.PyMethodDef{
     .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
-    .{ .ml_name = "spin", .ml_meth = @ptrCast(&engineSpin), .ml_flags = c.METH_NOARGS, .ml_doc = "The scheduled busy poll: wait without blocking, up to the budget, for events and handle them." },
+    .{ .ml_name = "settle", .ml_meth = @ptrCast(&engineSettle), .ml_flags = c.METH_NOARGS, .ml_doc = "End of the loop's pass: wake the writer thread, busy poll if due." },
     .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
     .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
     .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },

@@ -9,6 +9,20 @@ pub const c = @cImport({
 
 pub const Object = c.PyObject;
 
+// The GIL, released and taken back. Declared here rather than through the C import:
+// on 3.12+ PyThreadState has bitfields, which the C translation cannot size.
+extern fn PyEval_SaveThread() ?*anyopaque;
+extern fn PyEval_RestoreThread(state: ?*anyopaque) void;
+
+/// Releases the GIL; hand the result to `takeGil`. No Python API in between.
+pub fn releaseGil() ?*anyopaque {
+    return PyEval_SaveThread();
+}
+
+pub fn takeGil(state: ?*anyopaque) void {
+    PyEval_RestoreThread(state);
+}
+
 pub inline fn incref(o: *Object) void {
     c.Py_IncRef(o);
 }

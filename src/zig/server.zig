@@ -31,9 +31,9 @@ pub const Hooks = struct {
     wake_write: *const fn (stream: *anyopaque) void,
     retain_fn: *const fn (owner: *anyopaque) void,
     release_fn: *const fn (owner: *anyopaque) void,
-    /// Every stream is done and a busy poll is due: schedule `spin` to run once the
-    /// app side has nothing left to do (after its ready callbacks).
-    on_idle: *const fn (ctx: *anyopaque) void,
+    /// Work for the end of the app side's current pass (a busy poll, waking the writer
+    /// thread): schedule `settle` to run after the callbacks already ready.
+    on_settle: *const fn (ctx: *anyopaque) void,
 
     pub fn onRequest(self: Hooks, c: *Conn, req: *const http1.Request) bool {
         return self.on_request(self.ctx, c, req);
@@ -50,8 +50,8 @@ pub const Hooks = struct {
     pub fn release(self: Hooks, o: *anyopaque) void {
         self.release_fn(o);
     }
-    pub fn onIdle(self: Hooks) void {
-        self.on_idle(self.ctx);
+    pub fn onSettle(self: Hooks) void {
+        self.on_settle(self.ctx);
     }
 };
 
@@ -182,8 +182,10 @@ pub const Server = struct {
     /// Busy poll: once every stream is done, poll without sleeping for up to this long
     /// before the loop goes back to its blocking wait (0: never).
     spin_ns: u64 = 0,
-    /// A spin is scheduled and has not run yet.
-    spin_pending: bool = false,
+    /// `settle` is scheduled and has not run yet; what it is to do.
+    settle_pending: bool = false,
+    spin_wanted: bool = false,
+    kick_wanted: bool = false,
     /// After a spin that found nothing, the next idle moments are let pass without one:
     /// 1, then 2, 4, ... up to `spin_backoff_max` after misses in a row.
     spin_skip: u8 = 0,
@@ -525,14 +527,39 @@ pub const Server = struct {
     pub fn streamFinished(self: *Server) void {
         self.streams -= 1;
         if (self.metrics) |m| m.requests_in_flight = self.streams;
-        if (self.streams == 0 and self.spin_ns != 0 and !self.spin_pending and !self.draining) {
+        if (self.streams == 0 and self.spin_ns != 0 and !self.spin_wanted and !self.draining) {
             if (self.spin_skip != 0) {
                 self.spin_skip -= 1;
             } else {
-                self.spin_pending = true;
-                self.hooks.onIdle();
+                self.spin_wanted = true;
+                self.settleSoon();
             }
         }
+    }
+
+    /// A job went to the writer thread: wake it, once, when this pass of the loop ends.
+    pub fn kickWriterSoon(self: *Server) void {
+        self.kick_wanted = true;
+        self.settleSoon();
+    }
+
+    fn settleSoon(self: *Server) void {
+        if (self.settle_pending) return;
+        self.settle_pending = true;
+        self.hooks.onSettle();
+    }
+
+    /// The scheduled `settle`, first half (with the GIL): wakes the writer thread if jobs
+    /// wait for it, and says whether a busy poll is due (the engine may be draining).
+    pub fn settleBegin(self: *Server) bool {
+        self.settle_pending = false;
+        if (self.kick_wanted) {
+            self.kick_wanted = false;
+            if (self.writer) |w| w.kick();
+        }
+        const spin = self.spin_wanted and !self.draining;
+        self.spin_wanted = false;
+        return spin;
     }
 
     /// Failed spins in a row make the next ones rarer: a client that answers within the
@@ -541,15 +568,7 @@ pub const Server = struct {
     /// `spin_backoff_max` + 1 idle moments.
     const spin_backoff_max = 32;
 
-    /// The scheduled spin, first half: whether one is still due (the engine may be
-    /// draining). Consumes the schedule either way.
-    pub fn spinDue(self: *Server) bool {
-        const due = self.spin_pending and !self.draining;
-        self.spin_pending = false;
-        return due;
-    }
-
-    /// The scheduled spin, second half, without the GIL: polls without blocking until an
+    /// The scheduled `settle`, second half, without the GIL: polls without blocking until an
     /// event is ready (true: the caller runs `process`) or the budget is spent.
     /// Touches only the poller and the batch, never a connection.
     pub fn spinWait(self: *Server) bool {

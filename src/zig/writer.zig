@@ -81,14 +81,23 @@ pub const Writer = struct {
     }
 
     /// False when the queue is full or the thread is gone: the caller writes inline.
+    /// A busy thread picks the job up by itself; an idle one waits for `kick`, so the
+    /// jobs handed over in one pass of the loop cost one wake-up, not one each.
     pub fn submit(self: *Writer, job: *Job) bool {
         if (self.thread == null or self.in_flight >= jobs_max) return false;
         self.in_flight += 1;
         self.mutex.lock();
         defer self.mutex.unlock();
         self.todo.push(job);
-        if (self.idle) self.cond.signal();
         return true;
+    }
+
+    /// Wakes the thread if it sleeps with jobs queued.
+    pub fn kick(self: *Writer) void {
+        if (self.in_flight == 0) return;
+        self.mutex.lock();
+        defer self.mutex.unlock();
+        if (self.idle and self.todo.len != 0) self.cond.signal();
     }
 
     /// Moves finished jobs into `out`; returns how many.
