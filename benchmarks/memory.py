@@ -109,15 +109,18 @@ def snapshot(root: int) -> TreeMemory:
     return TreeMemory(sum(rss_kib(p) for p in pids), sum(pss_kib(p) for p in pids), len(pids))
 
 
-def settle(root: int, min_wait: float = 1.0, max_wait: float = 15.0, min_processes: int = 1) -> TreeMemory:
-    """Wait until the tree has ``min_processes`` and its size and RSS stop moving; snapshot it."""
+def settle(root: int, min_wait: float = 1.0, max_wait: float = 15.0, min_processes: int = 1,
+           tolerance_kib: int | None = None) -> TreeMemory:
+    """Wait until the tree has ``min_processes`` and its size and RSS stop moving (by at
+    most ``tolerance_kib`` per reading, 1% of RSS by default); snapshot it."""
     start = time.monotonic()
     stable, last = 0, snapshot(root)
     while time.monotonic() - start < max_wait:
         time.sleep(0.25)
         now = snapshot(root)
         same_shape = now.processes == last.processes and now.processes >= min_processes
-        stable = stable + 1 if same_shape and abs(now.rss_kib - last.rss_kib) <= last.rss_kib / 100 else 0
+        tolerance = last.rss_kib / 100 if tolerance_kib is None else tolerance_kib
+        stable = stable + 1 if same_shape and abs(now.rss_kib - last.rss_kib) <= tolerance else 0
         last = now
         if stable >= 3 and time.monotonic() - start >= min_wait:
             break
@@ -200,31 +203,58 @@ def _still_open(sock: socket.socket) -> bool:
         return False
 
 
+def _hold(port: int, count: int) -> list[socket.socket]:
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < count:
+            socks.extend(_open_batch(port, min(BATCH, count - len(socks))))
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 def idle_connection_cost(root: int, port: int, count: int, wait: float = 3.0) -> dict:
-    """Open ``count`` keep-alive connections with one request each, idle, measure the growth.
+    """Hold ``count`` keep-alive connections open, idle, after one request each; measure
+    what each one costs.
+
+    The figure is the slope: RSS with all ``count`` open minus RSS with the first half
+    open, divided by the second half. That is what one more idle connection costs; the
+    growth from the empty server to the first half also holds one-time costs that do
+    not scale with connections (buffer reserves, allocator arenas the first burst
+    grows: about 250 KiB for zigcorn), reported separately as ``total_bytes_per_connection``
+    (whole growth over ``count``). Unlike a warm-up round, nothing freed by closed
+    connections is reused, so a server's per-connection objects are counted in full.
 
     The wait lets every server finish whatever it does once a burst has passed (zigcorn
     gives buffers back on its first idle second) before RSS is read, and then RSS must
     have stopped moving.
     """
-    before = settle(root, min_wait=0.5)
-    socks: list[socket.socket] = []
+    half = count // 2
+    # A tight tolerance: the figure is a difference of a few hundred KiB.
+    before = settle(root, min_wait=0.5, tolerance_kib=16)
+    socks = _hold(port, half)
     try:
-        while len(socks) < count:
-            socks.extend(_open_batch(port, min(BATCH, count - len(socks))))
         time.sleep(wait)
-        after = settle(root, min_wait=0.5)
+        middle = settle(root, min_wait=1.0, tolerance_kib=16)
+        socks.extend(_hold(port, count - half))
+        time.sleep(wait)
+        after = settle(root, min_wait=1.0, tolerance_kib=16)
         alive = sum(_still_open(sock) for sock in socks)
     finally:
         for sock in socks:
             sock.close()
-    growth = (after.rss_kib - before.rss_kib) * 1024
+    marginal = (after.rss_kib - middle.rss_kib) * 1024
+    total = (after.rss_kib - before.rss_kib) * 1024
     return {
         "opened": count,
         "alive": alive,
         "rss_before_kib": before.rss_kib,
+        "rss_half_kib": middle.rss_kib,
         "rss_after_kib": after.rss_kib,
         "pss_before_kib": before.pss_kib,
         "pss_after_kib": after.pss_kib,
-        "bytes_per_connection": round(growth / count) if count else None,
+        "bytes_per_connection": round(marginal / (count - half)) if count - half else None,
+        "total_bytes_per_connection": round(total / count) if count else None,
     }

@@ -87,7 +87,8 @@ def measure_workers(spec: ServerSpec, env: Env, app: str, cfg: Config, single_ps
 
 def measure_idle_connections(server: RunningServer, cfg: Config) -> dict:
     result = idle_connection_cost(server.pid, server.port, cfg.idle_connections, cfg.idle_wait_s)
-    log(f"    {result['alive']}/{result['opened']} idle connections: {result['bytes_per_connection']} B each")
+    log(f"    {result['alive']}/{result['opened']} idle connections: {result['bytes_per_connection']} B each"
+        f" ({result['total_bytes_per_connection']} B with one-time growth)")
     return result
 
 
@@ -196,7 +197,7 @@ def config(args: argparse.Namespace) -> Config:
         warmup_s=args.warmup or (1 if args.quick else 2),
         connections=args.connections,
         idle_connections=args.idle_connections,
-        idle_wait_s=1.0,
+        idle_wait_s=2.5,
         workers=args.workers,
         path=args.path,
         quick=args.quick,

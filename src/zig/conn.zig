@@ -94,6 +94,11 @@ pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, To
 /// keep-alive connection has none of it: the `Conn` left is about a hundred bytes.
 pub const Active = struct {
     conn: *Conn,
+    /// On the server's list of connections with a buffered request to parse next pass.
+    /// Here, not in `Conn`: only a connection holding a buffer is ever on it, and every
+    /// byte of `Conn` is paid by each idle connection.
+    pending_next: ?*Conn = null,
+    is_pending: bool = false,
     /// Pending output that makes no progress (independent of the phase).
     write_timer: timer.Entry = .{},
 
@@ -164,8 +169,6 @@ pub const Conn = struct {
     /// Intrusive links in the server's list of live connections (or its graveyard).
     prev: ?*Conn = null,
     next: ?*Conn = null,
-    pending_next: ?*Conn = null,
-    is_pending: bool = false,
     /// Idle, header, body or linger deadline: a connection is in one such phase at a time.
     timer: timer.Entry = .{},
     interest: Interest = .{},
@@ -196,6 +199,8 @@ pub const Conn = struct {
     /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
+        // Still linked on the pending list: kept until that pass unlinks it.
+        if (act.is_pending) return;
         std.debug.assert(act.stream == null);
         std.debug.assert(!act.io_busy);
         act.write_timer.disarm();
@@ -879,6 +884,11 @@ pub const Conn = struct {
     }
 
     /// Whether the writer thread holds this connection's output.
+    pub fn isPending(self: *const Conn) bool {
+        const act = self.act orelse return false;
+        return act.is_pending;
+    }
+
     pub fn ioBusy(self: *const Conn) bool {
         const act = self.act orelse return false;
         return act.io_busy;

@@ -437,9 +437,11 @@ pub const Server = struct {
 
     /// Asks for another pass (a pipelined request waits in a buffer).
     pub fn schedule(self: *Server, c: *Conn) void {
-        if (c.is_pending) return;
-        c.is_pending = true;
-        c.pending_next = self.pending;
+        // Only a connection with a buffered request is scheduled, so it has its Active.
+        const act = c.act orelse return;
+        if (act.is_pending) return;
+        act.is_pending = true;
+        act.pending_next = self.pending;
         self.pending = c;
         if (!self.in_poll and !self.wake_signalled) {
             self.wake_signalled = true;
@@ -459,10 +461,17 @@ pub const Server = struct {
         var list = self.pending;
         self.pending = null;
         while (list) |c| {
-            list = c.pending_next;
-            c.pending_next = null;
-            c.is_pending = false;
+            // releaseActive() leaves a pending connection's Active in place.
+            const act = c.act.?;
+            list = act.pending_next;
+            act.pending_next = null;
+            act.is_pending = false;
             if (c.state == .head or c.state == .websocket) c.process();
+            // An event may have consumed the buffered bytes meanwhile, leaving the
+            // connection idle with the Active releaseActive() kept for this list.
+            if (c.isIdle()) if (c.act) |a| {
+                if (c.outputLen() == 0 and !a.discarding and !a.io_busy) c.releaseActive();
+            };
         }
         if (self.pending != null and !self.wake_signalled) {
             self.wake_signalled = true;
@@ -505,7 +514,7 @@ pub const Server = struct {
         var kept: ?*Conn = null;
         while (self.graveyard) |c| {
             self.graveyard = c.next;
-            if (c.is_pending or c.ioBusy()) {
+            if (c.isPending() or c.ioBusy()) {
                 // Still on the pending list, or the writer thread still holds its output:
                 // freed on a later pass.
                 c.next = kept;
