@@ -115,7 +115,6 @@ const offload_below_ns: u64 = 20_000;
 const busy_above_pct: u64 = 80;
 const busy_below_pct: u64 = 50;
 
-
 const token_listen: usize = 1;
 const token_timer: usize = 2;
 const token_wake: usize = 3;
