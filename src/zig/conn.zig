@@ -883,12 +883,13 @@ pub const Conn = struct {
         }
     }
 
-    /// Whether the writer thread holds this connection's output.
+    /// Whether the connection is on the server's pending list (a buffered request).
     pub fn isPending(self: *const Conn) bool {
         const act = self.act orelse return false;
         return act.is_pending;
     }
 
+    /// Whether the writer thread holds this connection's output.
     pub fn ioBusy(self: *const Conn) bool {
         const act = self.act orelse return false;
         return act.io_busy;
