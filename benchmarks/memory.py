@@ -223,7 +223,7 @@ def idle_connection_cost(root: int, port: int, count: int, wait: float = 3.0) ->
     open, divided by the second half. That is what one more idle connection costs; the
     growth from the empty server to the first half also holds one-time costs that do
     not scale with connections (buffer reserves, allocator arenas the first burst
-    grows: about 250 KiB for zigcorn), reported separately as ``total_bytes_per_connection``
+    grows: about 90 KiB for zigcorn), reported separately as ``total_bytes_per_connection``
     (whole growth over ``count``). Unlike a warm-up round, nothing freed by closed
     connections is reused, so a server's per-connection objects are counted in full.
 

@@ -196,6 +196,14 @@ pub const Conn = struct {
         return self.act;
     }
 
+    /// Frees the busy part if the connection waits for its next request with nothing
+    /// buffered, nothing to write and no body being skipped.
+    pub fn releaseIfIdle(self: *Conn) void {
+        if (!self.isIdle()) return;
+        const act = self.act orelse return;
+        if (self.outputLen() == 0 and !act.discarding and !act.io_busy) self.releaseActive();
+    }
+
     /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
@@ -1063,9 +1071,7 @@ pub const Conn = struct {
             self.close();
         }
         // Only part of a record arrived: an idle connection keeps no buffer while it waits.
-        if (self.state == .head and self.isIdle()) if (self.act) |act| {
-            if (self.outputLen() == 0 and !act.discarding) self.releaseActive();
-        };
+        self.releaseIfIdle();
     }
 
     fn recv(self: *Conn, buf: []u8) sys.Result(usize) {

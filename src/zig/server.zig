@@ -333,7 +333,6 @@ pub const Server = struct {
 
     /// Processes every ready event without blocking.
     pub fn poll(self: *Server) void {
-        std.debug.assert(!self.in_poll);
         // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
         self.poller.wait(&self.batch, 0);
         self.process();
@@ -468,9 +467,7 @@ pub const Server = struct {
             if (c.state == .head or c.state == .websocket) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
-            if (c.isIdle()) if (c.act) |a| {
-                if (c.outputLen() == 0 and !a.discarding and !a.io_busy) c.releaseActive();
-            };
+            c.releaseIfIdle();
         }
         if (self.pending != null and !self.wake_signalled) {
             self.wake_signalled = true;

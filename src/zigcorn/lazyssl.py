@@ -41,16 +41,21 @@ class _NeverRaised(Exception):
     """``SSLAgainErrors`` until ssl loads: no SSL transport can exist before then."""
 
 
+def _rebind(current, new, again_errors: tuple) -> None:
+    """Points asyncio's ``ssl`` bindings that are `current` at `new`, and sets ``SSLAgainErrors``."""
+    for name in _BINDERS:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "ssl", ...) is current:
+            module.ssl = new
+    sslproto = sys.modules.get("asyncio.sslproto")
+    if sslproto is not None:
+        sslproto.SSLAgainErrors = again_errors
+
+
 def _load() -> ModuleType:
     import ssl
 
-    for name in _BINDERS:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "ssl", None) is _STAND_IN:
-            module.ssl = ssl
-    sslproto = sys.modules.get("asyncio.sslproto")
-    if sslproto is not None:
-        sslproto.SSLAgainErrors = (ssl.SSLWantReadError, ssl.SSLSyscallError)
+    _rebind(_STAND_IN, ssl, (ssl.SSLWantReadError, ssl.SSLSyscallError))
     return ssl
 
 
@@ -71,11 +76,5 @@ def import_asyncio() -> ModuleType:
         import asyncio
     finally:
         del sys.modules["ssl"]
-    for name in _BINDERS:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "ssl", ...) is None:
-            module.ssl = _STAND_IN
-    sslproto = sys.modules.get("asyncio.sslproto")
-    if sslproto is not None:
-        sslproto.SSLAgainErrors = (_NeverRaised,)
+    _rebind(None, _STAND_IN, (_NeverRaised,))
     return asyncio
