@@ -112,6 +112,10 @@ pub const Writer = struct {
     }
 
     fn run(self: *Writer) void {
+        // Signals are Python's to handle, on its own threads: one landing here would not
+        // interrupt the loop's wait, so a SIGTERM could sit until the next wake-up.
+        const all = std.posix.sigfillset();
+        std.posix.sigprocmask(std.posix.SIG.BLOCK, &all, null);
         self.mutex.lock();
         while (true) {
             const job = self.todo.pop() orelse {

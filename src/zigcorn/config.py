@@ -352,6 +352,9 @@ class Config:
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
         """The callable that makes loops: uvloop's, asyncio's, or a user's ``module:function``."""
         if self.loop in ("auto", "uvloop"):
+            from zigcorn.lazyimport import import_asyncio
+
+            import_asyncio()  # inspect loads only if something uses it (uvloop imports ssl itself)
             try:
                 import uvloop
             except ImportError:
@@ -360,9 +363,9 @@ class Config:
             else:
                 return uvloop.new_event_loop
         if self.loop in LOOP_CHOICES:
-            from zigcorn.lazyssl import import_asyncio
+            from zigcorn.lazyimport import import_asyncio
 
-            asyncio = import_asyncio()  # ssl (libcrypto) loads only if something uses it
+            asyncio = import_asyncio()  # ssl and inspect load only if something uses them
             # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
             return asyncio.SelectorEventLoop
         try:
@@ -386,14 +389,25 @@ def _split_header(header: HeaderSpec) -> tuple[str, str]:
 
 
 def _check_networks(entries: list[str]) -> None:
-    """What the engine accepts: "*", "unix:", IP addresses and CIDR networks (at most 64)."""
-    import ipaddress
+    """What the engine accepts: "*", "unix:", IP addresses and CIDR networks (at most 64).
+
+    Plain addresses (the default, 127.0.0.1) are checked with ``inet_pton``; ``ipaddress``
+    (a quarter MiB of a serving process) is imported only for networks and scoped addresses.
+    """
+    import socket
 
     if len(entries) > 64:
         raise ValueError("forwarded_allow_ips takes at most 64 entries")
     for entry in entries:
         if entry in ("*", "unix:"):
             continue
+        try:
+            socket.inet_pton(socket.AF_INET6 if ":" in entry else socket.AF_INET, entry)
+            continue
+        except OSError:
+            pass
+        import ipaddress
+
         try:
             ipaddress.ip_network(entry, strict=False)
         except ValueError:

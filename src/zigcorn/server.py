@@ -72,6 +72,7 @@ class Server:
         self.force_exit = False
         self.engine = None
         self._exit_event: asyncio.Event | None = None
+        self._previous_handlers: dict[int, object] = {}
 
     def run(self) -> None:
         loop = self.config.new_event_loop()
@@ -79,6 +80,7 @@ class Server:
         try:
             loop.run_until_complete(self.serve())
         finally:
+            self._restore_signal_handlers()
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
@@ -236,11 +238,33 @@ class Server:
         engine.close()
 
     def _install_signal_handlers(self, loop) -> None:
+        """Plain ``signal.signal`` handlers, as uvicorn installs, put back when serving ends.
+
+        Not ``loop.add_signal_handler``: it asks ``inspect`` whether the callback is a
+        coroutine function, which would load ``inspect`` (with ``ast`` and ``dis``, about
+        1 MiB) into every server. The handler runs in the main thread between bytecodes;
+        a wait in the loop's selector is interrupted by the signal, so it runs at once.
+        The engine's writer thread blocks signals, so they never land where no Python runs.
+        """
+
+        def on_signal(sig: int, frame) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.handle_exit(sig)  # the second Ctrl+C exits here, even with the loop stuck
+            try:
+                loop.call_soon_threadsafe(self.handle_exit, sig)
+            except RuntimeError:  # the loop is closed: serving is over
+                pass
+
         try:
             for sig in HANDLED_SIGNALS:
-                loop.add_signal_handler(sig, self.handle_exit, sig)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            return
+                self._previous_handlers[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread: whoever runs us handles signals
+            self._restore_signal_handlers()
+
+    def _restore_signal_handlers(self) -> None:
+        while self._previous_handlers:
+            sig, handler = self._previous_handlers.popitem()
+            signal.signal(sig, handler)
 
     def handle_exit(self, sig: int) -> None:
         if self.should_exit and sig == signal.SIGINT:

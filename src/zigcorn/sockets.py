@@ -12,23 +12,33 @@ import logging
 import os
 import socket
 import stat
-from dataclasses import dataclass
 
 logger = logging.getLogger("zigcorn.error")
 
 SD_LISTEN_FDS_START = 3  # systemd's first passed descriptor (sd_listen_fds(3))
 
 
-@dataclass
 class Listener:
-    """A bound, listening socket and how to describe and clean it up."""
+    """A bound, listening socket and how to describe and clean it up.
 
-    sock: socket.socket
-    # Shown in the "running on" line, e.g. "http://127.0.0.1:8000" or "unix socket /run/app.sock".
-    description: str
-    # The Unix socket path we created, removed again on exit (only by the process that made it).
-    uds_path: str | None = None
-    uds_inode: int | None = None
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect`` (with ``ast`` and
+    ``dis``), about 1 MiB that a serving process otherwise never needs.
+    """
+
+    __slots__ = ("sock", "description", "uds_path", "uds_inode")
+
+    def __init__(
+        self, sock: socket.socket, description: str, uds_path: str | None = None, uds_inode: int | None = None
+    ) -> None:
+        self.sock = sock
+        # Shown in the "running on" line, e.g. "http://127.0.0.1:8000" or "unix socket /run/app.sock".
+        self.description = description
+        # The Unix socket path we created, removed again on exit (only by the process that made it).
+        self.uds_path = uds_path
+        self.uds_inode = uds_inode
+
+    def __repr__(self) -> str:
+        return f"Listener({self.description!r}, fd={self.sock.fileno()})"
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -1,6 +1,8 @@
 """An app that is a TLS client through asyncio, importing ``ssl`` only when asked to.
 
-``/ssl-loaded``: whether ``ssl`` is imported in the server process (``yes``/``no``).
+``/ssl-loaded``, ``/inspect-loaded``: whether that module is imported in the server
+process (``yes``/``no``).
+``/iscoroutinefunction``: ``asyncio.iscoroutinefunction`` of this app and of ``print``.
 ``/fetch?port=N&ca=PATH``: opens an asyncio TLS connection to 127.0.0.1:N trusting the
 CA in PATH, sends ``ping`` and answers with what came back.
 ``/start-tls?port=N&ca=PATH``: the same, but connects in plain TCP and upgrades with
@@ -33,8 +35,10 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     query = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
-    if scope["path"] == "/ssl-loaded":
-        body = b"yes" if "ssl" in sys.modules else b"no"
+    if scope["path"] in ("/ssl-loaded", "/inspect-loaded"):
+        body = b"yes" if scope["path"][1:-7] in sys.modules else b"no"
+    elif scope["path"] == "/iscoroutinefunction":
+        body = f"{asyncio.iscoroutinefunction(app)} {asyncio.iscoroutinefunction(print)}".encode()
     else:
         body = await _roundtrip(int(query["port"]), query["ca"], upgrade=scope["path"] == "/start-tls")
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", str(len(body)).encode())]})

@@ -1,12 +1,13 @@
-"""asyncio without ``ssl`` until first use (``zigcorn.lazyssl``), and TLS through asyncio
-working exactly as before once something does use it.
+"""asyncio without ``ssl`` and ``inspect`` until first use (``zigcorn.lazyimport``), and
+both working exactly as before once something does use them.
 
-The server under test runs ``--loop asyncio``, where the deferral applies: ``ssl`` is not
-imported after startup, and an app that later makes TLS connections through asyncio
-(``open_connection(ssl=...)``, ``start_tls``) gets working ones. Also checked in a fresh
-interpreter, without the server.
+The server under test runs ``--loop asyncio``, where the deferral applies: neither module
+is imported after startup; an app that later makes TLS connections through asyncio
+(``open_connection(ssl=...)``, ``start_tls``) gets working ones, and asyncio's
+inspect-backed helpers answer as usual. Also checked in a fresh interpreter.
 """
 
+import signal
 import socket
 import ssl
 import subprocess
@@ -65,19 +66,44 @@ def test_server_on_asyncio_loop_starts_without_ssl_and_tls_works_when_used(start
     server = start_server("tls_client:app", "--loop", "asyncio")
     with httpx.Client(base_url=server.url, timeout=10) as client:
         assert client.get("/ssl-loaded").text == "no"
+        assert client.get("/inspect-loaded").text == "no"
         assert client.get("/fetch", params={"port": port, "ca": ca}).text == "pong:ping"
         assert client.get("/ssl-loaded").text == "yes"
         assert client.get("/start-tls", params={"port": port, "ca": ca}).text == "pong:ping"
         assert client.get("/fetch", params={"port": port, "ca": ca}).text == "pong:ping"
+        # asyncio.iscoroutinefunction goes through inspect: loaded now, and right.
+        assert client.get("/iscoroutinefunction").text == "True False"
+        assert client.get("/inspect-loaded").text == "yes"
+
+
+def test_signals_still_stop_the_server_without_inspect(start_server):
+    """SIGTERM and SIGINT are handled without ``loop.add_signal_handler`` (which loads inspect)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        server = start_server("tls_client:app", "--loop", "asyncio")
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            assert client.get("/inspect-loaded").text == "no"
+        server.proc.send_signal(sig)
+        assert server.proc.wait(timeout=10) == 0
+        assert "Finished server process" in server.output()
 
 
 SNIPPET = r"""
 import sys
-from zigcorn.lazyssl import deferred, import_asyncio
+from zigcorn.lazyimport import deferred, import_asyncio
 
 asyncio = import_asyncio()
-assert "ssl" not in sys.modules and deferred()
-from asyncio import base_events, selector_events, sslproto
+assert "ssl" not in sys.modules and deferred("ssl")
+assert "inspect" not in sys.modules and deferred("inspect")
+from asyncio import base_events, coroutines, selector_events, sslproto, tasks
+
+import inspect  # likewise: the real module, while asyncio keeps its stand-in
+assert type(inspect).__name__ == "module" and deferred("inspect")
+
+async def coro():
+    pass
+
+assert asyncio.iscoroutinefunction(coro) and not asyncio.iscoroutinefunction(print)
+assert not deferred("inspect") and coroutines.inspect is inspect and tasks.inspect is inspect
 
 import ssl  # an ordinary import elsewhere is the real module
 assert type(ssl).__name__ == "module" and hasattr(ssl, "SSLContext")
@@ -103,7 +129,7 @@ print("ok")
 """
 
 
-def test_lazyssl_in_a_fresh_interpreter(tls_echo):
+def test_lazy_imports_in_a_fresh_interpreter(tls_echo):
     port, ca = tls_echo
     result = subprocess.run(
         [sys.executable, "-c", SNIPPET, str(port), ca], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -114,7 +140,7 @@ def test_lazyssl_in_a_fresh_interpreter(tls_echo):
 def test_no_deferral_once_ssl_or_asyncio_is_imported():
     snippet = (
         "import sys, ssl\n"
-        "from zigcorn.lazyssl import deferred, import_asyncio\n"
+        "from zigcorn.lazyimport import deferred, import_asyncio\n"
         "import_asyncio()\n"
         "from asyncio import base_events\n"
         "assert not deferred() and base_events.ssl is ssl\n"
