@@ -153,6 +153,41 @@ class PeakSampler:
         self._thread.join()
 
 
+class RssRecorder(PeakSampler):
+    """A `PeakSampler` that also keeps every ``(seconds since start, RSS KiB)`` sample."""
+
+    def __init__(self, root: int, interval: float = 0.5):
+        super().__init__(root, interval)
+        self.series: list[tuple[float, int]] = []
+        self._began = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = tree_rss_kib(self.root)
+            self.peak_kib = max(self.peak_kib, rss)
+            self.series.append((round(time.monotonic() - self._began, 2), rss))
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+
+def rss_trend(series: list[tuple[float, int]], skip_s: float) -> dict:
+    """RSS growth over a constant load, ignoring the first ``skip_s`` seconds (pools filling).
+
+    ``growth_kib`` is the last sample minus the first one after ``skip_s``; ``slope_kib_per_min``
+    the least-squares slope over the same samples, which one late spike cannot fake.
+    """
+    kept = [(t, rss) for t, rss in series if t >= skip_s]
+    if len(kept) < 2:
+        return {"samples": len(kept), "growth_kib": None, "slope_kib_per_min": None}
+    n = len(kept)
+    mean_t = sum(t for t, _ in kept) / n
+    mean_r = sum(r for _, r in kept) / n
+    var = sum((t - mean_t) ** 2 for t, _ in kept)
+    slope = sum((t - mean_t) * (r - mean_r) for t, r in kept) / var if var else 0.0
+    return {"samples": n, "from_kib": kept[0][1], "to_kib": kept[-1][1], "growth_kib": kept[-1][1] - kept[0][1],
+            "slope_kib_per_min": round(slope * 60, 1)}
+
+
 # -- idle keep-alive connections ---------------------------------------------------------
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: zigcorn-bench\r\n\r\n"

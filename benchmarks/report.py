@@ -57,6 +57,7 @@ def columns(connections: list[int]) -> list[Column]:
         Column("peak RSS", lambda r: _dig(r, "peak_rss_kib"), _mib),
         Column("per idle conn", lambda r: _dig(r, "idle_connections", "bytes_per_connection"), _bytes),
         Column("PSS 4 workers", lambda r: _dig(r, "workers", "pss_kib"), _mib),
+        Column("RSS growth, soak", lambda r: _dig(r, "soak", "growth_kib"), lambda v: f"{v:+,.0f} KiB", False),
     ]
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import environment  # noqa: E402
 import report  # noqa: E402
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
-from memory import PeakSampler, idle_connection_cost, raise_nofile, settle  # noqa: E402
+from memory import PeakSampler, RssRecorder, idle_connection_cost, raise_nofile, rss_trend, settle  # noqa: E402
 from servers import APPS, SERVERS, Env, RunningServer, ServerSpec, probe_env, start  # noqa: E402
 
 RESULTS = environment.BENCH_DIR / "results"
@@ -40,6 +40,8 @@ class Config:
     workers: int
     path: str
     quick: bool
+    soak_s: int
+    soak_servers: list[str]
 
 
 def log(message: str) -> None:
@@ -61,6 +63,25 @@ def measure_load(server: RunningServer, cfg: Config) -> dict[str, dict]:
         log(f"    c={connections:<4} {point['rps']:>10,.0f} req/s  p50 {point['p50_ms']:.2f} ms  "
             f"p99 {point['p99_ms']:.2f} ms  peak RSS {sampler.peak_kib / 1024:.1f} MiB")
     return points
+
+
+def measure_soak(server: RunningServer, cfg: Config) -> dict:
+    """RSS over ``cfg.soak_s`` seconds of constant load at the largest connection count.
+
+    A leak shows as a steady climb; the first sixth (at most 10 s) is left out, while pools
+    and caches fill. The server has already had the warm-up and the load points.
+    """
+    url = f"http://127.0.0.1:{server.port}{cfg.path}"
+    connections = max(cfg.connections)
+    with RssRecorder(server.pid) as recorder:
+        point = run_wrk(url, connections, cfg.soak_s)
+    trend = rss_trend(recorder.series, skip_s=min(10.0, cfg.soak_s / 6))
+    result = {"seconds": cfg.soak_s, "connections": connections, "rps": point["rps"],
+              "errors": point["non_2xx_3xx"] + point["socket_errors_total"], **trend, "series": recorder.series}
+    if trend["growth_kib"] is not None:
+        log(f"    soak {cfg.soak_s} s c={connections}: {point['rps']:,.0f} req/s, RSS {trend['from_kib'] / 1024:.1f}"
+            f" -> {trend['to_kib'] / 1024:.1f} MiB ({trend['growth_kib']:+} KiB, {trend['slope_kib_per_min']:+} KiB/min)")
+    return result
 
 
 def started(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServer:
@@ -103,6 +124,8 @@ def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
         result["idle"] = settle(server.pid, min_wait=0.5 if cfg.quick else 1.0).as_dict()
         log(f"    idle RSS {result['idle']['rss_kib'] / 1024:.1f} MiB, PSS {result['idle']['pss_kib'] / 1024:.1f} MiB")
         result["load"] = measure_load(server, cfg)
+        if cfg.soak_s and spec.name in cfg.soak_servers:
+            result["soak"] = measure_soak(server, cfg)
     result["peak_rss_kib"] = max(p["peak_rss_kib"] for p in result["load"].values())
     with started(spec, env, app) as server:  # a fresh process: no allocator state left by the load
         result["idle_connections"] = measure_idle_connections(server, cfg)
@@ -188,6 +211,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-connections", type=int, default=2000)
     p.add_argument("--workers", type=int, default=4, help="workers for the multi-worker PSS figure")
     p.add_argument("--path", default="/", help="request path for the load (default /)")
+    p.add_argument("--soak", type=int, help="seconds of constant load watching RSS for a leak (default 60, 2 with --quick; 0 skips)")
+    p.add_argument("--soak-servers", type=lambda s: [x for x in s.split(",") if x], default=[report.BASELINE],
+                   help=f"servers that get the soak (default: {report.BASELINE})")
     return p.parse_args(argv)
 
 
@@ -201,6 +227,8 @@ def config(args: argparse.Namespace) -> Config:
         workers=args.workers,
         path=args.path,
         quick=args.quick,
+        soak_s=(2 if args.quick else 60) if args.soak is None else args.soak,
+        soak_servers=args.soak_servers,
     )
 
 

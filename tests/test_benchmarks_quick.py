@@ -77,5 +77,25 @@ def test_quick_benchmark_produces_results(tmp_path):
     assert idle["opened"] == 500 and idle["alive"] > 0
     assert idle["rss_after_kib"] > 0 and idle["bytes_per_connection"] is not None
     assert result["workers"]["supported"] in (True, False)
+    soak = result["soak"]
+    assert soak["seconds"] == 2 and soak["rps"] > 0 and soak["errors"] == 0
+    assert soak["samples"] >= 2 and soak["growth_kib"] is not None and len(soak["series"]) >= soak["samples"]
     table = md.read_text()
-    assert "| zigcorn" in table and "req/s c64" in table
+    assert "| zigcorn" in table and "req/s c64" in table and "RSS growth, soak" in table
+
+
+def test_rss_trend_sees_a_climb_and_ignores_the_warm_up():
+    spec = importlib.util.spec_from_file_location("bench_memory", BENCH / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = memory  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(memory)
+    finally:
+        del sys.modules[spec.name]
+    warm_then_flat = [(0.0, 1000), (5.0, 5000), (10.0, 9000), (20.0, 9000), (30.0, 9004), (40.0, 9000)]
+    flat = memory.rss_trend(warm_then_flat, skip_s=10)
+    assert flat["samples"] == 4 and flat["growth_kib"] == 0 and abs(flat["slope_kib_per_min"]) < 10
+    leaking = [(float(t), 9000 + 10 * t) for t in range(0, 61, 5)]  # 10 KiB a second
+    climb = memory.rss_trend(leaking, skip_s=10)
+    assert climb["growth_kib"] == 500 and climb["slope_kib_per_min"] == 600.0
+    assert memory.rss_trend([(0.0, 1), (1.0, 2)], skip_s=10)["growth_kib"] is None
