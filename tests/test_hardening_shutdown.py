@@ -185,3 +185,31 @@ def test_graceful_shutdown_timeout_bounds_the_drain(start_server):
         except ConnectionResetError:
             rest = b""
         assert b"slept" not in rest
+
+
+EMBEDDED = r"""
+import os, signal, threading
+import zigcorn
+
+def mine(sig, frame):
+    pass
+
+signal.signal(signal.SIGTERM, mine)
+threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+zigcorn.run("tests.apps.hello:app", port=0, log_level="warning", lifespan="off")
+# Serving installed its own SIGINT/SIGTERM handlers; now the program's are back.
+assert signal.getsignal(signal.SIGTERM) is mine, signal.getsignal(signal.SIGTERM)
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
+print("restored")
+"""
+
+
+@zigcorn_only
+def test_run_puts_the_programs_signal_handlers_back():
+    import subprocess
+    import sys
+
+    from tests.harness import ROOT
+
+    result = subprocess.run([sys.executable, "-c", EMBEDDED], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "restored", result.stdout + result.stderr

@@ -80,7 +80,6 @@ class Server:
         try:
             loop.run_until_complete(self.serve())
         finally:
-            self._restore_signal_handlers()
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
@@ -94,7 +93,12 @@ class Server:
         loop = asyncio.get_running_loop()
         self._exit_event = asyncio.Event()
         self._install_signal_handlers(loop)
+        try:
+            await self._serve(config, loop)
+        finally:
+            self._restore_signal_handlers()
 
+    async def _serve(self, config, loop) -> None:
         if config.is_ssl:
             # Before the app's startup: a missing library is one line and exit 3, at once.
             try:
@@ -264,7 +268,8 @@ class Server:
     def _restore_signal_handlers(self) -> None:
         while self._previous_handlers:
             sig, handler = self._previous_handlers.popitem()
-            signal.signal(sig, handler)
+            # None: the old handler was not set from Python; the default is the nearest thing.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
     def handle_exit(self, sig: int) -> None:
         if self.should_exit and sig == signal.SIGINT:
