@@ -423,7 +423,7 @@ fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
         return false;
     };
     const stream = asStream(obj);
-    stream.scope = scope.build(req, &conn.peer, &engine.info, conn.tls) orelse {
+    stream.scope = scope.build(req, &conn.peer, &engine.info, conn.session()) orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);
         return false;

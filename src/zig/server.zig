@@ -162,7 +162,7 @@ pub const Server = struct {
     header_timeouts: timer.Queue,
     body_timeouts: timer.Queue,
     write_timeouts: timer.Queue,
-    linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000 },
+    linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000, .id = 5 },
     /// An open WebSocket is pinged this long after its last pong (or its accept)...
     ws_ping_timeouts: timer.Queue,
     /// ...and closed with 1011 if the pong does not come within this.
@@ -220,13 +220,13 @@ pub const Server = struct {
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
             .writer_mode = opts.writer,
             .spin_ns = opts.spin_ns,
-            .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms },
-            .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms },
+            .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 6 },
+            .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 7 },
             .limits = opts.limits,
-            .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms },
-            .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms },
-            .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms },
-            .write_timeouts = .{ .timeout_ms = opts.timeout_write_ms },
+            .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms, .id = 1 },
+            .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms, .id = 2 },
+            .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms, .id = 3 },
+            .write_timeouts = .{ .timeout_ms = opts.timeout_write_ms, .id = 4 },
         };
         errdefer self.poller.deinit();
         self.now_ms = sys.monotonicMs();
@@ -382,22 +382,13 @@ pub const Server = struct {
                 continue;
             }
             _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
-            const c = self.allocator.create(Conn) catch {
+            const c = self.newConn(fd, conn_mod.Peer.fromStorage(&st)) orelse {
                 sys.close(fd);
                 continue;
             };
-            c.* = Conn.init(self, fd, conn_mod.Peer.fromStorage(&st));
-            if (self.tls_ctx) |ctx| {
-                c.tls = tls.newSession(ctx, fd) orelse {
-                    sys.close(fd);
-                    self.allocator.destroy(c);
-                    continue;
-                };
-            }
             if (!self.poller.register(fd, @intFromPtr(c), c.interest)) {
-                if (c.tls) |ssl| tls.freeSession(ssl);
                 sys.close(fd);
-                self.allocator.destroy(c);
+                self.destroyConn(c);
                 continue;
             }
             self.link(c);
@@ -497,6 +488,31 @@ pub const Server = struct {
         if (self.metrics) |m| m.connections_open = self.connections;
     }
 
+    /// A Conn for an accepted socket; with TLS on, inside a `TlsConn` with a fresh session.
+    fn newConn(self: *Server, fd: i32, peer: conn_mod.Peer) ?*Conn {
+        const ctx = self.tls_ctx orelse {
+            const c = self.allocator.create(Conn) catch return null;
+            c.* = Conn.init(self, fd, peer);
+            return c;
+        };
+        const outer = self.allocator.create(conn_mod.TlsConn) catch return null;
+        const ssl = tls.newSession(ctx, fd) orelse {
+            self.allocator.destroy(outer);
+            return null;
+        };
+        outer.* = .{ .conn = Conn.init(self, fd, peer), .ssl = ssl };
+        outer.conn.is_tls = true;
+        return &outer.conn;
+    }
+
+    /// Frees what `newConn` made (the session too, if `close` has not already).
+    fn destroyConn(self: *Server, c: *Conn) void {
+        if (!c.is_tls) return self.allocator.destroy(c);
+        const outer: *conn_mod.TlsConn = @alignCast(@fieldParentPtr("conn", c));
+        if (outer.ssl) |ssl| tls.freeSession(ssl);
+        self.allocator.destroy(outer);
+    }
+
     /// A closed connection with no stream is freed at the end of the next poll pass:
     /// the code that closed it may still be running on it, and a later event of the
     /// same batch may still name it.
@@ -517,7 +533,7 @@ pub const Server = struct {
                 kept = c;
             } else {
                 c.releaseActive();
-                self.allocator.destroy(c);
+                self.destroyConn(c);
             }
         }
         self.graveyard = kept;

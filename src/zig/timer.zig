@@ -3,59 +3,89 @@
 //! Every timeout of one kind has the same length, so arming appends to the tail of a
 //! FIFO and the list stays sorted by deadline: expiry only ever looks at the head.
 //! Entries are intrusive (they live inside the connection), so arming, disarming and
-//! expiring never allocate.
+//! expiring never allocate. An entry is 24 bytes: the list is circular through an
+//! anchor inside the queue, so unlinking needs no pointer back to the queue, and the
+//! queue's one-byte id shares a word with the deadline.
 const std = @import("std");
 
 pub const Entry = struct {
     prev: ?*Entry = null,
     next: ?*Entry = null,
-    deadline_ms: u64 = 0,
-    queue: ?*Queue = null,
+    at: At = .{},
+
+    const At = packed struct(u64) {
+        /// On the server's millisecond clock; 56 bits outlast any process.
+        deadline_ms: u56 = 0,
+        /// The `id` of the queue holding the entry; 0 while disarmed.
+        queue: u8 = 0,
+    };
 
     pub fn armed(self: *const Entry) bool {
-        return self.queue != null;
+        return self.at.queue != 0;
+    }
+
+    /// Whether `q` holds this entry.
+    pub fn in(self: *const Entry, q: *const Queue) bool {
+        return self.at.queue == q.id;
     }
 
     pub fn disarm(self: *Entry) void {
-        const q = self.queue orelse return;
-        if (self.prev) |p| p.next = self.next else q.head = self.next;
-        if (self.next) |n| n.prev = self.prev else q.tail = self.prev;
-        self.prev = null;
-        self.next = null;
-        self.queue = null;
-        q.len -= 1;
+        if (!self.armed()) return;
+        self.prev.?.next = self.next;
+        self.next.?.prev = self.prev;
+        self.* = .{};
     }
 };
 
 pub const Queue = struct {
-    head: ?*Entry = null,
-    tail: ?*Entry = null,
-    len: usize = 0,
+    /// Head is `anchor.next`, tail `anchor.prev`; linked to itself on first use, in
+    /// place (the queue must not move once used: it lives inside the heap-allocated server).
+    anchor: Entry = .{},
     timeout_ms: u64,
+    /// Non-zero and distinct among the queues an entry can be armed on.
+    id: u8,
+
+    fn ring(self: *Queue) *Entry {
+        if (self.anchor.next == null) {
+            self.anchor.next = &self.anchor;
+            self.anchor.prev = &self.anchor;
+        }
+        return &self.anchor;
+    }
 
     /// (Re)arms `entry` to expire timeout_ms after now_ms.
     pub fn arm(self: *Queue, entry: *Entry, now_ms: u64) void {
+        std.debug.assert(self.id != 0);
         entry.disarm();
-        entry.deadline_ms = now_ms + self.timeout_ms;
-        entry.queue = self;
-        entry.prev = self.tail;
-        entry.next = null;
-        if (self.tail) |t| t.next = entry else self.head = entry;
-        self.tail = entry;
-        self.len += 1;
+        const anchor = self.ring();
+        const tail = anchor.prev.?;
+        const deadline = @min(now_ms +| self.timeout_ms, std.math.maxInt(u56));
+        entry.* = .{ .prev = tail, .next = anchor, .at = .{ .deadline_ms = @intCast(deadline), .queue = self.id } };
+        tail.next = entry;
+        anchor.prev = entry;
     }
 
     /// Removes and returns the first entry whose deadline has passed, if any.
     pub fn popExpired(self: *Queue, now_ms: u64) ?*Entry {
-        const head = self.head orelse return null;
-        if (head.deadline_ms > now_ms) return null;
+        const anchor = self.ring();
+        const head = anchor.next.?;
+        if (head == anchor or head.at.deadline_ms > now_ms) return null;
         head.disarm();
         return head;
+    }
+
+    /// Entries armed (walks the list: for tests and debugging).
+    pub fn count(self: *Queue) usize {
+        const anchor = self.ring();
+        var n: usize = 0;
+        var it = anchor.next.?;
+        while (it != anchor) : (it = it.next.?) n += 1;
+        return n;
     }
 };
 
 test "queue expires in order and disarms in O(1)" {
-    var q = Queue{ .timeout_ms = 100 };
+    var q = Queue{ .timeout_ms = 100, .id = 1 };
     var a = Entry{};
     var b = Entry{};
     var c = Entry{};
@@ -63,7 +93,7 @@ test "queue expires in order and disarms in O(1)" {
     q.arm(&b, 10);
     q.arm(&c, 20);
     b.disarm();
-    try std.testing.expectEqual(@as(usize, 2), q.len);
+    try std.testing.expectEqual(@as(usize, 2), q.count());
     try std.testing.expect(q.popExpired(99) == null);
     try std.testing.expect(q.popExpired(100) == &a);
     try std.testing.expect(q.popExpired(119) == null);
@@ -71,6 +101,22 @@ test "queue expires in order and disarms in O(1)" {
     try std.testing.expect(q.popExpired(1000) == null);
     q.arm(&a, 0);
     q.arm(&a, 50); // re-arming moves it, never duplicates it
-    try std.testing.expectEqual(@as(usize, 1), q.len);
-    try std.testing.expect(!b.armed());
+    try std.testing.expectEqual(@as(usize, 1), q.count());
+    try std.testing.expect(!b.armed() and a.in(&q));
+    try std.testing.expectEqual(@as(usize, 24), @sizeOf(Entry));
+}
+
+test "an entry moves between queues and a huge timeout saturates" {
+    var short = Queue{ .timeout_ms = 10, .id = 1 };
+    var forever = Queue{ .timeout_ms = std.math.maxInt(u64), .id = 2 };
+    var e = Entry{};
+    short.arm(&e, 5);
+    forever.arm(&e, 5);
+    try std.testing.expect(e.in(&forever) and !e.in(&short));
+    try std.testing.expectEqual(@as(usize, 0), short.count());
+    try std.testing.expect(forever.popExpired(std.math.maxInt(u32)) == null);
+    e.disarm();
+    e.disarm(); // twice is harmless
+    try std.testing.expectEqual(@as(usize, 0), forever.count());
+    try std.testing.expect(forever.popExpired(std.math.maxInt(u64)) == null);
 }
