@@ -70,6 +70,7 @@ pub const Queue = struct {
         const anchor = self.ring();
         const head = anchor.next.?;
         if (head == anchor or head.at.deadline_ms > now_ms) return null;
+        std.debug.assert(head.in(self)); // a copied queue would hand out its original's anchor
         head.disarm();
         return head;
     }
