@@ -76,6 +76,16 @@ def test_server_on_asyncio_loop_starts_without_ssl_and_tls_works_when_used(start
         assert client.get("/inspect-loaded").text == "yes"
 
 
+def test_a_serving_process_skips_what_only_start_up_would_need(start_server):
+    """Regression guard for the start-up imports that were cut (each a few hundred KiB):
+    argparse's shutil (and zlib, bz2, lzma), platform for --version, dataclasses (which
+    imports inspect), and with them ast and dis."""
+    server = start_server("tls_client:app", "--loop", "asyncio")
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        for module in ("shutil", "bz2", "lzma", "platform", "dataclasses", "inspect", "ast", "dis", "ssl"):
+            assert client.get(f"/{module}-loaded").text == "no", module
+
+
 def test_signals_still_stop_the_server_without_inspect(start_server):
     """SIGTERM and SIGINT are handled without ``loop.add_signal_handler`` (which loads inspect)."""
     for sig in (signal.SIGTERM, signal.SIGINT):

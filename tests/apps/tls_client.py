@@ -1,7 +1,7 @@
 """An app that is a TLS client through asyncio, importing ``ssl`` only when asked to.
 
-``/ssl-loaded``, ``/inspect-loaded``: whether that module is imported in the server
-process (``yes``/``no``).
+``/<module>-loaded`` (``/ssl-loaded``, ``/inspect-loaded``...): whether that module is
+imported in the server process (``yes``/``no``).
 ``/iscoroutinefunction``: ``asyncio.iscoroutinefunction`` of this app and of ``print``.
 ``/fetch?port=N&ca=PATH``: opens an asyncio TLS connection to 127.0.0.1:N trusting the
 CA in PATH, sends ``ping`` and answers with what came back.
@@ -35,7 +35,7 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     query = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
-    if scope["path"] in ("/ssl-loaded", "/inspect-loaded"):
+    if scope["path"].endswith("-loaded"):
         body = b"yes" if scope["path"][1:-7] in sys.modules else b"no"
     elif scope["path"] == "/iscoroutinefunction":
         body = f"{asyncio.iscoroutinefunction(app)} {asyncio.iscoroutinefunction(print)}".encode()
