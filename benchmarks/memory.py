@@ -140,9 +140,12 @@ class PeakSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak_kib = max(self.peak_kib, tree_rss_kib(self.root))
-            self.samples += 1
+            self._record(tree_rss_kib(self.root))
             self._stop.wait(self.interval)
+
+    def _record(self, rss_kib: int) -> None:
+        self.peak_kib = max(self.peak_kib, rss_kib)
+        self.samples += 1
 
     def __enter__(self) -> "PeakSampler":
         self._thread.start()
@@ -161,13 +164,9 @@ class RssRecorder(PeakSampler):
         self.series: list[tuple[float, int]] = []
         self._began = time.monotonic()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            rss = tree_rss_kib(self.root)
-            self.peak_kib = max(self.peak_kib, rss)
-            self.series.append((round(time.monotonic() - self._began, 2), rss))
-            self.samples += 1
-            self._stop.wait(self.interval)
+    def _record(self, rss_kib: int) -> None:
+        super()._record(rss_kib)
+        self.series.append((round(time.monotonic() - self._began, 2), rss_kib))
 
 
 def rss_trend(series: list[tuple[float, int]], skip_s: float) -> dict:

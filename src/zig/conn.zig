@@ -192,14 +192,19 @@ pub const Conn = struct {
     /// goes through `recv`/`sendv`. It lives beside the Conn, not in it, so a plain
     /// connection's struct stays at 88 bytes: one 96-byte malloc chunk.
     pub fn session(self: *const Conn) ?*tls.SSL {
-        if (!self.is_tls) return null;
-        const outer: *const TlsConn = @alignCast(@fieldParentPtr("conn", self));
+        const outer = self.tlsConn() orelse return null;
         return outer.ssl;
     }
 
-    fn endSession(self: *Conn) void {
-        if (!self.is_tls) return;
-        const outer: *TlsConn = @alignCast(@fieldParentPtr("conn", self));
+    /// The `TlsConn` this Conn is part of, if HTTPS.
+    pub fn tlsConn(self: *const Conn) ?*TlsConn {
+        if (!self.is_tls) return null;
+        return @alignCast(@fieldParentPtr("conn", @constCast(self)));
+    }
+
+    /// Frees the TLS session, if any (at close, or when a never-closed Conn is destroyed).
+    pub fn endSession(self: *Conn) void {
+        const outer = self.tlsConn() orelse return;
         if (outer.ssl) |ssl| tls.freeSession(ssl);
         outer.ssl = null;
     }

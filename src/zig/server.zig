@@ -507,10 +507,8 @@ pub const Server = struct {
 
     /// Frees what `newConn` made (the session too, if `close` has not already).
     fn destroyConn(self: *Server, c: *Conn) void {
-        if (!c.is_tls) return self.allocator.destroy(c);
-        const outer: *conn_mod.TlsConn = @alignCast(@fieldParentPtr("conn", c));
-        if (outer.ssl) |ssl| tls.freeSession(ssl);
-        self.allocator.destroy(outer);
+        c.endSession();
+        if (c.tlsConn()) |outer| self.allocator.destroy(outer) else self.allocator.destroy(c);
     }
 
     /// A closed connection with no stream is freed at the end of the next poll pass:

@@ -351,21 +351,19 @@ class Config:
 
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
         """The callable that makes loops: uvloop's, asyncio's, or a user's ``module:function``."""
-        if self.loop in ("auto", "uvloop"):
-            from zigcorn.lazyimport import import_asyncio
-
-            import_asyncio()  # inspect loads only if something uses it (uvloop imports ssl itself)
-            try:
-                import uvloop
-            except ImportError:
-                if self.loop == "uvloop":
-                    _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop asyncio).')
-            else:
-                return uvloop.new_event_loop
         if self.loop in LOOP_CHOICES:
             from zigcorn.lazyimport import import_asyncio
 
-            asyncio = import_asyncio()  # ssl and inspect load only if something uses them
+            # ssl and inspect load only if something uses them (uvloop imports ssl itself).
+            asyncio = import_asyncio()
+            if self.loop in ("auto", "uvloop"):
+                try:
+                    import uvloop
+                except ImportError:
+                    if self.loop == "uvloop":
+                        _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop asyncio).')
+                else:
+                    return uvloop.new_event_loop
             # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
             return asyncio.SelectorEventLoop
         try:

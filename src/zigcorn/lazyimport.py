@@ -95,7 +95,7 @@ def import_asyncio() -> ModuleType:
         for name in blocked:
             if sys.modules.get(name) in (None, _STAND_INS[name]):
                 sys.modules.pop(name, None)
-    imported = [sys.modules[name] for name in set(sys.modules) - before if name in sys.modules]
+    imported = [module for name, module in sys.modules.items() if name not in before]
     for name in blocked:
         stand_in = _STAND_INS[name]
         # ``ssl`` was None to asyncio (its modules catch the ImportError); ``inspect`` was the stand-in.
