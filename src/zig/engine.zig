@@ -1,0 +1,372 @@
+//! The `Engine` Python type: one Server (sockets, epoll, connections) driven by the
+//! asyncio loop. Python watches `fileno()` with one `add_reader` and calls `poll()`.
+const std = @import("std");
+const py = @import("py.zig");
+const c = py.c;
+const Object = py.Object;
+const server_mod = @import("server.zig");
+const Server = server_mod.Server;
+const scope = @import("scope.zig");
+const options = @import("options.zig");
+const tls_setup = @import("tls_setup.zig");
+const pystream = @import("pystream.zig");
+
+const allocator = std.heap.c_allocator;
+
+pub const EngineObject = extern struct {
+    ob_base: Object,
+    core: ?*EngineObjectCore,
+};
+
+/// The Zig-typed part of an Engine object (an extern struct cannot hold Zig types).
+pub const EngineObjectCore = struct {
+    obj: *Object,
+    server: ?*Server = null,
+    on_request: ?*Object = null,
+    wake: ?*Object = null,
+    /// The loop's call_soon, for the busy poll (options["call_soon"]); may be null.
+    call_soon: ?*Object = null,
+    stream_class: ?*c.PyTypeObject = null,
+    /// The stream class for WebSocket upgrades (options["websocket_class"]).
+    ws_class: ?*c.PyTypeObject = null,
+    info: scope.ServerInfo = .{ .server = null, .root_path = null, .root_path_utf8 = "", .scheme = null, .state = null },
+    extra_headers: [][2][]const u8 = &.{},
+    extra_storage: ?*Object = null,
+    close_requested: bool = false,
+    trust: @import("proxy.zig").Trust = .{},
+    /// str objects whose UTF-8 the server's ops paths point into.
+    metrics_path: ?*Object = null,
+    health_path: ?*Object = null,
+
+    pub fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
+        return self.extra_headers;
+    }
+};
+
+pub fn asEngine(o: ?*Object) *EngineObjectCore {
+    const e: *EngineObject = @ptrCast(@alignCast(o.?));
+    return e.core.?;
+}
+
+/// close() waits for the last stream: each points at a connection the server owns.
+pub fn closeIfDone(engine: *EngineObjectCore) void {
+    const s = engine.server orelse return;
+    if (!engine.close_requested or s.streams != 0) return;
+    engine.server = null;
+    s.deinit();
+}
+
+fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c) ?*Object {
+    _ = kwargs;
+    const a = args.?;
+    if (c.PyTuple_Size(a) != 4) return py.typeError("Engine(on_request, wake, stream_class, options)");
+    const on_request = c.PyTuple_GetItem(a, 0).?;
+    const wake = c.PyTuple_GetItem(a, 1).?;
+    const cls = c.PyTuple_GetItem(a, 2).?;
+    const opts = c.PyTuple_GetItem(a, 3).?;
+    if (c.PyType_Check(cls) == 0 or c.PyType_IsSubtype(@ptrCast(cls), pystream.stream_type) == 0)
+        return py.typeError("stream_class must subclass zigcorn._core.Stream");
+    if (c.PyDict_Check(opts) == 0) return py.typeError("options must be a dict");
+
+    var opts_full = options.serverOptions(opts) orelse return null;
+    const alloc_fn = tp.?.tp_alloc.?;
+    const obj = alloc_fn(tp, 0) orelse return null;
+    const eo: *EngineObject = @ptrCast(@alignCast(obj));
+    const self = allocator.create(EngineObjectCore) catch {
+        py.decref(obj);
+        return c.PyErr_NoMemory();
+    };
+    self.* = .{ .obj = obj };
+    eo.core = self;
+    py.incref(on_request);
+    self.on_request = on_request;
+    py.incref(wake);
+    self.wake = wake;
+    if (c.PyDict_GetItemString(opts, "call_soon")) |cs| {
+        if (!py.isNone(cs)) {
+            py.incref(cs);
+            self.call_soon = cs;
+        }
+    }
+    py.incref(cls);
+    self.stream_class = @ptrCast(cls);
+    if (c.PyDict_GetItemString(opts, "websocket_class")) |wcls| {
+        if (c.PyType_Check(wcls) == 0 or c.PyType_IsSubtype(@ptrCast(wcls), pystream.stream_type) == 0) {
+            py.decref(obj);
+            return py.typeError("websocket_class must subclass zigcorn._core.Stream");
+        }
+        py.incref(wcls);
+        self.ws_class = @ptrCast(wcls);
+    }
+
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full)) {
+        py.decref(obj);
+        return null;
+    }
+    const hooks = server_mod.Hooks{
+        .ctx = self,
+        .on_request = pystream.hookOnRequest,
+        .wake_read = pystream.hookWakeRead,
+        .wake_write = pystream.hookWakeWrite,
+        .retain_fn = pystream.hookRetain,
+        .release_fn = pystream.hookRelease,
+        .on_settle = pystream.hookOnSettle,
+    };
+    self.server = Server.init(allocator, hooks, opts_full) catch {
+        py.decref(obj);
+        c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
+        return null;
+    };
+    if (!tls_setup.setTls(self, opts)) {
+        py.decref(obj);
+        return null;
+    }
+    return obj;
+}
+
+fn engineDealloc(obj: ?*Object) callconv(.c) void {
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const tp = py.typeOf(obj.?);
+    c.PyObject_GC_UnTrack(obj);
+    if (eo.core) |self| {
+        if (self.server) |s| {
+            self.server = null;
+            s.deinit();
+        }
+        _ = engineClear(obj);
+        if (self.extra_headers.len > 0) allocator.free(self.extra_headers);
+        py.xdecref(self.info.root_path);
+        py.xdecref(self.info.scheme);
+        py.xdecref(self.info.server);
+        py.xdecref(self.info.tls_server_cert);
+        py.xdecref(self.extra_storage);
+        py.xdecref(self.metrics_path);
+        py.xdecref(self.health_path);
+        eo.core = null;
+        allocator.destroy(self);
+    }
+    tp.tp_free.?(obj);
+    py.decref(@ptrCast(tp));
+}
+
+fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
+    const v = visit.?;
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const self = eo.core orelse return v(@ptrCast(py.typeOf(obj.?)), arg);
+    inline for (.{ "on_request", "wake", "call_soon" }) |f| {
+        if (@field(self, f)) |o| {
+            const r = v(o, arg);
+            if (r != 0) return r;
+        }
+    }
+    if (self.stream_class) |t| {
+        const r = v(@ptrCast(t), arg);
+        if (r != 0) return r;
+    }
+    if (self.ws_class) |t| {
+        const r = v(@ptrCast(t), arg);
+        if (r != 0) return r;
+    }
+    if (self.info.state) |s| {
+        const r = v(s, arg);
+        if (r != 0) return r;
+    }
+    return v(@ptrCast(py.typeOf(obj.?)), arg);
+}
+
+fn engineClear(obj: ?*Object) callconv(.c) c_int {
+    const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
+    const self = eo.core orelse return 0;
+    const a = self.on_request;
+    const b = self.wake;
+    const cs = self.call_soon;
+    self.call_soon = null;
+    py.xdecref(cs);
+    const t = self.stream_class;
+    const wt = self.ws_class;
+    const s = self.info.state;
+    self.on_request = null;
+    self.wake = null;
+    self.stream_class = null;
+    self.ws_class = null;
+    if (wt) |tt| py.decref(@ptrCast(tt));
+    self.info.state = null;
+    py.xdecref(a);
+    py.xdecref(b);
+    if (t) |tt| py.decref(@ptrCast(tt));
+    py.xdecref(s);
+    return 0;
+}
+
+fn serverOf(obj: ?*Object) ?*Server {
+    const s = asEngine(obj).server;
+    if (s == null) _ = py.runtimeError("the engine is closed");
+    return s;
+}
+
+/// adopt(fd: int) -> (host, port) or None: serve a socket that is already listening
+/// (bound by the Python side, inherited, or from systemd). The engine owns fd after this.
+fn engineAdopt(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const fd = c.PyLong_AsLong(arg);
+    if (fd == -1 and c.PyErr_Occurred() != null) return null;
+    server.adopt(@intCast(fd)) catch {
+        c.PyErr_SetString(c.PyExc_OSError, "could not watch the given socket");
+        return null;
+    };
+    return boundAddress(obj.?, server);
+}
+
+fn boundAddress(obj: *Object, server: *Server) ?*Object {
+    const linux = std.os.linux;
+    var st: linux.sockaddr.storage = undefined;
+    var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
+    if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
+    const peer = @import("conn.zig").Peer.fromStorage(&st);
+    const self = asEngine(obj);
+    if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
+        // A Unix socket: like uvicorn, the scope's `server` is None.
+        py.xdecref(self.info.server);
+        self.info.server = py.none();
+        return py.none();
+    }
+    var buf: [64]u8 = undefined;
+    const host = peer.format(&buf);
+    const t = c.PyTuple_New(2) orelse return null;
+    _ = c.PyTuple_SetItem(t, 0, py.str(host) orelse {
+        py.decref(t);
+        return null;
+    });
+    _ = c.PyTuple_SetItem(t, 1, c.PyLong_FromLong(peer.port));
+    py.xdecref(self.info.server);
+    py.incref(t);
+    self.info.server = t;
+    return t;
+}
+
+fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.poll();
+    return py.none();
+}
+
+/// settle() -> bool: what the engine scheduled for the end of the loop's pass. Wakes
+/// the writer thread for the jobs handed over meanwhile; then, if the last stream
+/// finished, the busy poll: without the GIL, polls until an event is ready or the
+/// budget is spent, and handles the events if one came (True). A no-op once closed.
+fn engineSettle(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = asEngine(obj).server orelse return py.boolean(false);
+    if (!server.settleBegin()) return py.boolean(false);
+    const ts = py.releaseGil();
+    const ready = server.spinWait();
+    py.takeGil(ts);
+    if (ready) server.process();
+    return py.boolean(ready);
+}
+
+fn engineFileno(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromLong(server.poller.fd);
+}
+
+fn engineSetState(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asEngine(obj);
+    if (c.PyDict_Check(arg) == 0) return py.typeError("state must be a dict");
+    py.incref(arg.?);
+    const old = self.info.state;
+    self.info.state = arg;
+    py.xdecref(old);
+    return py.none();
+}
+
+fn engineDrain(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.drain();
+    return py.none();
+}
+
+fn engineCloseAll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.closeAll();
+    return py.none();
+}
+
+fn engineClose(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asEngine(obj);
+    const s = self.server orelse return py.none();
+    s.stopAccepting();
+    s.closeAll();
+    self.close_requested = true;
+    closeIfDone(self);
+    return py.none();
+}
+
+fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const d = c.PyDict_New() orelse return null;
+    const fields = .{
+        .{ "connections", server.connections },
+        .{ "streams", server.streams },
+        .{ "requests_total", server.requests_total },
+        .{ "bytes_in", server.bytes_in },
+        .{ "bytes_out", server.bytes_out },
+        .{ "buffers_in_use", server.pool.in_use_count },
+        .{ "buffers_free", server.pool.free_count },
+    };
+    inline for (fields) |f| {
+        const v = c.PyLong_FromUnsignedLongLong(@intCast(f[1])) orelse return null;
+        defer py.decref(v);
+        if (c.PyDict_SetItemString(d, f[0], v) != 0) {
+            py.decref(d);
+            return null;
+        }
+    }
+    return d;
+}
+
+var engine_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
+    .{ .ml_name = "settle", .ml_meth = @ptrCast(&engineSettle), .ml_flags = c.METH_NOARGS, .ml_doc = "End of the loop's pass: wake the writer thread, busy poll if due." },
+    .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
+    .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
+    .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },
+    .{ .ml_name = "drain", .ml_meth = @ptrCast(&engineDrain), .ml_flags = c.METH_NOARGS, .ml_doc = "Stop accepting, close idle connections." },
+    .{ .ml_name = "close_all", .ml_meth = @ptrCast(&engineCloseAll), .ml_flags = c.METH_NOARGS, .ml_doc = "Close every connection now." },
+    .{ .ml_name = "close", .ml_meth = @ptrCast(&engineClose), .ml_flags = c.METH_NOARGS, .ml_doc = "Release everything." },
+    .{ .ml_name = "stats", .ml_meth = @ptrCast(&engineStats), .ml_flags = c.METH_NOARGS, .ml_doc = "Counters as a dict." },
+    std.mem.zeroes(c.PyMethodDef),
+};
+
+fn engineGetStreams(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromUnsignedLong(server.streams);
+}
+
+fn engineGetConnections(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    return c.PyLong_FromUnsignedLong(server.connections);
+}
+
+var engine_getset = [_]c.PyGetSetDef{
+    .{ .name = "streams", .get = &engineGetStreams, .set = null, .doc = "Requests in progress.", .closure = null },
+    .{ .name = "connections", .get = &engineGetConnections, .set = null, .doc = "Open connections.", .closure = null },
+    std.mem.zeroes(c.PyGetSetDef),
+};
+
+var engine_slots = [_]c.PyType_Slot{
+    .{ .slot = c.Py_tp_new, .pfunc = @ptrCast(@constCast(&engineNew)) },
+    .{ .slot = c.Py_tp_dealloc, .pfunc = @ptrCast(@constCast(&engineDealloc)) },
+    .{ .slot = c.Py_tp_traverse, .pfunc = @ptrCast(@constCast(&engineTraverse)) },
+    .{ .slot = c.Py_tp_clear, .pfunc = @ptrCast(@constCast(&engineClear)) },
+    .{ .slot = c.Py_tp_methods, .pfunc = @ptrCast(&engine_methods) },
+    .{ .slot = c.Py_tp_getset, .pfunc = @ptrCast(&engine_getset) },
+    .{ .slot = 0, .pfunc = null },
+};
+
+pub var engine_spec = c.PyType_Spec{
+    .name = "zigcorn._core.Engine",
+    .basicsize = @sizeOf(EngineObject),
+    .itemsize = 0,
+    .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_HAVE_GC,
+    .slots = &engine_slots,
+};

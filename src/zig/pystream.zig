@@ -1,0 +1,488 @@
+//! The `Stream` Python type: one request and its response (or one WebSocket session),
+//! as the Python side drives it. The Python classes `HTTPCycle` and `WebSocketCycle`
+//! subclass it; the engine creates one instance per stream and hands it to the
+//! dispatcher (`hooks`, below). No Python object lives as long as an idle connection.
+const std = @import("std");
+const py = @import("py.zig");
+const c = py.c;
+const Object = py.Object;
+const http1 = @import("http1.zig");
+const scope = @import("scope.zig");
+const Conn = @import("conn.zig").Conn;
+const wsconn = @import("wsconn.zig");
+const engine_mod = @import("engine.zig");
+const EngineObjectCore = engine_mod.EngineObjectCore;
+const asEngine = engine_mod.asEngine;
+const closeIfDone = engine_mod.closeIfDone;
+
+const StreamObject = extern struct {
+    ob_base: Object,
+    conn: ?*Conn,
+    engine: ?*Object,
+    scope: ?*Object,
+    read_waiter: ?*Object,
+    write_waiter: ?*Object,
+    status: c_long,
+    bytes_sent: c_longlong,
+    body_final: bool,
+    finished: bool,
+};
+
+pub var stream_type: ?*c.PyTypeObject = null;
+
+fn asStream(o: ?*Object) *StreamObject {
+    return @ptrCast(@alignCast(o.?));
+}
+
+fn streamDealloc(self_obj: ?*Object) callconv(.c) void {
+    const self = asStream(self_obj);
+    const tp = py.typeOf(self_obj.?);
+    c.PyObject_GC_UnTrack(self_obj);
+    // Normally finish() detached us; a stream dropped without it aborts its connection.
+    if (self.conn) |conn| {
+        self.conn = null;
+        conn.close();
+        conn.finishStream();
+        if (self.engine) |e| closeIfDone(asEngine(e));
+    }
+    _ = streamClear(self_obj);
+    const free_fn = tp.tp_free.?;
+    free_fn(self_obj);
+    py.decref(@ptrCast(tp));
+}
+
+fn streamTraverse(self_obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
+    const self = asStream(self_obj);
+    const v = visit.?;
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+        if (@field(self, f)) |o| {
+            const r = v(o, arg);
+            if (r != 0) return r;
+        }
+    }
+    return v(@ptrCast(py.typeOf(self_obj.?)), arg);
+}
+
+fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
+    const self = asStream(self_obj);
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+        const o = @field(self, f);
+        @field(self, f) = null;
+        py.xdecref(o);
+    }
+    return 0;
+}
+
+/// receive(): the next http.request message, http.disconnect, or None when the caller
+/// must wait (it stores a future in read_waiter; the engine resolves it).
+fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return scope.disconnectMessage();
+    if (conn.gone()) return scope.disconnectMessage();
+    if (self.body_final) {
+        // After the whole body, receive() waits for the client to go away or for the
+        // response to be sent, then reports disconnect (uvicorn's behaviour).
+        if (conn.a().resp_complete) return scope.disconnectMessage();
+        return py.none();
+    }
+    var segs: [16][]const u8 = undefined;
+    const take = conn.takeBody(&segs);
+    if (take.failed or conn.gone()) return scope.disconnectMessage();
+    if (take.count == 0 and !take.done) {
+        conn.bodyConsumed();
+        conn.awaitBody();
+        return py.none();
+    }
+    var total: usize = 0;
+    for (segs[0..take.count]) |s| total += s.len;
+    const body = if (total == 0) scope.emptyBytes() else blk: {
+        const b = c.PyBytes_FromStringAndSize(null, @intCast(total)) orelse return null;
+        const dst: [*]u8 = @ptrCast(c.PyBytes_AsString(b));
+        var at: usize = 0;
+        for (segs[0..take.count]) |s| {
+            @memcpy(dst[at..][0..s.len], s);
+            at += s.len;
+        }
+        break :blk b;
+    };
+    conn.bodyConsumed();
+    if (take.done) self.body_final = true;
+    return scope.requestMessage(body, !take.done);
+}
+
+const max_headers = 256;
+// Scratch for start(): module-level (the GIL serialises callers) because a local
+// `undefined` array of this size would be filled with 0xaa on every call in safe builds.
+var header_pairs: [max_headers][2][]const u8 = undefined;
+
+/// New reference: the headers as a list or tuple whose items are 2-item lists or
+/// tuples, converting other iterables. Reading it afterwards runs no Python code.
+fn normalizedHeaders(headers: *Object) ?*Object {
+    const seq = c.PySequence_Fast(headers, "headers must be an iterable of (name, value) pairs") orelse return null;
+    const n = py.seqLen(seq);
+    const items = py.seqItems(seq);
+    var plain = true;
+    for (0..n) |i| {
+        const pair = items[i].?;
+        const is_seq = c.PyTuple_Check(pair) != 0 or c.PyList_Check(pair) != 0;
+        if (!is_seq or py.seqLen(pair) != 2) plain = false;
+    }
+    if (plain) return seq;
+    defer py.decref(seq);
+    const list = c.PyList_New(@intCast(n)) orelse return null;
+    for (0..n) |i| {
+        // Converting a pair runs Python code, which could shrink a list under us.
+        if (py.seqLen(seq) != n) {
+            py.decref(list);
+            return py.runtimeError("headers changed while being read");
+        }
+        const t = c.PySequence_Tuple(py.seqItems(seq)[i].?) orelse return fail(list);
+        _ = c.PyList_SetItem(list, @intCast(i), t);
+        if (c.PyTuple_Size(t) != 2) {
+            py.decref(list);
+            return py.typeError("each header must be a (name, value) pair");
+        }
+    }
+    return list;
+}
+
+/// start(status, headers): the response head. Headers are (bytes, bytes) pairs.
+fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("start() takes status and headers");
+    const status = c.PyLong_AsLong(args[0]);
+    if (status == -1 and c.PyErr_Occurred() != null) return null;
+    if (status < 100 or status > 999) {
+        c.PyErr_SetString(c.PyExc_ValueError, "status must be an integer between 100 and 999");
+        return null;
+    }
+    // Any Python code (a custom iterable) runs here, before the shared scratch is touched.
+    const seq = normalizedHeaders(args[1].?) orelse return null;
+    defer py.decref(seq);
+    const n = py.seqLen(seq);
+    if (n > max_headers) return py.runtimeError("too many response headers");
+    const pairs = &header_pairs;
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pi = py.seqItems(items[i].?);
+        pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
+        pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
+    }
+    const engine = asEngine(self.engine);
+    self.status = status;
+    const conn = self.conn orelse return py.none();
+    conn.startResponse(@intCast(status), pairs[0..n], engine.extraHeaders()) catch |err| return switch (err) {
+        error.AlreadyStarted => py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'."),
+        error.InvalidHeader => py.runtimeError("Invalid HTTP header name or value in the response."),
+        error.HeadTooLarge => py.runtimeError("Response headers are too large."),
+        error.OutOfMemory, error.Closed => py.runtimeError("Out of memory for the response head."),
+    };
+    return py.none();
+}
+
+/// write(body, more_body) -> True when the caller must wait (write_waiter) before the next write.
+fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("write() takes body and more_body");
+    var body_obj = args[0].?;
+    var converted: ?*Object = null;
+    defer py.xdecref(converted);
+    if (c.PyBytes_Check(body_obj) == 0) {
+        // bytearray / memoryview are accepted, as bytes.
+        converted = c.PyBytes_FromObject(body_obj) orelse return null;
+        body_obj = converted.?;
+    }
+    const more = c.PyObject_IsTrue(args[1].?);
+    if (more < 0) return null;
+    const conn = self.conn orelse return py.boolean(false);
+    const data = py.bytesView(body_obj).?;
+    const wait = conn.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
+        error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.body'."),
+        error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.body' sent, after response already completed."),
+        error.Busy => py.runtimeError("send() called while an earlier send() is still in progress."),
+        error.TooMuchBody => py.runtimeError("Response content longer than Content-Length"),
+        error.TooLittleBody => py.runtimeError("Response content shorter than Content-Length"),
+        error.OutOfMemory => py.runtimeError("Out of memory for the response."),
+    };
+    return py.boolean(wait);
+}
+
+/// finish(): the app is done; the connection goes on to its next request (or closes).
+fn streamFinish(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    detach(self, false);
+    return py.none();
+}
+
+/// abort(): close the connection now (the app failed after its response started).
+fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    detach(self, true);
+    return py.none();
+}
+
+fn detach(self: *StreamObject, abort: bool) void {
+    const conn = self.conn orelse return;
+    self.bytes_sent = @intCast(conn.bytesSentOrQueued());
+    self.conn = null;
+    self.finished = true;
+    if (abort) conn.close();
+    conn.finishStream();
+    if (self.engine) |e| closeIfDone(asEngine(e));
+    // The connection held one reference to us while the request was open.
+    py.decref(@ptrCast(self));
+}
+
+fn streamGetDisconnected(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    // Without a connection the stream is finished (or was aborted): nobody is listening.
+    const conn = self.conn orelse return py.boolean(true);
+    return py.boolean(conn.gone());
+}
+
+fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    return c.PyLong_FromLong(asStream(self_obj).status);
+}
+
+fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const n: c_longlong = if (self.conn) |conn| @intCast(conn.bytesSentOrQueued()) else self.bytes_sent;
+    return c.PyLong_FromLongLong(n);
+}
+
+fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(self.status != 0);
+    return py.boolean(conn.a().resp_started);
+}
+
+fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(self.finished);
+    return py.boolean(conn.a().resp_complete);
+}
+
+// ---- WebSocket streams ---------------------------------------------------------
+//
+// After an upgrade the stream is a WebSocket session: the engine hands whole messages
+// to `ws_receive` and frames what `ws_send` gives it. Before `ws_accept` the app may
+// still answer over HTTP with start()/write() (denial response, 403).
+
+/// ws_accept(subprotocol: str | None, headers): the 101 response.
+fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("ws_accept() takes subprotocol and headers");
+    const sub: ?[]const u8 = if (py.isNone(args[0].?)) null else (py.strView(args[0].?) orelse return null);
+    const seq = normalizedHeaders(args[1].?) orelse return null;
+    defer py.decref(seq);
+    const n = py.seqLen(seq);
+    if (n > max_headers) return py.runtimeError("too many response headers");
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pi = py.seqItems(items[i].?);
+        header_pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
+        header_pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
+    }
+    const conn = self.conn orelse return py.none();
+    wsconn.accept(conn, sub, header_pairs[0..n], asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+        error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
+        error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
+        error.NotPending => py.runtimeError("Expected ASGI message 'websocket.send' or 'websocket.close', but got 'websocket.accept'."),
+    };
+    self.status = 101;
+    return py.none();
+}
+
+/// ws_send(data: bytes | str) -> 0 sent, 1 sent but wait for write_waiter, 2 the connection is closed.
+fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const o = arg.?;
+    const text = c.PyUnicode_Check(o) != 0;
+    const data = if (text) (py.strView(o) orelse return null) else (py.bytesView(o) orelse
+        return py.typeError("websocket.send needs 'bytes' (bytes) or 'text' (str)"));
+    const conn = self.conn orelse return c.PyLong_FromLong(2);
+    const wait = wsconn.send(conn, data, text) catch |err| return switch (err) {
+        error.Closed => c.PyLong_FromLong(2),
+        error.OutOfMemory => py.runtimeError("Out of memory for the message."),
+    };
+    return c.PyLong_FromLong(if (wait) 1 else 0);
+}
+
+/// ws_receive(): the next websocket.receive or websocket.disconnect message, or None to wait.
+fn streamWsReceive(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return scope.wsDisconnectMessage(1006, "");
+    if (wsconn.takeMessage(conn)) |m| {
+        defer m.destroy();
+        return scope.wsReceiveMessage(m.text, m.data.items);
+    }
+    if (conn.a().ws == null or wsconn.finished(conn)) return scope.wsDisconnectMessage(wsconn.closeCode(conn), wsconn.closeReason(conn));
+    return py.none();
+}
+
+/// ws_close(code: int, reason: str): the close frame (after accept).
+fn streamWsClose(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("ws_close() takes code and reason");
+    const code = c.PyLong_AsLong(args[0]);
+    if (code == -1 and c.PyErr_Occurred() != null) return null;
+    if (code != 1000 and (code < 1000 or code > 4999 or !@import("ws.zig").validCloseCode(@intCast(code)))) {
+        c.PyErr_SetString(c.PyExc_ValueError, "invalid WebSocket close code");
+        return null;
+    }
+    const reason = py.strView(args[1].?) orelse return null;
+    const conn = self.conn orelse return py.none();
+    wsconn.closeFromApp(conn, @intCast(code), reason);
+    return py.none();
+}
+
+fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const conn = self.conn orelse return py.boolean(true);
+    return py.boolean(wsconn.finished(conn));
+}
+
+var stream_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "ws_accept", .ml_meth = @ptrCast(&streamWsAccept), .ml_flags = c.METH_FASTCALL, .ml_doc = "Accept a WebSocket upgrade." },
+    .{ .ml_name = "ws_send", .ml_meth = @ptrCast(&streamWsSend), .ml_flags = c.METH_O, .ml_doc = "Send one message; 1 means wait for write_waiter, 2 closed." },
+    .{ .ml_name = "ws_receive", .ml_meth = @ptrCast(&streamWsReceive), .ml_flags = c.METH_NOARGS, .ml_doc = "Next WebSocket message, or None to wait." },
+    .{ .ml_name = "ws_close", .ml_meth = @ptrCast(&streamWsClose), .ml_flags = c.METH_FASTCALL, .ml_doc = "Send a close frame." },
+    .{ .ml_name = "read", .ml_meth = @ptrCast(&streamRead), .ml_flags = c.METH_NOARGS, .ml_doc = "Next request message, or None to wait." },
+    .{ .ml_name = "start", .ml_meth = @ptrCast(&streamStart), .ml_flags = c.METH_FASTCALL, .ml_doc = "Start the response." },
+    .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
+    .{ .ml_name = "finish", .ml_meth = @ptrCast(&streamFinish), .ml_flags = c.METH_NOARGS, .ml_doc = "The app is done with this request." },
+    .{ .ml_name = "abort", .ml_meth = @ptrCast(&streamAbort), .ml_flags = c.METH_NOARGS, .ml_doc = "Close the connection now." },
+    std.mem.zeroes(c.PyMethodDef),
+};
+
+const T_OBJECT = 6;
+const READONLY = 1;
+
+var stream_members = [_]c.PyMemberDef{
+    .{ .name = "scope", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "scope"), .flags = READONLY, .doc = null },
+    .{ .name = "read_waiter", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "read_waiter"), .flags = 0, .doc = null },
+    .{ .name = "write_waiter", .type = T_OBJECT, .offset = @offsetOf(StreamObject, "write_waiter"), .flags = 0, .doc = null },
+    std.mem.zeroes(c.PyMemberDef),
+};
+
+var stream_getset = [_]c.PyGetSetDef{
+    .{ .name = "disconnected", .get = &streamGetDisconnected, .set = null, .doc = null, .closure = null },
+    .{ .name = "status", .get = &streamGetStatus, .set = null, .doc = null, .closure = null },
+    .{ .name = "bytes_sent", .get = &streamGetBytesSent, .set = null, .doc = null, .closure = null },
+    .{ .name = "response_started", .get = &streamGetStarted, .set = null, .doc = null, .closure = null },
+    .{ .name = "response_complete", .get = &streamGetComplete, .set = null, .doc = null, .closure = null },
+    .{ .name = "ws_finished", .get = &streamGetWsFinished, .set = null, .doc = null, .closure = null },
+    std.mem.zeroes(c.PyGetSetDef),
+};
+
+var stream_slots = [_]c.PyType_Slot{
+    .{ .slot = c.Py_tp_dealloc, .pfunc = @ptrCast(@constCast(&streamDealloc)) },
+    .{ .slot = c.Py_tp_traverse, .pfunc = @ptrCast(@constCast(&streamTraverse)) },
+    .{ .slot = c.Py_tp_clear, .pfunc = @ptrCast(@constCast(&streamClear)) },
+    .{ .slot = c.Py_tp_methods, .pfunc = @ptrCast(&stream_methods) },
+    .{ .slot = c.Py_tp_members, .pfunc = @ptrCast(&stream_members) },
+    .{ .slot = c.Py_tp_getset, .pfunc = @ptrCast(&stream_getset) },
+    .{ .slot = 0, .pfunc = null },
+};
+
+pub var stream_spec = c.PyType_Spec{
+    .name = "zigcorn._core.Stream",
+    .basicsize = @sizeOf(StreamObject),
+    .itemsize = 0,
+    .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_BASETYPE | c.Py_TPFLAGS_HAVE_GC,
+    .slots = &stream_slots,
+};
+
+// ---- hooks: the engine calling into Python ----------------------------------
+
+pub fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
+    const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    const is_ws = conn.a().ws != null;
+    const tp = (if (is_ws) engine.ws_class else engine.stream_class) orelse return false;
+    const alloc_fn = tp.tp_alloc orelse return false;
+    const obj = alloc_fn(tp, 0) orelse {
+        c.PyErr_WriteUnraisable(null);
+        return false;
+    };
+    const stream = asStream(obj);
+    stream.scope = scope.build(req, &conn.peer, &engine.info, conn.session()) orelse {
+        c.PyErr_WriteUnraisable(null);
+        py.decref(obj);
+        return false;
+    };
+    py.incref(engine.obj);
+    stream.engine = engine.obj;
+    // The connection's reference; dropped by finish()/abort().
+    stream.conn = conn;
+    conn.a().stream = obj;
+    conn.server.streamStarted();
+    const result = c.PyObject_CallOneArg(engine.on_request, obj);
+    if (result) |r| {
+        py.decref(r);
+    } else {
+        c.PyErr_WriteUnraisable(engine.on_request);
+        if (stream.conn != null) {
+            stream.conn = null;
+            conn.a().stream = null;
+            conn.server.streamFinished();
+            py.decref(obj);
+            return false;
+        }
+    }
+    return true;
+}
+
+fn wakeSlot(stream_ptr: *anyopaque, comptime field: []const u8) void {
+    const stream: *StreamObject = @ptrCast(@alignCast(stream_ptr));
+    const waiter = @field(stream, field) orelse return;
+    @field(stream, field) = null;
+    defer py.decref(waiter);
+    const engine = asEngine(stream.engine);
+    const r = c.PyObject_CallOneArg(engine.wake, waiter);
+    if (r) |o| py.decref(o) else c.PyErr_WriteUnraisable(engine.wake);
+}
+
+pub fn hookWakeRead(s: *anyopaque) void {
+    wakeSlot(s, "read_waiter");
+}
+
+pub fn hookWakeWrite(s: *anyopaque) void {
+    wakeSlot(s, "write_waiter");
+}
+
+pub fn hookOnSettle(ctx: *anyopaque) void {
+    const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    if (scheduleSettle(engine)) return;
+    // Nothing to defer to (no loop, or it refused): wake the writer now, skip the spin.
+    if (engine.server) |s| _ = s.settleBegin();
+}
+
+fn scheduleSettle(engine: *EngineObjectCore) bool {
+    const call_soon = engine.call_soon orelse return false;
+    // A fresh bound method each time: a stored one would be a cycle through the engine.
+    const settle = c.PyObject_GetAttrString(engine.obj, "settle") orelse {
+        c.PyErr_WriteUnraisable(engine.obj);
+        return false;
+    };
+    defer py.decref(settle);
+    const r = c.PyObject_CallOneArg(call_soon, settle) orelse {
+        c.PyErr_WriteUnraisable(call_soon);
+        return false;
+    };
+    py.decref(r);
+    return true;
+}
+
+pub fn hookRetain(o: *anyopaque) void {
+    py.incref(@ptrCast(@alignCast(o)));
+}
+
+pub fn hookRelease(o: *anyopaque) void {
+    py.decref(@ptrCast(@alignCast(o)));
+}
+
+fn fail(o: *Object) ?*Object {
+    py.decref(o);
+    return null;
+}

@@ -1,0 +1,85 @@
+//! HTTPS set-up from Python: loading OpenSSL (`tls_load`) and building the server's
+//! TLS context from the options, so a bad certificate, key or password fails at start-up.
+const std = @import("std");
+const py = @import("py.zig");
+const c = py.c;
+const Object = py.Object;
+const tls = @import("tls.zig");
+const scope = @import("scope.zig");
+const options = @import("options.zig");
+const EngineObjectCore = @import("engine.zig").EngineObjectCore;
+
+/// A str option as a C string (borrowed from the options dict), or null when absent/None.
+fn optPath(opts: *Object, comptime key: [:0]const u8) error{Invalid}!?[*:0]const u8 {
+    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return null;
+    if (py.isNone(v)) return null;
+    if (c.PyUnicode_Check(v) == 0) {
+        c.PyErr_SetString(c.PyExc_TypeError, key ++ " must be a str");
+        return error.Invalid;
+    }
+    const p = c.PyUnicode_AsUTF8(v) orelse return error.Invalid;
+    return @ptrCast(p);
+}
+
+/// With `ssl_certfile` in the options the server speaks HTTPS: the TLS context is
+/// built here, so a bad certificate, key or password fails at start-up, once.
+pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
+    const certfile = (optPath(opts, "ssl_certfile") catch return false) orelse return true;
+    if (!tls.isLoaded()) {
+        _ = py.runtimeError("OpenSSL is not loaded: call zigcorn._core.tls_load() first");
+        return false;
+    }
+    var o = tls.ContextOptions{ .certfile = certfile };
+    o.keyfile = optPath(opts, "ssl_keyfile") catch return false;
+    o.ca_certs = optPath(opts, "ssl_ca_certs") catch return false;
+    o.ciphers = optPath(opts, "ssl_ciphers") catch return false;
+    if (c.PyDict_GetItemString(opts, "ssl_keyfile_password")) |pw| if (!py.isNone(pw)) {
+        // Borrowed for the duration of the key load only; never copied, never shown.
+        o.password = py.bytesView(pw) orelse {
+            _ = py.typeError("ssl_keyfile_password must be bytes");
+            return false;
+        };
+    };
+    o.cert_reqs = @intCast(std.math.clamp(options.optInt(opts, "ssl_cert_reqs", 0) orelse return false, 0, 2));
+    o.min_version = options.optInt(opts, "ssl_min_version", tls.TLS1_2_VERSION) orelse return false;
+    o.max_version = options.optInt(opts, "ssl_max_version", tls.TLS1_3_VERSION) orelse return false;
+    var err = tls.ContextError{};
+    const ctx = tls.newContext(o, &err) orelse {
+        setErrorText(c.PyExc_ValueError, err.text());
+        return false;
+    };
+    self.server.?.tls_ctx = ctx;
+    self.info.tls_server_cert = scope.serverCertPem(ctx) orelse return false;
+    return true;
+}
+
+pub fn setErrorText(exc: ?*Object, text: []const u8) void {
+    const msg = c.PyUnicode_DecodeUTF8(text.ptr, @intCast(text.len), "replace") orelse return;
+    c.PyErr_SetObject(exc, msg);
+    py.decref(msg);
+}
+
+/// tls_load(path: str) -> OpenSSL version: loads libssl (once per process). Raises
+/// OSError with one line naming what is missing.
+pub fn moduleTlsLoad(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const path = c.PyUnicode_AsUTF8(arg) orelse return null;
+    tls.load(path) catch |err| {
+        const why: [:0]const u8 = switch (err) {
+            error.LibraryNotFound => "not found",
+            error.SymbolMissing => "not OpenSSL 3 (an older or different library)",
+            error.TooOld => "older than OpenSSL 3.0",
+            error.InitFailed => "OpenSSL failed to initialise",
+        };
+        var buf: [512]u8 = undefined;
+        const text = std.fmt.bufPrint(&buf, "TLS needs OpenSSL 3: {s}: {s} ({s})", .{ std.mem.span(path), why, tls.loadErrorDetail() }) catch "TLS needs OpenSSL 3";
+        setErrorText(c.PyExc_OSError, text);
+        return null;
+    };
+    var buf: [32]u8 = undefined;
+    return py.str(tls.versionText(&buf));
+}
+
+/// tls_loaded() -> whether this process's engine has loaded OpenSSL.
+pub fn moduleTlsLoaded(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return py.boolean(tls.isLoaded());
+}
