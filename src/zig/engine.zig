@@ -111,6 +111,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .retain_fn = pystream.hookRetain,
         .release_fn = pystream.hookRelease,
         .on_settle = pystream.hookOnSettle,
+        .log_error = pystream.hookLogError,
     };
     self.server = Server.init(allocator, hooks, opts_full) catch {
         py.decref(obj);
@@ -266,7 +267,7 @@ fn engineSettle(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 fn engineFileno(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
-    return c.PyLong_FromLong(server.poller.fd);
+    return c.PyLong_FromLong(server.io.fd);
 }
 
 fn engineSetState(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {

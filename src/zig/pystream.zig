@@ -8,7 +8,8 @@ const c = py.c;
 const Object = py.Object;
 const http1 = @import("http1.zig");
 const scope = @import("scope.zig");
-const Conn = @import("conn.zig").Conn;
+const stream_mod = @import("stream.zig");
+const Stream = stream_mod.Stream;
 const wsconn = @import("wsconn.zig");
 const engine_mod = @import("engine.zig");
 const EngineObjectCore = engine_mod.EngineObjectCore;
@@ -17,7 +18,8 @@ const closeIfDone = engine_mod.closeIfDone;
 
 const StreamObject = extern struct {
     ob_base: Object,
-    conn: ?*Conn,
+    /// The engine's stream while the app holds it; null after finish()/abort().
+    stream: ?*Stream,
     engine: ?*Object,
     scope: ?*Object,
     read_waiter: ?*Object,
@@ -38,11 +40,10 @@ fn streamDealloc(self_obj: ?*Object) callconv(.c) void {
     const self = asStream(self_obj);
     const tp = py.typeOf(self_obj.?);
     c.PyObject_GC_UnTrack(self_obj);
-    // Normally finish() detached us; a stream dropped without it aborts its connection.
-    if (self.conn) |conn| {
-        self.conn = null;
-        conn.close();
-        conn.finishStream();
+    // Normally finish() detached us; a stream dropped without it is aborted.
+    if (self.stream) |st| {
+        self.stream = null;
+        st.abort();
         if (self.engine) |e| closeIfDone(asEngine(e));
     }
     _ = streamClear(self_obj);
@@ -77,20 +78,20 @@ fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
 /// must wait (it stores a future in read_waiter; the engine resolves it).
 fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return scope.disconnectMessage();
-    if (conn.gone()) return scope.disconnectMessage();
+    const st = self.stream orelse return scope.disconnectMessage();
+    if (st.gone()) return scope.disconnectMessage();
     if (self.body_final) {
         // After the whole body, receive() waits for the client to go away or for the
         // response to be sent, then reports disconnect (uvicorn's behaviour).
-        if (conn.a().resp_complete) return scope.disconnectMessage();
+        if (st.resp_complete) return scope.disconnectMessage();
         return py.none();
     }
     var segs: [16][]const u8 = undefined;
-    const take = conn.takeBody(&segs);
-    if (take.failed or conn.gone()) return scope.disconnectMessage();
+    const take = st.takeBody(&segs);
+    if (take.failed or st.gone()) return scope.disconnectMessage();
     if (take.count == 0 and !take.done) {
-        conn.bodyConsumed();
-        conn.awaitBody();
+        st.bodyConsumed();
+        st.awaitBody();
         return py.none();
     }
     var total: usize = 0;
@@ -105,7 +106,7 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
         }
         break :blk b;
     };
-    conn.bodyConsumed();
+    st.bodyConsumed();
     if (take.done) self.body_final = true;
     return scope.requestMessage(body, !take.done);
 }
@@ -170,12 +171,12 @@ fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     }
     const engine = asEngine(self.engine);
     self.status = status;
-    const conn = self.conn orelse return py.none();
-    conn.startResponse(@intCast(status), pairs[0..n], engine.extraHeaders()) catch |err| return switch (err) {
+    const st = self.stream orelse return py.none();
+    st.startResponse(@intCast(status), pairs[0..n], engine.extraHeaders()) catch |err| return switch (err) {
         error.AlreadyStarted => py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'."),
         error.InvalidHeader => py.runtimeError("Invalid HTTP header name or value in the response."),
         error.HeadTooLarge => py.runtimeError("Response headers are too large."),
-        error.OutOfMemory, error.Closed => py.runtimeError("Out of memory for the response head."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the response head."),
     };
     return py.none();
 }
@@ -194,9 +195,9 @@ fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     }
     const more = c.PyObject_IsTrue(args[1].?);
     if (more < 0) return null;
-    const conn = self.conn orelse return py.boolean(false);
+    const st = self.stream orelse return py.boolean(false);
     const data = py.bytesView(body_obj).?;
-    const wait = conn.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
+    const wait = st.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
         error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.body'."),
         error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.body' sent, after response already completed."),
         error.Busy => py.runtimeError("send() called while an earlier send() is still in progress."),
@@ -222,12 +223,11 @@ fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 }
 
 fn detach(self: *StreamObject, abort: bool) void {
-    const conn = self.conn orelse return;
-    self.bytes_sent = @intCast(conn.bytesSentOrQueued());
-    self.conn = null;
+    const st = self.stream orelse return;
+    self.bytes_sent = @intCast(st.bytesSentOrQueued());
+    self.stream = null;
     self.finished = true;
-    if (abort) conn.close();
-    conn.finishStream();
+    if (abort) st.abort() else st.finish();
     if (self.engine) |e| closeIfDone(asEngine(e));
     // The connection held one reference to us while the request was open.
     py.decref(@ptrCast(self));
@@ -236,8 +236,8 @@ fn detach(self: *StreamObject, abort: bool) void {
 fn streamGetDisconnected(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     // Without a connection the stream is finished (or was aborted): nobody is listening.
-    const conn = self.conn orelse return py.boolean(true);
-    return py.boolean(conn.gone());
+    const st = self.stream orelse return py.boolean(true);
+    return py.boolean(st.gone());
 }
 
 fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
@@ -246,20 +246,20 @@ fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 
 fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const n: c_longlong = if (self.conn) |conn| @intCast(conn.bytesSentOrQueued()) else self.bytes_sent;
+    const n: c_longlong = if (self.stream) |st| @intCast(st.bytesSentOrQueued()) else self.bytes_sent;
     return c.PyLong_FromLongLong(n);
 }
 
 fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return py.boolean(self.status != 0);
-    return py.boolean(conn.a().resp_started);
+    const st = self.stream orelse return py.boolean(self.status != 0);
+    return py.boolean(st.resp_started);
 }
 
 fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return py.boolean(self.finished);
-    return py.boolean(conn.a().resp_complete);
+    const st = self.stream orelse return py.boolean(self.finished);
+    return py.boolean(st.resp_complete);
 }
 
 // ---- WebSocket streams ---------------------------------------------------------
@@ -283,8 +283,8 @@ fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssiz
         header_pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
         header_pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
     }
-    const conn = self.conn orelse return py.none();
-    wsconn.accept(conn, sub, header_pairs[0..n], asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+    const st = self.stream orelse return py.none();
+    st.wsAccept(sub, header_pairs[0..n], asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
         error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
         error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
@@ -301,8 +301,8 @@ fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const text = c.PyUnicode_Check(o) != 0;
     const data = if (text) (py.strView(o) orelse return null) else (py.bytesView(o) orelse
         return py.typeError("websocket.send needs 'bytes' (bytes) or 'text' (str)"));
-    const conn = self.conn orelse return c.PyLong_FromLong(2);
-    const wait = wsconn.send(conn, data, text) catch |err| return switch (err) {
+    const st = self.stream orelse return c.PyLong_FromLong(2);
+    const wait = st.wsSend(data, text) catch |err| return switch (err) {
         error.Closed => c.PyLong_FromLong(2),
         error.OutOfMemory => py.runtimeError("Out of memory for the message."),
     };
@@ -312,12 +312,12 @@ fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
 /// ws_receive(): the next websocket.receive or websocket.disconnect message, or None to wait.
 fn streamWsReceive(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return scope.wsDisconnectMessage(1006, "");
-    if (wsconn.takeMessage(conn)) |m| {
+    const st = self.stream orelse return scope.wsDisconnectMessage(1006, "");
+    if (st.wsTake()) |m| {
         defer m.destroy();
         return scope.wsReceiveMessage(m.text, m.data.items);
     }
-    if (conn.a().ws == null or wsconn.finished(conn)) return scope.wsDisconnectMessage(wsconn.closeCode(conn), wsconn.closeReason(conn));
+    if (!st.isWebSocket() or st.wsFinished()) return scope.wsDisconnectMessage(st.wsCloseCode(), st.wsCloseReason());
     return py.none();
 }
 
@@ -332,15 +332,15 @@ fn streamWsClose(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize
         return null;
     }
     const reason = py.strView(args[1].?) orelse return null;
-    const conn = self.conn orelse return py.none();
-    wsconn.closeFromApp(conn, @intCast(code), reason);
+    const st = self.stream orelse return py.none();
+    st.wsClose(@intCast(code), reason);
     return py.none();
 }
 
 fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const conn = self.conn orelse return py.boolean(true);
-    return py.boolean(wsconn.finished(conn));
+    const st = self.stream orelse return py.boolean(true);
+    return py.boolean(st.wsFinished());
 }
 
 var stream_methods = [_]c.PyMethodDef{
@@ -396,36 +396,33 @@ pub var stream_spec = c.PyType_Spec{
 
 // ---- hooks: the engine calling into Python ----------------------------------
 
-pub fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool {
+pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Request) bool {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
-    const is_ws = conn.a().ws != null;
-    const tp = (if (is_ws) engine.ws_class else engine.stream_class) orelse return false;
+    const tp = (if (st.isWebSocket()) engine.ws_class else engine.stream_class) orelse return false;
     const alloc_fn = tp.tp_alloc orelse return false;
     const obj = alloc_fn(tp, 0) orelse {
         c.PyErr_WriteUnraisable(null);
         return false;
     };
-    const stream = asStream(obj);
-    stream.scope = scope.build(req, &conn.peer, &engine.info, conn.session()) orelse {
+    const self = asStream(obj);
+    self.scope = scope.build(req, st.peer(), &engine.info, st.tlsSession()) orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);
         return false;
     };
     py.incref(engine.obj);
-    stream.engine = engine.obj;
-    // The connection's reference; dropped by finish()/abort().
-    stream.conn = conn;
-    conn.a().stream = obj;
-    conn.server.streamStarted();
+    self.engine = engine.obj;
+    // The stream's reference; dropped by finish()/abort().
+    self.stream = st;
+    st.handle = obj;
     const result = c.PyObject_CallOneArg(engine.on_request, obj);
     if (result) |r| {
         py.decref(r);
     } else {
         c.PyErr_WriteUnraisable(engine.on_request);
-        if (stream.conn != null) {
-            stream.conn = null;
-            conn.a().stream = null;
-            conn.server.streamFinished();
+        if (self.stream != null) {
+            // Not finished by the dispatcher: the protocol refuses the request.
+            self.stream = null;
             py.decref(obj);
             return false;
         }
@@ -433,8 +430,9 @@ pub fn hookOnRequest(ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bo
     return true;
 }
 
-fn wakeSlot(stream_ptr: *anyopaque, comptime field: []const u8) void {
-    const stream: *StreamObject = @ptrCast(@alignCast(stream_ptr));
+fn wakeSlot(st: *Stream, comptime field: []const u8) void {
+    const obj: *Object = @ptrCast(@alignCast(st.handle orelse return));
+    const stream = asStream(obj);
     const waiter = @field(stream, field) orelse return;
     @field(stream, field) = null;
     defer py.decref(waiter);
@@ -443,11 +441,11 @@ fn wakeSlot(stream_ptr: *anyopaque, comptime field: []const u8) void {
     if (r) |o| py.decref(o) else c.PyErr_WriteUnraisable(engine.wake);
 }
 
-pub fn hookWakeRead(s: *anyopaque) void {
+pub fn hookWakeRead(s: *Stream) void {
     wakeSlot(s, "read_waiter");
 }
 
-pub fn hookWakeWrite(s: *anyopaque) void {
+pub fn hookWakeWrite(s: *Stream) void {
     wakeSlot(s, "write_waiter");
 }
 
@@ -472,6 +470,16 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
     };
     py.decref(r);
     return true;
+}
+
+/// The engine closed a connection for a reason of its own: one line on `zigcorn.error`.
+pub fn hookLogError(_: *anyopaque, message: []const u8) void {
+    const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
+    defer py.decref(logging);
+    const logger = c.PyObject_CallMethod(logging, "getLogger", "s", "zigcorn.error") orelse return c.PyErr_WriteUnraisable(null);
+    defer py.decref(logger);
+    const r = c.PyObject_CallMethod(logger, "error", "s#", message.ptr, @as(c.Py_ssize_t, @intCast(message.len))) orelse return c.PyErr_WriteUnraisable(null);
+    py.decref(r);
 }
 
 pub fn hookRetain(o: *anyopaque) void {

@@ -4,6 +4,7 @@
 const std = @import("std");
 const py = @import("py.zig");
 const http1 = @import("http1.zig");
+const Request = @import("stream.zig").Request;
 const Peer = @import("conn.zig").Peer;
 const proxy = @import("proxy.zig");
 const tls = @import("tls.zig");
@@ -51,6 +52,7 @@ const Values = struct {
     spec_version: *Object,
     http11: *Object,
     http10: *Object,
+    http2: *Object,
     http_request: *Object,
     http_disconnect: *Object,
     empty_bytes: *Object,
@@ -97,6 +99,7 @@ pub fn init() bool {
         .spec_version = py.intern("2.3") orelse return false,
         .http11 = py.intern("1.1") orelse return false,
         .http10 = py.intern("1.0") orelse return false,
+        .http2 = py.intern("2") orelse return false,
         .http_request = py.intern("http.request") orelse return false,
         .http_disconnect = py.intern("http.disconnect") orelse return false,
         .empty_bytes = py.bytes("") orelse return false,
@@ -127,7 +130,7 @@ pub const ServerInfo = struct {
 };
 
 /// What trusted proxies say about this request (nothing for anyone else).
-fn forwardedFor(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
+fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
     const trust = info.trust orelse return .{};
     const trusted = switch (peer.family) {
         std.os.linux.AF.UNIX => trust.unix or trust.all,
@@ -157,7 +160,7 @@ fn headerName(name: []const u8) ?*Object {
 }
 
 /// `forwarded_host`, from a trusted proxy, replaces the Host header's value.
-fn headers(req: *const http1.Request, forwarded_host: ?[]const u8) ?*Object {
+fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
     for (req.headers, 0..) |h, i| {
         const pair = c.PyTuple_New(2) orelse return fail(list);
@@ -190,7 +193,7 @@ fn client(peer: *const Peer, fwd: *const proxy.Forwarded) ?*Object {
 
 /// `path` is percent-decoded and read as UTF-8 (invalid sequences replaced), with
 /// root_path in front, as in uvicorn.
-fn paths(req: *const http1.Request, info: *const ServerInfo, path_out: *?*Object, raw_out: *?*Object) bool {
+fn paths(req: *const Request, info: *const ServerInfo, path_out: *?*Object, raw_out: *?*Object) bool {
     const root = info.root_path_utf8;
     const stack = &path_scratch;
     const need = root.len + req.path.len;
@@ -211,16 +214,16 @@ fn paths(req: *const http1.Request, info: *const ServerInfo, path_out: *?*Object
     return true;
 }
 
-/// New reference: the scope dict of one HTTP request.
+/// New reference: the scope dict of one HTTP request, from any protocol's view of it.
 /// `session` is the connection's TLS session (null for plain HTTP): it decides the
 /// scheme and adds `extensions["tls"]`.
-pub fn build(req: *const http1.Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) ?*Object {
+pub fn build(req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) ?*Object {
     const d = c.PyDict_New() orelse return null;
     if (!fill(d, req, peer, info, session)) return fail(d);
     return d;
 }
 
-fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
+fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
     py.incref(values.http);
     if (!py.dictSetSteal(d, keys.type, values.http)) return false;
     const asgi = c.PyDict_New() orelse return false;
@@ -231,7 +234,11 @@ fn fill(d: *Object, req: *const http1.Request, peer: *const Peer, info: *const S
         return false;
     }
     if (!py.dictSetSteal(d, keys.asgi, asgi)) return false;
-    const version = if (req.version == .http11) values.http11 else values.http10;
+    const version = switch (req.version) {
+        .http10 => values.http10,
+        .http11 => values.http11,
+        .http2 => values.http2,
+    };
     if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
     const fwd = forwardedFor(req, peer, info);

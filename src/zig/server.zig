@@ -8,7 +8,9 @@ const metrics = @import("metrics.zig");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
 const http1 = @import("http1.zig");
-const Poller = @import("poller.zig").Poller;
+const io = @import("io.zig");
+const stream_mod = @import("stream.zig");
+const Stream = stream_mod.Stream;
 const Pool = @import("pool.zig").Pool;
 const timer = @import("timer.zig");
 const response = @import("response.zig");
@@ -23,26 +25,30 @@ const writer_mod = @import("writer.zig");
 /// (one request and its response), never of Python objects.
 pub const Hooks = struct {
     ctx: *anyopaque,
-    /// A request head arrived; the hook must set `conn.stream`. False refuses it (500).
-    on_request: *const fn (ctx: *anyopaque, conn: *Conn, req: *const http1.Request) bool,
+    /// A request head arrived on a new stream; the hook must set `stream.handle`. False
+    /// refuses it (500). `req` is valid only during the call.
+    on_request: *const fn (ctx: *anyopaque, stream: *Stream, req: *const stream_mod.Request) bool,
     /// Body bytes, a disconnect, or the end of the response: a waiting receive() may go on.
-    wake_read: *const fn (stream: *anyopaque) void,
-    /// The output queue drained, or the connection closed: a waiting send() may go on.
-    wake_write: *const fn (stream: *anyopaque) void,
+    wake_read: *const fn (stream: *Stream) void,
+    /// The stream's queued output drained, or the connection closed: a waiting send() may go on.
+    wake_write: *const fn (stream: *Stream) void,
     retain_fn: *const fn (owner: *anyopaque) void,
     release_fn: *const fn (owner: *anyopaque) void,
     /// Work for the end of the app side's current pass (a busy poll, waking the writer
     /// thread): schedule `settle` to run after the callbacks already ready.
     on_settle: *const fn (ctx: *anyopaque) void,
+    /// One line on the `zigcorn.error` logger: the engine dropped a connection for a
+    /// reason the peer did not cause (it ran out of memory or buffers).
+    log_error: *const fn (ctx: *anyopaque, message: []const u8) void,
 
-    pub fn onRequest(self: Hooks, c: *Conn, req: *const http1.Request) bool {
-        return self.on_request(self.ctx, c, req);
+    pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
+        return self.on_request(self.ctx, st, req);
     }
-    pub fn wakeRead(self: Hooks, s: *anyopaque) void {
-        self.wake_read(s);
+    pub fn wakeRead(self: Hooks, st: *Stream) void {
+        self.wake_read(st);
     }
-    pub fn wakeWrite(self: Hooks, s: *anyopaque) void {
-        self.wake_write(s);
+    pub fn wakeWrite(self: Hooks, st: *Stream) void {
+        self.wake_write(st);
     }
     pub fn retain(self: Hooks, o: *anyopaque) void {
         self.retain_fn(o);
@@ -52,6 +58,9 @@ pub const Hooks = struct {
     }
     pub fn onSettle(self: Hooks) void {
         self.on_settle(self.ctx);
+    }
+    pub fn logError(self: Hooks, message: []const u8) void {
+        self.log_error(self.ctx, message);
     }
 };
 
@@ -121,7 +130,8 @@ const token_wake: usize = 3;
 
 pub const Server = struct {
     allocator: std.mem.Allocator,
-    poller: Poller,
+    /// The I/O backend: the event source and every socket operation.
+    io: io.Backend,
     listen_fd: i32 = -1,
     timer_fd: i32 = -1,
     wake_fd: i32 = -1,
@@ -132,7 +142,7 @@ pub const Server = struct {
     pool: Pool = .{},
     limits: http1.Limits,
     headers_storage: [128]http1.Header = undefined,
-    batch: Poller.Batch = .{},
+    batch: io.Backend.Batch = .{},
     date: response.DateCache = .{},
     server_header: bool,
     date_header: bool,
@@ -203,7 +213,7 @@ pub const Server = struct {
         errdefer allocator.destroy(self);
         self.* = .{
             .allocator = allocator,
-            .poller = try Poller.init(),
+            .io = try io.Backend.init(),
             .hooks = hooks,
             .server_header = opts.server_header,
             .date_header = opts.date_header,
@@ -228,7 +238,7 @@ pub const Server = struct {
             .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms, .id = 3 },
             .write_timeouts = .{ .timeout_ms = opts.timeout_write_ms, .id = 4 },
         };
-        errdefer self.poller.deinit();
+        errdefer self.io.deinit();
         self.now_ms = sys.monotonicMs();
         self.date.update(sys.realtimeSeconds());
 
@@ -238,12 +248,12 @@ pub const Server = struct {
         const second = linux.timespec{ .sec = 1, .nsec = 0 };
         const spec = linux.itimerspec{ .it_interval = second, .it_value = second };
         _ = linux.timerfd_settime(self.timer_fd, .{}, &spec, null);
-        _ = self.poller.register(self.timer_fd, token_timer, .{});
+        _ = self.io.register(self.timer_fd, token_timer, .{});
 
         const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
         if (sys.E.init(efd_rc) != .SUCCESS) return error.EventFdFailed;
         self.wake_fd = @intCast(efd_rc);
-        _ = self.poller.register(self.wake_fd, token_wake, .{});
+        _ = self.io.register(self.wake_fd, token_wake, .{});
         if (opts.writer == .on) self.startWriter();
         return self;
     }
@@ -320,21 +330,20 @@ pub const Server = struct {
         if (sys.E.init(flags) != .SUCCESS) return error.BadSocket;
         const nonblock: usize = @as(u32, @bitCast(linux.O{ .NONBLOCK = true }));
         if (sys.E.init(linux.fcntl(fd, linux.F.SETFL, flags | nonblock)) != .SUCCESS) return error.BadSocket;
-        if (!self.poller.registerListener(fd, token_listen)) return error.RegisterFailed;
+        if (!self.io.registerListener(fd, token_listen)) return error.RegisterFailed;
         self.listen_fd = fd;
     }
 
     pub fn stopAccepting(self: *Server) void {
         if (self.listen_fd < 0) return;
-        self.poller.unregister(self.listen_fd);
-        sys.close(self.listen_fd);
+        self.io.close(self.listen_fd);
         self.listen_fd = -1;
     }
 
     /// Processes every ready event without blocking.
     pub fn poll(self: *Server) void {
         // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
-        self.poller.wait(&self.batch, 0);
+        self.io.wait(&self.batch, 0);
         self.process();
     }
 
@@ -366,8 +375,7 @@ pub const Server = struct {
         var n: usize = 0;
         while (n < 256 and self.listen_fd >= 0) : (n += 1) {
             var st: linux.sockaddr.storage = undefined;
-            var len: linux.socklen_t = undefined;
-            const fd = switch (sys.accept(self.listen_fd, &st, &len)) {
+            const fd = switch (self.io.accept(self.listen_fd, &st)) {
                 .ok => |fd| fd,
                 .err => |e| switch (e) {
                     .AGAIN => return,
@@ -382,20 +390,27 @@ pub const Server = struct {
                 continue;
             }
             _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
-            const c = self.newConn(fd, conn_mod.Peer.fromStorage(&st)) orelse {
-                sys.close(fd);
-                continue;
-            };
-            if (!self.poller.register(fd, @intFromPtr(c), c.interest)) {
-                sys.close(fd);
-                self.destroyConn(c);
-                continue;
-            }
-            self.link(c);
-            self.connections += 1;
-            if (self.metrics) |m| m.connections_open = self.connections;
-            self.header_timeouts.arm(&c.timer, self.now_ms);
+            _ = self.addConnection(fd, conn_mod.Peer.fromStorage(&st));
         }
+    }
+
+    /// Serves a connected socket (non-blocking): a new Conn, watched, with its first
+    /// request head due within the header timeout. On failure the socket is closed.
+    pub fn addConnection(self: *Server, fd: i32, peer: conn_mod.Peer) ?*Conn {
+        const c = self.newConn(fd, peer) orelse {
+            sys.close(fd);
+            return null;
+        };
+        if (!self.io.register(fd, @intFromPtr(c), c.interest)) {
+            sys.close(fd);
+            self.destroyConn(c);
+            return null;
+        }
+        self.link(c);
+        self.connections += 1;
+        if (self.metrics) |m| m.connections_open = self.connections;
+        self.header_timeouts.arm(&c.timer, self.now_ms);
+        return c;
     }
 
     fn tick(self: *Server) void {
@@ -593,7 +608,7 @@ pub const Server = struct {
     pub fn spinWait(self: *Server) bool {
         const start = sys.monotonicNs();
         while (true) {
-            self.poller.wait(&self.batch, 0);
+            self.io.wait(&self.batch, 0);
             const spent = sys.monotonicNs() -% start;
             if (self.batch.len != 0) {
                 self.spun_ns +%= spent;
@@ -658,7 +673,7 @@ pub const Server = struct {
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);
-        self.poller.deinit();
+        self.io.deinit();
         self.pool.deinit();
         self.zlib.deinit();
         if (self.tls_ctx) |ctx| tls.freeContext(ctx);

@@ -7,7 +7,6 @@ const std = @import("std");
 const linux = std.os.linux;
 
 pub const E = linux.E;
-pub const Errno = E;
 
 /// The result of a system call: the value, or the errno it failed with.
 pub fn Result(comptime T: type) type {

@@ -2,13 +2,14 @@
 //! response leaves the Python thread, so the app's next step runs while the kernel
 //! moves the bytes (on loopback the sender's writev also runs the receiver's TCP stack).
 //!
-//! The thread only ever sees a `Job`: a descriptor and up to three byte ranges. It never
+//! The thread only ever sees a `Job`: a descriptor and up to `outq.segments_max` byte ranges. It never
 //! touches a connection, Python, or the GIL. The connection that submitted a job is
 //! `io_busy` until its completion is applied on the Python thread (`Server.poll`):
 //! until then nobody modifies its output, closes its descriptor or frees it.
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
+const outq = @import("outq.zig");
 
 /// Jobs in flight at once; past this the Python thread writes inline as before.
 pub const jobs_max = 1024;
@@ -17,7 +18,7 @@ pub const Job = struct {
     /// The submitter (a `*Conn`), handed back untouched with the completion.
     owner: *anyopaque,
     fd: i32,
-    iov: [3]std.posix.iovec_const = undefined,
+    iov: [outq.segments_max]std.posix.iovec_const = undefined,
     iov_len: u8 = 0,
     // Filled by the writer thread.
     written: usize = 0,

@@ -19,6 +19,10 @@ const allocator = std.heap.c_allocator;
 
 /// Queued outbound bytes past which send() waits and reading pauses.
 pub const out_bytes_high = 64 * 1024;
+/// The 101 response head fits in one pooled buffer.
+const head_bytes_max = @import("pool.zig").buffer_bytes;
+/// Frames are copied into the output, which grows on the heap up to this.
+const frames_bytes_max = std.math.maxInt(u32);
 
 /// One whole message waiting for the app.
 pub const Message = struct {
@@ -102,15 +106,20 @@ pub fn accept(conn: *Conn, subprotocol: ?[]const u8, headers: []const [2][]const
     const act = conn.a();
     const s = session(conn);
     if (conn.state == .closed) return;
-    if (conn.state != .request or s.open or act.resp_started) return error.NotPending;
-    const buf = conn.ensureOutBuffer() orelse return error.OutOfMemory;
-    var w = response.HeadWriter{ .buf = buf[act.olen..] };
+    const st = &act.h1_stream;
+    if (conn.state != .request or s.open or st.resp_started) return error.NotPending;
+    const space = conn.stageOut(1024, head_bytes_max) catch return error.OutOfMemory;
+    var w = response.HeadWriter{ .buf = space };
     writeHead(conn, &w, subprotocol, headers, extra) catch |err| {
         return if (err == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
     };
-    act.olen += @intCast(w.len);
-    act.status = 101;
-    act.resp_started = true;
+    act.out.addStaged(w.len);
+    act.out.commitStaged(&st.out) catch {
+        act.out.dropStaged();
+        return error.OutOfMemory;
+    };
+    st.status = 101;
+    st.resp_started = true;
     s.open = true;
     conn.state = .websocket;
     armPing(conn);
@@ -398,8 +407,9 @@ pub fn send(conn: *Conn, data: []const u8, text: bool) SendError!bool {
 
 fn queueFrame(conn: *Conn, op: ws.Opcode, payload: []const u8, compressed: bool) error{OutOfMemory}!void {
     var hdr: [10]u8 = undefined;
-    try conn.queueGrow(ws.encodeHeader(&hdr, true, compressed, op, payload.len));
-    try conn.queueGrow(payload);
+    // A full segment queue is out of room like any allocation: the caller closes.
+    conn.queueCopy(ws.encodeHeader(&hdr, true, compressed, op, payload.len), null, frames_bytes_max) catch return error.OutOfMemory;
+    conn.queueCopy(payload, null, frames_bytes_max) catch return error.OutOfMemory;
 }
 
 fn sendClose(conn: *Conn, code: u16, reason: []const u8) error{OutOfMemory}!void {
@@ -429,7 +439,7 @@ pub fn afterFlush(conn: *Conn) void {
     if (s.close_sent and (s.close_received or s.failed)) {
         // Our close frame is out and nothing more is expected: the server closes the
         // TCP connection first (RFC 6455 7.1.1), reading what is left for a moment.
-        return conn.lingerClose();
+        return conn.lingerClose(true);
     }
     maybeResume(conn);
 }
@@ -482,7 +492,8 @@ pub fn pongTimeout(conn: *Conn) void {
     const s = session(conn);
     if (!s.close_received and !s.failed) s.close_code = 1011;
     s.failed = true;
-    sendClose(conn, 1011, "keepalive ping timeout") catch {};
+    // Best effort: the connection closes right after, whether the frame was queued or not.
+    sendClose(conn, 1011, "keepalive ping timeout") catch return conn.close();
     conn.flush();
     if (conn.state != .closed) conn.close();
 }

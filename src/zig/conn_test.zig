@@ -1,0 +1,333 @@
+//! Unit tests of the connection and stream state machines, without Python: a real
+//! Server (epoll, timers, pool) serves one end of a socketpair; the test plays the
+//! client on the other end and the app through the stream verbs.
+//!
+//!     python -m ziglang test -lc src/zig/conn_test.zig
+const std = @import("std");
+const linux = std.os.linux;
+const testing = std.testing;
+const server_mod = @import("server.zig");
+const Server = server_mod.Server;
+const conn_mod = @import("conn.zig");
+const stream_mod = @import("stream.zig");
+const Stream = stream_mod.Stream;
+const sys = @import("sys.zig");
+
+/// What the hooks saw. One at a time: the tests run serially.
+const Recorder = struct {
+    requests: [8]*Stream = undefined,
+    paths: [8][64]u8 = undefined,
+    path_lens: [8]usize = .{0} ** 8,
+    methods: [8][16]u8 = undefined,
+    count: usize = 0,
+    wake_reads: usize = 0,
+    wake_writes: usize = 0,
+    retained: usize = 0,
+    released: usize = 0,
+    errors: usize = 0,
+    /// Refuse every request (as a failing dispatcher would).
+    refuse: bool = false,
+
+    fn path(self: *const Recorder, i: usize) []const u8 {
+        return self.paths[i][0..self.path_lens[i]];
+    }
+};
+
+var rec: Recorder = .{};
+/// Stands in for the Python object the hooks would hand out.
+var handle_token: u8 = 0;
+
+fn onRequest(_: *anyopaque, st: *Stream, req: *const stream_mod.Request) bool {
+    if (rec.refuse) return false;
+    const i = rec.count;
+    rec.requests[i] = st;
+    const n = @min(req.path.len, 64);
+    @memcpy(rec.paths[i][0..n], req.path[0..n]);
+    rec.path_lens[i] = n;
+    rec.count += 1;
+    st.handle = &handle_token;
+    return true;
+}
+fn wakeRead(_: *Stream) void {
+    rec.wake_reads += 1;
+}
+fn wakeWrite(_: *Stream) void {
+    rec.wake_writes += 1;
+}
+fn retain(_: *anyopaque) void {
+    rec.retained += 1;
+}
+fn release(_: *anyopaque) void {
+    rec.released += 1;
+}
+fn onSettle(_: *anyopaque) void {}
+fn logError(_: *anyopaque, _: []const u8) void {
+    rec.errors += 1;
+}
+
+fn testOptions() server_mod.Options {
+    return .{
+        .timeout_keep_alive_ms = 5_000,
+        .timeout_header_ms = 30_000,
+        .timeout_body_ms = 30_000,
+        .timeout_write_ms = 30_000,
+        .server_header = false,
+        .date_header = false,
+        .connections_max = 100,
+        .keep_alive_requests_max = 100,
+        .body_bytes_max = 1 << 20,
+        .limits = .{ .head_bytes_max = 16 * 1024, .target_bytes_max = 8190, .headers_count_max = 100 },
+        .metrics_path = "",
+        .health_path = "",
+        .metrics = null,
+        .ws_enabled = false,
+        .ws_deflate = false,
+        .ws_message_bytes_max = 1 << 20,
+        .ws_queue_max = 32,
+        .ws_ping_interval_ms = 0,
+        .ws_ping_timeout_ms = 20_000,
+        .writer = .off,
+        .spin_ns = 0,
+    };
+}
+
+/// A server with one connection; `client` is the other end of its socket.
+const Fixture = struct {
+    server: *Server,
+    client: i32,
+    conn: *conn_mod.Conn,
+
+    fn init() !Fixture {
+        rec = .{};
+        var ctx: u8 = 0;
+        const hooks = server_mod.Hooks{
+            .ctx = &ctx,
+            .on_request = onRequest,
+            .wake_read = wakeRead,
+            .wake_write = wakeWrite,
+            .retain_fn = retain,
+            .release_fn = release,
+            .on_settle = onSettle,
+            .log_error = logError,
+        };
+        const server = try Server.init(std.heap.c_allocator, hooks, testOptions());
+        errdefer server.deinit();
+        var fds: [2]i32 = undefined;
+        const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);
+        if (sys.E.init(rc) != .SUCCESS) return error.SocketPair;
+        const c = server.addConnection(fds[0], .{}) orelse return error.AddFailed;
+        return .{ .server = server, .client = fds[1], .conn = c };
+    }
+
+    fn deinit(self: *Fixture) void {
+        sys.close(self.client);
+        self.server.deinit();
+    }
+
+    fn send(self: *Fixture, bytes: []const u8) !void {
+        switch (sys.writev(self.client, &.{.{ .base = bytes.ptr, .len = bytes.len }})) {
+            .ok => |n| if (n != bytes.len) return error.ShortWrite,
+            .err => return error.WriteFailed,
+        }
+        self.server.poll();
+    }
+
+    /// Everything the server has written so far (the client end is non-blocking).
+    fn receive(self: *Fixture, buf: []u8) ![]const u8 {
+        self.server.poll();
+        var len: usize = 0;
+        while (len < buf.len) {
+            switch (sys.read(self.client, buf[len..])) {
+                .ok => |n| {
+                    if (n == 0) break;
+                    len += n;
+                },
+                .err => |e| {
+                    if (e == .AGAIN) break;
+                    return error.ReadFailed;
+                },
+            }
+        }
+        return buf[0..len];
+    }
+
+    /// Whether the server closed its end: the client reads to the end of the stream.
+    fn peerClosed(self: *Fixture) bool {
+        self.server.poll();
+        var b: [4096]u8 = undefined;
+        while (true) switch (sys.read(self.client, &b)) {
+            .ok => |n| if (n == 0) return true,
+            .err => return false,
+        };
+    }
+};
+
+fn respond(st: *Stream, body: []const u8) !void {
+    try st.startResponse(200, &.{.{ "content-type", "text/plain" }}, &.{});
+    _ = try st.writeBody(body, false, null);
+    st.finish();
+}
+
+test "keep-alive: two requests on one connection, each a fresh stream, idle in between" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET /one HTTP/1.1\r\nhost: x\r\n\r\n");
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqualStrings("/one", rec.path(0));
+    try respond(rec.requests[0], "hello");
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    try testing.expectEqualStrings("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nhello", got);
+    // Idle: only the small struct is left.
+    try testing.expect(f.conn.act == null);
+    try f.send("GET /two HTTP/1.1\r\nhost: x\r\n\r\n");
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try testing.expectEqualStrings("/two", rec.path(1));
+    try respond(rec.requests[1], "again");
+    const got2 = try f.receive(&buf);
+    try testing.expect(std.mem.endsWith(u8, got2, "\r\n\r\nagain"));
+    try testing.expectEqual(@as(u32, 2), f.conn.requests_count);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "pipelining: the second request waits for the first response, answers stay in order" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\n\r\n");
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try respond(rec.requests[0], "A");
+    // The buffered request is parsed on the next pass.
+    f.server.poll();
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try testing.expectEqualStrings("/b", rec.path(1));
+    try respond(rec.requests[1], "B");
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    const first = std.mem.indexOf(u8, got, "\r\n\r\nA") orelse return error.MissingA;
+    const second = std.mem.indexOf(u8, got, "\r\n\r\nB") orelse return error.MissingB;
+    try testing.expect(first < second);
+}
+
+test "chunked streaming response: framing per body message and the last chunk" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    const st = rec.requests[0];
+    try st.startResponse(200, &.{}, &.{});
+    try testing.expect(!try st.writeBody("ab", true, null));
+    try testing.expect(!try st.writeBody("cde", false, null));
+    try testing.expectError(error.AlreadyComplete, st.writeBody("x", false, null));
+    st.finish();
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    try testing.expectEqualStrings("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n", got);
+}
+
+test "partial writes and backpressure: a large borrowed body makes the writer wait until the client reads" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET /big HTTP/1.1\r\nhost: x\r\n\r\n");
+    const st = rec.requests[0];
+    const body = try testing.allocator.alloc(u8, 1 << 20);
+    defer testing.allocator.free(body);
+    for (body, 0..) |*b, i| b.* = @intCast(i % 251);
+    var owner: u8 = 0;
+    try st.startResponse(200, &.{}, &.{});
+    // More than the socket takes at once: the body stays queued by reference.
+    try testing.expect(try st.writeBody(body, true, &owner));
+    try testing.expectEqual(@as(usize, 1), rec.retained);
+    try testing.expect(st.out.queued > stream_mod.queued_bytes_high);
+    const wakes_before = rec.wake_writes;
+    var got: std.ArrayListUnmanaged(u8) = .{};
+    defer got.deinit(testing.allocator);
+    var buf: [64 * 1024]u8 = undefined;
+    var rounds: usize = 0;
+    while (got.items.len < body.len + 200 and rounds < 10_000) : (rounds += 1) {
+        try got.appendSlice(testing.allocator, try f.receive(&buf));
+        if (st.out.queued == 0) break;
+    }
+    // Drained: the waiting writer was woken and the body's owner released.
+    try testing.expect(rec.wake_writes > wakes_before);
+    try testing.expectEqual(@as(usize, 1), rec.released);
+    try testing.expect(!try st.writeBody("", false, null));
+    st.finish();
+    try got.appendSlice(testing.allocator, try f.receive(&buf));
+    const head_end = (std.mem.indexOf(u8, got.items, "\r\n\r\n") orelse return error.NoHead) + 4;
+    // Chunked: the size line, the whole body, then the CRLF and the last chunk.
+    const size_line = "100000\r\n";
+    try testing.expect(std.mem.startsWith(u8, got.items[head_end..], size_line));
+    const body_start = head_end + size_line.len;
+    try testing.expectEqualSlices(u8, body, got.items[body_start..][0..body.len]);
+    try testing.expectEqualStrings("\r\n0\r\n\r\n", got.items[body_start + body.len ..]);
+}
+
+test "abort mid-body: the connection closes, the stream sees it gone, nothing is left" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n0123456789");
+    const st = rec.requests[0];
+    var segs: [4][]const u8 = undefined;
+    const r = st.takeBody(&segs);
+    try testing.expectEqual(@as(usize, 1), r.count);
+    try testing.expectEqualStrings("0123456789", segs[0]);
+    try testing.expect(!r.done);
+    st.bodyConsumed();
+    try st.startResponse(200, &.{}, &.{});
+    try testing.expect(!try st.writeBody("partial", true, null));
+    st.abort();
+    try testing.expect(f.peerClosed());
+    try testing.expectEqual(@as(u32, 0), f.server.connections);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "the client goes away while the app holds the stream: it is told, and finishing frees it" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n");
+    const st = rec.requests[0];
+    const reads_before = rec.wake_reads;
+    sys.close(f.client);
+    f.client = -1;
+    f.server.poll();
+    try testing.expect(st.gone());
+    try testing.expect(rec.wake_reads > reads_before);
+    // The app's late output is dropped without error.
+    try st.startResponse(200, &.{}, &.{});
+    try testing.expect(!try st.writeBody("late", false, null));
+    st.finish();
+    f.server.poll();
+    try testing.expectEqual(@as(u32, 0), f.server.connections);
+}
+
+test "an unread body is skipped so the next request on the connection is served" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("POST /skip HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhelloGET /next HTTP/1.1\r\nhost: x\r\n\r\n");
+    try respond(rec.requests[0], "ok");
+    f.server.poll();
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try testing.expectEqualStrings("/next", rec.path(1));
+    try respond(rec.requests[1], "ok");
+}
+
+test "a malformed head is refused with 400 and the connection closes" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET / HTTP/1.1\r\nbad header\r\n\r\n");
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    try testing.expect(std.mem.startsWith(u8, got, "HTTP/1.1 400 "));
+    try testing.expect(f.peerClosed());
+}
+
+test "a request the app side cannot take is answered 500" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    rec.refuse = true;
+    try f.send("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    try testing.expect(std.mem.startsWith(u8, got, "HTTP/1.1 500 "));
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}

@@ -1,0 +1,563 @@
+//! HTTP/1.1 as a protocol over a connection: request heads in, one stream at a time,
+//! response heads and body framing out, keep-alive between exchanges.
+//!
+//! Requests on one connection are served strictly one after another, so pipelined
+//! requests are answered in order; the bytes of the next one wait in the read buffer
+//! until the current response is written. The parser is `http1.zig` (sans-IO); the
+//! transport is `conn.zig`; the stream (`stream.zig`) is what the app side drives.
+const std = @import("std");
+const sys = @import("sys.zig");
+const http1 = @import("http1.zig");
+const response = @import("response.zig");
+const metrics = @import("metrics.zig");
+const ws = @import("ws.zig");
+const wsconn = @import("wsconn.zig");
+const deflate = @import("deflate.zig");
+const outq = @import("outq.zig");
+const conn_mod = @import("conn.zig");
+const Conn = conn_mod.Conn;
+const stream_mod = @import("stream.zig");
+const Stream = stream_mod.Stream;
+
+/// Response heads past a pooled buffer move to the heap, up to this size.
+const response_head_bytes_max = 1024 * 1024;
+/// Copied output (heads, framing, small bodies) grows to at most this; larger bodies are borrowed.
+const copied_bytes_max = response_head_bytes_max + 64 * 1024;
+/// Bodies up to this size are copied next to the head (one write); larger ones are borrowed.
+const copy_body_bytes_max = 4096;
+/// An unread request body up to this size is skipped to keep the connection; past it we close.
+const discard_bytes_max = 1024 * 1024;
+/// Scratch for engine-made answers (health, metrics): used and copied out within one call.
+var ops_head_scratch: [512]u8 = undefined;
+var ops_body_scratch: [8192]u8 = undefined;
+
+fn streamOf(conn: *Conn) *Stream {
+    return &conn.a().h1_stream;
+}
+
+/// The connection's stream, reset for a new exchange. Its last one's output is written.
+fn freshStream(conn: *Conn) *Stream {
+    const st = streamOf(conn);
+    std.debug.assert(st.out.queued == 0 and conn.a().stream == null);
+    st.* = Stream.init(conn, .http1);
+    return st;
+}
+
+/// Acts on whatever is buffered: parse a head, or tell the stream body bytes arrived.
+pub fn process(conn: *Conn) void {
+    switch (conn.state) {
+        .head => if (conn.act != null) parseHead(conn),
+        .request => {
+            const act = conn.a();
+            const st = streamOf(conn);
+            // The stream may already be finished while its last response is still flushing.
+            if (!st.body_done) if (act.stream) |s| conn.server.hooks.wakeRead(s);
+            if (act.rlen == @import("pool.zig").buffer_bytes and act.rstart == 0) conn.setReading(false);
+        },
+        else => unreachable,
+    }
+}
+
+fn parseHead(conn: *Conn) void {
+    const act = conn.a();
+    if (act.discarding) {
+        discardBody(conn);
+        if (act.discarding) return;
+    }
+    const buf = act.rbuf orelse return;
+    if (act.rstart == act.rlen) return;
+    const srv = conn.server;
+    const data = buf[act.rstart..act.rlen];
+    const parsed = http1.parseHead(data, &srv.headers_storage, srv.limits) catch |err| {
+        _ = freshStream(conn);
+        return refuse(conn, http1.statusFor(err));
+    };
+    const head = parsed orelse {
+        // Incomplete: the head must arrive within the header timeout, counted from its first byte.
+        if (!conn.timer.in(&srv.header_timeouts)) srv.header_timeouts.arm(&conn.timer, srv.now_ms);
+        if (act.rstart > 0) conn.compact();
+        return;
+    };
+    conn.timer.disarm();
+    const st = beginRequest(conn, &head.request);
+    act.rstart += @intCast(head.len);
+    if (head.request.content_length orelse 0 > srv.body_bytes_max) {
+        // Refused before any app sees it, and before a 100-continue invites the body.
+        return refuse(conn, 413);
+    }
+    if (srv.ws_enabled and ws.isUpgrade(&head.request)) {
+        if (!beginUpgrade(conn, &head.request)) return;
+    }
+    conn.state = .request;
+    conn.requests_count += 1;
+    if (srv.metrics != null) st.started_us = sys.monotonicUs();
+    if (answerOps(conn, &head.request)) return;
+    const view = stream_mod.Request.fromHttp1(&head.request);
+    act.stream = st;
+    srv.streamStarted();
+    if (!srv.hooks.onRequest(st, &view)) {
+        // The seam could not take the request (out of memory, app dispatch failed).
+        act.stream = null;
+        st.handle = null;
+        srv.streamFinished();
+        conn.state = .head;
+        return refuse(conn, 500);
+    }
+}
+
+/// A WebSocket upgrade: checked here; the app then accepts or denies it. False
+/// when the engine refused it (400/426).
+fn beginUpgrade(conn: *Conn, req: *const http1.Request) bool {
+    var hs = ws.validate(req, conn.server.ws_deflate) catch |err| {
+        refuse(conn, ws.statusFor(err));
+        return false;
+    };
+    // zlib is loaded only now, for a client that offers compression; without it we decline.
+    if (hs.deflate != null and !deflate.load()) hs.deflate = null;
+    if (!wsconn.begin(conn, hs)) {
+        refuse(conn, 500);
+        return false;
+    }
+    // Whatever the app answers over HTTP (denial, 403, 500) ends the connection.
+    streamOf(conn).keep_alive = false;
+    return true;
+}
+
+/// The connection's stream starts a new exchange for this request.
+fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
+    const st = freshStream(conn);
+    st.keep_alive = req.keep_alive;
+    st.http10 = req.version == .http10;
+    st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+    st.expect_continue = req.expect_continue;
+    if (req.chunked) {
+        st.body_kind = .chunked;
+        st.body_done = false;
+    } else if (req.content_length) |n| {
+        st.body_kind = .length;
+        st.body_remaining = n;
+        st.body_done = n == 0;
+    }
+    return st;
+}
+
+/// Health and metrics paths are answered here, without the app, on a keep-alive
+/// connection like any response. Only GET and HEAD: anything else goes to the app.
+fn answerOps(conn: *Conn, req: *const http1.Request) bool {
+    const srv = conn.server;
+    const is_metrics = srv.metrics_path.len > 0 and std.mem.eql(u8, req.path, srv.metrics_path);
+    const is_health = srv.health_path.len > 0 and std.mem.eql(u8, req.path, srv.health_path);
+    if (!is_metrics and !is_health) return false;
+    const head_only = std.mem.eql(u8, req.method, "HEAD");
+    if (!head_only and !std.mem.eql(u8, req.method, "GET")) return false;
+    const st = streamOf(conn);
+    var status: u16 = 200;
+    var body: []const u8 = "ok\n";
+    var content_type: []const u8 = "text/plain; charset=utf-8";
+    if (is_health and srv.draining) {
+        status = 503;
+        body = "draining\n";
+    } else if (is_metrics) {
+        if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
+        content_type = "text/plain; version=0.0.4; charset=utf-8";
+        body = metrics.render(&ops_body_scratch) catch "";
+        if (body.len == 0) status = 500;
+    }
+    if (st.http10 or srv.draining) st.keep_alive = false;
+    var w = response.HeadWriter{ .buf = &ops_head_scratch };
+    writeOpsHead(conn, &w, status, content_type, body.len, st.keep_alive) catch return false;
+    st.status = status;
+    st.resp_started = true;
+    st.resp_head_sent = true;
+    st.resp_complete = true;
+    st.resp_close_after = !st.keep_alive;
+    conn.queueCopy(w.written(), &st.out, copied_bytes_max) catch {
+        conn.closeFor("out of memory for an engine-made response");
+        return true;
+    };
+    if (!head_only) conn.queueCopy(body, &st.out, copied_bytes_max) catch {
+        conn.closeFor("out of memory for an engine-made response");
+        return true;
+    };
+    observe(conn, status);
+    conn.flush();
+    return true;
+}
+
+fn writeOpsHead(conn: *Conn, w: *response.HeadWriter, status: u16, content_type: []const u8, len: usize, keep_alive: bool) error{NoSpace}!void {
+    try w.statusLine(status);
+    if (conn.server.server_header) try w.append("server: zigcorn\r\n");
+    if (conn.server.date_header) try w.append(conn.server.date.get());
+    try w.header("content-type", content_type);
+    try w.header("cache-control", "no-store");
+    try w.contentLength(len);
+    if (!keep_alive) try w.append("connection: close\r\n");
+    try w.append("\r\n");
+}
+
+/// One finished request for the metrics: its status class and duration.
+fn observe(conn: *Conn, status: u16) void {
+    const m = conn.server.metrics orelse return;
+    const st = streamOf(conn);
+    const now = sys.monotonicUs();
+    m.observe(status, if (st.started_us != 0 and now > st.started_us) now - st.started_us else 0);
+    st.started_us = 0;
+}
+
+/// Answers a request the engine itself refuses, then closes.
+pub fn refuse(conn: *Conn, status: u16) void {
+    const act = conn.a();
+    const st = streamOf(conn);
+    observe(conn, status);
+    st.refused = true;
+    st.keep_alive = false;
+    st.resp_close_after = true;
+    st.resp_complete = true;
+    st.status = status;
+    // Bytes after a refused head are never parsed.
+    act.rstart = act.rlen;
+    conn.queueCopy(response.errorResponse(status), &st.out, copied_bytes_max) catch {
+        return conn.closeFor("out of memory for an error response");
+    };
+    conn.flush();
+}
+
+// ---- the stream's verbs ------------------------------------------------------------
+
+/// Collects available body bytes as slices into the read buffer (valid until
+/// `bodyConsumed`). Also sends `100 Continue` the first time the app asks for a body.
+pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
+    const conn = st.conn;
+    var r = stream_mod.TakeResult{ .count = 0, .done = st.body_done, .failed = false };
+    if (st.body_done or conn.state == .closed) return r;
+    const act = conn.a();
+    if (st.expect_continue) {
+        st.expect_continue = false;
+        if (!st.resp_started) {
+            conn.queueCopy("HTTP/1.1 100 Continue\r\n\r\n", &st.out, copied_bytes_max) catch {
+                r.failed = true;
+                conn.closeFor("out of memory for 100 Continue");
+                return r;
+            };
+            conn.flush();
+            if (conn.state == .closed) return r;
+        }
+    }
+    const buf = act.rbuf orelse return r;
+    while (r.count < segs.len and !st.body_done) {
+        const avail = buf[act.rstart..act.rlen];
+        if (avail.len == 0) break;
+        switch (st.body_kind) {
+            .length => {
+                const n: usize = @intCast(@min(st.body_remaining, avail.len));
+                segs[r.count] = avail[0..n];
+                r.count += 1;
+                act.rstart += @intCast(n);
+                st.body_remaining -= n;
+                st.body_done = st.body_remaining == 0;
+            },
+            .chunked => {
+                const step = st.chunked.decode(avail, conn.server.limits) catch |err| {
+                    r.failed = true;
+                    st.body_done = true;
+                    if (!st.resp_started) refuse(conn, http1.statusFor(err)) else conn.close();
+                    break;
+                };
+                act.rstart += @intCast(step.consumed);
+                if (step.data.len > 0) {
+                    segs[r.count] = step.data;
+                    r.count += 1;
+                    st.body_received += step.data.len;
+                    if (st.body_received > conn.server.body_bytes_max) {
+                        r.failed = true;
+                        st.body_done = true;
+                        if (!st.resp_started) refuse(conn, 413) else conn.close();
+                        break;
+                    }
+                }
+                if (step.done) st.body_done = true;
+                if (step.consumed == 0) break;
+            },
+            .none => st.body_done = true,
+        }
+    }
+    r.done = st.body_done;
+    return r;
+}
+
+/// The app waits for body bytes that have not arrived: they must come in time.
+pub fn awaitBody(st: *Stream) void {
+    const conn = st.conn;
+    if (conn.state != .request or st.body_done) return;
+    conn.server.body_timeouts.arm(&conn.timer, conn.server.now_ms);
+}
+
+/// A deadline of the head or request phase passed.
+pub fn timedOut(conn: *Conn) void {
+    switch (conn.state) {
+        .head => {
+            // A client that sent part of a head is told why; a silent one just goes.
+            if (conn.act) |act| if (act.rlen > act.rstart) {
+                _ = freshStream(conn);
+                return refuse(conn, 408);
+            };
+            return conn.close();
+        },
+        .request => {
+            const act = conn.a();
+            const st = streamOf(conn);
+            if (st.body_done or st.resp_started) return conn.close();
+            refuse(conn, 408);
+            if (act.stream) |s| conn.server.hooks.wakeRead(s);
+        },
+        else => unreachable,
+    }
+}
+
+/// The stream copied the slices from `takeBody`: make room for more.
+pub fn bodyConsumed(st: *Stream) void {
+    const conn = st.conn;
+    if (conn.state == .closed) return;
+    const act = conn.a();
+    if (conn.timer.in(&conn.server.body_timeouts)) conn.timer.disarm();
+    if (act.rstart == act.rlen) {
+        act.rstart = 0;
+        act.rlen = 0;
+    }
+    if (!conn.interest.readable) conn.setReading(true);
+}
+
+/// Serialises the response head into the output, staged: nothing is queued yet, the
+/// head leaves together with the first body bytes, once their framing is known.
+pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) stream_mod.StartError!void {
+    const conn = st.conn;
+    if (st.resp_started) return error.AlreadyStarted;
+    if (st.gone()) {
+        st.resp_started = true;
+        return;
+    }
+    st.status = status;
+    st.resp_no_body = response.statusHasNoBody(status) or st.is_head_method;
+    var space = conn.stageOut(512, copied_bytes_max) catch return error.OutOfMemory;
+    var w = response.HeadWriter{ .buf = space };
+    writeHead(st, &w, status, headers, extra) catch |err| {
+        if (err != error.NoSpace) return error.InvalidHeader;
+        // A head larger than a pooled buffer: the output grows on the heap for it.
+        var need: usize = 1024;
+        for (headers) |h| need += h[0].len + h[1].len + 4;
+        for (extra) |h| need += h[0].len + h[1].len + 4;
+        if (need > response_head_bytes_max) return error.HeadTooLarge;
+        space = conn.stageOut(need, copied_bytes_max) catch return error.OutOfMemory;
+        w = .{ .buf = space };
+        st.resp_length = null;
+        writeHead(st, &w, status, headers, extra) catch |e2| {
+            return if (e2 == error.NoSpace) error.HeadTooLarge else error.InvalidHeader;
+        };
+    };
+    conn.a().out.addStaged(w.len);
+    st.resp_started = true;
+}
+
+fn writeHead(st: *Stream, w: *response.HeadWriter, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) !void {
+    try w.statusLine(status);
+    const srv = st.conn.server;
+    if (srv.server_header) try w.append("server: zigcorn\r\n");
+    if (srv.date_header) try w.append(srv.date.get());
+    for (extra) |h| try w.header(h[0], h[1]);
+    for (headers) |h| {
+        if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
+        if (std.ascii.eqlIgnoreCase(h[0], "content-length")) {
+            if (st.resp_length != null) return error.InvalidHeader;
+            st.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
+        } else if (std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
+            // The engine frames the body itself; the app's claim is dropped.
+            continue;
+        } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
+            if (http1.connectionHas(h[1], "close")) st.keep_alive = false;
+            continue;
+        }
+        try w.header(h[0], h[1]);
+    }
+}
+
+/// Chooses the framing once the first body message shows whether it is the only one,
+/// ends the staged head, and queues it.
+fn finishHead(st: *Stream, first_body_len: usize, more: bool) outq.Error!void {
+    const conn = st.conn;
+    // Room for the framing header, `connection` and the blank line.
+    const space = try conn.stageOut(96, copied_bytes_max);
+    var w = response.HeadWriter{ .buf = space };
+    finishFraming(st, &w, first_body_len, more) catch return error.OutOfMemory;
+    const out = &conn.a().out;
+    out.addStaged(w.len);
+    try out.commitStaged(&st.out);
+    st.resp_head_sent = true;
+}
+
+fn finishFraming(st: *Stream, w: *response.HeadWriter, first_body_len: usize, more: bool) error{NoSpace}!void {
+    const srv = st.conn.server;
+    if (st.resp_length != null) {
+        // The app's own content-length is already in the head.
+    } else if (st.resp_no_body) {
+        // 1xx/204/304/HEAD: no framing header is invented (HEAD keeps the app's).
+    } else if (!more) {
+        st.resp_length = first_body_len;
+        try w.contentLength(first_body_len);
+    } else if (!st.http10) {
+        st.resp_chunked = true;
+        try w.append("transfer-encoding: chunked\r\n");
+    } else {
+        // HTTP/1.0 without a length: the end of the body is the end of the connection.
+        st.keep_alive = false;
+    }
+    if (st.conn.requests_count >= srv.keep_alive_requests_max) st.keep_alive = false;
+    if (!st.keep_alive or srv.draining) {
+        st.keep_alive = false;
+        try w.append("connection: close\r\n");
+    } else if (st.http10) {
+        try w.append("connection: keep-alive\r\n");
+    }
+    try w.append("\r\n");
+}
+
+/// Queues one body message (with its chunked framing) and tries to write it at once.
+/// True when the caller must wait for `wakeWrite` before the next write.
+pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
+    const conn = st.conn;
+    if (!st.resp_started) return error.NotStarted;
+    if (st.resp_complete) return error.AlreadyComplete;
+    if (st.gone()) {
+        if (!more) st.resp_complete = true;
+        return false;
+    }
+    // A writer that ignored the last wait: three segments (size line, body, CRLF) must fit.
+    if (conn.a().out.segmentsFree() < stream_mod.segments_per_write) return error.Busy;
+    if (!st.resp_head_sent) finishHead(st, data.len, more) catch return error.OutOfMemory;
+    var body = data;
+    if (st.resp_no_body) body = &.{};
+    if (st.resp_length) |n| {
+        if (st.resp_body_bytes + body.len > n and !st.resp_no_body) return error.TooMuchBody;
+        if (!more and st.resp_body_bytes + body.len < n and !st.resp_no_body) return error.TooLittleBody;
+    }
+    st.resp_body_bytes += body.len;
+    queueBody(st, body, more, owner) catch return error.OutOfMemory;
+    if (!more) st.resp_complete = true;
+    conn.flush();
+    if (conn.state == .closed) return false;
+    const wait = stream_mod.mustWait(st);
+    st.write_blocked = wait;
+    return wait;
+}
+
+fn queueBody(st: *Stream, body: []const u8, more: bool, owner: ?*anyopaque) outq.Error!void {
+    const conn = st.conn;
+    if (st.resp_chunked and body.len > 0) {
+        var tmp: [20]u8 = undefined;
+        const line = std.fmt.bufPrint(&tmp, "{x}\r\n", .{body.len}) catch unreachable;
+        try conn.queueCopy(line, &st.out, copied_bytes_max);
+    }
+    if (body.len <= copy_body_bytes_max) {
+        try conn.queueCopy(body, &st.out, copied_bytes_max);
+    } else {
+        try conn.queueBorrowed(body, owner, &st.out);
+    }
+    if (st.resp_chunked) {
+        if (body.len > 0) try conn.queueCopy("\r\n", &st.out, copied_bytes_max);
+        if (!more) try conn.queueCopy("0\r\n\r\n", &st.out, copied_bytes_max);
+    }
+}
+
+/// The app is done with the stream. If the response is whole and the connection may be
+/// kept, the next request is parsed once the output is written.
+pub fn finishStream(st: *Stream) void {
+    const conn = st.conn;
+    const act = conn.a();
+    std.debug.assert(act.stream == st);
+    act.stream = null;
+    st.handle = null;
+    st.write_blocked = false;
+    if (!st.refused) observe(conn, if (st.resp_started) st.status else 500);
+    conn.server.streamFinished();
+    if (conn.state == .closed) return conn.server.retire(conn);
+    if (act.ws != null and conn.state != .request) return wsconn.streamFinished(conn);
+    if (!st.resp_complete) return conn.close();
+    afterResponse(conn);
+}
+
+/// The output queue drained (called by the connection).
+pub fn afterFlush(conn: *Conn) void {
+    const act = conn.a();
+    const st = streamOf(conn);
+    if (st.resp_complete and (conn.state == .request or st.refused)) {
+        if (st.resp_close_after and act.stream == null) return lingerClose(conn);
+        afterResponse(conn);
+    }
+}
+
+fn lingerClose(conn: *Conn) void {
+    const st = streamOf(conn);
+    // Nothing more can come when the whole request was read and the client was told the
+    // connection closes: then a plain close loses nothing.
+    const whole = st.body_done and conn.state == .request and !st.keep_alive;
+    conn.lingerClose(!whole);
+}
+
+/// Called when the response is complete and flushed, or when the stream finishes.
+fn afterResponse(conn: *Conn) void {
+    const act = conn.a();
+    const st = streamOf(conn);
+    if (!st.resp_complete or act.io_busy or !act.out.isEmpty()) return;
+    if (act.stream) |s| {
+        // The app is still running: its receive() now reports disconnect.
+        conn.server.hooks.wakeRead(s);
+        return;
+    }
+    if (conn.state != .request and conn.state != .head) return;
+    const srv = conn.server;
+    const reusable = st.keep_alive and !srv.draining and
+        conn.requests_count < srv.keep_alive_requests_max and
+        (st.body_done or canDiscardBody(st));
+    if (!reusable) return lingerClose(conn);
+    conn.state = .head;
+    if (!st.body_done) {
+        // The app answered without reading the whole body: skip the rest, then go on.
+        act.discarding = true;
+        discardBody(conn);
+        if (conn.state != .head) return;
+    }
+    srv.idle_timeouts.arm(&conn.timer, srv.now_ms);
+    if (!conn.interest.readable) conn.setReading(true);
+    if (act.rlen > act.rstart) return srv.schedule(conn);
+    if (act.discarding) return;
+    // Idle: the connection keeps only its small struct.
+    conn.releaseActive();
+}
+
+/// A body is skipped only when that is cheap and the client is not waiting for a
+/// `100 Continue` it never got (it would never send the body).
+fn canDiscardBody(st: *const Stream) bool {
+    if (st.expect_continue) return false;
+    return switch (st.body_kind) {
+        .length => st.body_remaining <= discard_bytes_max,
+        .chunked => true,
+        .none => true,
+    };
+}
+
+fn discardBody(conn: *Conn) void {
+    const act = conn.a();
+    const st = streamOf(conn);
+    var segs: [16][]const u8 = undefined;
+    while (!st.body_done and conn.state != .closed) {
+        const r = takeBody(st, &segs);
+        for (segs[0..r.count]) |seg| act.discarded_bytes += seg.len;
+        if (r.failed or act.discarded_bytes > discard_bytes_max) return conn.close();
+        if (r.count == 0) break;
+    }
+    if (conn.state == .closed) return;
+    bodyConsumed(st);
+    if (st.body_done) {
+        act.discarding = false;
+        act.discarded_bytes = 0;
+    }
+}

@@ -1,0 +1,222 @@
+//! A stream: one request/response exchange on a connection, whichever protocol carries it.
+//!
+//! The connection (`conn.zig`) is the transport: socket, TLS, read buffer, output queue,
+//! timers. A protocol drives streams over it: HTTP/1.1 (`h1.zig`) one at a time, in
+//! order; HTTP/2 will drive many at once. The side that runs apps (`pystream.zig`)
+//! only ever holds a `*Stream` and calls the verbs below; it never sees the connection.
+//!
+//! Life: a protocol creates the stream when a request head is complete, hands it to the
+//! server's `Hooks.on_request` with a protocol-neutral `Request`, and the app side
+//! drives it until `finish` or `abort`. After that the protocol owns it until its queued
+//! output is written (`out.queued == 0`), then frees or reuses it.
+const std = @import("std");
+const http1 = @import("http1.zig");
+const h1 = @import("h1.zig");
+const wsconn = @import("wsconn.zig");
+const Conn = @import("conn.zig").Conn;
+const outq = @import("outq.zig");
+
+pub const Header = http1.Header;
+
+pub const Version = enum(u8) { http10, http11, http2 };
+
+/// What `scope.build` needs of a request, from any protocol. Slices point into the
+/// connection's read buffer (HTTP/1.1) or a decoded header block (HTTP/2); valid only
+/// during `Hooks.on_request`.
+pub const Request = struct {
+    method: []const u8,
+    /// origin-form path as sent, before '?' (percent-encoded).
+    path: []const u8,
+    /// Raw bytes after the first '?', "" if none.
+    query: []const u8,
+    /// The Host header or `:authority`; null when absent.
+    authority: ?[]const u8,
+    /// `:scheme` when the protocol carries one (HTTP/2); HTTP/1.1 leaves it to the connection.
+    scheme: ?[]const u8 = null,
+    /// Lower-case names, in order as received.
+    headers: []const Header,
+    version: Version,
+
+    /// The view of a parsed HTTP/1.x head.
+    pub fn fromHttp1(req: *const http1.Request) Request {
+        return .{
+            .method = req.method,
+            .path = req.path,
+            .query = req.query,
+            .authority = req.host,
+            .headers = req.headers,
+            .version = if (req.version == .http11) .http11 else .http10,
+        };
+    }
+};
+
+pub const BodyKind = enum(u8) { none, length, chunked };
+
+pub const Protocol = enum(u8) { http1 };
+
+pub const TakeResult = struct { count: usize, done: bool, failed: bool };
+pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
+pub const StartError = error{ AlreadyStarted, InvalidHeader, HeadTooLarge, OutOfMemory };
+
+/// A stream's queued output past which its writer waits (`writeBody` returns true).
+pub const queued_bytes_high = 8 * 1024;
+/// Output segments one body message may need (HTTP/1.1 chunked: size line, body, CRLF).
+pub const segments_per_write = 3;
+
+/// Whether the stream's writer must wait before its next body message: too many of its
+/// bytes are queued, or the connection's queue could not take another message.
+pub fn mustWait(st: *const Stream) bool {
+    return st.out.queued > queued_bytes_high or st.conn.a().out.segmentsFree() < segments_per_write;
+}
+
+pub const Stream = struct {
+    conn: *Conn,
+    protocol: Protocol = .http1,
+    /// What the app side knows this stream by (its Python object); null once finished.
+    handle: ?*anyopaque = null,
+
+    // The request.
+    keep_alive: bool = false,
+    is_head_method: bool = false,
+    http10: bool = false,
+    expect_continue: bool = false,
+    body_kind: BodyKind = .none,
+    body_done: bool = true,
+    body_remaining: u64 = 0,
+    body_received: u64 = 0,
+    chunked: http1.ChunkedDecoder = .{},
+
+    // The response.
+    status: u16 = 0,
+    resp_started: bool = false,
+    resp_head_sent: bool = false,
+    resp_complete: bool = false,
+    resp_chunked: bool = false,
+    resp_no_body: bool = false,
+    resp_close_after: bool = false,
+    /// The engine answered this request itself (bad body): the app's output is dropped.
+    refused: bool = false,
+    resp_length: ?u64 = null,
+    resp_body_bytes: u64 = 0,
+    /// This stream's bytes in the connection's output queue (its backpressure), and
+    /// those written to the socket.
+    out: outq.Account = .{},
+    /// `writeBody` told the writer to wait: wake it once the queue drains below the mark.
+    write_blocked: bool = false,
+    /// When the request head was parsed, for the duration histogram (metrics only).
+    started_us: u64 = 0,
+
+    /// A fresh exchange on `conn`, for a request whose head was just parsed.
+    pub fn init(conn: *Conn, protocol: Protocol) Stream {
+        return .{ .conn = conn, .protocol = protocol };
+    }
+
+    // ---- the verbs the app side uses ---------------------------------------------
+
+    /// Available request body bytes as slices (valid until `bodyConsumed`).
+    pub fn takeBody(self: *Stream, segs: [][]const u8) TakeResult {
+        return switch (self.protocol) {
+            .http1 => h1.takeBody(self, segs),
+        };
+    }
+
+    /// The app copied the slices from `takeBody`: room for more.
+    pub fn bodyConsumed(self: *Stream) void {
+        switch (self.protocol) {
+            .http1 => h1.bodyConsumed(self),
+        }
+    }
+
+    /// The app waits for body bytes that have not arrived: they must come in time.
+    pub fn awaitBody(self: *Stream) void {
+        switch (self.protocol) {
+            .http1 => h1.awaitBody(self),
+        }
+    }
+
+    /// The response head. `extra` are the server's own headers (--header).
+    pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
+        return switch (self.protocol) {
+            .http1 => h1.startResponse(self, status, headers, extra),
+        };
+    }
+
+    /// One body message. True when the caller must wait for `Hooks.wake_write` before
+    /// the next one. `owner` keeps `data` alive while it is queued (retained by the queue).
+    pub fn writeBody(self: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
+        return switch (self.protocol) {
+            .http1 => h1.writeBody(self, data, more, owner),
+        };
+    }
+
+    /// The app is done. The stream is the protocol's from now on.
+    pub fn finish(self: *Stream) void {
+        switch (self.protocol) {
+            .http1 => h1.finishStream(self),
+        }
+    }
+
+    /// The app failed after its response started: the exchange cannot be completed.
+    pub fn abort(self: *Stream) void {
+        switch (self.protocol) {
+            // HTTP/1.1 has no way to end one exchange but closing the connection.
+            .http1 => self.conn.close(),
+        }
+        self.finish();
+    }
+
+    /// The client went away, or the engine answered the request itself: the app sees a disconnect.
+    pub fn gone(self: *const Stream) bool {
+        return self.conn.state == .closed or self.refused;
+    }
+
+    /// Output bytes handed to the socket or the writer thread.
+    pub fn bytesSentOrQueued(self: *const Stream) u64 {
+        return self.out.sent + self.conn.handedOffBytes();
+    }
+
+    // ---- WebSocket (HTTP/1.1 upgrade; RFC 8441 over HTTP/2 will join here) -----------
+
+    pub fn wsAccept(self: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
+        return wsconn.accept(self.conn, subprotocol, headers, extra);
+    }
+
+    pub fn wsSend(self: *Stream, data: []const u8, text: bool) wsconn.SendError!bool {
+        return wsconn.send(self.conn, data, text);
+    }
+
+    pub fn wsTake(self: *Stream) ?*wsconn.Message {
+        return wsconn.takeMessage(self.conn);
+    }
+
+    pub fn wsClose(self: *Stream, code: u16, reason: []const u8) void {
+        wsconn.closeFromApp(self.conn, code, reason);
+    }
+
+    /// Whether the session is over for the app, and with which close code and reason.
+    pub fn wsFinished(self: *const Stream) bool {
+        return wsconn.finished(self.conn);
+    }
+
+    pub fn wsCloseCode(self: *const Stream) u16 {
+        return wsconn.closeCode(self.conn);
+    }
+
+    pub fn wsCloseReason(self: *const Stream) []const u8 {
+        return wsconn.closeReason(self.conn);
+    }
+
+    pub fn isWebSocket(self: *const Stream) bool {
+        return self.conn.act != null and self.conn.a().ws != null;
+    }
+
+    /// The client's address (for the scope's `client`).
+    pub fn peer(self: *const Stream) *const @import("conn.zig").Peer {
+        return &self.conn.peer;
+    }
+
+    /// The connection's TLS session (HTTPS), for the scope's scheme and TLS extension.
+    pub fn tlsSession(self: *const Stream) ?*@import("tls.zig").SSL {
+        return self.conn.session();
+    }
+};
