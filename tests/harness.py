@@ -56,7 +56,7 @@ def port_open(port: int) -> bool:
 class Server:
     """One server process running ``tests.apps.<app>``; output goes to a temp file."""
 
-    def __init__(self, app: str, *args: str, env: dict | None = None):
+    def __init__(self, app: str, *args: str, env: dict | None = None, nofile: int | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.TemporaryFile()
@@ -65,6 +65,7 @@ class Server:
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=None if nofile is None else lambda: _limit_descriptors(nofile),
         )
 
     def wait_ready(self, timeout: float = 10.0) -> "Server":
@@ -108,6 +109,20 @@ class Server:
     def rss_kb(self) -> int:
         """Resident memory of the server process and all its descendants, in KiB."""
         return rss_kb(self.proc.pid)
+
+
+def _limit_descriptors(soft: int) -> None:
+    """In the child before exec: at most `soft` open file descriptors (RLIMIT_NOFILE)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:

@@ -61,7 +61,7 @@ fn release(_: *anyopaque) void {
     rec.released += 1;
 }
 fn onSettle(_: *anyopaque) void {}
-fn logError(_: *anyopaque, _: []const u8) void {
+fn log(_: *anyopaque, _: server_mod.LogLevel, _: []const u8) void {
     rec.errors += 1;
 }
 
@@ -108,7 +108,7 @@ const Fixture = struct {
             .retain_fn = retain,
             .release_fn = release,
             .on_settle = onSettle,
-            .log_error = logError,
+            .log = log,
         };
         const server = try Server.init(std.heap.c_allocator, hooks, testOptions());
         errdefer server.deinit();

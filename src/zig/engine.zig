@@ -111,7 +111,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .retain_fn = pystream.hookRetain,
         .release_fn = pystream.hookRelease,
         .on_settle = pystream.hookOnSettle,
-        .log_error = pystream.hookLogError,
+        .log = pystream.hookLog,
     };
     self.server = Server.init(allocator, hooks, opts_full) catch {
         py.decref(obj);

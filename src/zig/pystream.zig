@@ -472,13 +472,17 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
     return true;
 }
 
-/// The engine closed a connection for a reason of its own: one line on `zigcorn.error`.
-pub fn hookLogError(_: *anyopaque, message: []const u8) void {
+/// The engine's own log lines (a connection it dropped, accepting paused) on `zigcorn.error`.
+pub fn hookLog(_: *anyopaque, level: @import("server.zig").LogLevel, message: []const u8) void {
     const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logging);
     const logger = c.PyObject_CallMethod(logging, "getLogger", "s", "zigcorn.error") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logger);
-    const r = c.PyObject_CallMethod(logger, "error", "s#", message.ptr, @as(c.Py_ssize_t, @intCast(message.len))) orelse return c.PyErr_WriteUnraisable(null);
+    const method: [*:0]const u8 = switch (level) {
+        .warning => "warning",
+        .err => "error",
+    };
+    const r = c.PyObject_CallMethod(logger, method, "s#", message.ptr, @as(c.Py_ssize_t, @intCast(message.len))) orelse return c.PyErr_WriteUnraisable(null);
     py.decref(r);
 }
 

@@ -21,6 +21,8 @@ const deflate = @import("deflate.zig");
 const tls = @import("tls.zig");
 const writer_mod = @import("writer.zig");
 
+pub const LogLevel = enum { warning, err };
+
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
 pub const Hooks = struct {
@@ -37,9 +39,10 @@ pub const Hooks = struct {
     /// Work for the end of the app side's current pass (a busy poll, waking the writer
     /// thread): schedule `settle` to run after the callbacks already ready.
     on_settle: *const fn (ctx: *anyopaque) void,
-    /// One line on the `zigcorn.error` logger: the engine dropped a connection for a
-    /// reason the peer did not cause (it ran out of memory or buffers).
-    log_error: *const fn (ctx: *anyopaque, message: []const u8) void,
+    /// One line on the `zigcorn.error` logger, at `level`: the engine dropped a connection
+    /// for a reason the peer did not cause (it ran out of memory or buffers), or paused
+    /// accepting (out of descriptors).
+    log: *const fn (ctx: *anyopaque, level: LogLevel, message: []const u8) void,
 
     pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
         return self.on_request(self.ctx, st, req);
@@ -60,7 +63,10 @@ pub const Hooks = struct {
         self.on_settle(self.ctx);
     }
     pub fn logError(self: Hooks, message: []const u8) void {
-        self.log_error(self.ctx, message);
+        self.log(self.ctx, .err, message);
+    }
+    pub fn logWarning(self: Hooks, message: []const u8) void {
+        self.log(self.ctx, .warning, message);
     }
 };
 
@@ -123,6 +129,9 @@ const offload_above_ns: u64 = 30_000;
 const offload_below_ns: u64 = 20_000;
 const busy_above_pct: u64 = 80;
 const busy_below_pct: u64 = 50;
+
+/// At most one "accepting paused" warning per this long.
+const accept_warning_interval_ms: u64 = 60_000;
 
 const token_listen: usize = 1;
 const token_timer: usize = 2;
@@ -201,6 +210,11 @@ pub const Server = struct {
     spin_backoff: u8 = 0,
     /// Time spent spinning, in total (the writer thread's `auto` does not count it as work).
     spun_ns: u64 = 0,
+
+    /// The listener is out of the event set after EMFILE/ENFILE/ENOBUFS/ENOMEM (`pauseAccepting`).
+    accept_paused: bool = false,
+    accept_pauses: u64 = 0,
+    accept_warned_ms: u64 = 0,
 
     connections: u32 = 0,
     streams: u32 = 0,
@@ -336,7 +350,7 @@ pub const Server = struct {
 
     pub fn stopAccepting(self: *Server) void {
         if (self.listen_fd < 0) return;
-        self.io.close(self.listen_fd);
+        if (self.accept_paused) sys.close(self.listen_fd) else self.io.close(self.listen_fd);
         self.listen_fd = -1;
     }
 
@@ -381,7 +395,9 @@ pub const Server = struct {
                     .AGAIN => return,
                     // The peer gave up between SYN and accept: try the next one.
                     .CONNABORTED, .PROTO, .PERM => continue,
-                    // Out of descriptors or memory: leave the rest in the backlog for now.
+                    // Out of descriptors or memory: the listener stays readable, so polling
+                    // it again at once would spin. The rest waits in the backlog.
+                    .MFILE, .NFILE, .NOBUFS, .NOMEM => return self.pauseAccepting(e),
                     else => return,
                 },
             };
@@ -413,11 +429,41 @@ pub const Server = struct {
         return c;
     }
 
+    /// Takes the listener out of the event set until the next tick (about a second, as
+    /// asyncio waits after the same errors): connections that close meanwhile free
+    /// descriptors. One warning per `accept_warning_interval_ms`, counting the pauses since.
+    fn pauseAccepting(self: *Server, err: sys.E) void {
+        if (self.accept_paused or self.listen_fd < 0) return;
+        self.io.unregister(self.listen_fd);
+        self.accept_paused = true;
+        self.accept_pauses += 1;
+        if (self.metrics) |m| m.accept_pauses += 1;
+        if (self.now_ms < self.accept_warned_ms + accept_warning_interval_ms and self.accept_warned_ms != 0) return;
+        self.accept_warned_ms = @max(self.now_ms, 1);
+        var buf: [200]u8 = undefined;
+        const why = switch (err) {
+            .MFILE => "the process is out of file descriptors (raise `ulimit -n` or lower --limit-connections)",
+            .NFILE => "the system is out of file descriptors",
+            else => "the system is out of socket memory",
+        };
+        const text = std.fmt.bufPrint(&buf, "Accepting paused for a second: {s}; {d} pause(s) so far.", .{ why, self.accept_pauses }) catch why;
+        self.hooks.logWarning(text);
+    }
+
+    fn resumeAccepting(self: *Server) void {
+        if (!self.accept_paused) return;
+        self.accept_paused = false;
+        if (self.listen_fd < 0) return;
+        if (!self.io.registerListener(self.listen_fd, token_listen)) return self.pauseAccepting(.NOMEM);
+        self.acceptAll();
+    }
+
     fn tick(self: *Server) void {
         var expirations: u64 = 0;
         _ = sys.read(self.timer_fd, std.mem.asBytes(&expirations));
         self.now_ms = sys.monotonicMs();
         self.date.update(sys.realtimeSeconds());
+        self.resumeAccepting();
         inline for (.{ &self.idle_timeouts, &self.header_timeouts, &self.linger_timeouts, &self.body_timeouts }) |q| {
             while (q.popExpired(self.now_ms)) |entry| {
                 const c: *Conn = @fieldParentPtr("timer", entry);
