@@ -415,6 +415,7 @@ pub const Server = struct {
     pub fn addConnection(self: *Server, fd: i32, peer: conn_mod.Peer) ?*Conn {
         const c = self.newConn(fd, peer) orelse {
             sys.close(fd);
+            self.hooks.logError("out of memory for a new connection: closed");
             return null;
         };
         if (!self.io.register(fd, @intFromPtr(c), c.interest)) {

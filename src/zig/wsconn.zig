@@ -19,6 +19,8 @@ const allocator = std.heap.c_allocator;
 
 /// Queued outbound bytes past which send() waits and reading pauses.
 pub const out_bytes_high = 64 * 1024;
+/// Why a connection closes when a frame or message cannot be allocated (logged).
+const out_of_memory = "out of memory for a WebSocket frame or message";
 /// The 101 response head fits in one pooled buffer.
 const head_bytes_max = @import("pool.zig").buffer_bytes;
 /// Frames are copied into the output, which grows on the heap up to this.
@@ -199,7 +201,7 @@ pub fn process(conn: *Conn) void {
             s.ctrl_len += @intCast(n);
         } else if (!s.close_sent) {
             if (s.seq.message == .text and !s.seq.compressed and !s.utf8.feed(chunk)) return fail(conn, error.InvalidData);
-            s.msg.appendSlice(allocator, chunk) catch return conn.close();
+            s.msg.appendSlice(allocator, chunk) catch return conn.closeFor(out_of_memory);
         }
         if (s.frame_read == s.frame.payload_len) endFrame(conn);
     }
@@ -219,7 +221,7 @@ fn endFrame(conn: *Conn) void {
     switch (s.frame.opcode) {
         .close => onClose(conn),
         .ping => if (!s.close_sent) {
-            queueFrame(conn, .pong, s.ctrl[0..s.ctrl_len], false) catch return conn.close();
+            queueFrame(conn, .pong, s.ctrl[0..s.ctrl_len], false) catch return conn.closeFor(out_of_memory);
             conn.flush();
         },
         .pong => if (s.ping_outstanding) {
@@ -261,7 +263,7 @@ fn endMessage(conn: *Conn) void {
     }
     const m = allocator.create(Message) catch {
         data.deinit(allocator);
-        return conn.close();
+        return conn.closeFor(out_of_memory);
     };
     m.* = .{ .text = text, .data = data };
     if (s.ready_tail) |t| t.next = m else s.ready_head = m;
@@ -303,7 +305,7 @@ fn onClose(conn: *Conn) void {
     discardInput(conn);
     if (!s.close_sent) {
         // Echo the code (RFC 6455 5.5.1); 1005 means the peer sent none, so neither do we.
-        sendClose(conn, c.code, "") catch return conn.close();
+        sendClose(conn, c.code, "") catch return conn.closeFor(out_of_memory);
     }
     wakeStream(conn);
     conn.flush();
@@ -320,7 +322,7 @@ fn failWith(conn: *Conn, code: u16) void {
     if (!s.close_sent) {
         s.close_code = code;
         s.reason_from_peer = false;
-        sendClose(conn, code, "") catch return conn.close();
+        sendClose(conn, code, "") catch return conn.closeFor(out_of_memory);
     }
     discardInput(conn);
     wakeStream(conn);
@@ -429,7 +431,7 @@ pub fn closeFromApp(conn: *Conn, code: u16, reason: []const u8) void {
         s.close_code = code;
         s.reason_from_peer = false;
     }
-    sendClose(conn, code, reason) catch return conn.close();
+    sendClose(conn, code, reason) catch return conn.closeFor(out_of_memory);
     conn.flush();
 }
 
@@ -449,7 +451,7 @@ pub fn streamFinished(conn: *Conn) void {
     if (conn.state != .websocket) return;
     const s = session(conn);
     if (!s.close_sent) {
-        sendClose(conn, 1000, "") catch return conn.close();
+        sendClose(conn, 1000, "") catch return conn.closeFor(out_of_memory);
     }
     conn.flush();
 }
@@ -460,7 +462,7 @@ pub fn goingAway(conn: *Conn) void {
     const s = session(conn);
     if (s.close_sent) return;
     if (!s.close_received and !s.failed) s.close_code = 1012;
-    sendClose(conn, 1012, "") catch return conn.close();
+    sendClose(conn, 1012, "") catch return conn.closeFor(out_of_memory);
     wakeStream(conn);
     conn.flush();
 }
@@ -480,7 +482,7 @@ pub fn pingDue(conn: *Conn) void {
     s.ping_count +%= 1;
     var payload: [4]u8 = undefined;
     std.mem.writeInt(u32, &payload, s.ping_count, .big);
-    queueFrame(conn, .ping, &payload, false) catch return conn.close();
+    queueFrame(conn, .ping, &payload, false) catch return conn.closeFor(out_of_memory);
     s.ping_outstanding = true;
     conn.server.ws_pong_timeouts.arm(&conn.timer, conn.server.now_ms);
     conn.flush();
@@ -493,7 +495,7 @@ pub fn pongTimeout(conn: *Conn) void {
     if (!s.close_received and !s.failed) s.close_code = 1011;
     s.failed = true;
     // Best effort: the connection closes right after, whether the frame was queued or not.
-    sendClose(conn, 1011, "keepalive ping timeout") catch return conn.close();
+    sendClose(conn, 1011, "keepalive ping timeout") catch return conn.closeFor(out_of_memory);
     conn.flush();
     if (conn.state != .closed) conn.close();
 }
