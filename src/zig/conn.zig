@@ -122,6 +122,27 @@ pub const TlsConn = struct {
     ssl: ?*tls.SSL,
 };
 
+/// How OpenSSL moves a session's ciphertext: through the connection's I/O backend.
+pub const tls_transport = tls.Transport{ .recv = tlsRecv, .send = tlsSend };
+
+fn tlsRecv(io_ctx: *anyopaque, buf: []u8) tls.Transport.Result {
+    const c: *Conn = @ptrCast(@alignCast(io_ctx));
+    if (c.fd < 0) return .failed;
+    return switch (c.server.io.recv(c.fd, buf)) {
+        .ok => |n| .{ .ok = n },
+        .err => |e| if (e == .AGAIN) .again else .failed,
+    };
+}
+
+fn tlsSend(io_ctx: *anyopaque, bytes: []const u8) tls.Transport.Result {
+    const c: *Conn = @ptrCast(@alignCast(io_ctx));
+    if (c.fd < 0) return .failed;
+    return switch (c.server.io.sendv(c.fd, &.{.{ .base = bytes.ptr, .len = bytes.len }})) {
+        .ok => |n| .{ .ok = n },
+        .err => |e| if (e == .AGAIN) .again else .failed,
+    };
+}
+
 /// What the output queue borrows from: the server's pool.
 fn poolAcquire(ctx: *anyopaque) ?*Buffer {
     const srv: *Server = @ptrCast(@alignCast(ctx));

@@ -558,13 +558,20 @@ pub const Server = struct {
             return c;
         };
         const outer = self.allocator.create(conn_mod.TlsConn) catch return null;
-        const ssl = tls.newSession(ctx, fd) orelse {
+        outer.* = .{ .conn = Conn.init(self, fd, peer), .ssl = null };
+        outer.conn.is_tls = true;
+        outer.ssl = tls.newSession(ctx, &outer.conn) orelse {
             self.allocator.destroy(outer);
             return null;
         };
-        outer.* = .{ .conn = Conn.init(self, fd, peer), .ssl = ssl };
-        outer.conn.is_tls = true;
         return &outer.conn;
+    }
+
+    /// HTTPS from now on: every accepted connection starts a session of `ctx`, whose
+    /// ciphertext moves through the connection's I/O backend (`Conn.tls_transport`).
+    pub fn useTls(self: *Server, ctx: *tls.SSL_CTX) void {
+        tls.setTransport(conn_mod.tls_transport);
+        self.tls_ctx = ctx;
     }
 
     /// Frees what `newConn` made (the session too, if `close` has not already).

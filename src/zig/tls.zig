@@ -3,9 +3,13 @@
 //! The extension does not link libssl: a plain-HTTP server must not pay for (or even
 //! map) OpenSSL, and building must not need its headers. The few functions used are
 //! declared here with opaque pointers and resolved with dlopen/dlsym the first time
-//! TLS is configured (`load`). OpenSSL reads and writes the socket itself (SSL_set_fd),
-//! so no bytes are copied between buffers; WANT_READ / WANT_WRITE become epoll interest
-//! in conn.zig.
+//! TLS is configured (`load`).
+//!
+//! OpenSSL moves ciphertext through a BIO of ours (`transport`), not its socket BIO:
+//! its reads and writes call back into the connection, which uses the engine's I/O
+//! backend (`io.zig`). On epoll that is the socket call, so no bytes are copied between
+//! buffers; a completion-based backend hands over the bytes its completions brought
+//! instead. WANT_READ / WANT_WRITE become the connection's interest in conn.zig.
 const std = @import("std");
 
 pub const SSL_CTX = opaque {};
@@ -40,6 +44,14 @@ const SSL_TLSEXT_ERR_OK = 0;
 const SSL_TLSEXT_ERR_NOACK = 3;
 const TLSEXT_NAMETYPE_host_name = 0;
 const BIO_CTRL_INFO = 3;
+const BIO_CTRL_EOF = 2;
+const BIO_CTRL_FLUSH = 11;
+const BIO_TYPE_SOURCE_SINK = 0x0400;
+const BIO_FLAGS_READ = 0x01;
+const BIO_FLAGS_WRITE = 0x02;
+const BIO_FLAGS_IO_SPECIAL = 0x04;
+const BIO_FLAGS_SHOULD_RETRY = 0x08;
+const BIO_FLAGS_IN_EOF = 0x800;
 /// XN_FLAG_RFC2253 without ASN1_STRFLGS_ESC_MSB: non-ASCII stays UTF-8, as RFC 4514 allows.
 const XN_FLAG_RFC4514: c_ulong = (0x1 | 0x2 | 0x10 | 0x100 | 0x200) | (1 << 16) | (1 << 20) | (1 << 24);
 pub const TLS1_2_VERSION = 0x0303;
@@ -47,6 +59,9 @@ pub const TLS1_3_VERSION = 0x0304;
 /// OpenSSL_version_num() of 3.0.0: anything older lacks the API declared here.
 const openssl_3_version_num = 0x30000000;
 
+const BioRead = fn (bio: *BIO, buf: [*]u8, len: c_int) callconv(.c) c_int;
+const BioWrite = fn (bio: *BIO, buf: [*]const u8, len: c_int) callconv(.c) c_int;
+const BioCtrl = fn (bio: *BIO, cmd: c_int, larg: c_long, parg: ?*anyopaque) callconv(.c) c_long;
 const PasswordCb = fn (buf: [*]u8, size: c_int, rwflag: c_int, userdata: ?*anyopaque) callconv(.c) c_int;
 const AlpnCb = fn (ssl: *SSL, out: *[*]const u8, outlen: *u8, in: [*]const u8, inlen: c_uint, arg: ?*anyopaque) callconv(.c) c_int;
 
@@ -71,7 +86,6 @@ const Api = struct {
     SSL_CTX_get0_certificate: *const fn (ctx: *const SSL_CTX) callconv(.c) ?*X509,
     SSL_new: *const fn (ctx: *SSL_CTX) callconv(.c) ?*SSL,
     SSL_free: *const fn (ssl: *SSL) callconv(.c) void,
-    SSL_set_fd: *const fn (ssl: *SSL, fd: c_int) callconv(.c) c_int,
     SSL_set_accept_state: *const fn (ssl: *SSL) callconv(.c) void,
     SSL_do_handshake: *const fn (ssl: *SSL) callconv(.c) c_int,
     SSL_is_init_finished: *const fn (ssl: *const SSL) callconv(.c) c_int,
@@ -96,6 +110,18 @@ const Api = struct {
     X509_verify_cert_error_string: *const fn (n: c_long) callconv(.c) ?[*:0]const u8,
     PEM_write_bio_X509: *const fn (bio: *BIO, x: *X509) callconv(.c) c_int,
     BIO_s_mem: *const fn () callconv(.c) ?*const BIO_METHOD,
+    BIO_get_new_index: *const fn () callconv(.c) c_int,
+    BIO_meth_new: *const fn (kind: c_int, name: [*:0]const u8) callconv(.c) ?*BIO_METHOD,
+    BIO_meth_set_read: *const fn (m: *BIO_METHOD, f: *const BioRead) callconv(.c) c_int,
+    BIO_meth_set_write: *const fn (m: *BIO_METHOD, f: *const BioWrite) callconv(.c) c_int,
+    BIO_meth_set_ctrl: *const fn (m: *BIO_METHOD, f: *const BioCtrl) callconv(.c) c_int,
+    BIO_set_data: *const fn (bio: *BIO, ptr: ?*anyopaque) callconv(.c) void,
+    BIO_get_data: *const fn (bio: *BIO) callconv(.c) ?*anyopaque,
+    BIO_set_init: *const fn (bio: *BIO, init: c_int) callconv(.c) void,
+    BIO_set_flags: *const fn (bio: *BIO, flags: c_int) callconv(.c) void,
+    BIO_test_flags: *const fn (bio: *const BIO, flags: c_int) callconv(.c) c_int,
+    BIO_clear_flags: *const fn (bio: *BIO, flags: c_int) callconv(.c) void,
+    SSL_set_bio: *const fn (ssl: *SSL, rbio: ?*BIO, wbio: ?*BIO) callconv(.c) void,
     BIO_new: *const fn (method: ?*const BIO_METHOD) callconv(.c) ?*BIO,
     BIO_free: *const fn (bio: *BIO) callconv(.c) c_int,
     BIO_ctrl: *const fn (bio: *BIO, cmd: c_int, larg: c_long, parg: ?*anyopaque) callconv(.c) c_long,
@@ -315,16 +341,98 @@ fn alpnSelect(ssl: *SSL, out: *[*]const u8, outlen: *u8, in: [*]const u8, inlen:
 // ---- one connection ----------------------------------------------------------
 
 /// A server-side session reading and writing `fd` itself; null when out of memory.
-pub fn newSession(ctx: *SSL_CTX, fd: i32) ?*SSL {
+/// How a session's ciphertext moves: the connection's reads and writes through the
+/// engine's I/O backend, called with the `io_ctx` given to `newSession`. `.err = .AGAIN`
+/// means not now (OpenSSL then reports WANT_READ / WANT_WRITE); `.ok = 0` from `recv`
+/// is the peer's end of stream.
+pub const Transport = struct {
+    recv: *const fn (io_ctx: *anyopaque, buf: []u8) Result,
+    send: *const fn (io_ctx: *anyopaque, bytes: []const u8) Result,
+
+    pub const Result = union(enum) { ok: usize, again, failed };
+};
+
+var transport: ?Transport = null;
+var bio_method: ?*BIO_METHOD = null;
+
+fn bioRead(bio: *BIO, buf: [*]u8, len: c_int) callconv(.c) c_int {
+    api.BIO_clear_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_WRITE | BIO_FLAGS_IO_SPECIAL | BIO_FLAGS_SHOULD_RETRY);
+    if (len <= 0) return 0;
+    const io_ctx = api.BIO_get_data(bio) orelse return -1;
+    switch (transport.?.recv(io_ctx, buf[0..@intCast(len)])) {
+        .ok => |n| {
+            if (n == 0) api.BIO_set_flags(bio, BIO_FLAGS_IN_EOF);
+            return @intCast(n);
+        },
+        .again => {
+            api.BIO_set_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
+            return -1;
+        },
+        .failed => return -1,
+    }
+}
+
+fn bioWrite(bio: *BIO, buf: [*]const u8, len: c_int) callconv(.c) c_int {
+    api.BIO_clear_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_WRITE | BIO_FLAGS_IO_SPECIAL | BIO_FLAGS_SHOULD_RETRY);
+    if (len <= 0) return 0;
+    const io_ctx = api.BIO_get_data(bio) orelse return -1;
+    switch (transport.?.send(io_ctx, buf[0..@intCast(len)])) {
+        .ok => |n| return @intCast(n),
+        .again => {
+            api.BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
+            return -1;
+        },
+        .failed => return -1,
+    }
+}
+
+/// What OpenSSL asks of a byte stream: flushing (nothing is buffered here) and whether
+/// the peer's end of stream was seen (an unexpected EOF then ends the session cleanly).
+fn bioCtrl(bio: *BIO, cmd: c_int, _: c_long, _: ?*anyopaque) callconv(.c) c_long {
+    return switch (cmd) {
+        BIO_CTRL_FLUSH => 1,
+        BIO_CTRL_EOF => @intFromBool(api.BIO_test_flags(bio, BIO_FLAGS_IN_EOF) != 0),
+        else => 0,
+    };
+}
+
+/// The BIO type of every session's transport, made once per process.
+fn transportMethod() ?*BIO_METHOD {
+    if (bio_method) |m| return m;
+    const index = api.BIO_get_new_index();
+    if (index == -1) return null;
+    const m = api.BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "zigcorn transport") orelse return null;
+    if (api.BIO_meth_set_read(m, bioRead) != 1 or api.BIO_meth_set_write(m, bioWrite) != 1 or
+        api.BIO_meth_set_ctrl(m, bioCtrl) != 1) return null;
+    bio_method = m;
+    return m;
+}
+
+/// Sets how sessions move their bytes (once, before the first `newSession`).
+pub fn setTransport(t: Transport) void {
+    transport = t;
+}
+
+/// A server-side session whose ciphertext goes through `Transport` with `io_ctx`.
+pub fn newSession(ctx: *SSL_CTX, io_ctx: *anyopaque) ?*SSL {
+    std.debug.assert(transport != null);
+    const method = transportMethod() orelse {
+        api.ERR_clear_error();
+        return null;
+    };
     const ssl = api.SSL_new(ctx) orelse {
         api.ERR_clear_error();
         return null;
     };
-    if (api.SSL_set_fd(ssl, fd) != 1) {
+    const bio = api.BIO_new(method) orelse {
         api.ERR_clear_error();
         api.SSL_free(ssl);
         return null;
-    }
+    };
+    api.BIO_set_data(bio, io_ctx);
+    api.BIO_set_init(bio, 1);
+    // One BIO both ways: the session owns it (freed with the session).
+    api.SSL_set_bio(ssl, bio, bio);
     api.SSL_set_accept_state(ssl);
     return ssl;
 }

@@ -48,7 +48,7 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         setErrorText(c.PyExc_ValueError, err.text());
         return false;
     };
-    self.server.?.tls_ctx = ctx;
+    self.server.?.useTls(ctx);
     self.info.tls_server_cert = scope.serverCertPem(ctx) orelse return false;
     return true;
 }
