@@ -17,8 +17,9 @@
 //! received into which buffer, bytes sent), where epoll's carry readiness. The
 //! connection already treats `recv`/`sendv` as "give me what is there" and reacts to
 //! events, so it gains a completion path (`Event.result`) beside the readiness one. TLS
-//! then reads ciphertext from those completions through OpenSSL memory BIOs instead of
-//! letting OpenSSL read the socket (`tls.zig`'s socket BIO, used on epoll).
+//! already runs over this interface: OpenSSL's reads and writes call the connection's
+//! `recv`/`sendv` through a BIO of ours (`tls.Transport`); on io_uring those callbacks
+//! take the bytes the completions brought.
 //!
 //! Interest is level-triggered: a connection that cannot take more bytes drops
 //! `readable` from its interest instead of leaving data unread under an edge trigger.
