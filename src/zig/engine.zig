@@ -56,6 +56,36 @@ pub fn closeIfDone(engine: *EngineObjectCore) void {
     s.deinit();
 }
 
+/// The Python side's callables and stream classes, held by the engine. False with a
+/// TypeError when a class is not a Stream (or WebSockets are on without a class for them).
+fn takeCallables(self: *EngineObjectCore, on_request: *Object, wake: *Object, cls: *Object, opts: *Object, ws_enabled: bool) bool {
+    py.incref(on_request);
+    self.on_request = on_request;
+    py.incref(wake);
+    self.wake = wake;
+    // The loop's call_soon, for `settle`: absent or None when there is no loop to defer to.
+    if (c.PyDict_GetItemString(opts, "call_soon")) |cs| {
+        if (!py.isNone(cs)) {
+            py.incref(cs);
+            self.call_soon = cs;
+        }
+    }
+    py.incref(cls);
+    self.stream_class = @ptrCast(cls);
+    const wcls = c.PyDict_GetItemString(opts, "websocket_class") orelse {
+        if (!ws_enabled) return true;
+        _ = py.typeError("ws is on: websocket_class must be given");
+        return false;
+    };
+    if (c.PyType_Check(wcls) == 0 or c.PyType_IsSubtype(@ptrCast(wcls), pystream.stream_type) == 0) {
+        _ = py.typeError("websocket_class must subclass zigcorn._core.Stream");
+        return false;
+    }
+    py.incref(wcls);
+    self.ws_class = @ptrCast(wcls);
+    return true;
+}
+
 fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c) ?*Object {
     _ = kwargs;
     const a = args.?;
@@ -78,27 +108,10 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
     };
     self.* = .{ .obj = obj };
     eo.core = self;
-    py.incref(on_request);
-    self.on_request = on_request;
-    py.incref(wake);
-    self.wake = wake;
-    if (c.PyDict_GetItemString(opts, "call_soon")) |cs| {
-        if (!py.isNone(cs)) {
-            py.incref(cs);
-            self.call_soon = cs;
-        }
+    if (!takeCallables(self, on_request, wake, cls, opts, opts_full.ws_enabled)) {
+        py.decref(obj);
+        return null;
     }
-    py.incref(cls);
-    self.stream_class = @ptrCast(cls);
-    if (c.PyDict_GetItemString(opts, "websocket_class")) |wcls| {
-        if (c.PyType_Check(wcls) == 0 or c.PyType_IsSubtype(@ptrCast(wcls), pystream.stream_type) == 0) {
-            py.decref(obj);
-            return py.typeError("websocket_class must subclass zigcorn._core.Stream");
-        }
-        py.incref(wcls);
-        self.ws_class = @ptrCast(wcls);
-    }
-
     if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
@@ -325,7 +338,13 @@ fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return d;
 }
 
+/// options() -> dict: what the server runs with, in Config's units.
+fn engineOptions(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return options.report(asEngine(obj));
+}
+
 var engine_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "options", .ml_meth = @ptrCast(&engineOptions), .ml_flags = c.METH_NOARGS, .ml_doc = "What the server runs with, in Config's units." },
     .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
     .{ .ml_name = "settle", .ml_meth = @ptrCast(&engineSettle), .ml_flags = c.METH_NOARGS, .ml_doc = "End of the loop's pass: wake the writer thread, busy poll if due." },
     .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },

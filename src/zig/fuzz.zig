@@ -236,7 +236,7 @@ var reference_buf: [max_input_bytes]u8 = undefined;
 
 const Config = struct { limits: Limits, storage_len: usize };
 
-const default_config = Config{ .limits = .{}, .storage_len = 128 };
+const default_config = Config{ .limits = http1.test_limits, .storage_len = 128 };
 /// Every limit tiny, and less header storage than the limit allows.
 const tiny_config = Config{
     .limits = .{

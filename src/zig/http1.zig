@@ -18,16 +18,20 @@ pub const Header = struct { name: []const u8, value: []const u8 };
 pub const Limits = struct {
     /// Whole request head including the request line and final CRLFCRLF -> 431.
     /// If the request line itself is still incomplete when this is reached -> 414.
-    head_bytes_max: usize = 16 * 1024,
+    head_bytes_max: usize,
     /// Request-target length -> 414.
-    target_bytes_max: usize = 8 * 1024,
+    target_bytes_max: usize,
     /// Header field lines -> 431.
-    headers_count_max: usize = 100,
+    headers_count_max: usize,
     /// Extension bytes of one chunk-size line (everything between the size and CRLF) -> 400.
     chunk_ext_bytes_max: usize = 4096,
     /// Whole trailer section including its final CRLF -> 431.
     trailer_bytes_max: usize = 8 * 1024,
 };
+
+/// Generous limits for the parser's own tests and the fuzzer. The server's limits come
+/// from `Config` through the engine's options (options.zig), never from here.
+pub const test_limits = Limits{ .head_bytes_max = 16 * 1024, .target_bytes_max = 8 * 1024, .headers_count_max = 100 };
 
 pub const ParseError = error{
     BadRequest, // 400
@@ -729,7 +733,7 @@ const TestParse = struct {
     headers: [128]Header = undefined,
 
     fn parse(self: *TestParse, text: []const u8) ParseError!?Head {
-        return self.parseLimits(text, .{});
+        return self.parseLimits(text, test_limits);
     }
 
     fn parseLimits(self: *TestParse, text: []const u8, limits: Limits) ParseError!?Head {
@@ -851,10 +855,10 @@ test "pipelined requests parse one after the other using len" {
     const second = "GET /b HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
     const text = first ++ second;
     @memcpy(t.buf[0..text.len], text);
-    const head_a = (try parseHead(t.buf[0..text.len], &t.headers, .{})).?;
+    const head_a = (try parseHead(t.buf[0..text.len], &t.headers, test_limits)).?;
     try testing.expectEqual(first.len, head_a.len);
     try testing.expectEqualStrings("/a", head_a.request.path);
-    const head_b = (try parseHead(t.buf[head_a.len..text.len], &t.headers, .{})).?;
+    const head_b = (try parseHead(t.buf[head_a.len..text.len], &t.headers, test_limits)).?;
     try testing.expectEqual(second.len, head_b.len);
     try testing.expectEqualStrings("/b", head_b.request.path);
     try testing.expect(!head_b.request.keep_alive);
@@ -1086,7 +1090,7 @@ test "malformed versions -> 400" {
 
 test "too long target -> 414, also while incomplete" {
     var t = TestParse{};
-    const limits = Limits{ .target_bytes_max = 64 };
+    const limits = Limits{ .target_bytes_max = 64, .head_bytes_max = test_limits.head_bytes_max, .headers_count_max = test_limits.headers_count_max };
     const exact = "GET /" ++ "a" ** 63 ++ " HTTP/1.1\r\nHost: h\r\n\r\n";
     try testing.expect((try t.parseLimits(exact, limits)) != null);
     const over = "GET /" ++ "a" ** 64 ++ " HTTP/1.1\r\nHost: h\r\n\r\n";
@@ -1099,14 +1103,14 @@ test "too long target -> 414, also while incomplete" {
 
 test "request line cut off by head limit -> 414" {
     var t = TestParse{};
-    const limits = Limits{ .head_bytes_max = 64, .target_bytes_max = 1024 };
+    const limits = Limits{ .head_bytes_max = 64, .target_bytes_max = 1024, .headers_count_max = test_limits.headers_count_max };
     try testing.expectError(error.UriTooLong, t.parseLimits("GET /" ++ "a" ** 59, limits));
     try testing.expectEqual(@as(?Head, null), try t.parseLimits("GET /" ++ "a" ** 58, limits));
 }
 
 test "too many headers -> 431" {
     var t = TestParse{};
-    const limits = Limits{ .headers_count_max = 4 };
+    const limits = Limits{ .headers_count_max = 4, .head_bytes_max = test_limits.head_bytes_max, .target_bytes_max = test_limits.target_bytes_max };
     const four = "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
     try testing.expect((try t.parseLimits(four, limits)) != null);
     const five = "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n";
@@ -1118,7 +1122,7 @@ test "too many headers -> 431" {
 
 test "head too large -> 431" {
     var t = TestParse{};
-    const limits = Limits{ .head_bytes_max = 64 };
+    const limits = Limits{ .head_bytes_max = 64, .target_bytes_max = test_limits.target_bytes_max, .headers_count_max = test_limits.headers_count_max };
     const fits = "GET / HTTP/1.1\r\nHost: h\r\nX: " ++ "a" ** 32 ++ "\r\n\r\n";
     try testing.expectEqual(@as(usize, 64), fits.len);
     try testing.expect((try t.parseLimits(fits, limits)) != null);
@@ -1133,7 +1137,7 @@ test "head too large -> 431" {
 
 test "complete head followed by body bytes past the head limit is fine" {
     var t = TestParse{};
-    const limits = Limits{ .head_bytes_max = 64 };
+    const limits = Limits{ .head_bytes_max = 64, .target_bytes_max = test_limits.target_bytes_max, .headers_count_max = test_limits.headers_count_max };
     const text = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n" ++ "b" ** 100;
     const head = (try t.parseLimits(text, limits)).?;
     try testing.expectEqual(text.len - 100, head.len);
@@ -1208,7 +1212,7 @@ test "Upgrade only with Connection: upgrade" {
 test "headers storage smaller than the limit is never overrun" {
     var buf = "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\n\r\n".*;
     var storage: [2]Header = undefined;
-    try testing.expectError(error.HeadersTooLarge, parseHead(&buf, &storage, .{}));
+    try testing.expectError(error.HeadersTooLarge, parseHead(&buf, &storage, test_limits));
 }
 
 test "hostile bytes never crash the head parser" {
@@ -1266,7 +1270,7 @@ fn decodeInPieces(encoded: []const u8, piece_bytes: []const usize, limits: Limit
 }
 
 fn decodeAll(encoded: []const u8) !DecodeResult {
-    return decodeInPieces(encoded, &.{std.math.maxInt(usize) / 2}, .{});
+    return decodeInPieces(encoded, &.{std.math.maxInt(usize) / 2}, test_limits);
 }
 
 test "chunked simple body" {
@@ -1308,14 +1312,14 @@ test "chunked pipelined bytes after the terminator are not consumed" {
     try testing.expectEqual(body.len, result.consumed);
     // A finished decoder consumes nothing more.
     var decoder = ChunkedDecoder{};
-    var step = try decoder.decode(encoded, .{});
+    var step = try decoder.decode(encoded, test_limits);
     var consumed = step.consumed;
     while (!step.done) {
-        step = try decoder.decode(encoded[consumed..], .{});
+        step = try decoder.decode(encoded[consumed..], test_limits);
         consumed += step.consumed;
     }
     try testing.expectEqual(body.len, consumed);
-    const after = try decoder.decode(encoded[consumed..], .{});
+    const after = try decoder.decode(encoded[consumed..], test_limits);
     try testing.expectEqual(@as(usize, 0), after.consumed);
     try testing.expect(after.done);
 }
@@ -1325,12 +1329,12 @@ test "chunked every split point and random splits produce the same data" {
         "0\r\nTrailer: yes\r\n\r\n";
     const expected = "hello 0123456789abcdefghijklmnop";
     // Byte by byte.
-    const single = try decodeInPieces(encoded, &.{1}, .{});
+    const single = try decodeInPieces(encoded, &.{1}, test_limits);
     try testing.expectEqualStrings(expected, single.slice());
     try testing.expectEqual(encoded.len, single.consumed);
     // Every two-piece split.
     for (1..encoded.len) |split| {
-        const result = try decodeInPieces(encoded, &.{ split, encoded.len }, .{});
+        const result = try decodeInPieces(encoded, &.{ split, encoded.len }, test_limits);
         try testing.expectEqualStrings(expected, result.slice());
         try testing.expectEqual(encoded.len, result.consumed);
     }
@@ -1340,7 +1344,7 @@ test "chunked every split point and random splits produce the same data" {
     for (0..500) |_| {
         var pieces: [8]usize = undefined;
         for (&pieces) |*piece| piece.* = 1 + random.uintLessThan(usize, 12);
-        const result = try decodeInPieces(encoded, &pieces, .{});
+        const result = try decodeInPieces(encoded, &pieces, test_limits);
         try testing.expectEqualStrings(expected, result.slice());
         try testing.expectEqual(encoded.len, result.consumed);
     }
@@ -1356,72 +1360,72 @@ fn expectChunkedError(expected: ParseError, encoded: []const u8, limits: Limits)
 }
 
 test "chunked invalid sizes rejected" {
-    try expectChunkedError(error.BadRequest, "g\r\n", .{});
-    try expectChunkedError(error.BadRequest, "\r\n", .{});
-    try expectChunkedError(error.BadRequest, "-1\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0x5\r\nhello\r\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, ";ext\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5 \r\nhello\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5\nhello\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5\rhello\r\n", .{});
+    try expectChunkedError(error.BadRequest, "g\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "-1\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0x5\r\nhello\r\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, ";ext\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5 \r\nhello\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5\nhello\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5\rhello\r\n", test_limits);
     // 17 digits, even if the value would fit.
-    try expectChunkedError(error.BadRequest, "00000000000000001\r\n", .{});
-    try expectChunkedError(error.BadRequest, "10000000000000000\r\n", .{});
-    try expectChunkedError(error.BadRequest, "fffffffffffffffff\r\n", .{});
+    try expectChunkedError(error.BadRequest, "00000000000000001\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "10000000000000000\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "fffffffffffffffff\r\n", test_limits);
 }
 
 test "chunked 16 hex digit size accepted" {
     var decoder = ChunkedDecoder{};
-    const step = try decoder.decode("ffffffffffffffff\r\nabc", .{});
+    const step = try decoder.decode("ffffffffffffffff\r\nabc", test_limits);
     try testing.expectEqualStrings("abc", step.data);
     try testing.expectEqual(@as(u64, std.math.maxInt(u64) - 3), decoder.chunk_bytes);
 }
 
 test "chunked missing CRLF after data rejected" {
-    try expectChunkedError(error.BadRequest, "5\r\nhelloX\r\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5\r\nhello\rX0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5\r\nhello\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "5\r\nhello0\r\n\r\n", .{});
+    try expectChunkedError(error.BadRequest, "5\r\nhelloX\r\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5\r\nhello\rX0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5\r\nhello\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "5\r\nhello0\r\n\r\n", test_limits);
 }
 
 test "chunked extension too long rejected" {
-    const limits = Limits{ .chunk_ext_bytes_max = 8 };
+    const limits = Limits{ .chunk_ext_bytes_max = 8, .head_bytes_max = test_limits.head_bytes_max, .target_bytes_max = test_limits.target_bytes_max, .headers_count_max = test_limits.headers_count_max };
     const ok = try decodeInPieces("1;abcdefg\r\nx\r\n0\r\n\r\n", &.{100}, limits);
     try testing.expectEqualStrings("x", ok.slice());
     try expectChunkedError(error.BadRequest, "1;abcdefgh\r\nx\r\n0\r\n\r\n", limits);
     try expectChunkedError(error.BadRequest, "1" ++ " " ** 9 ++ ";\r\nx\r\n0\r\n\r\n", limits);
     // Default limit: 4 KiB.
-    try expectChunkedError(error.BadRequest, "1;" ++ "a" ** 4096 ++ "\r\n", .{});
+    try expectChunkedError(error.BadRequest, "1;" ++ "a" ** 4096 ++ "\r\n", test_limits);
 }
 
 test "chunked extension bytes validated" {
-    try expectChunkedError(error.BadRequest, "1;a\x00\r\nx\r\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "1;a\nb\r\nx\r\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "1;a\rb\r\nx\r\n0\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "1 x\r\nx\r\n0\r\n\r\n", .{});
+    try expectChunkedError(error.BadRequest, "1;a\x00\r\nx\r\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "1;a\nb\r\nx\r\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "1;a\rb\r\nx\r\n0\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "1 x\r\nx\r\n0\r\n\r\n", test_limits);
 }
 
 test "chunked trailer validation" {
-    try expectChunkedError(error.BadRequest, "0\r\nX: a\nb\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\nX: a\rb\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\nX: a\r\n b\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\nX : a\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\n: a\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\nX: \x01\r\n\r\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\n\n", .{});
-    try expectChunkedError(error.BadRequest, "0\r\n\rX", .{});
+    try expectChunkedError(error.BadRequest, "0\r\nX: a\nb\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\nX: a\rb\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\nX: a\r\n b\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\nX : a\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\n: a\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\nX: \x01\r\n\r\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\n\n", test_limits);
+    try expectChunkedError(error.BadRequest, "0\r\n\rX", test_limits);
 }
 
 test "chunked trailer section too large -> 431" {
-    const limits = Limits{ .trailer_bytes_max = 16 };
+    const limits = Limits{ .trailer_bytes_max = 16, .head_bytes_max = test_limits.head_bytes_max, .target_bytes_max = test_limits.target_bytes_max, .headers_count_max = test_limits.headers_count_max };
     _ = try decodeInPieces("0\r\nX: 012345678\r\n\r\n", &.{100}, limits); // 16 bytes.
     try expectChunkedError(error.HeadersTooLarge, "0\r\nX: 0123456789\r\n\r\n", limits);
 }
 
 test "chunked errors are sticky" {
     var decoder = ChunkedDecoder{};
-    try testing.expectError(error.BadRequest, decoder.decode("z", .{}));
-    try testing.expectError(error.BadRequest, decoder.decode("0\r\n\r\n", .{}));
+    try testing.expectError(error.BadRequest, decoder.decode("z", test_limits));
+    try testing.expectError(error.BadRequest, decoder.decode("0\r\n\r\n", test_limits));
 }
 
 test "chunked hostile bytes never crash" {
@@ -1429,7 +1433,7 @@ test "chunked hostile bytes never crash" {
     const random = prng.random();
     const alphabet = "0123456789abcdefABCDEFxyz;= \t\r\n:\"\\\x00\x80";
     var input: [128]u8 = undefined;
-    const limits = Limits{ .chunk_ext_bytes_max = 16, .trailer_bytes_max = 32 };
+    const limits = Limits{ .chunk_ext_bytes_max = 16, .trailer_bytes_max = 32, .head_bytes_max = test_limits.head_bytes_max, .target_bytes_max = test_limits.target_bytes_max, .headers_count_max = test_limits.headers_count_max };
     for (0..20_000) |_| {
         const len = random.uintLessThan(usize, input.len);
         for (input[0..len]) |*c| c.* = alphabet[random.uintLessThan(usize, alphabet.len)];

@@ -88,7 +88,33 @@ export fn PyInit__core() ?*Object {
     py.incref(st);
     const et = c.PyType_FromSpec(&engine_mod.engine_spec) orelse return fail(m);
     if (c.PyModule_AddObject(m, "Engine", et) != 0) return fail(m);
+    if (!addLimits(m)) return fail(m);
     return m;
+}
+
+/// `LIMITS`: the engine's own bounds of some options, {name: (low, high)}, which
+/// `Config` validates against, so the two can never disagree.
+fn addLimits(m: *Object) bool {
+    const options = @import("options.zig");
+    const d = c.PyDict_New() orelse return false;
+    const limits = .{
+        .{ "limit_request_head", options.request_head_bytes_min, options.request_head_bytes_max },
+        .{ "limit_request_line", 16, options.request_head_bytes_max },
+        .{ "limit_request_fields", 1, options.request_fields_max },
+        .{ "busy_poll", 0, options.busy_poll_us_max },
+    };
+    inline for (limits) |l| {
+        const t = c.Py_BuildValue("(LL)", @as(c_longlong, l[1]), @as(c_longlong, l[2])) orelse {
+            py.decref(d);
+            return false;
+        };
+        defer py.decref(t);
+        if (c.PyDict_SetItemString(d, l[0], t) != 0) {
+            py.decref(d);
+            return false;
+        }
+    }
+    return c.PyModule_AddObject(m, "LIMITS", d) == 0;
 }
 
 fn fail(m: *Object) ?*Object {

@@ -12,38 +12,53 @@ const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 const allocator = std.heap.c_allocator;
 
-pub fn optBool(opts: *Object, comptime key: [:0]const u8, default: bool) ?bool {
-    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default;
-    const t = c.PyObject_IsTrue(v);
+// Every option is required: the defaults, bounds and help of each live in one place,
+// `zigcorn/config.py`, and the engine runs with exactly what it is given. It refuses a
+// value it cannot represent instead of clamping it to something else.
+
+/// A required option, or null with KeyError set.
+pub fn required(opts: *Object, comptime key: [:0]const u8) ?*Object {
+    return c.PyDict_GetItemString(opts, key.ptr) orelse {
+        _ = c.PyErr_Format(c.PyExc_KeyError, "engine option '%s' is missing", key.ptr);
+        return null;
+    };
+}
+
+pub fn optBool(opts: *Object, comptime key: [:0]const u8) ?bool {
+    const t = c.PyObject_IsTrue(required(opts, key) orelse return null);
     if (t < 0) return null;
     return t != 0;
 }
 
-pub fn optInt(opts: *Object, comptime key: [:0]const u8, default: i64) ?i64 {
-    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default;
-    if (py.isNone(v)) return default;
+/// An integer option from `low` to `high` (inclusive).
+pub fn optInt(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: T, high: T) ?T {
+    const v = required(opts, key) orelse return null;
     const n = c.PyLong_AsLongLong(v);
     if (n == -1 and c.PyErr_Occurred() != null) return null;
-    return n;
+    if (n < low or n > high) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from %lld to %lld, not %lld", key.ptr, @as(c_longlong, @intCast(low)), @as(c_longlong, @intCast(high)), n);
+        return null;
+    }
+    return @intCast(n);
 }
 
-pub fn optFloatMs(opts: *Object, comptime key: [:0]const u8, default_ms: u64) ?u64 {
-    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return default_ms;
-    if (py.isNone(v)) return default_ms;
-    const f = c.PyFloat_AsDouble(v);
+/// Seconds (a float from 0 to `seconds_max`) as milliseconds.
+pub fn optMs(opts: *Object, comptime key: [:0]const u8) ?u64 {
+    const f = c.PyFloat_AsDouble(required(opts, key) orelse return null);
     if (f == -1.0 and c.PyErr_Occurred() != null) return null;
-    if (!(f >= 0) or f > 1e9) {
-        c.PyErr_SetString(c.PyExc_ValueError, "timeouts must be between 0 and 1e9 seconds");
+    if (!(f >= 0) or f > seconds_max) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from 0 to 1e9 seconds", key.ptr);
         return null;
     }
     return @intFromFloat(f * 1000.0);
 }
 
+/// The longest timeout or interval the engine takes (about 31 years).
+pub const seconds_max = 1e9;
+
 /// Engine(on_request, wake, stream_class, options: dict)
 pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
-    const root = c.PyDict_GetItemString(opts, "root_path") orelse blk: {
-        break :blk py.intern("") orelse return false;
-    };
+    const root = required(opts, "root_path") orelse return false;
     if (c.PyUnicode_Check(root) == 0) {
         c.PyErr_SetString(c.PyExc_TypeError, "root_path must be a str");
         return false;
@@ -51,9 +66,8 @@ pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     py.incref(root);
     self.info.root_path = root;
     self.info.root_path_utf8 = py.strView(root) orelse return false;
-    const scheme = c.PyDict_GetItemString(opts, "scheme") orelse py.intern("http") orelse return false;
-    py.incref(scheme);
-    self.info.scheme = scheme;
+    // Plain HTTP's scheme; a TLS session makes it https (scope.zig).
+    self.info.scheme = py.intern("http") orelse return false;
     self.info.server = py.none();
     self.info.state = null;
     return true;
@@ -62,27 +76,26 @@ pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
 /// metrics_path / health_path (str or None) and metrics_slot (int): engine-answered paths.
 pub fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
     inline for (.{ "metrics_path", "health_path" }) |key| {
-        if (c.PyDict_GetItemString(opts, key)) |v| {
-            if (!py.isNone(v)) {
-                const text = py.strView(v) orelse return false;
-                if (text.len == 0 or text[0] != '/') {
-                    c.PyErr_SetString(c.PyExc_ValueError, key ++ " must start with '/'");
-                    return false;
-                }
-                py.incref(v);
-                @field(self, key) = v;
-                @field(out, key) = text;
+        const v = required(opts, key) orelse return false;
+        if (!py.isNone(v)) {
+            const text = py.strView(v) orelse return false;
+            if (text.len == 0 or text[0] != '/') {
+                c.PyErr_SetString(c.PyExc_ValueError, key ++ " must start with '/'");
+                return false;
             }
+            py.incref(v);
+            @field(self, key) = v;
+            @field(out, key) = text;
         }
     }
+    const index = optInt(opts, "metrics_slot", usize, 0, metrics.slots_max - 1) orelse return false;
     if (self.metrics_path == null) return true;
-    const index = optInt(opts, "metrics_slot", 0) orelse return false;
     metrics.init(1) catch {
         c.PyErr_SetString(c.PyExc_OSError, "could not map the metrics counters");
         return false;
     };
     const pid: u64 = @intCast(std.os.linux.getpid());
-    const slot = metrics.claim(@intCast(@max(index, 0)), pid) orelse {
+    const slot = metrics.claim(index, pid) orelse {
         c.PyErr_SetString(c.PyExc_ValueError, "metrics_slot out of range");
         return false;
     };
@@ -93,7 +106,7 @@ pub fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) 
 /// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
 /// (proxy headers off).
 pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
-    const list = c.PyDict_GetItemString(opts, "forwarded_allow_ips") orelse return true;
+    const list = required(opts, "forwarded_allow_ips") orelse return false;
     if (py.isNone(list)) return true;
     const seq = c.PySequence_Fast(list, "forwarded_allow_ips must be a list of str") orelse return false;
     defer py.decref(seq);
@@ -113,7 +126,7 @@ pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
 /// Extra response headers (--header) are copied once into one bytes object that the
 /// header slices point into.
 pub fn setExtraHeaders(self: *EngineObjectCore, opts: *Object) bool {
-    const list = c.PyDict_GetItemString(opts, "headers") orelse return true;
+    const list = required(opts, "headers") orelse return false;
     const seq = c.PySequence_Fast(list, "headers must be a list of (bytes, bytes)") orelse return false;
     defer py.decref(seq);
     const n: usize = @intCast(py.seqLen(seq));
@@ -162,31 +175,97 @@ pub fn setExtraHeaders(self: *EngineObjectCore, opts: *Object) bool {
 
 /// The server's options from the dict, or null with a Python exception set.
 pub fn serverOptions(opts: *Object) ?server_mod.Options {
-    const pool_buffer_bytes = @import("pool.zig").buffer_bytes;
+    const u32_max = std.math.maxInt(u32);
     return server_mod.Options{
-        .backlog = @intCast(std.math.clamp(optInt(opts, "backlog", 2048) orelse return null, 1, 65535)),
-        .timeout_keep_alive_ms = optFloatMs(opts, "timeout_keep_alive", 5_000) orelse return null,
-        .timeout_header_ms = optFloatMs(opts, "timeout_header", 30_000) orelse return null,
-        .timeout_body_ms = optFloatMs(opts, "timeout_body", 30_000) orelse return null,
-        .timeout_write_ms = optFloatMs(opts, "timeout_write", 30_000) orelse return null,
-        .server_header = optBool(opts, "server_header", true) orelse return null,
-        .date_header = optBool(opts, "date_header", true) orelse return null,
-        .connections_max = @intCast(std.math.clamp(optInt(opts, "limit_connections", 100_000) orelse return null, 1, std.math.maxInt(u32))),
-        .keep_alive_requests_max = @intCast(std.math.clamp(optInt(opts, "limit_keep_alive_requests", 10_000) orelse return null, 1, std.math.maxInt(u32))),
-        .body_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_body", 1 << 30) orelse return null, 0, std.math.maxInt(i64))),
-        .ws_enabled = (optBool(opts, "ws", true) orelse return null) and c.PyDict_GetItemString(opts, "websocket_class") != null,
-        .ws_deflate = optBool(opts, "ws_per_message_deflate", true) orelse return null,
-        .ws_message_bytes_max = @intCast(std.math.clamp(optInt(opts, "ws_max_size", 16 * 1024 * 1024) orelse return null, 1, std.math.maxInt(u32))),
-        .ws_queue_max = @intCast(std.math.clamp(optInt(opts, "ws_max_queue", 32) orelse return null, 1, 1 << 20)),
-        .ws_ping_interval_ms = optFloatMs(opts, "ws_ping_interval", 0) orelse return null,
-        .ws_ping_timeout_ms = optFloatMs(opts, "ws_ping_timeout", 20_000) orelse return null,
-        .spin_ns = @as(u64, @intCast(std.math.clamp(optInt(opts, "busy_poll_us", 0) orelse return null, 0, 1_000_000))) * 1000,
-        .writer = std.meta.intToEnum(server_mod.WriterMode, std.math.clamp(optInt(opts, "writer", 1) orelse return null, 0, 2)) catch unreachable,
+        // setOps fills these in when the paths are given.
+        .metrics_path = "",
+        .health_path = "",
+        .metrics = null,
+        .timeout_keep_alive_ms = optMs(opts, "timeout_keep_alive") orelse return null,
+        .timeout_header_ms = optMs(opts, "timeout_header") orelse return null,
+        .timeout_body_ms = optMs(opts, "timeout_body") orelse return null,
+        .timeout_write_ms = optMs(opts, "timeout_write") orelse return null,
+        .server_header = optBool(opts, "server_header") orelse return null,
+        .date_header = optBool(opts, "date_header") orelse return null,
+        .connections_max = optInt(opts, "limit_connections", u32, 1, u32_max) orelse return null,
+        .keep_alive_requests_max = optInt(opts, "limit_keep_alive_requests", u32, 1, u32_max) orelse return null,
+        .body_bytes_max = optInt(opts, "limit_request_body", u64, 0, std.math.maxInt(i64)) orelse return null,
+        .ws_enabled = optBool(opts, "ws") orelse return null,
+        .ws_deflate = optBool(opts, "ws_per_message_deflate") orelse return null,
+        .ws_message_bytes_max = optInt(opts, "ws_max_size", u64, 1, u32_max) orelse return null,
+        .ws_queue_max = optInt(opts, "ws_max_queue", u32, 1, u32_max) orelse return null,
+        .ws_ping_interval_ms = optMs(opts, "ws_ping_interval") orelse return null,
+        .ws_ping_timeout_ms = optMs(opts, "ws_ping_timeout") orelse return null,
+        .spin_ns = (optInt(opts, "busy_poll", u64, 0, busy_poll_us_max) orelse return null) * std.time.ns_per_us,
+        .writer = std.meta.intToEnum(server_mod.WriterMode, optInt(opts, "writer_thread", u8, 0, 2) orelse return null) catch unreachable,
         .limits = .{
-            // The whole head must fit in one pooled read buffer.
-            .head_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_head", pool_buffer_bytes) orelse return null, 256, pool_buffer_bytes)),
-            .target_bytes_max = @intCast(std.math.clamp(optInt(opts, "limit_request_line", 8190) orelse return null, 16, pool_buffer_bytes)),
-            .headers_count_max = @intCast(std.math.clamp(optInt(opts, "limit_request_fields", 100) orelse return null, 1, 128)),
+            .head_bytes_max = optInt(opts, "limit_request_head", usize, request_head_bytes_min, request_head_bytes_max) orelse return null,
+            .target_bytes_max = optInt(opts, "limit_request_line", usize, 16, request_head_bytes_max) orelse return null,
+            .headers_count_max = optInt(opts, "limit_request_fields", usize, 1, request_fields_max) orelse return null,
         },
     };
+}
+
+/// The engine's own limits, which `Config` validates against (`_core.LIMITS`): a request
+/// head must fit one pooled read buffer, its fields the server's header storage.
+pub const request_head_bytes_max = @import("pool.zig").buffer_bytes;
+pub const request_head_bytes_min = 256;
+pub const request_fields_max = @typeInfo(@FieldType(server_mod.Server, "headers_storage")).array.len;
+/// A busy poll is a short spin: longer than a second would be a hang.
+pub const busy_poll_us_max = 1_000_000;
+
+/// New reference: what the server runs with, in `Config`'s units (seconds, bytes, counts).
+pub fn report(self: *EngineObjectCore) ?*Object {
+    const s = self.server orelse return py.runtimeError("the engine is closed");
+    const d = c.PyDict_New() orelse return null;
+    const seconds = .{
+        .{ "timeout_keep_alive", s.idle_timeouts.timeout_ms },
+        .{ "timeout_header", s.header_timeouts.timeout_ms },
+        .{ "timeout_body", s.body_timeouts.timeout_ms },
+        .{ "timeout_write", s.write_timeouts.timeout_ms },
+        .{ "ws_ping_interval", if (s.ws_ping_enabled) s.ws_ping_timeouts.timeout_ms else 0 },
+        .{ "ws_ping_timeout", s.ws_pong_timeouts.timeout_ms },
+    };
+    inline for (seconds) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyFloat_FromDouble(@as(f64, @floatFromInt(f[1])) / 1000.0))) return fail(d);
+    }
+    const ints = .{
+        .{ "limit_connections", s.connections_max },
+        .{ "limit_keep_alive_requests", s.keep_alive_requests_max },
+        .{ "limit_request_body", s.body_bytes_max },
+        .{ "limit_request_head", s.limits.head_bytes_max },
+        .{ "limit_request_line", s.limits.target_bytes_max },
+        .{ "limit_request_fields", s.limits.headers_count_max },
+        .{ "ws_max_size", s.ws_message_bytes_max },
+        .{ "ws_max_queue", s.ws_queue_max },
+        .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
+        .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
+    };
+    inline for (ints) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
+    }
+    const bools = .{
+        .{ "server_header", s.server_header },
+        .{ "date_header", s.date_header },
+        .{ "ws", s.ws_enabled },
+        .{ "ws_per_message_deflate", s.ws_deflate },
+        .{ "proxy_headers", self.info.trust != null },
+    };
+    inline for (bools) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.boolean(f[1]))) return fail(d);
+    }
+    const strs = .{
+        .{ "metrics_path", s.metrics_path },
+        .{ "health_path", s.health_path },
+        .{ "root_path", self.info.root_path_utf8 },
+    };
+    inline for (strs) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.str(f[1]))) return fail(d);
+    }
+    return d;
+}
+
+fn fail(d: *Object) ?*Object {
+    py.decref(d);
+    return null;
 }

@@ -70,45 +70,46 @@ pub const Hooks = struct {
     }
 };
 
+/// Everything the server runs with, all given explicitly (options.zig reads them from
+/// the dict `Config.engine_options()` builds): the engine keeps no defaults of its own.
 pub const Options = struct {
-    backlog: u31 = 2048,
     /// An idle keep-alive connection is closed after this long.
-    timeout_keep_alive_ms: u64 = 5_000,
+    timeout_keep_alive_ms: u64,
     /// A request head must be complete this long after its first byte (or the accept).
-    timeout_header_ms: u64 = 30_000,
+    timeout_header_ms: u64,
     /// An app waiting for request body bytes waits at most this long for the next ones.
-    timeout_body_ms: u64 = 30_000,
+    timeout_body_ms: u64,
     /// Pending output that makes no progress for this long closes the connection.
-    timeout_write_ms: u64 = 30_000,
-    server_header: bool = true,
-    date_header: bool = true,
+    timeout_write_ms: u64,
+    server_header: bool,
+    date_header: bool,
     /// Connections past this are accepted and closed at once.
-    connections_max: u32 = 100_000,
+    connections_max: u32,
     /// The response to the Nth request on one connection closes it.
-    keep_alive_requests_max: u32 = 10_000,
+    keep_alive_requests_max: u32,
     /// Request bodies larger than this get 413.
-    body_bytes_max: u64 = 1 << 30,
-    limits: http1.Limits = .{},
+    body_bytes_max: u64,
+    limits: http1.Limits,
     /// Paths the engine answers itself ("" = off); the memory belongs to the caller.
-    metrics_path: []const u8 = "",
-    health_path: []const u8 = "",
+    metrics_path: []const u8,
+    health_path: []const u8,
     /// This process's slot in the shared counters, when metrics are on.
-    metrics: ?*metrics.Slot = null,
+    metrics: ?*metrics.Slot,
     /// WebSocket upgrades are served (`--ws`); off, they are plain HTTP requests.
-    ws_enabled: bool = true,
+    ws_enabled: bool,
     /// permessage-deflate is negotiated when a client offers it.
-    ws_deflate: bool = true,
+    ws_deflate: bool,
     /// Larger messages close the connection with 1009.
-    ws_message_bytes_max: u64 = 16 * 1024 * 1024,
+    ws_message_bytes_max: u64,
     /// Whole messages waiting for the app before the socket stops being read.
-    ws_queue_max: u32 = 32,
+    ws_queue_max: u32,
     /// 0: no server pings.
-    ws_ping_interval_ms: u64 = 20_000,
-    ws_ping_timeout_ms: u64 = 20_000,
+    ws_ping_interval_ms: u64,
+    ws_ping_timeout_ms: u64,
     /// Who writes complete plain HTTP/1.1 responses: see `WriterMode`.
-    writer: WriterMode = .auto,
+    writer: WriterMode,
     /// Busy poll after the last stream finishes, in ns (0: off). See `Server.spinWait`.
-    spin_ns: u64 = 0,
+    spin_ns: u64,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -168,6 +169,8 @@ pub const Server = struct {
     ws_ping_enabled: bool,
     zlib: deflate.Shared = .{},
     writer_mode: WriterMode,
+    /// What the options asked for (`writer_mode` falls back to `.off` without a thread).
+    writer_mode_configured: WriterMode,
     /// Started on first use (`auto`) or in init (`on`), joined in deinit.
     writer: ?*writer_mod.Writer = null,
     /// `auto`'s measure: responses in the current window, and the thread's CPU clock and
@@ -199,7 +202,7 @@ pub const Server = struct {
     draining: bool = false,
     /// Busy poll: once every stream is done, poll without sleeping for up to this long
     /// before the loop goes back to its blocking wait (0: never).
-    spin_ns: u64 = 0,
+    spin_ns: u64,
     /// `settle` is scheduled and has not run yet; what it is to do.
     settle_pending: bool = false,
     spin_wanted: bool = false,
@@ -243,6 +246,7 @@ pub const Server = struct {
             .ws_queue_max = @max(opts.ws_queue_max, 1),
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
             .writer_mode = opts.writer,
+            .writer_mode_configured = opts.writer,
             .spin_ns = opts.spin_ns,
             .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 6 },
             .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 7 },

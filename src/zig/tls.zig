@@ -194,15 +194,15 @@ pub fn versionText(buf: []u8) []const u8 {
 pub const ContextOptions = struct {
     certfile: [*:0]const u8,
     /// The key's file; the certificate file when null (a combined PEM).
-    keyfile: ?[*:0]const u8 = null,
-    password: ?[]const u8 = null,
-    min_version: c_long = TLS1_2_VERSION,
-    max_version: c_long = TLS1_3_VERSION,
+    keyfile: ?[*:0]const u8,
+    password: ?[]const u8,
+    min_version: c_long,
+    max_version: c_long,
     /// TLS 1.2 cipher list (OpenSSL syntax); TLS 1.3 suites keep OpenSSL's defaults.
-    ciphers: ?[*:0]const u8 = null,
+    ciphers: ?[*:0]const u8,
     /// 0 none, 1 optional, 2 required: the values of Python's ssl.CERT_*.
-    cert_reqs: u8 = 0,
-    ca_certs: ?[*:0]const u8 = null,
+    cert_reqs: u8,
+    ca_certs: ?[*:0]const u8,
 };
 
 /// What went wrong building a context, for the error the user sees. Never holds a key

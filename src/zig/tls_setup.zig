@@ -11,7 +11,7 @@ const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 /// A str option as a C string (borrowed from the options dict), or null when absent/None.
 fn optPath(opts: *Object, comptime key: [:0]const u8) error{Invalid}!?[*:0]const u8 {
-    const v = c.PyDict_GetItemString(opts, key.ptr) orelse return null;
+    const v = options.required(opts, key) orelse return error.Invalid;
     if (py.isNone(v)) return null;
     if (c.PyUnicode_Check(v) == 0) {
         c.PyErr_SetString(c.PyExc_TypeError, key ++ " must be a str");
@@ -29,20 +29,22 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         _ = py.runtimeError("OpenSSL is not loaded: call zigcorn._core.tls_load() first");
         return false;
     }
-    var o = tls.ContextOptions{ .certfile = certfile };
-    o.keyfile = optPath(opts, "ssl_keyfile") catch return false;
-    o.ca_certs = optPath(opts, "ssl_ca_certs") catch return false;
-    o.ciphers = optPath(opts, "ssl_ciphers") catch return false;
-    if (c.PyDict_GetItemString(opts, "ssl_keyfile_password")) |pw| if (!py.isNone(pw)) {
-        // Borrowed for the duration of the key load only; never copied, never shown.
-        o.password = py.bytesView(pw) orelse {
-            _ = py.typeError("ssl_keyfile_password must be bytes");
-            return false;
-        };
+    const pw = options.required(opts, "ssl_keyfile_password") orelse return false;
+    // Borrowed for the duration of the key load only; never copied, never shown.
+    const password: ?[]const u8 = if (py.isNone(pw)) null else py.bytesView(pw) orelse {
+        _ = py.typeError("ssl_keyfile_password must be bytes");
+        return false;
     };
-    o.cert_reqs = @intCast(std.math.clamp(options.optInt(opts, "ssl_cert_reqs", 0) orelse return false, 0, 2));
-    o.min_version = options.optInt(opts, "ssl_min_version", tls.TLS1_2_VERSION) orelse return false;
-    o.max_version = options.optInt(opts, "ssl_max_version", tls.TLS1_3_VERSION) orelse return false;
+    const o = tls.ContextOptions{
+        .certfile = certfile,
+        .keyfile = optPath(opts, "ssl_keyfile") catch return false,
+        .ca_certs = optPath(opts, "ssl_ca_certs") catch return false,
+        .ciphers = optPath(opts, "ssl_ciphers") catch return false,
+        .password = password,
+        .cert_reqs = options.optInt(opts, "ssl_cert_reqs", u8, 0, 2) orelse return false,
+        .min_version = options.optInt(opts, "ssl_min_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
+        .max_version = options.optInt(opts, "ssl_max_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
+    };
     var err = tls.ContextError{};
     const ctx = tls.newContext(o, &err) orelse {
         setErrorText(c.PyExc_ValueError, err.text());

@@ -450,7 +450,7 @@ fn handshake(raw: []const u8, deflate: bool) HandshakeError!Handshake {
     var storage: [32]http1.Header = undefined;
     var buf: [1024]u8 = undefined;
     @memcpy(buf[0..raw.len], raw);
-    const head = (http1.parseHead(buf[0..raw.len], &storage, .{}) catch unreachable).?;
+    const head = (http1.parseHead(buf[0..raw.len], &storage, http1.test_limits) catch unreachable).?;
     return validate(&head.request, deflate);
 }
 
@@ -470,13 +470,13 @@ test "handshake validation" {
 test "upgrade detection needs both tokens" {
     var storage: [8]http1.Header = undefined;
     var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
-    const r = (try http1.parseHead(&buf, &storage, .{})).?;
+    const r = (try http1.parseHead(&buf, &storage, http1.test_limits)).?;
     try testing.expect(isUpgrade(&r.request));
     var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
-    const r2 = (try http1.parseHead(&buf2, &storage, .{})).?;
+    const r2 = (try http1.parseHead(&buf2, &storage, http1.test_limits)).?;
     try testing.expect(!isUpgrade(&r2.request));
     var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
-    const r3 = (try http1.parseHead(&buf3, &storage, .{})).?;
+    const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
     try testing.expect(!isUpgrade(&r3.request));
 }
 

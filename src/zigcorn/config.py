@@ -53,169 +53,203 @@ SSL_VERSIONS = {2: (_TLS12, _TLS13), 17: (_TLS12, _TLS13), 5: (_TLS12, _TLS12)}
 _SSL_VERSION_NAMES = {3: "PROTOCOL_TLSv1", 4: "PROTOCOL_TLSv1_1", 16: "PROTOCOL_TLS_CLIENT"}
 
 
+class Setting:
+    """One option: its keyword (uvicorn's name where uvicorn has the knob), its default,
+    its bounds, its help text, and how the command line takes it. `SETTINGS` below is
+    the only place any of these is written down: `Config`, the ``zigcorn`` command line,
+    the ``ZIGCORN_*`` environment variables and the engine's options all come from it.
+    """
+
+    __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "metavar", "low", "high", "shown")
+
+    def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None,
+                 metavar=None, low=None, high=None, shown=None):  # fmt: skip
+        self.name = name
+        self.default = default
+        self.help = help
+        self.group = group
+        self.flag = flag or "--" + name.replace("_", "-")
+        # value: --flag VALUE; onoff: --flag / --no-flag; switch: --flag; append: repeatable
+        self.kind = kind
+        self.type = type
+        self.choices = choices
+        self.metavar = metavar
+        self.low = low
+        self.high = high
+        # How --help shows the default, where the value itself would mislead.
+        self.shown = shown
+
+    def check(self, value) -> None:
+        """Bounds are checked once, here, so the engine never sees a value it cannot honour."""
+        if self.low is not None and value is not None:
+            _check_range(self.name, value, self.low, self.high)
+
+
+def _engine_limit(name: str) -> tuple[int, int]:
+    """The engine's own bounds of an option (a request head must fit one pooled buffer)."""
+    from zigcorn._core import LIMITS
+
+    return LIMITS[name]
+
+
+_HEAD_MIN, _HEAD_MAX = _engine_limit("limit_request_head")
+_LINE_MIN, _LINE_MAX = _engine_limit("limit_request_line")
+_FIELDS_MIN, _FIELDS_MAX = _engine_limit("limit_request_fields")
+_U32 = 2**32 - 1
+_SECONDS_MAX = 10**9
+
+_S = Setting
+SETTINGS: tuple[Setting, ...] = (
+    # Server
+    _S("host", "127.0.0.1", "bind to this address", "Server"),
+    _S("port", 8000, "bind to this port, 0 for any", "Server", type="port"),
+    _S("uds", None, "bind to a Unix domain socket instead", "Server", metavar="PATH"),
+    _S("uds_perms", 0o666, "permissions of the --uds file", "Server", type="octal", metavar="MODE", shown="666"),
+    _S("fd", None, "serve on this inherited, already listening socket", "Server", type=int),
+    _S("backlog", 2048, "listen backlog", "Server", type=int, metavar="N", low=1, high=65535),
+    _S("reuse_port", False, "each worker binds its own SO_REUSEPORT socket", "Server", kind="switch"),
+    _S("loop", "auto", "event loop; auto is uvloop if installed", "Server", choices=LOOP_CHOICES),
+    # Processes
+    _S("workers", None, "worker processes", "Processes", type=int, metavar="N", low=1, high=1024,
+       shown="$WEB_CONCURRENCY or 1"),
+    _S("reload", False, "restart when files change (needs watchfiles)", "Processes", kind="switch"),
+    _S("reload_dirs", None, "watch this directory; repeatable", "Processes", kind="append", flag="--reload-dir",
+       metavar="DIR", shown="cwd"),
+    _S("reload_includes", ("*.py",), "reload on files matching this; repeatable", "Processes", kind="append",
+       flag="--reload-include", metavar="GLOB"),
+    _S("reload_excludes", (".*", ".py[cod]", ".sw.*", "~*"), "ignore files matching this; repeatable", "Processes",
+       kind="append", flag="--reload-exclude", metavar="GLOB"),
+    _S("reload_delay", 0.25, "debounce", "Processes", type=float, metavar="SECONDS"),
+    # Application
+    _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
+    _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
+    _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
+    # Logging
+    _S("log_level", None, "level of zigcorn's loggers", "Logging", choices=tuple(LOG_LEVELS), shown="info"),
+    _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
+       metavar="PATH", shown="zigcorn's own"),
+    _S("access_log", True, "log each request", "Logging", kind="onoff"),
+    _S("use_colors", None, "colour the logs", "Logging", kind="onoff", shown="on a terminal"),
+    # HTTP
+    _S("headers", None, "add this header to every response; repeatable", "HTTP", kind="append", flag="--header",
+       type="header", metavar="NAME:VALUE", shown="none"),
+    _S("proxy_headers", True, "trust X-Forwarded-* and Forwarded from --forwarded-allow-ips", "HTTP", kind="onoff"),
+    _S("forwarded_allow_ips", None,
+       "comma-separated IPs/CIDRs to trust proxy headers from, * for all, unix: for --uds peers", "HTTP",
+       metavar="IPS", shown="$FORWARDED_ALLOW_IPS or 127.0.0.1"),
+    _S("server_header", True, "send a Server header", "HTTP", kind="onoff"),
+    _S("date_header", True, "send a Date header", "HTTP", kind="onoff"),
+    _S("writer_thread", "auto",
+       "write complete responses from an engine thread: auto does while the app is the bottleneck", "HTTP",
+       choices=WRITER_CHOICES),
+    _S("busy_poll", 100, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
+       type=int, metavar="USEC", low=0, high=5000),
+    # Metrics and health
+    _S("metrics_path", None, "serve Prometheus metrics here, without the app (e.g. /metrics)", "Metrics and health",
+       metavar="PATH", shown="off"),
+    _S("health_path", None, "answer 200 here without the app, 503 while draining", "Metrics and health",
+       metavar="PATH", shown="off"),
+    # WebSockets
+    _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
+    _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
+       metavar="BYTES", low=1, high=_U32),
+    _S("ws_max_queue", 32, "messages waiting for the app before the socket stops being read", "WebSockets",
+       type=int, metavar="N", low=1, high=2**20),
+    _S("ws_ping_interval", 20.0, "ping every open WebSocket this often, 0 for never", "WebSockets", type=float,
+       metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("ws_ping_timeout", 20.0, "close with 1011 when a pong does not come within this", "WebSockets",
+       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("ws_per_message_deflate", True, "negotiate permessage-deflate when offered", "WebSockets", type="boolean",
+       metavar="BOOL", shown="true"),
+    # Timeouts
+    _S("timeout_keep_alive", 5, "close an idle keep-alive connection after this", "Timeouts", type=float,
+       metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("timeout_header", 30, "a request head must arrive within this, from its first byte", "Timeouts",
+       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("timeout_body", 30, "an app waiting for request body bytes waits at most this for more", "Timeouts",
+       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("timeout_write", 30, "close a connection whose pending output makes no progress for this", "Timeouts",
+       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("timeout_request", None, "cancel an app that has not finished a request after this", "Timeouts",
+       type=float, metavar="SECONDS", shown="off"),
+    _S("timeout_graceful_shutdown", None, "max wait for in-flight requests at shutdown", "Timeouts", type=float,
+       metavar="SECONDS", shown="forever"),
+    # TLS (HTTPS)
+    _S("ssl_keyfile", None, "the private key (PEM)", "TLS (HTTPS)", metavar="PATH", shown="in --ssl-certfile"),
+    _S("ssl_certfile", None, "the certificate chain (PEM); turns HTTPS on", "TLS (HTTPS)", metavar="PATH"),
+    _S("ssl_keyfile_password", None, "password of an encrypted key", "TLS (HTTPS)", metavar="TEXT"),
+    _S("ssl_version", PROTOCOL_TLS_SERVER,
+       "17 (PROTOCOL_TLS_SERVER): TLS 1.2 and 1.3; 5 (PROTOCOL_TLSv1_2): 1.2 only", "TLS (HTTPS)", type=int,
+       metavar="N"),
+    _S("ssl_cert_reqs", CERT_NONE, "client certificates: 0 none, 1 optional, 2 required", "TLS (HTTPS)", type=int,
+       metavar="N"),
+    _S("ssl_ca_certs", None, "CA certificates (PEM) that verify client certificates", "TLS (HTTPS)", metavar="PATH"),
+    _S("ssl_ciphers", "TLSv1", "TLS 1.2 ciphers", "TLS (HTTPS)", metavar="LIST"),
+    # Limits
+    _S("limit_concurrency", None, "answer 503 past N requests in flight", "Limits", type=int, metavar="N",
+       shown="off"),
+    _S("limit_max_requests", None, "exit after N requests", "Limits", type=int, metavar="N", shown="off"),
+    _S("limit_connections", 100_000, "accept and close at once connections past N", "Limits", type=int,
+       metavar="N", low=1, high=_U32),
+    _S("limit_keep_alive_requests", 10_000, "close a connection after N requests", "Limits", type=int, metavar="N",
+       low=1, high=_U32),
+    _S("limit_request_body", 1 << 30, "413 for request bodies over N bytes", "Limits", type=int, metavar="N",
+       low=0, high=2**63 - 1),
+    _S("limit_request_line", 8190, "414 for request targets over N bytes", "Limits", type=int, metavar="N",
+       low=_LINE_MIN, high=_LINE_MAX),
+    _S("limit_request_fields", 100, f"431 for more than N header lines, at most {_FIELDS_MAX}", "Limits", type=int,
+       metavar="N", low=_FIELDS_MIN, high=_FIELDS_MAX),
+    _S("limit_request_head", _HEAD_MAX, f"431 for a request head over N bytes, at most {_HEAD_MAX}", "Limits",
+       type=int, metavar="N", low=_HEAD_MIN, high=_HEAD_MAX),
+)  # fmt: skip
+del _S
+SETTING = {s.name: s for s in SETTINGS}
+DEFAULTS = {s.name: s.default for s in SETTINGS}
+WRITER_MODES = {"off": 0, "auto": 1, "on": 2}  # the engine's WriterMode
+
+
 class Config:
-    """Server settings. Construct, then the server calls `load()` inside its loop."""
+    """Server settings. Construct, then the server calls `load()` inside its loop.
 
-    def __init__(
-        self,
-        app: Any,
-        host: str = "127.0.0.1",
-        port: int = 8000,
-        uds: str | None = None,
-        uds_perms: int = 0o666,
-        fd: int | None = None,
-        reuse_port: bool = False,
-        workers: int | None = None,
-        reload: bool = False,
-        reload_dirs: Sequence[str] | str | None = None,
-        reload_includes: Sequence[str] | str | None = None,
-        reload_excludes: Sequence[str] | str | None = None,
-        reload_delay: float = 0.25,
-        proxy_headers: bool = True,
-        forwarded_allow_ips: Sequence[str] | str | None = None,
-        metrics_path: str | None = None,
-        health_path: str | None = None,
-        loop: str = "auto",
-        lifespan: str = "auto",
-        log_config: dict[str, Any] | str | os.PathLike[str] | None = LOGGING_CONFIG,
-        log_level: str | int | None = None,
-        access_log: bool = True,
-        use_colors: bool | None = None,
-        factory: bool = False,
-        root_path: str = "",
-        timeout_keep_alive: float = 5,
-        timeout_graceful_shutdown: float | None = None,
-        timeout_header: float = 30,
-        timeout_body: float = 30,
-        timeout_write: float = 30,
-        timeout_request: float | None = None,
-        server_header: bool = True,
-        date_header: bool = True,
-        headers: Sequence[HeaderSpec] | None = None,
-        backlog: int = 2048,
-        limit_concurrency: int | None = None,
-        limit_max_requests: int | None = None,
-        limit_connections: int = 100_000,
-        limit_keep_alive_requests: int = 10_000,
-        limit_request_body: int = 1 << 30,
-        limit_request_line: int = 8190,
-        limit_request_fields: int = 100,
-        limit_request_head: int = 16384,
-        ws: str = "auto",
-        ws_max_size: int = 16 * 1024 * 1024,
-        ws_max_queue: int = 32,
-        ws_ping_interval: float | None = 20.0,
-        ws_ping_timeout: float | None = 20.0,
-        ws_per_message_deflate: bool = True,
-        writer_thread: str = "auto",
-        busy_poll: int = 100,
-        ssl_keyfile: str | os.PathLike[str] | None = None,
-        ssl_certfile: str | os.PathLike[str] | None = None,
-        ssl_keyfile_password: str | None = None,
-        ssl_version: int = PROTOCOL_TLS_SERVER,
-        ssl_cert_reqs: int = CERT_NONE,
-        ssl_ca_certs: str | os.PathLike[str] | None = None,
-        ssl_ciphers: str = "TLSv1",
-    ) -> None:
+    Takes `SETTINGS`' keywords (uvicorn's names); each one left out has its default there.
+    """
+
+    def __init__(self, app: Any, **options: Any) -> None:
+        unknown = sorted(set(options) - SETTING.keys())
+        if unknown:
+            raise TypeError(f"Config() got an unexpected keyword argument {unknown[0]!r}")
         # Everything needed to build this Config again in a fresh process (--reload).
-        self.arguments = {name: value for name, value in locals().items() if name != "self"}
-        if loop not in LOOP_CHOICES and ":" not in loop:
-            choices = ", ".join(LOOP_CHOICES)
-            raise ValueError(f"loop must be one of {choices} or a '<module>:<attribute>' string, not {loop!r}")
-        if lifespan not in LIFESPAN_CHOICES:
-            raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_CHOICES)}, not {lifespan!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
-        if ws not in WS_CHOICES:
-            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {ws!r}")
-        if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
-
+        self.arguments = {"app": app, **options}
+        values = {**DEFAULTS, **options}
+        for setting in SETTINGS:
+            setting.check(values[setting.name])
+        for name, value in values.items():
+            setattr(self, name, value)
         self.app = app
-        self.host = host
-        self.port = port
-        self.uds = uds
-        self.uds_perms = uds_perms
-        self.fd = fd
-        self.reuse_port = reuse_port
-        if workers is None:
+        self._check_choices()
+        if self.workers is None:
             concurrency = os.environ.get("WEB_CONCURRENCY")
-            workers = int(concurrency) if concurrency and concurrency.isdigit() else 1
-        self.workers = workers
-        _check_range("workers", workers, 1, 1024)
-        self.reload = reload
-        self.reload_dirs = _as_list(reload_dirs) or [os.getcwd()]
-        self.reload_includes = _as_list(reload_includes) or ["*.py"]
-        self.reload_excludes = _as_list(reload_excludes) or [".*", ".py[cod]", ".sw.*", "~*"]
-        self.reload_delay = reload_delay
-        self.proxy_headers = proxy_headers
+            self.workers = int(concurrency) if concurrency and concurrency.isdigit() else 1
+            SETTING["workers"].check(self.workers)
+        self.reload_dirs = _as_list(self.reload_dirs) or [os.getcwd()]
+        for name in ("reload_includes", "reload_excludes"):  # an empty list means the default
+            setattr(self, name, _as_list(getattr(self, name)) or list(DEFAULTS[name]))
+        forwarded_allow_ips = self.forwarded_allow_ips
         if forwarded_allow_ips is None:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
         _check_networks(self.forwarded_allow_ips)
-        for name, path in (("metrics_path", metrics_path), ("health_path", health_path)):
+        for name in ("metrics_path", "health_path"):
+            path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
-        self.metrics_path = metrics_path
-        self.health_path = health_path
-        self.loop = loop
-        self.lifespan = lifespan
-        self.log_config = log_config
-        self.log_level = log_level
-        self.access_log = access_log
-        self.use_colors = use_colors
-        self.factory = factory
-        self.root_path = root_path
-        self.timeout_keep_alive = timeout_keep_alive
-        self.timeout_graceful_shutdown = timeout_graceful_shutdown
-        self.server_header = server_header
-        self.date_header = date_header
-        self.headers: list[tuple[str, str]] = [_split_header(h) for h in headers or ()]
-        self.backlog = backlog
-        self.limit_concurrency = limit_concurrency
-        self.limit_max_requests = limit_max_requests
-        self.timeout_header = timeout_header
-        self.timeout_body = timeout_body
-        self.timeout_write = timeout_write
-        self.timeout_request = timeout_request
-        self.limit_connections = limit_connections
-        self.limit_keep_alive_requests = limit_keep_alive_requests
-        self.limit_request_body = limit_request_body
-        self.limit_request_line = limit_request_line
-        self.limit_request_fields = limit_request_fields
-        self.limit_request_head = limit_request_head
-        self.ws = ws
-        self.ws_max_size = ws_max_size
-        self.ws_max_queue = ws_max_queue
-        self.ws_ping_interval = ws_ping_interval
-        self.ws_ping_timeout = ws_ping_timeout
-        self.ws_per_message_deflate = bool(ws_per_message_deflate)
-        if writer_thread not in WRITER_CHOICES:
-            raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {writer_thread!r}")
-        self.writer_thread = writer_thread
-        _check_range("busy_poll", busy_poll, 0, 5000)
-        self.busy_poll = int(busy_poll)
-        _check_range("ws_max_size", ws_max_size, 1, 2**32 - 1)
-        _check_range("ws_max_queue", ws_max_queue, 1, 2**20)
-        for name in ("ws_ping_interval", "ws_ping_timeout"):
-            if getattr(self, name) is not None:
-                _check_range(name, getattr(self, name), 0, 10**9)
-        _check_range("limit_request_head", limit_request_head, 256, 16384)
-        _check_range("limit_request_line", limit_request_line, 16, 16384)
-        _check_range("limit_request_fields", limit_request_fields, 1, 128)
-        for name in ("limit_connections", "limit_keep_alive_requests"):
-            _check_range(name, getattr(self, name), 1, 2**32 - 1)
-        _check_range("limit_request_body", limit_request_body, 0, 2**63 - 1)
-        for name in ("timeout_keep_alive", "timeout_header", "timeout_body", "timeout_write"):
-            _check_range(name, getattr(self, name), 0, 10**9)
-
+        self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
+        self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
+        self.busy_poll = int(self.busy_poll)
+        ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
         self.ssl_keyfile = os.fspath(ssl_keyfile) if ssl_keyfile is not None else None
         self.ssl_certfile = os.fspath(ssl_certfile) if ssl_certfile is not None else None
-        self.ssl_keyfile_password = ssl_keyfile_password
-        self.ssl_version = ssl_version
-        self.ssl_cert_reqs = ssl_cert_reqs
         self.ssl_ca_certs = os.fspath(ssl_ca_certs) if ssl_ca_certs is not None else None
-        self.ssl_ciphers = ssl_ciphers
         self._check_tls()
 
         # Extra response headers for the engine, ready to copy into each response.
@@ -229,6 +263,23 @@ class Config:
         self.lifespan_class: type | None = None
 
         self.configure_logging()
+
+    def _check_choices(self) -> None:
+        loop, port = self.loop, self.port
+        if loop not in LOOP_CHOICES and ":" not in loop:
+            choices = ", ".join(LOOP_CHOICES)
+            raise ValueError(f"loop must be one of {choices} or a '<module>:<attribute>' string, not {loop!r}")
+        if self.lifespan not in LIFESPAN_CHOICES:
+            raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_CHOICES)}, not {self.lifespan!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
+        if self.ws not in WS_CHOICES:
+            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
+        log_level = self.log_level
+        if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
+        if self.writer_thread not in WRITER_CHOICES:
+            raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {self.writer_thread!r}")
 
     @property
     def is_ssl(self) -> bool:
@@ -270,6 +321,44 @@ class Config:
             "ssl_ca_certs": self.ssl_ca_certs,
             # Never anonymous or unencrypted suites, whatever the list says ("TLSv1" has both).
             "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
+        }
+
+    def engine_options(self) -> dict[str, Any]:
+        """Every value the engine runs with, by its option name (see `_core.Engine.options`).
+
+        The Python side adds only its plumbing: the stream classes, ``call_soon`` and the
+        metrics slot. Holds the TLS key's password when HTTPS is on: never log it.
+        """
+        ws_on = self.ws != "none"  # upgrade requests are then plain HTTP requests, as in uvicorn
+        return {
+            "root_path": self.root_path or "",
+            "headers": list(self.encoded_headers),
+            "server_header": self.server_header,
+            "date_header": self.date_header,
+            "timeout_keep_alive": float(self.timeout_keep_alive),
+            "timeout_header": float(self.timeout_header),
+            "timeout_body": float(self.timeout_body),
+            "timeout_write": float(self.timeout_write),
+            "writer_thread": WRITER_MODES[self.writer_thread],
+            "busy_poll": self.busy_poll,
+            "limit_connections": self.limit_connections,
+            "limit_keep_alive_requests": self.limit_keep_alive_requests,
+            "limit_request_body": self.limit_request_body,
+            "limit_request_line": self.limit_request_line,
+            "limit_request_fields": self.limit_request_fields,
+            "limit_request_head": self.limit_request_head,
+            "forwarded_allow_ips": self.forwarded_allow_ips if self.proxy_headers else None,
+            "metrics_path": self.metrics_path,
+            "health_path": self.health_path,
+            "ws": ws_on,
+            "ws_max_size": self.ws_max_size,
+            "ws_max_queue": self.ws_max_queue,
+            # None and 0 both mean: no server pings; no pong timeout is the longest the engine takes.
+            "ws_ping_interval": float(self.ws_ping_interval or 0),
+            "ws_ping_timeout": float(self.ws_ping_timeout if self.ws_ping_timeout is not None else _SECONDS_MAX),
+            "ws_per_message_deflate": self.ws_per_message_deflate,
+            "ssl_certfile": None,
+            **self.engine_tls_options(),
         }
 
     def configure_logging(self) -> None:

@@ -23,7 +23,6 @@ from zigcorn.websocket import WebSocketCycle
 logger = logging.getLogger("zigcorn.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-WRITER_MODES = {"off": 0, "auto": 1, "on": 2}  # the engine's WriterMode
 
 
 def load_openssl() -> str:
@@ -165,59 +164,17 @@ class Server:
                 listener.remove_uds()
         logger.info("Finished server process [%d]", os.getpid())
 
-    def _ws_options(self) -> dict:
-        config = self.config
-        if config.ws == "none":
-            # Upgrade requests are then plain HTTP requests, as in uvicorn.
-            return {"ws": False}
-        ping = config.ws_ping_interval
-        return {
-            "ws": True,
-            "websocket_class": WebSocketCycle,
-            "ws_max_size": config.ws_max_size,
-            "ws_max_queue": config.ws_max_queue,
-            "ws_ping_interval": ping if ping else None,
-            "ws_ping_timeout": config.ws_ping_timeout if config.ws_ping_timeout is not None else 1e9,
-            "ws_per_message_deflate": config.ws_per_message_deflate,
-        }
-
     def _new_engine(self, dispatcher):
-        config = self.config
-        return _core.Engine(
-            dispatcher,
-            wake,
-            HTTPCycle,
-            {
-                "root_path": config.root_path or "",
-                "timeout_keep_alive": config.timeout_keep_alive,
-                "server_header": config.server_header,
-                "date_header": config.date_header,
-                "headers": list(config.encoded_headers),
-                "backlog": config.backlog,
-                "timeout_header": config.timeout_header,
-                "timeout_body": config.timeout_body,
-                "timeout_write": config.timeout_write,
-                "writer": WRITER_MODES[config.writer_thread],
-                "busy_poll_us": config.busy_poll,
-                # The busy poll is scheduled from inside a finishing request: without a
-                # context of its own it would run in that request's, and the next
-                # requests' tasks would inherit its context variables.
-                "call_soon": functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context()),
-                "limit_connections": config.limit_connections,
-                "limit_keep_alive_requests": config.limit_keep_alive_requests,
-                "limit_request_body": config.limit_request_body,
-                "limit_request_line": config.limit_request_line,
-                "limit_request_fields": config.limit_request_fields,
-                "limit_request_head": config.limit_request_head,
-                "forwarded_allow_ips": config.forwarded_allow_ips if config.proxy_headers else None,
-                "metrics_path": config.metrics_path,
-                "health_path": config.health_path,
-                "metrics_slot": self.metrics_slot,
-                **self._ws_options(),
-                **config.engine_tls_options(),
-            },
-        )
-
+        options = self.config.engine_options()
+        # Plumbing, not settings: the classes the engine instantiates, and where `settle`
+        # is scheduled. The busy poll is scheduled from inside a finishing request:
+        # without a context of its own it would run in that request's, and the next
+        # requests' tasks would inherit its context variables.
+        options["call_soon"] = functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context())
+        options["metrics_slot"] = self.metrics_slot
+        if options["ws"]:
+            options["websocket_class"] = WebSocketCycle
+        return _core.Engine(dispatcher, wake, HTTPCycle, options)
 
     async def _shutdown(self, loop, engine) -> None:
         logger.info("Shutting down")

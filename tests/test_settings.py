@@ -1,0 +1,203 @@
+"""One source of truth for settings: every option's default, bounds and help live in
+`zigcorn.config.SETTINGS`, and the engine runs with exactly what Config says.
+
+The engine is created in this process from the options dict the server would give it,
+then asked what it runs with (`Engine.options()`), for the defaults and for a
+non-default value of every option that reaches it.
+"""
+
+import asyncio
+
+import pytest
+
+from tests.harness import zigcorn_only
+
+pytestmark = zigcorn_only
+
+from zigcorn import _core  # noqa: E402
+from zigcorn.config import DEFAULTS, SETTING, SETTINGS, WRITER_MODES, Config  # noqa: E402
+from zigcorn.http import HTTPCycle, wake  # noqa: E402
+from zigcorn.main import build_parser  # noqa: E402
+from zigcorn.websocket import WebSocketCycle  # noqa: E402
+
+# A value other than the default for every option the engine runs with.
+NON_DEFAULT = {
+    "timeout_keep_alive": 7.5,
+    "timeout_header": 11,
+    "timeout_body": 12,
+    "timeout_write": 13,
+    "server_header": False,
+    "date_header": False,
+    "limit_connections": 1234,
+    "limit_keep_alive_requests": 55,
+    "limit_request_body": 4096,
+    "limit_request_line": 100,
+    "limit_request_fields": 7,
+    "limit_request_head": 999,
+    "ws": "none",
+    "ws_max_size": 1000,
+    "ws_max_queue": 3,
+    "ws_ping_interval": 0,
+    "ws_ping_timeout": 2.5,
+    "ws_per_message_deflate": False,
+    "busy_poll": 0,
+    "writer_thread": "on",
+    "proxy_headers": False,
+    "metrics_path": "/m",
+    "health_path": "/h",
+    "root_path": "/api",
+}
+
+
+def expected(config: Config) -> dict:
+    """What the engine must report for `config`, in Config's units."""
+    ping = config.ws_ping_interval
+    return {
+        "timeout_keep_alive": float(config.timeout_keep_alive),
+        "timeout_header": float(config.timeout_header),
+        "timeout_body": float(config.timeout_body),
+        "timeout_write": float(config.timeout_write),
+        "server_header": config.server_header,
+        "date_header": config.date_header,
+        "limit_connections": config.limit_connections,
+        "limit_keep_alive_requests": config.limit_keep_alive_requests,
+        "limit_request_body": config.limit_request_body,
+        "limit_request_line": config.limit_request_line,
+        "limit_request_fields": config.limit_request_fields,
+        "limit_request_head": config.limit_request_head,
+        "ws": config.ws != "none",
+        "ws_max_size": config.ws_max_size,
+        "ws_max_queue": config.ws_max_queue,
+        # None and 0 both mean no pings.
+        "ws_ping_interval": float(ping or 0),
+        "ws_ping_timeout": float(config.ws_ping_timeout),
+        "ws_per_message_deflate": config.ws_per_message_deflate,
+        "busy_poll": config.busy_poll,
+        "writer_thread": WRITER_MODES[config.writer_thread],
+        "proxy_headers": config.proxy_headers,
+        "metrics_path": config.metrics_path or "",
+        "health_path": config.health_path or "",
+        "root_path": config.root_path,
+    }
+
+
+def engine_for(config: Config):
+    options = config.engine_options()
+    options["metrics_slot"] = 0
+    if options["ws"]:
+        options["websocket_class"] = WebSocketCycle
+    return _core.Engine(lambda stream: None, wake, HTTPCycle, options)
+
+
+def reported(config: Config) -> dict:
+    engine = engine_for(config)
+    try:
+        return engine.options()
+    finally:
+        engine.close()
+
+
+def test_engine_runs_with_configs_defaults():
+    config = Config("tests.apps.basic:app")
+    assert reported(config) == expected(config)
+    # The drifts of the past: 20 s pings, a 100 µs busy poll, an 8190-byte target.
+    assert reported(config)["ws_ping_interval"] == 20.0
+    assert reported(config)["busy_poll"] == 100
+    assert reported(config)["limit_request_line"] == 8190
+
+
+def test_engine_runs_with_every_non_default_value():
+    assert set(NON_DEFAULT) <= SETTING.keys()
+    for name, value in NON_DEFAULT.items():
+        assert value != DEFAULTS[name], name
+    config = Config("tests.apps.basic:app", **NON_DEFAULT)
+    got = reported(config)
+    assert got == expected(config)
+    # Each one really moved (not a coincidence of both sides keeping a default).
+    defaults = reported(Config("tests.apps.basic:app"))
+    assert [name for name in got if got[name] == defaults[name]] == []
+
+
+def test_the_walk_covers_every_option_the_engine_reads():
+    # Every key the engine reports is checked above; every setting the engine takes is reported.
+    config = Config("tests.apps.basic:app")
+    assert set(reported(config)) == set(expected(config)) == set(NON_DEFAULT)
+
+
+def test_the_engine_has_no_defaults_of_its_own():
+    options = Config("tests.apps.basic:app").engine_options()
+    options["metrics_slot"] = 0
+    options["websocket_class"] = WebSocketCycle
+    for name in ("timeout_header", "limit_request_line", "ws_ping_interval", "busy_poll", "root_path", "headers"):
+        partial = {k: v for k, v in options.items() if k != name}
+        with pytest.raises(KeyError, match=name):
+            _core.Engine(lambda stream: None, wake, HTTPCycle, partial)
+
+
+def test_out_of_range_values_are_refused_not_clamped():
+    options = Config("tests.apps.basic:app").engine_options()
+    options["metrics_slot"] = 0
+    options["websocket_class"] = WebSocketCycle
+    for name, (low, high) in _core.LIMITS.items():
+        for bad in (low - 1, high + 1):
+            with pytest.raises(ValueError, match=name):
+                _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, name: bad})
+    with pytest.raises(ValueError, match="timeout_write"):
+        _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "timeout_write": -1.0})
+
+
+def test_config_bounds_are_the_engines_own():
+    for name, (low, high) in _core.LIMITS.items():
+        setting = SETTING[name]
+        # The head, line and field limits are the engine's exactly; a busy poll is capped
+        # lower by Config (5 ms) than the engine could spin (1 s).
+        assert low <= setting.low and setting.high <= high, name
+        if name != "busy_poll":
+            assert (setting.low, setting.high) == (low, high), name
+        Config("tests.apps.basic:app", **{name: setting.high})
+        with pytest.raises(ValueError, match=name):
+            Config("tests.apps.basic:app", **{name: setting.high + 1})
+
+
+def test_command_line_defaults_are_configs():
+    parser = build_parser()
+    flags = {action.dest: action for action in parser._actions}
+    for setting in SETTINGS:
+        action = flags[setting.name]
+        # None on the command line means "not given": Config's own default then applies.
+        assert action.default in (setting.default, None), setting.name
+        if action.default is None and setting.default is not None:
+            assert setting.kind == "append" or isinstance(setting.default, dict), setting.name
+        if setting.default is not None and setting.kind != "append" and not isinstance(setting.default, dict):
+            assert action.default == setting.default, setting.name
+    assert set(flags) - {"help", "version", "app", "app_dir"} == SETTING.keys()
+
+
+def test_command_line_and_config_agree_on_what_not_giving_an_option_means(monkeypatch):
+    import importlib
+
+    cli = importlib.import_module("zigcorn.main")
+    captured = {}
+    monkeypatch.setattr(cli, "serve", lambda config: captured.setdefault("config", config))
+    monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
+    cli.main(["tests.apps.basic:app"])
+    from_cli = captured["config"]
+    from_api = Config("tests.apps.basic:app")
+    for setting in SETTINGS:
+        assert getattr(from_cli, setting.name) == getattr(from_api, setting.name), setting.name
+    assert reported(from_cli) == reported(from_api)
+
+
+def test_unknown_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="prot"):
+        Config("tests.apps.basic:app", prot=80)
+
+
+@pytest.fixture(autouse=True)
+def _loop():
+    # HTTPCycle and friends need no running loop to be handed to the engine, but Config's
+    # logging set-up and the engine's call_soon plumbing expect a loop policy in place.
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    yield
+    asyncio.get_event_loop().close()
+    asyncio.set_event_loop(None)
