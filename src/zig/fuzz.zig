@@ -462,6 +462,7 @@ fn within(inner: []const u8, outer: []const u8) bool {
 }
 
 /// An accepted head: bounded, and its framing semantics are the unambiguous ones.
+/// Long because it is the parser's contract written out as one list of checks.
 fn checkAcceptedHead(head: Head, input: []const u8, config: Config) Failure!void {
     const limits = config.limits;
     const r = head.request;

@@ -116,6 +116,8 @@ const Mutator = struct {
         for (0..rounds) |_| m.mutateOnce(pool);
     }
 
+    /// One mutation, picked at random: long because it is one switch over every kind
+    /// (flips, splices, inserted tokens...), each a few lines, best read side by side.
     fn mutateOnce(m: *Mutator, pool: []const []const u8) void {
         switch (m.random.uintLessThan(u8, 13)) {
             0 => if (m.len > 0) {

@@ -2,6 +2,8 @@
 //! app's headers checked so that no app can inject a header or split a response.
 const std = @import("std");
 
+/// The reason phrase of a status line. Long only because it is one table of the
+/// registered codes; an unregistered code gets an empty phrase, which RFC 9112 allows.
 pub fn reasonPhrase(status: u16) []const u8 {
     return switch (status) {
         100 => "Continue",
