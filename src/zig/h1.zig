@@ -68,7 +68,7 @@ fn parseHead(conn: *Conn) void {
     if (act.rstart == act.rlen) return;
     const srv = conn.server;
     const data = buf[act.rstart..act.rlen];
-    const parsed = http1.parseHead(data, &srv.headers_storage, srv.limits) catch |err| {
+    const parsed = http1.parseHead(data, &srv.headers_storage, srv.opts.limits) catch |err| {
         _ = freshStream(conn);
         return refuse(conn, http1.statusFor(err));
     };
@@ -81,11 +81,11 @@ fn parseHead(conn: *Conn) void {
     conn.timer.disarm();
     const st = beginRequest(conn, &head.request);
     act.rstart += @intCast(head.len);
-    if (head.request.content_length orelse 0 > srv.body_bytes_max) {
+    if (head.request.content_length orelse 0 > srv.opts.body_bytes_max) {
         // Refused before any app sees it, and before a 100-continue invites the body.
         return refuse(conn, 413);
     }
-    if (srv.ws_enabled and ws.isUpgrade(&head.request)) {
+    if (srv.opts.ws_enabled and ws.isUpgrade(&head.request)) {
         if (!beginUpgrade(conn, &head.request)) return;
     }
     conn.state = .request;
@@ -108,7 +108,7 @@ fn parseHead(conn: *Conn) void {
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
 /// when the engine refused it (400/426).
 fn beginUpgrade(conn: *Conn, req: *const http1.Request) bool {
-    var hs = ws.validate(req, conn.server.ws_deflate) catch |err| {
+    var hs = ws.validate(req, conn.server.opts.ws_deflate) catch |err| {
         refuse(conn, ws.statusFor(err));
         return false;
     };
@@ -145,8 +145,8 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
 /// connection like any response. Only GET and HEAD: anything else goes to the app.
 fn answerOps(conn: *Conn, req: *const http1.Request) bool {
     const srv = conn.server;
-    const is_metrics = srv.metrics_path.len > 0 and std.mem.eql(u8, req.path, srv.metrics_path);
-    const is_health = srv.health_path.len > 0 and std.mem.eql(u8, req.path, srv.health_path);
+    const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, req.path, srv.opts.metrics_path);
+    const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, req.path, srv.opts.health_path);
     if (!is_metrics and !is_health) return false;
     const head_only = std.mem.eql(u8, req.method, "HEAD");
     if (!head_only and !std.mem.eql(u8, req.method, "GET")) return false;
@@ -186,8 +186,8 @@ fn answerOps(conn: *Conn, req: *const http1.Request) bool {
 
 fn writeOpsHead(conn: *Conn, w: *response.HeadWriter, status: u16, content_type: []const u8, len: usize, keep_alive: bool) error{NoSpace}!void {
     try w.statusLine(status);
-    if (conn.server.server_header) try w.append("server: zigcorn\r\n");
-    if (conn.server.date_header) try w.append(conn.server.date.get());
+    if (conn.server.opts.server_header) try w.append("server: zigcorn\r\n");
+    if (conn.server.opts.date_header) try w.append(conn.server.date.get());
     try w.header("content-type", content_type);
     try w.header("cache-control", "no-store");
     try w.contentLength(len);
@@ -257,7 +257,7 @@ pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
                 st.body_done = st.body_remaining == 0;
             },
             .chunked => {
-                const step = st.chunked.decode(avail, conn.server.limits) catch |err| {
+                const step = st.chunked.decode(avail, conn.server.opts.limits) catch |err| {
                     r.failed = true;
                     st.body_done = true;
                     if (!st.resp_started) refuse(conn, http1.statusFor(err)) else conn.close();
@@ -268,7 +268,7 @@ pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
                     segs[r.count] = step.data;
                     r.count += 1;
                     st.body_received += step.data.len;
-                    if (st.body_received > conn.server.body_bytes_max) {
+                    if (st.body_received > conn.server.opts.body_bytes_max) {
                         r.failed = true;
                         st.body_done = true;
                         if (!st.resp_started) refuse(conn, 413) else conn.close();
@@ -361,8 +361,8 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
 fn writeHead(st: *Stream, w: *response.HeadWriter, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) !void {
     try w.statusLine(status);
     const srv = st.conn.server;
-    if (srv.server_header) try w.append("server: zigcorn\r\n");
-    if (srv.date_header) try w.append(srv.date.get());
+    if (srv.opts.server_header) try w.append("server: zigcorn\r\n");
+    if (srv.opts.date_header) try w.append(srv.date.get());
     for (extra) |h| try w.header(h[0], h[1]);
     for (headers) |h| {
         if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
@@ -410,7 +410,7 @@ fn finishFraming(st: *Stream, w: *response.HeadWriter, first_body_len: usize, mo
         // HTTP/1.0 without a length: the end of the body is the end of the connection.
         st.keep_alive = false;
     }
-    if (st.conn.requests_count >= srv.keep_alive_requests_max) st.keep_alive = false;
+    if (st.conn.requests_count >= srv.opts.keep_alive_requests_max) st.keep_alive = false;
     if (!st.keep_alive or srv.draining) {
         st.keep_alive = false;
         try w.append("connection: close\r\n");
@@ -515,7 +515,7 @@ fn afterResponse(conn: *Conn) void {
     if (conn.state != .request and conn.state != .head) return;
     const srv = conn.server;
     const reusable = st.keep_alive and !srv.draining and
-        conn.requests_count < srv.keep_alive_requests_max and
+        conn.requests_count < srv.opts.keep_alive_requests_max and
         (st.body_done or canDiscardBody(st));
     if (!reusable) return lingerClose(conn);
     conn.state = .head;

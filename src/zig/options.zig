@@ -230,14 +230,14 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyFloat_FromDouble(@as(f64, @floatFromInt(f[1])) / 1000.0))) return fail(d);
     }
     const ints = .{
-        .{ "limit_connections", s.connections_max },
-        .{ "limit_keep_alive_requests", s.keep_alive_requests_max },
-        .{ "limit_request_body", s.body_bytes_max },
-        .{ "limit_request_head", s.limits.head_bytes_max },
-        .{ "limit_request_line", s.limits.target_bytes_max },
-        .{ "limit_request_fields", s.limits.headers_count_max },
-        .{ "ws_max_size", s.ws_message_bytes_max },
-        .{ "ws_max_queue", s.ws_queue_max },
+        .{ "limit_connections", s.opts.connections_max },
+        .{ "limit_keep_alive_requests", s.opts.keep_alive_requests_max },
+        .{ "limit_request_body", s.opts.body_bytes_max },
+        .{ "limit_request_head", s.opts.limits.head_bytes_max },
+        .{ "limit_request_line", s.opts.limits.target_bytes_max },
+        .{ "limit_request_fields", s.opts.limits.headers_count_max },
+        .{ "ws_max_size", s.opts.ws_message_bytes_max },
+        .{ "ws_max_queue", s.opts.ws_queue_max },
         .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
         .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
     };
@@ -245,18 +245,18 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
     }
     const bools = .{
-        .{ "server_header", s.server_header },
-        .{ "date_header", s.date_header },
-        .{ "ws", s.ws_enabled },
-        .{ "ws_per_message_deflate", s.ws_deflate },
+        .{ "server_header", s.opts.server_header },
+        .{ "date_header", s.opts.date_header },
+        .{ "ws", s.opts.ws_enabled },
+        .{ "ws_per_message_deflate", s.opts.ws_deflate },
         .{ "proxy_headers", self.info.trust != null },
     };
     inline for (bools) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.boolean(f[1]))) return fail(d);
     }
     const strs = .{
-        .{ "metrics_path", s.metrics_path },
-        .{ "health_path", s.health_path },
+        .{ "metrics_path", s.opts.metrics_path },
+        .{ "health_path", s.opts.health_path },
         .{ "root_path", self.info.root_path_utf8 },
     };
     inline for (strs) |f| {

@@ -137,8 +137,8 @@ fn writeHead(conn: *Conn, w: *response.HeadWriter, subprotocol: ?[]const u8, hea
     const s = session(conn);
     const srv = conn.server;
     try w.statusLine(101);
-    if (srv.server_header) try w.append("server: zigcorn\r\n");
-    if (srv.date_header) try w.append(srv.date.get());
+    if (srv.opts.server_header) try w.append("server: zigcorn\r\n");
+    if (srv.opts.date_header) try w.append(srv.date.get());
     for (extra) |h| try w.header(h[0], h[1]);
     try w.append("upgrade: websocket\r\nconnection: Upgrade\r\n");
     try w.header("sec-websocket-accept", &s.accept);
@@ -178,7 +178,7 @@ pub fn process(conn: *Conn) void {
             const h = (ws.parseHeader(avail, s.deflate != null) catch |err| return fail(conn, err)) orelse break;
             if (!h.opcode.isControl()) {
                 s.seq.onDataFrame(h) catch |err| return fail(conn, err);
-                if (h.payload_len > conn.server.ws_message_bytes_max -| s.msg.items.len) return fail(conn, error.TooBig);
+                if (h.payload_len > conn.server.opts.ws_message_bytes_max -| s.msg.items.len) return fail(conn, error.TooBig);
             } else {
                 s.ctrl_len = 0;
             }
@@ -289,7 +289,7 @@ fn inflateMessage(conn: *Conn, compressed: *std.ArrayListUnmanaged(u8)) deflate.
     var out: std.ArrayListUnmanaged(u8) = .{};
     errdefer out.deinit(allocator);
     defer if (shared) i.reset();
-    try i.message(compressed.items, &out, conn.server.ws_message_bytes_max);
+    try i.message(compressed.items, &out, conn.server.opts.ws_message_bytes_max);
     return out;
 }
 
@@ -353,7 +353,7 @@ fn maybeResume(conn: *Conn) void {
 fn backlogged(conn: *Conn) bool {
     const s = session(conn);
     const srv = conn.server;
-    return s.ready_count >= srv.ws_queue_max or s.ready_bytes >= srv.ws_message_bytes_max or
+    return s.ready_count >= srv.opts.ws_queue_max or s.ready_bytes >= srv.opts.ws_message_bytes_max or
         conn.outputLen() > out_bytes_high;
 }
 
