@@ -163,7 +163,7 @@ const Fixture = struct {
 };
 
 fn respond(st: *Stream, body: []const u8) !void {
-    try st.startResponse(200, &.{.{ "content-type", "text/plain" }}, &.{});
+    try st.startResponse(200, &.{.{ "content-type", "text/plain" }}, &.{}, false);
     _ = try st.writeBody(body, false, null);
     st.finish();
 }
@@ -213,7 +213,7 @@ test "chunked streaming response: framing per body message and the last chunk" {
     defer f.deinit();
     try f.send("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
     const st = rec.requests[0];
-    try st.startResponse(200, &.{}, &.{});
+    try st.startResponse(200, &.{}, &.{}, false);
     try testing.expect(!try st.writeBody("ab", true, null));
     try testing.expect(!try st.writeBody("cde", false, null));
     try testing.expectError(error.AlreadyComplete, st.writeBody("x", false, null));
@@ -232,7 +232,7 @@ test "partial writes and backpressure: a large borrowed body makes the writer wa
     defer testing.allocator.free(body);
     for (body, 0..) |*b, i| b.* = @intCast(i % 251);
     var owner: u8 = 0;
-    try st.startResponse(200, &.{}, &.{});
+    try st.startResponse(200, &.{}, &.{}, false);
     // More than the socket takes at once: the body stays queued by reference.
     try testing.expect(try st.writeBody(body, true, &owner));
     try testing.expectEqual(@as(usize, 1), rec.retained);
@@ -272,7 +272,7 @@ test "abort mid-body: the connection closes, the stream sees it gone, nothing is
     try testing.expectEqualStrings("0123456789", segs[0]);
     try testing.expect(!r.done);
     st.bodyConsumed();
-    try st.startResponse(200, &.{}, &.{});
+    try st.startResponse(200, &.{}, &.{}, false);
     try testing.expect(!try st.writeBody("partial", true, null));
     st.abort();
     try testing.expect(f.peerClosed());
@@ -292,7 +292,7 @@ test "the client goes away while the app holds the stream: it is told, and finis
     try testing.expect(st.gone());
     try testing.expect(rec.wake_reads > reads_before);
     // The app's late output is dropped without error.
-    try st.startResponse(200, &.{}, &.{});
+    try st.startResponse(200, &.{}, &.{}, false);
     try testing.expect(!try st.writeBody("late", false, null));
     st.finish();
     f.server.poll();
@@ -330,4 +330,49 @@ test "a request the app side cannot take is answered 500" {
     const got = try f.receive(&buf);
     try testing.expect(std.mem.startsWith(u8, got, "HTTP/1.1 500 "));
     try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "early hints go out before the response; not after it started" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    const st = rec.requests[0];
+    try st.earlyHint(&.{ "</a.css>; rel=preload", "</b.js>; rel=preload" });
+    try st.startResponse(200, &.{}, &.{}, false);
+    try testing.expectError(error.AlreadyStarted, st.earlyHint(&.{"</c>"}));
+    _ = try st.writeBody("ok", false, null);
+    st.finish();
+    var buf: [4096]u8 = undefined;
+    const got = try f.receive(&buf);
+    try testing.expectEqualStrings("HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\nlink: </b.js>; rel=preload\r\n\r\n" ++
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", got);
+}
+
+test "trailers: sent after the last chunk when the client takes them, checked either way" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send("GET / HTTP/1.1\r\nhost: x\r\nte: trailers\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    const st = rec.requests[0];
+    try st.startResponse(200, &.{}, &.{}, true);
+    try testing.expectError(error.BodyNotDone, st.writeTrailers(&.{}, false));
+    _ = try st.writeBody("abc", false, null);
+    try testing.expect(!st.resp_complete);
+    try testing.expectError(error.Forbidden, st.writeTrailers(&.{.{ "Content-Length", "3" }}, false));
+    _ = try st.writeTrailers(&.{.{ "x-sum", "1" }}, true);
+    _ = try st.writeTrailers(&.{.{ "x-more", "2" }}, false);
+    try testing.expectError(error.AlreadyComplete, st.writeTrailers(&.{}, false));
+    st.finish();
+    var buf: [4096]u8 = undefined;
+    try testing.expectEqualStrings("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-sum: 1\r\nx-more: 2\r\n\r\n", try f.receive(&buf));
+    // Without `TE: trailers` the fields are dropped and the body still ends.
+    f.server.poll();
+    const st2 = rec.requests[1];
+    try st2.startResponse(200, &.{}, &.{}, true);
+    _ = try st2.writeBody("abc", false, null);
+    _ = try st2.writeTrailers(&.{.{ "x-sum", "1" }}, false);
+    st2.finish();
+    try testing.expectEqualStrings("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", try f.receive(&buf));
+    // Undeclared trailers are refused.
+    var undeclared = Stream.init(f.conn, .http1);
+    try testing.expectError(error.NotDeclared, undeclared.writeTrailers(&.{}, false));
 }

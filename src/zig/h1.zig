@@ -130,6 +130,9 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     st.http10 = req.version == .http10;
     st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
     st.expect_continue = req.expect_continue;
+    for (req.headers) |field| {
+        if (std.mem.eql(u8, field.name, "te") and http1.connectionHas(field.value, "trailers")) st.te_trailers = true;
+    }
     if (req.chunked) {
         st.body_kind = .chunked;
         st.body_done = false;
@@ -329,9 +332,10 @@ pub fn bodyConsumed(st: *Stream) void {
 
 /// Serialises the response head into the output, staged: nothing is queued yet, the
 /// head leaves together with the first body bytes, once their framing is known.
-pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) stream_mod.StartError!void {
+pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
     const conn = st.conn;
     if (st.resp_started) return error.AlreadyStarted;
+    st.resp_trailers = trailers;
     if (st.gone()) {
         st.resp_started = true;
         return;
@@ -400,10 +404,11 @@ fn finishFraming(st: *Stream, w: *response.HeadWriter, first_body_len: usize, mo
         // The app's own content-length is already in the head.
     } else if (st.resp_no_body) {
         // 1xx/204/304/HEAD: no framing header is invented (HEAD keeps the app's).
-    } else if (!more) {
+    } else if (!more and !st.resp_trailers) {
         st.resp_length = first_body_len;
         try w.contentLength(first_body_len);
     } else if (!st.http10) {
+        // Streamed, or trailers will follow the body: only chunked framing can carry them.
         st.resp_chunked = true;
         try w.append("transfer-encoding: chunked\r\n");
     } else {
@@ -425,9 +430,12 @@ fn finishFraming(st: *Stream, w: *response.HeadWriter, first_body_len: usize, mo
 pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
     const conn = st.conn;
     if (!st.resp_started) return error.NotStarted;
-    if (st.resp_complete) return error.AlreadyComplete;
+    if (st.resp_complete or st.resp_body_done) return error.AlreadyComplete;
     if (st.gone()) {
-        if (!more) st.resp_complete = true;
+        if (!more) {
+            st.resp_body_done = true;
+            if (!st.resp_trailers) st.resp_complete = true;
+        }
         return false;
     }
     // A writer that ignored the last wait: three segments (size line, body, CRLF) must fit.
@@ -441,7 +449,11 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
     }
     st.resp_body_bytes += body.len;
     queueBody(st, body, more, owner) catch return error.OutOfMemory;
-    if (!more) st.resp_complete = true;
+    if (!more) {
+        st.resp_body_done = true;
+        // With trailers declared, the response ends with the last trailers message.
+        if (!st.resp_trailers) st.resp_complete = true;
+    }
     conn.flush();
     if (conn.state == .closed) return false;
     const wait = stream_mod.mustWait(st);
@@ -463,8 +475,89 @@ fn queueBody(st: *Stream, body: []const u8, more: bool, owner: ?*anyopaque) outq
     }
     if (st.resp_chunked) {
         if (body.len > 0) try conn.queueCopy("\r\n", &st.out, copied_bytes_max);
-        if (!more) try conn.queueCopy("0\r\n\r\n", &st.out, copied_bytes_max);
+        // With trailers declared the last chunk comes with them (`writeTrailers`).
+        if (!more and !st.resp_trailers) try conn.queueCopy("0\r\n\r\n", &st.out, copied_bytes_max);
     }
+}
+
+/// Fields a trailer section must not carry (RFC 9110 6.5.1): framing, routing, request
+/// modifiers, authentication, response control and the content's own description.
+const forbidden_trailers = [_][]const u8{
+    "transfer-encoding", "content-length", "content-type",     "content-encoding",   "content-range",
+    "host",              "te",             "trailer",          "connection",         "keep-alive",
+    "upgrade",           "expect",         "range",            "max-forwards",       "authorization",
+    "set-cookie",        "cache-control",  "www-authenticate", "proxy-authenticate", "proxy-authorization",
+    "age",               "expires",        "date",             "location",           "retry-after",
+    "vary",              "pragma",
+};
+
+fn trailerAllowed(name: []const u8) bool {
+    for (forbidden_trailers) |f| if (std.ascii.eqlIgnoreCase(name, f)) return false;
+    return true;
+}
+
+/// One `http.response.trailers` message. The fields go out in the chunked body's last
+/// chunk when the client said `TE: trailers`; otherwise they are checked and dropped,
+/// and the body still ends properly. Nothing is queued for a message that is refused.
+pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool {
+    const conn = st.conn;
+    if (!st.resp_trailers) return error.NotDeclared;
+    if (st.resp_complete) return error.AlreadyComplete;
+    if (!st.resp_body_done) return error.BodyNotDone;
+    for (fields) |f| {
+        if (!response.validName(f[0]) or !response.validValue(f[1])) return error.InvalidHeader;
+        if (!trailerAllowed(f[0])) return error.Forbidden;
+    }
+    if (!more) st.resp_complete = true;
+    if (st.gone() or !st.resp_chunked) return false;
+    queueTrailers(st, fields, more) catch return error.OutOfMemory;
+    conn.flush();
+    if (conn.state == .closed) return false;
+    const wait = stream_mod.mustWait(st);
+    st.write_blocked = wait;
+    return wait;
+}
+
+fn queueTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) outq.Error!void {
+    const conn = st.conn;
+    // The last chunk opens the trailer section: once, before the first fields.
+    if (!st.resp_trailers_opened) {
+        st.resp_trailers_opened = true;
+        try conn.queueCopy("0\r\n", &st.out, copied_bytes_max);
+    }
+    if (st.te_trailers) {
+        for (fields) |f| {
+            try conn.queueCopy(f[0], &st.out, copied_bytes_max);
+            try conn.queueCopy(": ", &st.out, copied_bytes_max);
+            try conn.queueCopy(f[1], &st.out, copied_bytes_max);
+            try conn.queueCopy("\r\n", &st.out, copied_bytes_max);
+        }
+    }
+    if (!more) try conn.queueCopy("\r\n", &st.out, copied_bytes_max);
+}
+
+/// `103 Early Hints` (RFC 8297) with a `link` field per entry. Not for HTTP/1.0 clients,
+/// which do not expect interim responses: for them it is silently skipped.
+pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!void {
+    const conn = st.conn;
+    if (st.resp_started) return error.AlreadyStarted;
+    for (links) |l| if (!response.validValue(l)) return error.InvalidHeader;
+    if (st.gone() or st.http10) return;
+    var need: usize = 64;
+    for (links) |l| need += l.len + 8;
+    if (need > response_head_bytes_max) return error.HeadTooLarge;
+    const space = conn.stageOut(need, copied_bytes_max) catch return error.OutOfMemory;
+    var w = response.HeadWriter{ .buf = space };
+    w.statusLine(103) catch return error.HeadTooLarge;
+    for (links) |l| w.header("link", l) catch return error.HeadTooLarge;
+    w.append("\r\n") catch return error.HeadTooLarge;
+    const out = &conn.a().out;
+    out.addStaged(w.len);
+    out.commitStaged(&st.out) catch {
+        out.dropStaged();
+        return error.OutOfMemory;
+    };
+    conn.flush();
 }
 
 /// The app is done with the stream. If the response is whole and the connection may be

@@ -147,38 +147,103 @@ fn normalizedHeaders(headers: *Object) ?*Object {
     return list;
 }
 
-/// start(status, headers): the response head. Headers are (bytes, bytes) pairs.
+/// The header pairs of `headers` (an iterable of (bytes, bytes)) as slices in the shared
+/// scratch, valid until the next call. Null with a Python exception set.
+fn headerSlices(headers: *Object, seq_out: *?*Object) ?[]const [2][]const u8 {
+    // Any Python code (a custom iterable) runs here, before the shared scratch is touched.
+    const seq = normalizedHeaders(headers) orelse return null;
+    seq_out.* = seq;
+    const n = py.seqLen(seq);
+    if (n > max_headers) {
+        _ = py.runtimeError("too many response headers");
+        return null;
+    }
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pi = py.seqItems(items[i].?);
+        header_pairs[i][0] = py.bytesView(pi[0].?) orelse {
+            _ = py.typeError("header names must be bytes");
+            return null;
+        };
+        header_pairs[i][1] = py.bytesView(pi[1].?) orelse {
+            _ = py.typeError("header values must be bytes");
+            return null;
+        };
+    }
+    return header_pairs[0..n];
+}
+
+/// start(status, headers, trailers=False): the response head. Headers are (bytes, bytes)
+/// pairs; `trailers`: an http.response.trailers message will end the response.
 fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    if (nargs != 2) return py.typeError("start() takes status and headers");
+    if (nargs != 2 and nargs != 3) return py.typeError("start() takes status, headers and trailers");
     const status = c.PyLong_AsLong(args[0]);
     if (status == -1 and c.PyErr_Occurred() != null) return null;
     if (status < 100 or status > 999) {
         c.PyErr_SetString(c.PyExc_ValueError, "status must be an integer between 100 and 999");
         return null;
     }
-    // Any Python code (a custom iterable) runs here, before the shared scratch is touched.
-    const seq = normalizedHeaders(args[1].?) orelse return null;
-    defer py.decref(seq);
-    const n = py.seqLen(seq);
-    if (n > max_headers) return py.runtimeError("too many response headers");
-    const pairs = &header_pairs;
-    const items = py.seqItems(seq);
-    for (0..n) |i| {
-        const pi = py.seqItems(items[i].?);
-        pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
-        pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
-    }
+    const trailers = if (nargs == 3) c.PyObject_IsTrue(args[2]) else 0;
+    if (trailers < 0) return null;
+    var seq: ?*Object = null;
+    defer py.xdecref(seq);
+    const pairs = headerSlices(args[1].?, &seq) orelse return null;
     const engine = asEngine(self.engine);
     self.status = status;
     const st = self.stream orelse return py.none();
-    st.startResponse(@intCast(status), pairs[0..n], engine.extraHeaders()) catch |err| return switch (err) {
+    st.startResponse(@intCast(status), pairs, engine.extraHeaders(), trailers != 0) catch |err| return switch (err) {
         error.AlreadyStarted => py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'."),
         error.InvalidHeader => py.runtimeError("Invalid HTTP header name or value in the response."),
         error.HeadTooLarge => py.runtimeError("Response headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the response head."),
     };
     return py.none();
+}
+
+/// early_hint(links): a 103 Early Hints response, one `link` field per entry (bytes or str).
+fn streamEarlyHint(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const seq = c.PySequence_Fast(arg, "links must be a list of bytes") orelse return null;
+    defer py.decref(seq);
+    const n = py.seqLen(seq);
+    if (n > max_headers) return py.runtimeError("too many early hint links");
+    var links: [max_headers][]const u8 = undefined;
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const item = items[i].?;
+        links[i] = py.bytesView(item) orelse (if (c.PyUnicode_Check(item) != 0) py.strView(item) else null) orelse
+            return py.typeError("each early hint link must be bytes or str");
+    }
+    const st = self.stream orelse return py.none();
+    st.earlyHint(links[0..n]) catch |err| return switch (err) {
+        error.AlreadyStarted => py.runtimeError("Unexpected ASGI message 'http.response.early_hint' sent, after the response started."),
+        error.InvalidHeader => py.runtimeError("Invalid link value in 'http.response.early_hint'."),
+        error.HeadTooLarge => py.runtimeError("Early hint links are too large."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the early hint."),
+    };
+    return py.none();
+}
+
+/// write_trailers(headers, more_trailers) -> True when the caller must wait (write_waiter).
+fn streamWriteTrailers(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    if (nargs != 2) return py.typeError("write_trailers() takes headers and more_trailers");
+    const more = c.PyObject_IsTrue(args[1].?);
+    if (more < 0) return null;
+    var seq: ?*Object = null;
+    defer py.xdecref(seq);
+    const fields = headerSlices(args[0].?, &seq) orelse return null;
+    const st = self.stream orelse return py.boolean(false);
+    const wait = st.writeTrailers(fields, more != 0) catch |err| return switch (err) {
+        error.NotDeclared => py.runtimeError("Unexpected ASGI message 'http.response.trailers': 'trailers' was not set in 'http.response.start'."),
+        error.BodyNotDone => py.runtimeError("Unexpected ASGI message 'http.response.trailers' before the body ended."),
+        error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.trailers' sent, after response already completed."),
+        error.InvalidHeader => py.runtimeError("Invalid trailer field name or value."),
+        error.Forbidden => py.runtimeError("A trailer field may not carry framing, routing or content metadata (e.g. content-length)."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the trailers."),
+    };
+    return py.boolean(wait);
 }
 
 /// write(body, more_body) -> True when the caller must wait (write_waiter) before the next write.
@@ -273,18 +338,11 @@ fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssiz
     const self = asStream(self_obj);
     if (nargs != 2) return py.typeError("ws_accept() takes subprotocol and headers");
     const sub: ?[]const u8 = if (py.isNone(args[0].?)) null else (py.strView(args[0].?) orelse return null);
-    const seq = normalizedHeaders(args[1].?) orelse return null;
-    defer py.decref(seq);
-    const n = py.seqLen(seq);
-    if (n > max_headers) return py.runtimeError("too many response headers");
-    const items = py.seqItems(seq);
-    for (0..n) |i| {
-        const pi = py.seqItems(items[i].?);
-        header_pairs[i][0] = py.bytesView(pi[0].?) orelse return py.typeError("header names must be bytes");
-        header_pairs[i][1] = py.bytesView(pi[1].?) orelse return py.typeError("header values must be bytes");
-    }
+    var seq: ?*Object = null;
+    defer py.xdecref(seq);
+    const pairs = headerSlices(args[1].?, &seq) orelse return null;
     const st = self.stream orelse return py.none();
-    st.wsAccept(sub, header_pairs[0..n], asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+    st.wsAccept(sub, pairs, asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
         error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
         error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
@@ -351,6 +409,8 @@ var stream_methods = [_]c.PyMethodDef{
     .{ .ml_name = "read", .ml_meth = @ptrCast(&streamRead), .ml_flags = c.METH_NOARGS, .ml_doc = "Next request message, or None to wait." },
     .{ .ml_name = "start", .ml_meth = @ptrCast(&streamStart), .ml_flags = c.METH_FASTCALL, .ml_doc = "Start the response." },
     .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
+    .{ .ml_name = "early_hint", .ml_meth = @ptrCast(&streamEarlyHint), .ml_flags = c.METH_O, .ml_doc = "Send 103 Early Hints with these links." },
+    .{ .ml_name = "write_trailers", .ml_meth = @ptrCast(&streamWriteTrailers), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue trailer fields; True means wait for write_waiter." },
     .{ .ml_name = "finish", .ml_meth = @ptrCast(&streamFinish), .ml_flags = c.METH_NOARGS, .ml_doc = "The app is done with this request." },
     .{ .ml_name = "abort", .ml_meth = @ptrCast(&streamAbort), .ml_flags = c.METH_NOARGS, .ml_doc = "Close the connection now." },
     std.mem.zeroes(c.PyMethodDef),

@@ -43,6 +43,15 @@ const Keys = struct {
     tls_version: *Object,
     cipher_suite: *Object,
     server_name: *Object,
+    // ASGI extensions, by their names in scope["extensions"].
+    early_hint: *Object,
+    trailers: *Object,
+};
+
+/// Keys whose text is not their field name.
+const key_names = .{
+    .{ "early_hint", "http.response.early_hint" },
+    .{ "trailers", "http.response.trailers" },
 };
 
 const Values = struct {
@@ -92,6 +101,8 @@ pub fn init() bool {
     inline for (@typeInfo(Keys).@"struct".fields) |f| {
         @field(keys, f.name) = py.intern(f.name) orelse return false;
     }
+    // (The field-name strings interned just above for these stay interned: made once.)
+    inline for (key_names) |k| @field(keys, k[0]) = py.intern(k[1]) orelse return false;
     values = .{
         .http = py.intern("http") orelse return false,
         .https = py.intern("https") orelse return false,
@@ -244,9 +255,13 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerI
     const fwd = forwardedFor(req, peer, info);
     const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null) values.https else info.scheme.?;
     if (c.PyDict_SetItem(d, keys.scheme, scheme_obj) != 0) return false;
+    // The ASGI extensions the engine serves, each an empty dict of its own (an app may
+    // write into it), and the TLS one on HTTPS.
+    const ext = c.PyDict_New() orelse return false;
+    if (!py.dictSetSteal(d, keys.extensions, ext)) return false;
+    if (!py.dictSetSteal(ext, keys.early_hint, c.PyDict_New())) return false;
+    if (!py.dictSetSteal(ext, keys.trailers, c.PyDict_New())) return false;
     if (session) |ssl| {
-        const ext = c.PyDict_New() orelse return false;
-        if (!py.dictSetSteal(d, keys.extensions, ext)) return false;
         if (!py.dictSetSteal(ext, keys.tls, tlsInfo(ssl, info))) return false;
     }
     var path: ?*Object = null;

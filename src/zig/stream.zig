@@ -57,6 +57,7 @@ pub const Protocol = enum(u8) { http1 };
 pub const TakeResult = struct { count: usize, done: bool, failed: bool };
 pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
 pub const StartError = error{ AlreadyStarted, InvalidHeader, HeadTooLarge, OutOfMemory };
+pub const TrailersError = error{ NotDeclared, BodyNotDone, AlreadyComplete, InvalidHeader, Forbidden, OutOfMemory };
 
 /// A stream's queued output past which its writer waits (`writeBody` returns true).
 pub const queued_bytes_high = 8 * 1024;
@@ -80,6 +81,8 @@ pub const Stream = struct {
     is_head_method: bool = false,
     http10: bool = false,
     expect_continue: bool = false,
+    /// The client said it takes trailer fields (`TE: trailers`).
+    te_trailers: bool = false,
     body_kind: BodyKind = .none,
     body_done: bool = true,
     body_remaining: u64 = 0,
@@ -94,6 +97,13 @@ pub const Stream = struct {
     resp_chunked: bool = false,
     resp_no_body: bool = false,
     resp_close_after: bool = false,
+    /// The app declared trailers (`"trailers": True`): the response is complete only
+    /// after its last trailers message.
+    resp_trailers: bool = false,
+    /// The last body message was written (with trailers declared, the trailers follow).
+    resp_body_done: bool = false,
+    /// The last chunk (`0\r\n`) that opens the trailer section is queued.
+    resp_trailers_opened: bool = false,
     /// The engine answered this request itself (bad body): the app's output is dropped.
     refused: bool = false,
     resp_length: ?u64 = null,
@@ -134,10 +144,26 @@ pub const Stream = struct {
         }
     }
 
-    /// The response head. `extra` are the server's own headers (--header).
-    pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8) StartError!void {
+    /// The response head. `extra` are the server's own headers (--header). `trailers`:
+    /// trailer fields follow the body (`writeTrailers`).
+    pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
         return switch (self.protocol) {
-            .http1 => h1.startResponse(self, status, headers, extra),
+            .http1 => h1.startResponse(self, status, headers, extra, trailers),
+        };
+    }
+
+    /// A `103 Early Hints` with one `link` field per entry, before the response starts.
+    pub fn earlyHint(self: *Stream, links: []const []const u8) StartError!void {
+        return switch (self.protocol) {
+            .http1 => h1.earlyHint(self, links),
+        };
+    }
+
+    /// Trailer fields after the whole body; `more`: another trailers message follows.
+    /// True when the caller must wait for `Hooks.wake_write` (as for `writeBody`).
+    pub fn writeTrailers(self: *Stream, fields: []const [2][]const u8, more: bool) TrailersError!bool {
+        return switch (self.protocol) {
+            .http1 => h1.writeTrailers(self, fields, more),
         };
     }
 

@@ -69,7 +69,20 @@ class HTTPCycle(Stream):
         elif message_type == "http.response.start":
             if self.response_started:
                 raise RuntimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'.")
-            self.start(message["status"], message.get("headers", ()))
+            self.start(message["status"], message.get("headers", ()), message.get("trailers", False))
+        elif message_type == "http.response.trailers":
+            try:
+                wait = self.write_trailers(message.get("headers", ()), message.get("more_trailers", False))
+            except RuntimeError:
+                # Misused trailers: nothing more may be sent honestly, the connection ends here.
+                self.abort()
+                raise
+            if wait:
+                future = asyncio.get_running_loop().create_future()
+                self.write_waiter = future
+                await future
+        elif message_type == "http.response.early_hint":
+            self.early_hint(message["links"])
         else:
             raise RuntimeError(f"Unexpected ASGI message '{message_type}' sent, in response to an HTTP request.")
 

@@ -42,8 +42,12 @@ def _websocket_scope(scope: dict) -> dict:
         if name == b"sec-websocket-protocol":
             subprotocols += [p.strip() for p in value.decode("latin-1").split(",") if p.strip()]
     scope["subprotocols"] = subprotocols
-    # Added to what the engine put there (the TLS extension on wss).
-    scope.setdefault("extensions", {})["websocket.http.response"] = {}
+    # The engine's extensions are HTTP's; a WebSocket keeps only TLS (on wss) and gains its own.
+    extensions = {"websocket.http.response": {}}
+    tls = scope.get("extensions", {}).get("tls")
+    if tls is not None:
+        extensions["tls"] = tls
+    scope["extensions"] = extensions
     return scope
 
 

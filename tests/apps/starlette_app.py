@@ -48,7 +48,13 @@ async def ws_denied(websocket: WebSocket):
 
 DISCONNECTS = []
 
+async def early_hints(request: Request):
+    await request.send_early_hints("</style.css>; rel=preload; as=style")
+    return PlainTextResponse("hinted")
+
+
 app = Starlette(routes=[
+    Route("/early-hints", early_hints),
     WebSocketRoute("/ws", ws_upper),
     WebSocketRoute("/ws/disconnects", ws_disconnects),
     WebSocketRoute("/ws/denied", ws_denied),
