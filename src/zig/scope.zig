@@ -67,6 +67,8 @@ const Values = struct {
     empty_bytes: *Object,
     ws_receive: *Object,
     ws_disconnect: *Object,
+    /// {"http.response.early_hint": {}, "http.response.trailers": {}}: copied per scope.
+    extensions: *Object,
 };
 
 const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH" };
@@ -116,7 +118,11 @@ pub fn init() bool {
         .empty_bytes = py.bytes("") orelse return false,
         .ws_receive = py.intern("websocket.receive") orelse return false,
         .ws_disconnect = py.intern("websocket.disconnect") orelse return false,
+        .extensions = c.PyDict_New() orelse return false,
     };
+    inline for (.{ keys.early_hint, keys.trailers }) |name| {
+        if (!py.dictSetSteal(values.extensions, name, c.PyDict_New())) return false;
+    }
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
     for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
     return true;
@@ -255,12 +261,10 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerI
     const fwd = forwardedFor(req, peer, info);
     const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null) values.https else info.scheme.?;
     if (c.PyDict_SetItem(d, keys.scheme, scheme_obj) != 0) return false;
-    // The ASGI extensions the engine serves, each an empty dict of its own (an app may
-    // write into it), and the TLS one on HTTPS.
-    const ext = c.PyDict_New() orelse return false;
+    // The ASGI extensions the engine serves, and the TLS one on HTTPS. Each request gets
+    // its own `extensions` dict; the extensions' own (empty) dicts are shared, made once.
+    const ext = c.PyDict_Copy(values.extensions) orelse return false;
     if (!py.dictSetSteal(d, keys.extensions, ext)) return false;
-    if (!py.dictSetSteal(ext, keys.early_hint, c.PyDict_New())) return false;
-    if (!py.dictSetSteal(ext, keys.trailers, c.PyDict_New())) return false;
     if (session) |ssl| {
         if (!py.dictSetSteal(ext, keys.tls, tlsInfo(ssl, info))) return false;
     }
