@@ -201,3 +201,32 @@ def _loop():
     yield
     asyncio.get_event_loop().close()
     asyncio.set_event_loop(None)
+
+
+def test_readme_tables_show_configs_defaults():
+    """The README documents each option's default in its tables; they must say what Config does."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    by_flag = {s.flag: s for s in SETTINGS}
+    row = re.compile(r"^\| `(--[a-z-]+)(?: [A-Z:_]+)?` \| (`[^`]*`|on|off|none) ", re.M)
+    checked = 0
+    for flag, default_text in row.findall(readme):
+        setting = by_flag.get(flag)
+        if setting is None:  # a command-line-only flag (--app-dir)
+            continue
+        default = setting.default
+        if default is None and setting.shown:  # resolved at start-up ($WEB_CONCURRENCY, ...)
+            continue
+        if default is None:
+            allowed = {"off", "none"}
+        elif isinstance(default, bool):
+            allowed = {"on", "`true`"} if default else {"off", "`false`"}
+        elif default == "":
+            allowed = {'`""`'}
+        else:
+            allowed = {f"`{default}`"}
+        assert default_text in allowed, f"README says {flag} defaults to {default_text}, Config to {default!r}"
+        checked += 1
+    assert checked >= 25, f"only {checked} README rows were recognised"
