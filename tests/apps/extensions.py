@@ -14,16 +14,12 @@ Paths:
 
 import json
 
+from tests.apps import hello
+
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await hello.app(scope, receive, send)
     path = scope["path"]
     if path == "/hints":
         await send({"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload; as=style", b"</b.js>; rel=preload; as=script"]})
