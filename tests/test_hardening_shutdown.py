@@ -156,6 +156,22 @@ def test_request_in_flight_at_sigterm_completes_with_connection_close(start_serv
     assert server.wait(5) == 0
 
 
+def test_connection_accepted_just_before_sigterm_still_gets_its_answer(start_server):
+    # The client has connected (the server accepted it) but its request is still on its way
+    # when the drain starts: it must be served with connection: close, not cut unread.
+    server = start_server("basic:app", "--timeout-graceful-shutdown", "10")
+    with RawConn(server.port) as conn:
+        # Connected: accepted now or by the drain itself, which takes what the kernel holds.
+        server.proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: "Shutting down" in server.output()), server.output()
+        time.sleep(0.2)
+        conn.send(get("/"))
+        r = conn.read_response()
+        assert r.status == 200
+        assert r.header("connection") == "close"
+    assert server.wait() == 0
+
+
 def test_second_sigint_while_draining_exits_at_once(start_server):
     server = start_server("hardening:app")
     with RawConn(server.port, timeout=10) as conn:

@@ -683,11 +683,20 @@ pub const Server = struct {
         }
     }
 
+    /// Idle keep-alive connections close now. One that has not sent its first request
+    /// yet was accepted a moment ago, and its request may be on its way: it gets the
+    /// linger time (2 s) to arrive, is then served with `connection: close`, and is
+    /// closed if nothing came (a request accepted while draining is never cut unread).
     pub fn closeIdle(self: *Server) void {
         var it = self.live;
         while (it) |c| {
             it = c.next;
-            if (c.isIdle()) c.close();
+            if (!c.isIdle()) continue;
+            if (c.requests_count == 0) {
+                self.linger_timeouts.arm(&c.timer, self.now_ms);
+            } else {
+                c.close();
+            }
         }
     }
 
