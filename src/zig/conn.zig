@@ -22,6 +22,7 @@ const outq = @import("outq.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const h1 = @import("h1.zig");
+const h2 = @import("h2.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -76,6 +77,8 @@ pub const State = enum(u8) {
     lingering,
     /// Upgraded: WebSocket frames both ways (wsconn.zig), a stream for the session.
     websocket,
+    /// HTTP/2 frames both ways (h2.zig), many streams at once.
+    h2,
     closed,
 };
 
@@ -107,6 +110,8 @@ pub const Active = struct {
     out: outq.Output = .{},
     /// A WebSocket upgrade: pending the app's accept, then the open session.
     ws: ?*wsconn.Session = null,
+    /// HTTP/2: the session (settings, windows, HPACK table, its streams).
+    h2: ?*h2.Session = null,
     /// The writer thread holds this connection's output (`job`): nothing may change the
     /// queue, close the descriptor or free the connection until `writeDone` runs on the
     /// Python thread.
@@ -232,6 +237,8 @@ pub const Conn = struct {
         act.out.drop(self.bufferSource(), self.server.hooks.release_fn);
         if (act.ws) |s| wsconn.destroy(s);
         act.ws = null;
+        if (act.h2) |s| h2.destroy(s);
+        act.h2 = null;
         std.heap.c_allocator.destroy(act);
         self.act = null;
     }
@@ -276,6 +283,7 @@ pub const Conn = struct {
         switch (self.state) {
             .head, .request => h1.process(self),
             .websocket => wsconn.process(self),
+            .h2 => h2.process(self),
             .lingering, .closed => {},
         }
     }
@@ -284,6 +292,7 @@ pub const Conn = struct {
     pub fn timedOut(self: *Conn) void {
         switch (self.state) {
             .head, .request => h1.timedOut(self),
+            .h2 => h2.timedOut(self),
             // The peer's close frame (or the rest of a lingering close) did not come in time.
             .websocket, .lingering, .closed => self.close(),
         }
@@ -371,7 +380,10 @@ pub const Conn = struct {
         // The writer thread has the output: its completion goes on from here.
         if (act.io_busy) return;
         if (self.canHandOff() and self.server.wantsHandOff() and self.handOff()) return;
-        while (!act.out.isEmpty()) {
+        while (true) {
+            // HTTP/2 moves its streams' frames into the queue as it empties.
+            if (self.state == .h2) h2.fill(self);
+            if (act.out.isEmpty() or self.state == .closed) break;
             var iov: [outq.segments_max]std.posix.iovec_const = undefined;
             const n = act.out.fillIov(&iov);
             switch (self.sendv(iov[0..n])) {
@@ -397,6 +409,7 @@ pub const Conn = struct {
         if (self.interest.writable) self.setWriting(false);
         if (act.stream) |st| self.wakeWriter(st);
         if (self.state == .websocket) return wsconn.afterFlush(self);
+        if (self.state == .h2) return h2.afterFlush(self);
         h1.afterFlush(self);
     }
 
@@ -555,7 +568,7 @@ pub const Conn = struct {
     /// (nearly always ready) stands in for the readiness the socket no longer signals.
     fn tlsPending(self: *const Conn) bool {
         const ssl = self.session() orelse return false;
-        if (self.state != .head and self.state != .request) return false;
+        if (self.state != .head and self.state != .request and self.state != .h2) return false;
         return tls.handshakeDone(ssl) and tls.hasPending(ssl);
     }
 
@@ -616,6 +629,7 @@ pub const Conn = struct {
         act.rlen = 0;
         // A busy connection's output is dropped by writeDone; the graveyard waits for it.
         if (!act.io_busy) self.dropOutput();
+        if (act.h2 != null) return h2.connClosed(self);
         if (act.stream) |st| {
             self.server.hooks.wakeRead(st);
             self.wakeWriter(st);

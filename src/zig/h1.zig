@@ -18,6 +18,7 @@ const conn_mod = @import("conn.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
+const h2 = @import("h2.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
@@ -68,6 +69,19 @@ fn parseHead(conn: *Conn) void {
     if (act.rstart == act.rlen) return;
     const srv = conn.server;
     const data = buf[act.rstart..act.rlen];
+    if (conn.requests_count == 0 and srv.opts.http2) switch (h2.prefaceState(data)) {
+        // HTTP/2 with prior knowledge (h2c), or after ALPN chose h2.
+        .yes => {
+            act.rstart += h2.preface.len;
+            return h2.begin(conn);
+        },
+        .partial => {
+            if (!conn.timer.in(&srv.header_timeouts)) srv.header_timeouts.arm(&conn.timer, srv.now_ms);
+            return;
+        },
+        // ALPN chose h2 (or it began like the preface): nothing else may follow.
+        .no => if (mustBeHttp2(conn, data)) return conn.close(),
+    };
     const parsed = http1.parseHead(data, &srv.headers_storage, srv.opts.limits) catch |err| {
         _ = freshStream(conn);
         return refuse(conn, http1.statusFor(err));
@@ -103,6 +117,14 @@ fn parseHead(conn: *Conn) void {
         conn.state = .head;
         return refuse(conn, 500);
     }
+}
+
+/// Whether a connection's first bytes, not the HTTP/2 preface, end it: after ALPN
+/// agreed on h2, or when they begin as the preface does ("PRI ").
+fn mustBeHttp2(conn: *Conn, data: []const u8) bool {
+    if (std.mem.startsWith(u8, data, "PRI ")) return true;
+    const ssl = conn.session() orelse return false;
+    return std.mem.eql(u8, @import("tls.zig").alpnSelected(ssl), "h2");
 }
 
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
@@ -491,7 +513,7 @@ const forbidden_trailers = [_][]const u8{
     "vary",              "pragma",
 };
 
-fn trailerAllowed(name: []const u8) bool {
+pub fn trailerAllowed(name: []const u8) bool {
     for (forbidden_trailers) |f| if (std.ascii.eqlIgnoreCase(name, f)) return false;
     return true;
 }

@@ -197,6 +197,8 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         .ws_ping_interval_ms = optMs(opts, "ws_ping_interval") orelse return null,
         .ws_ping_timeout_ms = optMs(opts, "ws_ping_timeout") orelse return null,
         .spin_ns = (optInt(opts, "busy_poll", u64, 0, busy_poll_us_max) orelse return null) * std.time.ns_per_us,
+        .http2 = optBool(opts, "http2") orelse return null,
+        .h2_max_streams = optInt(opts, "http2_max_concurrent_streams", u32, 1, std.math.maxInt(i32)) orelse return null,
         .writer = std.meta.intToEnum(server_mod.WriterMode, optInt(opts, "writer_thread", u8, 0, 2) orelse return null) catch unreachable,
         .limits = .{
             .head_bytes_max = optInt(opts, "limit_request_head", usize, request_head_bytes_min, request_head_bytes_max) orelse return null,
@@ -240,6 +242,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "ws_max_queue", s.opts.ws_queue_max },
         .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
         .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
+        .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
@@ -249,6 +252,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "date_header", s.opts.date_header },
         .{ "ws", s.opts.ws_enabled },
         .{ "ws_per_message_deflate", s.opts.ws_deflate },
+        .{ "http2", s.opts.http2 },
         .{ "proxy_headers", self.info.trust != null },
     };
     inline for (bools) |f| {

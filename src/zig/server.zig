@@ -110,6 +110,10 @@ pub const Options = struct {
     writer: WriterMode,
     /// Busy poll after the last stream finishes, in ns (0: off). See `Server.spinWait`.
     spin_ns: u64,
+    /// HTTP/2 is served: h2c with prior knowledge, and "h2" offered in TLS ALPN.
+    http2: bool,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
+    h2_max_streams: u32,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -680,6 +684,8 @@ pub const Server = struct {
         while (it) |c| {
             it = c.next;
             if (c.state == .websocket) wsconn.goingAway(c);
+            // HTTP/2: GOAWAY; streams in flight finish, then the connection closes.
+            if (c.state == .h2) @import("h2.zig").goAway(c);
         }
     }
 

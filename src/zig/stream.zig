@@ -12,6 +12,7 @@
 const std = @import("std");
 const http1 = @import("http1.zig");
 const h1 = @import("h1.zig");
+const h2 = @import("h2.zig");
 const wsconn = @import("wsconn.zig");
 const Conn = @import("conn.zig").Conn;
 const outq = @import("outq.zig");
@@ -52,7 +53,7 @@ pub const Request = struct {
 
 pub const BodyKind = enum(u8) { none, length, chunked };
 
-pub const Protocol = enum(u8) { http1 };
+pub const Protocol = enum(u8) { http1, http2 };
 
 pub const TakeResult = struct { count: usize, done: bool, failed: bool };
 pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
@@ -67,7 +68,10 @@ pub const segments_per_write = 3;
 /// Whether the stream's writer must wait before its next body message: too many of its
 /// bytes are queued, or the connection's queue could not take another message.
 pub fn mustWait(st: *const Stream) bool {
-    return st.out.queued > queued_bytes_high or st.conn.a().out.segmentsFree() < segments_per_write;
+    return switch (st.protocol) {
+        .http1 => st.out.queued > queued_bytes_high or st.conn.a().out.segmentsFree() < segments_per_write,
+        .http2 => h2.mustWait(st),
+    };
 }
 
 pub const Stream = struct {
@@ -106,6 +110,8 @@ pub const Stream = struct {
     resp_trailers_opened: bool = false,
     /// The engine answered this request itself (bad body): the app's output is dropped.
     refused: bool = false,
+    /// HTTP/2: the stream was reset (by the client, or by us for an error).
+    reset: bool = false,
     resp_length: ?u64 = null,
     resp_body_bytes: u64 = 0,
     /// This stream's bytes in the connection's output queue (its backpressure), and
@@ -127,6 +133,7 @@ pub const Stream = struct {
     pub fn takeBody(self: *Stream, segs: [][]const u8) TakeResult {
         return switch (self.protocol) {
             .http1 => h1.takeBody(self, segs),
+            .http2 => h2.takeBody(self, segs),
         };
     }
 
@@ -134,6 +141,7 @@ pub const Stream = struct {
     pub fn bodyConsumed(self: *Stream) void {
         switch (self.protocol) {
             .http1 => h1.bodyConsumed(self),
+            .http2 => h2.bodyConsumed(self),
         }
     }
 
@@ -141,6 +149,7 @@ pub const Stream = struct {
     pub fn awaitBody(self: *Stream) void {
         switch (self.protocol) {
             .http1 => h1.awaitBody(self),
+            .http2 => h2.awaitBody(self),
         }
     }
 
@@ -149,6 +158,7 @@ pub const Stream = struct {
     pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
         return switch (self.protocol) {
             .http1 => h1.startResponse(self, status, headers, extra, trailers),
+            .http2 => h2.startResponse(self, status, headers, extra, trailers),
         };
     }
 
@@ -156,6 +166,7 @@ pub const Stream = struct {
     pub fn earlyHint(self: *Stream, links: []const []const u8) StartError!void {
         return switch (self.protocol) {
             .http1 => h1.earlyHint(self, links),
+            .http2 => h2.earlyHint(self, links),
         };
     }
 
@@ -164,6 +175,7 @@ pub const Stream = struct {
     pub fn writeTrailers(self: *Stream, fields: []const [2][]const u8, more: bool) TrailersError!bool {
         return switch (self.protocol) {
             .http1 => h1.writeTrailers(self, fields, more),
+            .http2 => h2.writeTrailers(self, fields, more),
         };
     }
 
@@ -172,6 +184,7 @@ pub const Stream = struct {
     pub fn writeBody(self: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
         return switch (self.protocol) {
             .http1 => h1.writeBody(self, data, more, owner),
+            .http2 => h2.writeBody(self, data, more, owner),
         };
     }
 
@@ -179,6 +192,7 @@ pub const Stream = struct {
     pub fn finish(self: *Stream) void {
         switch (self.protocol) {
             .http1 => h1.finishStream(self),
+            .http2 => h2.finishStream(self),
         }
     }
 
@@ -187,13 +201,15 @@ pub const Stream = struct {
         switch (self.protocol) {
             // HTTP/1.1 has no way to end one exchange but closing the connection.
             .http1 => self.conn.close(),
+            // HTTP/2 resets the one stream.
+            .http2 => h2.abortStream(self),
         }
         self.finish();
     }
 
     /// The client went away, or the engine answered the request itself: the app sees a disconnect.
     pub fn gone(self: *const Stream) bool {
-        return self.conn.state == .closed or self.refused;
+        return self.conn.state == .closed or self.refused or self.reset;
     }
 
     /// Output bytes handed to the socket or the writer thread.

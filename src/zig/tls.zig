@@ -95,6 +95,7 @@ const Api = struct {
     SSL_pending: *const fn (ssl: *const SSL) callconv(.c) c_int,
     SSL_shutdown: *const fn (ssl: *SSL) callconv(.c) c_int,
     SSL_version: *const fn (ssl: *const SSL) callconv(.c) c_int,
+    SSL_get0_alpn_selected: *const fn (ssl: *const SSL, data: *?[*]const u8, len: *c_uint) callconv(.c) void,
     SSL_get_current_cipher: *const fn (ssl: *const SSL) callconv(.c) ?*const SSL_CIPHER,
     SSL_CIPHER_get_protocol_id: *const fn (cipher: *const SSL_CIPHER) callconv(.c) u16,
     SSL_get_servername: *const fn (ssl: *const SSL, kind: c_int) callconv(.c) ?[*:0]const u8,
@@ -203,6 +204,8 @@ pub const ContextOptions = struct {
     /// 0 none, 1 optional, 2 required: the values of Python's ssl.CERT_*.
     cert_reqs: u8,
     ca_certs: ?[*:0]const u8,
+    /// Offer "h2" in ALPN.
+    http2: bool,
 };
 
 /// What went wrong building a context, for the error the user sees. Never holds a key
@@ -271,7 +274,8 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
         else => SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
     };
     api.SSL_CTX_set_verify(ctx, verify, null);
-    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, null);
+    // The callback's argument says whether "h2" is offered (any non-null pointer).
+    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @constCast(@ptrCast(&alpn_h2_on)) else null);
     return true;
 }
 
@@ -310,13 +314,15 @@ pub fn freeContext(ctx: *SSL_CTX) void {
 
 // ---- ALPN ------------------------------------------------------------------
 
-/// Protocols offered, in our order of preference; "h2" goes first once HTTP/2 lands.
-const alpn_offered = [_][]const u8{"http/1.1"};
+/// Protocols offered, in our order of preference ("h2" only with HTTP/2 on).
+const alpn_offered = [_][]const u8{ "h2", "http/1.1" };
+const alpn_h2_on: u8 = 1;
 
 /// The first of our protocols the client lists, as a slice of the client's list
 /// (wire format: length-prefixed names). Null: no ALPN, the connection goes on.
-pub fn selectAlpn(client: []const u8) ?[]const u8 {
+pub fn selectAlpn(client: []const u8, http2: bool) ?[]const u8 {
     for (alpn_offered) |want| {
+        if (!http2 and std.mem.eql(u8, want, "h2")) continue;
         var i: usize = 0;
         while (i < client.len) {
             const len = client[i];
@@ -331,8 +337,7 @@ pub fn selectAlpn(client: []const u8) ?[]const u8 {
 
 fn alpnSelect(ssl: *SSL, out: *[*]const u8, outlen: *u8, in: [*]const u8, inlen: c_uint, arg: ?*anyopaque) callconv(.c) c_int {
     _ = ssl;
-    _ = arg;
-    const name = selectAlpn(in[0..inlen]) orelse return SSL_TLSEXT_ERR_NOACK;
+    const name = selectAlpn(in[0..inlen], arg != null) orelse return SSL_TLSEXT_ERR_NOACK;
     out.* = name.ptr;
     outlen.* = @intCast(name.len);
     return SSL_TLSEXT_ERR_OK;
@@ -523,6 +528,15 @@ pub fn protocolVersion(ssl: *const SSL) u16 {
     return @intCast(api.SSL_version(ssl) & 0xffff);
 }
 
+/// The protocol ALPN agreed on ("" when none).
+pub fn alpnSelected(ssl: *const SSL) []const u8 {
+    var data: ?[*]const u8 = null;
+    var len: c_uint = 0;
+    api.SSL_get0_alpn_selected(ssl, &data, &len);
+    const p = data orelse return "";
+    return p[0..len];
+}
+
 /// The IANA number of the cipher suite, e.g. 0x1301.
 pub fn cipherSuite(ssl: *const SSL) ?u16 {
     const cipher = api.SSL_get_current_cipher(ssl) orelse return null;
@@ -607,10 +621,11 @@ pub fn subjectName(x: *X509) ?Text {
 }
 
 test "ALPN picks http/1.1 from the client's list and ignores what we do not offer" {
-    try std.testing.expectEqualStrings("http/1.1", selectAlpn("\x02h2\x08http/1.1").?);
-    try std.testing.expect(selectAlpn("\x02h2") == null);
-    try std.testing.expect(selectAlpn("") == null);
+    try std.testing.expectEqualStrings("http/1.1", selectAlpn("\x02h2\x08http/1.1", false).?);
+    try std.testing.expectEqualStrings("h2", selectAlpn("\x08http/1.1\x02h2", true).?);
+    try std.testing.expect(selectAlpn("\x02h2", false) == null);
+    try std.testing.expect(selectAlpn("", true) == null);
     // Truncated or zero-length entries end the scan instead of reading past the list.
-    try std.testing.expect(selectAlpn("\x09http/1.1") == null);
-    try std.testing.expect(selectAlpn("\x00\x08http/1.1") == null);
+    try std.testing.expect(selectAlpn("\x09http/1.1", true) == null);
+    try std.testing.expect(selectAlpn("\x00\x08http/1.1", true) == null);
 }

@@ -44,6 +44,7 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         .cert_reqs = options.optInt(opts, "ssl_cert_reqs", u8, 0, 2) orelse return false,
         .min_version = options.optInt(opts, "ssl_min_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
         .max_version = options.optInt(opts, "ssl_max_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
+        .http2 = options.optBool(opts, "http2") orelse return false,
     };
     var err = tls.ContextError{};
     const ctx = tls.newContext(o, &err) orelse {

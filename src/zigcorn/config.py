@@ -32,6 +32,8 @@ LOG_LEVELS: dict[str, int] = {
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
 WRITER_CHOICES = ("auto", "on", "off")
+# uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
+HTTP_CHOICES = ("auto", "h11", "httptools")
 # uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
 WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 
@@ -142,6 +144,11 @@ SETTINGS: tuple[Setting, ...] = (
     _S("writer_thread", "auto",
        "write complete responses from an engine thread: auto does while the app is the bottleneck", "HTTP",
        choices=WRITER_CHOICES),
+    _S("http", "auto", "HTTP/1.1 implementation; every choice is the engine's own parser (uvicorn's names)", "HTTP",
+       choices=HTTP_CHOICES),
+    _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
+    _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
+       type=int, metavar="N", low=1, high=2**31 - 1),
     _S("busy_poll", 100, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
        type=int, metavar="USEC", low=0, high=5000),
     # Metrics and health
@@ -278,6 +285,8 @@ class Config:
         log_level = self.log_level
         if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
+        if isinstance(self.http, str) and self.http not in HTTP_CHOICES:
+            raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
         if self.writer_thread not in WRITER_CHOICES:
             raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {self.writer_thread!r}")
 
@@ -340,6 +349,8 @@ class Config:
             "timeout_body": float(self.timeout_body),
             "timeout_write": float(self.timeout_write),
             "writer_thread": WRITER_MODES[self.writer_thread],
+            "http2": bool(self.http2),
+            "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
             "busy_poll": self.busy_poll,
             "limit_connections": self.limit_connections,
             "limit_keep_alive_requests": self.limit_keep_alive_requests,
