@@ -209,13 +209,17 @@ def test_tls12_and_tls13_clients(https, certs):
 
 
 @zigcorn_only
-def test_alpn_offers_http11_and_ignores_h2(https, certs):
+def test_alpn_prefers_h2_then_http11_and_ignores_the_rest(https, certs):
     ctx = certs.client_context()
-    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    ctx.set_alpn_protocols(["http/1.1", "h2"])
+    with tls_raw(https.port, ctx) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
+    ctx = certs.client_context()
+    ctx.set_alpn_protocols(["http/1.1"])
     with tls_raw(https.port, ctx) as conn:
         assert conn.sock.selected_alpn_protocol() == "http/1.1"
     ctx = certs.client_context()
-    ctx.set_alpn_protocols(["h2"])
+    ctx.set_alpn_protocols(["spdy/3"])
     with tls_raw(https.port, ctx) as conn:  # no common protocol: no ALPN, still served
         assert conn.sock.selected_alpn_protocol() is None
         conn.send(get("/echo"))

@@ -77,6 +77,8 @@ fn testOptions() server_mod.Options {
         .keep_alive_requests_max = 100,
         .body_bytes_max = 1 << 20,
         .limits = .{ .head_bytes_max = 16 * 1024, .target_bytes_max = 8190, .headers_count_max = 100 },
+        .http2 = true,
+        .h2_max_streams = 100,
         .metrics_path = "",
         .health_path = "",
         .metrics = null,

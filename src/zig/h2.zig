@@ -262,7 +262,7 @@ fn sessionOf(conn: *Conn) *Session {
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-var decoded_bytes: [@import("options.zig").request_head_bytes_max + 4096]u8 = undefined;
+var decoded_bytes: [@import("options.zig").request_head_bytes_max]u8 = undefined;
 var decoded_fields: [@import("options.zig").request_fields_max + 8]hpack.Header = undefined;
 var encode_scratch: [512]u8 = undefined;
 
@@ -640,6 +640,10 @@ fn dataBytes(s: *Session, fh: FrameHeader, bytes: []const u8) void {
 /// The whole DATA frame was read: flow control, the stream's state, the app told.
 fn dataEnd(s: *Session, fh: FrameHeader) void {
     const len = fh.len;
+    if (len == 0 and fh.flags & flag_end_stream == 0) {
+        useless(s);
+        if (s.dead) return;
+    }
     // Every DATA frame counts against the connection window, whatever its stream.
     if (len > s.recv_window) return connError(s, .flow_control);
     s.recv_window -= len;
@@ -677,8 +681,6 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
         creditConnection(s, padding);
         st.recv_unacked += @intCast(padding);
     }
-    if (len == 0 and fh.flags & flag_end_stream == 0) useless(s);
-    if (s.dead) return;
     if (st.base.body_received > s.conn.server.opts.body_bytes_max) return refuseStream(s, st, 413);
     if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
     if (fh.flags & flag_end_stream != 0) {
@@ -731,7 +733,8 @@ fn beginHeaders(s: *Session, fh: FrameHeader) void {
 fn headerBlockDone(s: *Session) void {
     s.block_active = false;
     const id = s.block_stream;
-    const fields = s.decoder.decode(s.block.items, &decoded_bytes, &decoded_fields) catch |err| {
+    const limit = s.conn.server.opts.limits.head_bytes_max;
+    const fields = s.decoder.decode(s.block.items, decoded_bytes[0..limit], &decoded_fields) catch |err| {
         // The decoder's table is out of step with the client's: the connection cannot go on.
         return connError(s, if (err == error.Compression) .compression else .enhance_your_calm);
     };
@@ -1578,4 +1581,39 @@ pub fn abortStream(st: *Stream) void {
         streamError(h.session, h, .internal);
         st.conn.flush();
     }
+}
+
+// ---- tests ------------------------------------------------------------------------------
+
+test "frame headers round-trip and the reserved bit is ignored" {
+    var b: [9]u8 = undefined;
+    (FrameHeader{ .len = 16384, .type = .headers, .flags = flag_end_headers | flag_end_stream, .stream = 0x7fff_ffff }).write(&b);
+    try std.testing.expectEqualSlices(u8, &.{ 0x00, 0x40, 0x00, 0x01, 0x05, 0x7f, 0xff, 0xff, 0xff }, &b);
+    b[5] |= 0x80;
+    const fh = FrameHeader.parse(&b);
+    try std.testing.expectEqual(@as(u32, 16384), fh.len);
+    try std.testing.expectEqual(FrameType.headers, fh.type);
+    try std.testing.expectEqual(@as(u32, 0x7fff_ffff), fh.stream);
+    b[3] = 0xee;
+    try std.testing.expectEqual(@as(u8, 0xee), @intFromEnum(FrameHeader.parse(&b).type));
+}
+
+test "the preface is recognised whole, in part, or not at all" {
+    try std.testing.expectEqual(.yes, prefaceState(preface ++ "\x00\x00\x00\x04"));
+    try std.testing.expectEqual(.partial, prefaceState("PRI * HTTP/2"));
+    try std.testing.expectEqual(.partial, prefaceState(""));
+    try std.testing.expectEqual(.no, prefaceState("GET / HTTP/1.1\r\n"));
+    try std.testing.expectEqual(.no, prefaceState("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"));
+}
+
+test "split cookies are joined in the scratch, extending the last join in place" {
+    cookie_len = 0;
+    const ab = try joinCookie("a=1", "b=2");
+    try std.testing.expectEqualStrings("a=1; b=2", ab);
+    const abc = try joinCookie(ab, "c=3");
+    try std.testing.expectEqualStrings("a=1; b=2; c=3", abc);
+    try std.testing.expectEqual(ab.ptr, abc.ptr);
+    var big: [cookie_scratch.len]u8 = undefined;
+    @memset(&big, 'x');
+    try std.testing.expectError(error.NoSpace, joinCookie(abc, &big));
 }
