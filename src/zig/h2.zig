@@ -32,6 +32,9 @@ const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const h1 = @import("h1.zig");
 const http1 = @import("http1.zig");
+const ws = @import("ws.zig");
+const wsconn = @import("wsconn.zig");
+const deflate = @import("deflate.zig");
 
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -184,6 +187,8 @@ pub const H2Stream = struct {
     trailer_block: std.ArrayListUnmanaged(u8) = .{},
     items: std.ArrayListUnmanaged(Item) = .{},
     item_head: usize = 0,
+    /// RFC 8441: the WebSocket session this stream carries (its DATA are WebSocket frames).
+    ws: ?*wsconn.Session = null,
 
     fn of(st: *Stream) *H2Stream {
         return @fieldParentPtr("base", st);
@@ -332,6 +337,13 @@ pub fn destroy(s: *Session) void {
 pub fn process(conn: *Conn) void {
     const s = sessionOf(conn);
     const act = conn.a();
+    // WebSocket streams that stopped parsing (their app was behind) go on first.
+    var it = s.first;
+    while (it) |st| {
+        it = st.next;
+        if (st.ws) |w| if (w.open and !wsInputEmpty(st)) wsconn.processSession(w);
+        if (conn.state != .h2) return;
+    }
     while (conn.state == .h2 and !s.dead) {
         if (conn.outputLen() > read_pause_bytes) {
             // The client does not read what its frames made us write: stop reading it.
@@ -660,6 +672,18 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
     }
     if (len > st.recv_window) return streamError(s, st, .flow_control);
     st.recv_window -= len;
+    if (st.ws) |session| if (!discarding(st)) {
+        // WebSocket frames: parsed as they come, credited back as they are parsed.
+        const padding = len - dataLenOf(fh, s);
+        if (padding > 0) creditStream(s, st, padding);
+        wsconn.processSession(session);
+        if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
+            // The client's side ended: after its frames, the session is over for the app.
+            remoteEnded(s, still);
+            if (find(s, fh.stream)) |again| if (again.ws) |w| w.wake();
+        };
+        return;
+    };
     if (discarding(st)) {
         creditStream(s, st, len);
         if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
@@ -889,9 +913,18 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
         st.base.body_done = true;
     }
     if (head.content_length orelse 0 > srv.opts.body_bytes_max) return refuseStream(s, st, 413);
-    if (head.protocol != null) {
-        // RFC 8441 WebSocket over HTTP/2 is not served yet: the client falls back.
-        return refuseStream(s, st, 501);
+    if (head.protocol) |protocol| {
+        // RFC 8441: a WebSocket on this stream.
+        if (!std.ascii.eqlIgnoreCase(protocol, "websocket")) return refuseStream(s, st, 501);
+        var version: ?[]const u8 = null;
+        for (headers) |f| if (std.mem.eql(u8, f.name, "sec-websocket-version")) {
+            version = f.value;
+        };
+        if (!std.mem.eql(u8, version orelse "", "13")) return refuseStream(s, st, 426);
+        var hs = ws.Handshake{ .accept = [_]u8{0} ** ws.accept_bytes, .deflate = null };
+        if (srv.opts.ws_deflate) hs.deflate = ws.negotiateDeflate(headers);
+        if (hs.deflate != null and !deflate.load()) hs.deflate = null;
+        st.ws = wsconn.create(.{ .h2 = st }, hs) orelse return refuseStream(s, st, 500);
     }
     const full = head.path.?;
     const q = std.mem.indexOfScalar(u8, full, '?');
@@ -1177,6 +1210,7 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
         st.base.write_blocked = false;
         conn.server.hooks.wakeWrite(&st.base);
     }
+    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= wsconn.out_bytes_high) wsconn.outputDrained(w);
     if (!st.hasOutput()) {
         st.items.clearRetainingCapacity();
         st.item_head = 0;
@@ -1274,6 +1308,12 @@ pub fn goAway(conn: *Conn) void {
     const s = sessionOf(conn);
     if (s.goaway_sent) return;
     sendGoaway(s, .no_error);
+    // Open WebSockets are told the server is going away (1012), as over HTTP/1.1.
+    var it = s.first;
+    while (it) |st| {
+        it = st.next;
+        if (st.ws) |w| wsconn.goingAwaySession(w);
+    }
     conn.flush();
 }
 
@@ -1321,6 +1361,8 @@ fn settled(s: *const Session) bool {
 
 fn freeStream(s: *Session, st: *H2Stream) void {
     dropItems(s, st);
+    if (st.ws) |w| wsconn.destroy(w);
+    st.ws = null;
     st.body.deinit(std.heap.c_allocator);
     unlink(s, st);
     s.live -= 1;
@@ -1558,6 +1600,12 @@ pub fn finishStream(st: *Stream) void {
         if (s.held == 0) conn.server.retire(conn);
         return;
     }
+    if (h.ws) |w| if (w.open) {
+        // An accepted WebSocket: closed normally if the app did not; the stream ends
+        // once the peer's close (and END_STREAM) arrives.
+        wsconn.sessionFinished(w);
+        st.resp_complete = true;
+    };
     if (!st.resp_complete and !st.reset) {
         // The app ended without completing its response: the stream is reset.
         if (!st.resp_started and h.head_block == null) {
@@ -1581,6 +1629,106 @@ pub fn abortStream(st: *Stream) void {
         streamError(h.session, h, .internal);
         st.conn.flush();
     }
+}
+
+// ---- WebSocket over HTTP/2 (RFC 8441): what `wsconn` asks of a stream -------------------
+
+pub fn wsSessionOf(st: *const Stream) ?*wsconn.Session {
+    const h: *const H2Stream = @fieldParentPtr("base", st);
+    return h.ws;
+}
+
+/// Frames can still move on the stream.
+pub fn wsLive(h: *const H2Stream) bool {
+    return !h.base.reset and h.base.conn.state == .h2;
+}
+
+pub fn wsInput(h: *H2Stream) []u8 {
+    return h.body.items[h.body_off..];
+}
+
+pub fn wsInputEmpty(h: *const H2Stream) bool {
+    return h.body_off == h.body.items.len;
+}
+
+/// `n` received bytes were parsed: they leave the buffer and the window opens by as much.
+pub fn wsConsume(h: *H2Stream, n: usize) void {
+    if (n == 0) return;
+    h.body_off += n;
+    if (h.body_off == h.body.items.len) {
+        h.body_off = 0;
+        h.body.clearRetainingCapacity();
+    }
+    creditStream(h.session, h, n);
+}
+
+/// One WebSocket frame (header and payload, copied) as DATA on the stream.
+pub fn wsQueue(h: *H2Stream, head: []const u8, body: []const u8) error{OutOfMemory}!void {
+    const bytes = try std.heap.c_allocator.alloc(u8, head.len + body.len);
+    @memcpy(bytes[0..head.len], head);
+    @memcpy(bytes[head.len..], body);
+    pushItem(h, .{ .kind = .data, .end_stream = false, .owned = true, .bytes = bytes, .alloc_len = bytes.len }) catch {
+        std.heap.c_allocator.free(bytes);
+        return error.OutOfMemory;
+    };
+}
+
+/// Our side of the WebSocket stream ends (after our close frame).
+pub fn wsEnd(h: *H2Stream) error{OutOfMemory}!void {
+    if (h.end_queued) return;
+    try pushItem(h, .{ .kind = .data, .end_stream = true, .owned = false, .bytes = &.{} });
+    h.end_queued = true;
+}
+
+/// The WebSocket failed beyond a close frame: the stream is reset.
+pub fn wsAbort(h: *H2Stream) void {
+    if (h.base.reset or h.base.conn.state != .h2) return;
+    streamError(h.session, h, .cancel);
+}
+
+/// The app accepted the WebSocket: a 200 HEADERS (no END_STREAM) with the subprotocol,
+/// the extension and the app's headers. Frames follow as DATA.
+pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
+    const st = &h.base;
+    if (st.resp_started) return error.NotPending;
+    const srv = st.conn.server;
+    var need: usize = 128;
+    for (headers) |f| need += f[0].len + f[1].len + 12;
+    for (extra) |f| need += f[0].len + f[1].len + 12;
+    if (subprotocol) |p| need += p.len + 32;
+    if (extension) |e| need += e.len + 32;
+    const block = std.heap.c_allocator.alloc(u8, need) catch return error.OutOfMemory;
+    errdefer std.heap.c_allocator.free(block);
+    var n = hpack.encodeStatus(block, 200) catch return error.HeadTooLarge;
+    if (srv.opts.server_header) n += hpack.encodeField(block[n..], "server", "zigcorn") catch return error.HeadTooLarge;
+    if (srv.opts.date_header) {
+        const line = srv.date.get();
+        n += hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]) catch return error.HeadTooLarge;
+    }
+    if (subprotocol) |p| {
+        if (p.len == 0 or !response.validValue(p)) return error.InvalidHeader;
+        n += hpack.encodeField(block[n..], "sec-websocket-protocol", p) catch return error.HeadTooLarge;
+    }
+    if (extension) |e| n += hpack.encodeField(block[n..], "sec-websocket-extensions", e) catch return error.HeadTooLarge;
+    for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
+    outer: for (headers) |f| {
+        for (wsconn.owned_fields) |o| if (std.ascii.eqlIgnoreCase(f[0], o)) continue :outer;
+        if (subprotocol != null and std.ascii.eqlIgnoreCase(f[0], "sec-websocket-protocol")) continue;
+        n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
+    }
+    pushItem(h, .{ .kind = .headers, .end_stream = false, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch return error.OutOfMemory;
+    st.status = 200;
+    st.resp_started = true;
+    st.resp_head_sent = true;
+    st.conn.flush();
+}
+
+fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {
+    return switch (e) {
+        error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
+        error.HeadTooLarge => error.HeadTooLarge,
+        error.OutOfMemory => error.OutOfMemory,
+    };
 }
 
 // ---- tests ------------------------------------------------------------------------------

@@ -217,39 +217,54 @@ pub const Stream = struct {
         return self.out.sent + self.conn.handedOffBytes();
     }
 
-    // ---- WebSocket (HTTP/1.1 upgrade; RFC 8441 over HTTP/2 will join here) -----------
+    // ---- WebSocket (HTTP/1.1 upgrade, or RFC 8441 over HTTP/2) ----------------------
+
+    /// The stream's WebSocket session, if its request opened one.
+    fn wsSession(self: *const Stream) ?*wsconn.Session {
+        return switch (self.protocol) {
+            .http1 => if (self.conn.act) |act| act.ws else null,
+            .http2 => h2.wsSessionOf(self),
+        };
+    }
 
     pub fn wsAccept(self: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
-        return wsconn.accept(self.conn, subprotocol, headers, extra);
+        const s = self.wsSession() orelse return error.NotPending;
+        return wsconn.accept(s, subprotocol, headers, extra);
     }
 
     pub fn wsSend(self: *Stream, data: []const u8, text: bool) wsconn.SendError!bool {
-        return wsconn.send(self.conn, data, text);
+        const s = self.wsSession() orelse return error.Closed;
+        return wsconn.send(s, data, text);
     }
 
     pub fn wsTake(self: *Stream) ?*wsconn.Message {
-        return wsconn.takeMessage(self.conn);
+        const s = self.wsSession() orelse return null;
+        return wsconn.takeMessage(s);
     }
 
     pub fn wsClose(self: *Stream, code: u16, reason: []const u8) void {
-        wsconn.closeFromApp(self.conn, code, reason);
+        const s = self.wsSession() orelse return;
+        wsconn.closeFromApp(s, code, reason);
     }
 
     /// Whether the session is over for the app, and with which close code and reason.
     pub fn wsFinished(self: *const Stream) bool {
-        return wsconn.finished(self.conn);
+        const s = self.wsSession() orelse return true;
+        return wsconn.finished(s);
     }
 
     pub fn wsCloseCode(self: *const Stream) u16 {
-        return wsconn.closeCode(self.conn);
+        const s = self.wsSession() orelse return 1006;
+        return wsconn.closeCode(s);
     }
 
     pub fn wsCloseReason(self: *const Stream) []const u8 {
-        return wsconn.closeReason(self.conn);
+        const s = self.wsSession() orelse return "";
+        return wsconn.closeReason(s);
     }
 
     pub fn isWebSocket(self: *const Stream) bool {
-        return self.conn.act != null and self.conn.a().ws != null;
+        return self.wsSession() != null;
     }
 
     /// The client's address (for the scope's `client`).

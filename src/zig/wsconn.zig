@@ -1,5 +1,12 @@
-//! A connection after a WebSocket upgrade: frames in, whole messages out to the
-//! stream, messages from the stream framed back, pings, and the close handshake.
+//! A WebSocket session: frames in, whole messages out to the stream, messages from
+//! the stream framed back, pings, and the close handshake.
+//!
+//! What carries the frames (`Carrier`) is the connection itself after an HTTP/1.1
+//! upgrade, or one HTTP/2 stream after an extended CONNECT (RFC 8441), whose DATA
+//! frames hold the WebSocket frames. The session is the same either way; only reading,
+//! queueing and ending go through the carrier. Server pings and the close handshake's
+//! deadline use the connection's timer, so they are HTTP/1.1's: over HTTP/2 the
+//! connection's own keep-alive and write timeouts apply.
 //!
 //! The stream sees messages, never frames: continuation frames are reassembled here
 //! (control frames may come between them), text is validated as UTF-8 as it
@@ -14,6 +21,7 @@ const deflate = @import("deflate.zig");
 const response = @import("response.zig");
 const pool_mod = @import("pool.zig");
 const Conn = @import("conn.zig").Conn;
+const h2 = @import("h2.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -38,10 +46,19 @@ pub const Message = struct {
     }
 };
 
+/// What carries a session's frames.
+pub const Carrier = union(enum) {
+    /// HTTP/1.1 upgrade: the connection's read buffer and output queue.
+    conn: *Conn,
+    /// HTTP/2 extended CONNECT: one stream's DATA both ways.
+    h2: *h2.H2Stream,
+};
+
 pub const Session = struct {
+    carrier: Carrier,
     accept: [ws.accept_bytes]u8,
     deflate: ?ws.DeflateParams,
-    /// The 101 went out: frames are parsed from now on.
+    /// The 101 (or HTTP/2's 200) went out: frames are parsed from now on.
     open: bool = false,
 
     // The frame being read.
@@ -76,14 +93,82 @@ pub const Session = struct {
     reason_from_peer: bool = false,
     ping_outstanding: bool = false,
     ping_count: u32 = 0,
+
+    fn conn(s: *const Session) *Conn {
+        return switch (s.carrier) {
+            .conn => |c| c,
+            .h2 => |h| h.base.conn,
+        };
+    }
+
+    /// Frames can still move both ways on the carrier.
+    fn live(s: *const Session) bool {
+        return switch (s.carrier) {
+            .conn => |c| c.state == .websocket,
+            .h2 => |h| h2.wsLive(h),
+        };
+    }
+
+    /// The received bytes not parsed yet (unmasked in place).
+    fn input(s: *Session) []u8 {
+        return switch (s.carrier) {
+            .conn => |c| blk: {
+                const act = c.a();
+                const buf = act.rbuf orelse break :blk &.{};
+                break :blk buf[act.rstart..act.rlen];
+            },
+            .h2 => |h| h2.wsInput(h),
+        };
+    }
+
+    fn consume(s: *Session, n: usize) void {
+        switch (s.carrier) {
+            .conn => |c| c.a().rstart += @intCast(n),
+            .h2 => |h| h2.wsConsume(h, n),
+        }
+    }
+
+    /// Bytes queued for the client and not written yet.
+    fn outLen(s: *const Session) usize {
+        return switch (s.carrier) {
+            .conn => |c| c.outputLen(),
+            .h2 => |h| h.base.out.queued,
+        };
+    }
+
+    pub fn wake(s: *Session) void {
+        const c = s.conn();
+        switch (s.carrier) {
+            .conn => if (c.a().stream) |st| c.server.hooks.wakeRead(st),
+            .h2 => |h| if (h.held) c.server.hooks.wakeRead(&h.base),
+        }
+    }
+
+    /// The session cannot go on (out of memory): the connection (HTTP/1.1) or the stream ends.
+    fn closeFor(s: *Session, reason: []const u8) void {
+        switch (s.carrier) {
+            .conn => |c| c.closeFor(reason),
+            .h2 => |h| {
+                s.conn().server.hooks.logError(reason);
+                s.failed = true;
+                h2.wsAbort(h);
+            },
+        }
+    }
 };
 
 /// The request is a valid upgrade: the session waits for the app's accept.
 pub fn begin(conn: *Conn, hs: ws.Handshake) bool {
-    const s = allocator.create(Session) catch return false;
-    s.* = .{ .accept = hs.accept, .deflate = hs.deflate };
+    const s = create(.{ .conn = conn }, hs) orelse return false;
     conn.a().ws = s;
     return true;
+}
+
+/// A new session on `carrier`, waiting for the app's accept; null when out of memory.
+pub fn create(carrier: Carrier, hs: ws.Handshake) ?*Session {
+    const s = allocator.create(Session) catch return null;
+    s.* = .{ .carrier = carrier, .accept = hs.accept, .deflate = hs.deflate };
+    return s;
 }
 
 pub fn destroy(s: *Session) void {
@@ -102,11 +187,23 @@ fn session(conn: *Conn) *Session {
 
 pub const AcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory, NotPending };
 
-/// The app accepted: 101 with the accept key, the subprotocol, the extension, and
-/// the app's headers; then frames already buffered are parsed on the next pass.
-pub fn accept(conn: *Conn, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) AcceptError!void {
+/// The app accepted: over HTTP/1.1 the 101 with the accept key, the subprotocol, the
+/// extension, and the app's headers (over HTTP/2 a 200 HEADERS without the key); then
+/// frames already received are parsed.
+pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) AcceptError!void {
+    const conn = s.conn();
+    if (s.carrier == .h2) {
+        if (s.open) return error.NotPending;
+        if (!s.live()) return;
+        var tmp: [160]u8 = undefined;
+        const ext: ?[]const u8 = if (s.deflate) |d| d.response(&tmp) else null;
+        try h2.wsAccept(s.carrier.h2, subprotocol, ext, headers, extra);
+        s.open = true;
+        if (conn.server.draining) return goingAwaySession(s);
+        processSession(s);
+        return;
+    }
     const act = conn.a();
-    const s = session(conn);
     if (conn.state == .closed) return;
     const st = &act.h1_stream;
     if (conn.state != .request or s.open or st.resp_started) return error.NotPending;
@@ -150,63 +247,27 @@ fn writeHead(conn: *Conn, w: *response.HeadWriter, subprotocol: ?[]const u8, hea
         var tmp: [160]u8 = undefined;
         try w.header("sec-websocket-extensions", d.response(&tmp));
     }
-    const owned = [_][]const u8{ "upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions", "content-length", "transfer-encoding" };
     outer: for (headers) |h| {
         if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
-        for (owned) |o| if (std.ascii.eqlIgnoreCase(h[0], o)) continue :outer;
+        for (owned_fields) |o| if (std.ascii.eqlIgnoreCase(h[0], o)) continue :outer;
         if (subprotocol != null and std.ascii.eqlIgnoreCase(h[0], "sec-websocket-protocol")) continue;
         try w.header(h[0], h[1]);
     }
     try w.append("\r\n");
 }
 
+/// Fields of the accept response that the engine writes itself: the app's are dropped.
+pub const owned_fields = [_][]const u8{ "upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions", "content-length", "transfer-encoding" };
+
 // ---- reading ------------------------------------------------------------------------
 
-/// Parses what the read buffer holds, as far as the queues allow.
+/// HTTP/1.1: parses what the read buffer holds, as far as the queues allow.
 pub fn process(conn: *Conn) void {
-    const act = conn.a();
     const s = session(conn);
-    while (conn.state == .websocket and !s.close_received and !s.failed) {
-        if (backlogged(conn)) {
-            // The app or the client is behind: stop reading until it catches up.
-            conn.setReading(false);
-            break;
-        }
-        const buf = act.rbuf orelse break;
-        const avail = buf[act.rstart..act.rlen];
-        if (!s.in_frame) {
-            const h = (ws.parseHeader(avail, s.deflate != null) catch |err| return fail(conn, err)) orelse break;
-            if (!h.opcode.isControl()) {
-                s.seq.onDataFrame(h) catch |err| return fail(conn, err);
-                if (h.payload_len > conn.server.opts.ws_message_bytes_max -| s.msg.items.len) return fail(conn, error.TooBig);
-            } else {
-                s.ctrl_len = 0;
-            }
-            act.rstart += h.header_len;
-            s.frame = h;
-            s.frame_read = 0;
-            s.in_frame = true;
-            if (h.payload_len == 0) endFrame(conn);
-            continue;
-        }
-        const left = s.frame.payload_len - s.frame_read;
-        const n: usize = @intCast(@min(left, avail.len));
-        if (n == 0) break;
-        const chunk = buf[act.rstart..][0..n];
-        ws.unmask(chunk, s.frame.mask, s.frame_read);
-        act.rstart += @intCast(n);
-        s.frame_read += n;
-        if (s.frame.opcode.isControl()) {
-            @memcpy(s.ctrl[s.ctrl_len..][0..n], chunk);
-            s.ctrl_len += @intCast(n);
-        } else if (!s.close_sent) {
-            if (s.seq.message == .text and !s.seq.compressed and !s.utf8.feed(chunk)) return fail(conn, error.InvalidData);
-            s.msg.appendSlice(allocator, chunk) catch return conn.closeFor(out_of_memory);
-        }
-        if (s.frame_read == s.frame.payload_len) endFrame(conn);
-    }
+    processSession(s);
     if (conn.state == .closed) return;
     // An idle WebSocket holds no read buffer.
+    const act = conn.a();
     if (act.rstart == act.rlen) {
         act.rstart = 0;
         act.rlen = 0;
@@ -215,26 +276,67 @@ pub fn process(conn: *Conn) void {
     }
 }
 
-fn endFrame(conn: *Conn) void {
-    const s = session(conn);
+/// Parses what the carrier has received, as far as the queues allow.
+pub fn processSession(s: *Session) void {
+    const srv = s.conn().server;
+    while (s.open and s.live() and !s.close_received and !s.failed) {
+        if (backlogged(s)) {
+            // The app or the client is behind: stop reading until it catches up.
+            if (s.carrier == .conn) s.carrier.conn.setReading(false);
+            break;
+        }
+        const avail = s.input();
+        if (!s.in_frame) {
+            const h = (ws.parseHeader(avail, s.deflate != null) catch |err| return fail(s, err)) orelse break;
+            if (!h.opcode.isControl()) {
+                s.seq.onDataFrame(h) catch |err| return fail(s, err);
+                if (h.payload_len > srv.opts.ws_message_bytes_max -| s.msg.items.len) return fail(s, error.TooBig);
+            } else {
+                s.ctrl_len = 0;
+            }
+            s.consume(h.header_len);
+            s.frame = h;
+            s.frame_read = 0;
+            s.in_frame = true;
+            if (h.payload_len == 0) endFrame(s);
+            continue;
+        }
+        const left = s.frame.payload_len - s.frame_read;
+        const n: usize = @intCast(@min(left, avail.len));
+        if (n == 0) break;
+        const chunk = avail[0..n];
+        ws.unmask(chunk, s.frame.mask, s.frame_read);
+        s.frame_read += n;
+        if (s.frame.opcode.isControl()) {
+            @memcpy(s.ctrl[s.ctrl_len..][0..n], chunk);
+            s.ctrl_len += @intCast(n);
+        } else if (!s.close_sent) {
+            if (s.seq.message == .text and !s.seq.compressed and !s.utf8.feed(chunk)) return fail(s, error.InvalidData);
+            s.msg.appendSlice(allocator, chunk) catch return s.closeFor(out_of_memory);
+        }
+        s.consume(n);
+        if (s.frame_read == s.frame.payload_len) endFrame(s);
+    }
+}
+
+fn endFrame(s: *Session) void {
     s.in_frame = false;
     switch (s.frame.opcode) {
-        .close => onClose(conn),
+        .close => onClose(s),
         .ping => if (!s.close_sent) {
-            queueFrame(conn, .pong, s.ctrl[0..s.ctrl_len], false) catch return conn.closeFor(out_of_memory);
-            conn.flush();
+            queueFrame(s, .pong, s.ctrl[0..s.ctrl_len], false) catch return s.closeFor(out_of_memory);
+            s.conn().flush();
         },
         .pong => if (s.ping_outstanding) {
             s.ping_outstanding = false;
             // Once our close frame is out, the timer waits for the peer's close instead.
-            if (!s.close_sent) armPing(conn);
+            if (!s.close_sent and s.carrier == .conn) armPing(s.carrier.conn);
         },
-        else => if (s.frame.fin) endMessage(conn),
+        else => if (s.frame.fin) endMessage(s),
     }
 }
 
-fn endMessage(conn: *Conn) void {
-    const s = session(conn);
+fn endMessage(s: *Session) void {
     const text = s.seq.message == .text;
     const compressed = s.seq.compressed;
     s.seq.endMessage();
@@ -248,40 +350,40 @@ fn endMessage(conn: *Conn) void {
     var data = s.msg;
     s.msg = .{};
     if (compressed) {
-        data = inflateMessage(conn, &data) catch |err| switch (err) {
-            error.TooBig => return fail(conn, error.TooBig),
-            error.Corrupt => return fail(conn, error.ProtocolError),
-            error.OutOfMemory => return conn.close(),
+        data = inflateMessage(s, &data) catch |err| switch (err) {
+            error.TooBig => return fail(s, error.TooBig),
+            error.Corrupt => return fail(s, error.ProtocolError),
+            error.OutOfMemory => return s.closeFor(out_of_memory),
         };
         if (text and !ws.validUtf8(data.items)) {
             data.deinit(allocator);
-            return fail(conn, error.InvalidData);
+            return fail(s, error.InvalidData);
         }
     } else if (text and !utf8_done) {
         data.deinit(allocator);
-        return fail(conn, error.InvalidData);
+        return fail(s, error.InvalidData);
     }
     const m = allocator.create(Message) catch {
         data.deinit(allocator);
-        return conn.closeFor(out_of_memory);
+        return s.closeFor(out_of_memory);
     };
     m.* = .{ .text = text, .data = data };
     if (s.ready_tail) |t| t.next = m else s.ready_head = m;
     s.ready_tail = m;
     s.ready_count += 1;
     s.ready_bytes += m.data.items.len;
-    wakeStream(conn);
+    s.wake();
 }
 
 /// Takes ownership of `compressed` (freed here) and returns the inflated message.
-fn inflateMessage(conn: *Conn, compressed: *std.ArrayListUnmanaged(u8)) deflate.Error!std.ArrayListUnmanaged(u8) {
+fn inflateMessage(s: *Session, compressed: *std.ArrayListUnmanaged(u8)) deflate.Error!std.ArrayListUnmanaged(u8) {
     defer compressed.deinit(allocator);
-    const s = session(conn);
+    const srv = s.conn().server;
     const params = s.deflate.?;
     // Without context takeover nothing carries over between messages: one shared
     // decompressor, reset after each, serves every such connection.
     const shared = params.client_no_context_takeover;
-    const inf = if (shared) conn.server.zlib.sharedInflater() else blk: {
+    const inf = if (shared) srv.zlib.sharedInflater() else blk: {
         if (s.inflater == null) s.inflater = deflate.Inflater.create();
         break :blk s.inflater;
     };
@@ -289,99 +391,94 @@ fn inflateMessage(conn: *Conn, compressed: *std.ArrayListUnmanaged(u8)) deflate.
     var out: std.ArrayListUnmanaged(u8) = .{};
     errdefer out.deinit(allocator);
     defer if (shared) i.reset();
-    try i.message(compressed.items, &out, conn.server.opts.ws_message_bytes_max);
+    try i.message(compressed.items, &out, srv.opts.ws_message_bytes_max);
     return out;
 }
 
-fn onClose(conn: *Conn) void {
-    const s = session(conn);
-    const c = ws.parseClose(s.ctrl[0..s.ctrl_len]) catch |err| return fail(conn, err);
+fn onClose(s: *Session) void {
+    const c = ws.parseClose(s.ctrl[0..s.ctrl_len]) catch |err| return fail(s, err);
     s.close_received = true;
     s.close_code = c.code;
     // The reason moves to the front so it can be read as ctrl[0..ctrl_len].
     if (c.reason.len > 0) std.mem.copyForwards(u8, s.ctrl[0..c.reason.len], c.reason);
     s.ctrl_len = @intCast(c.reason.len);
     s.reason_from_peer = true;
-    discardInput(conn);
+    discardInput(s);
     if (!s.close_sent) {
         // Echo the code (RFC 6455 5.5.1); 1005 means the peer sent none, so neither do we.
-        sendClose(conn, c.code, "") catch return conn.closeFor(out_of_memory);
+        sendClose(s, c.code, "") catch return s.closeFor(out_of_memory);
     }
-    wakeStream(conn);
-    conn.flush();
+    s.wake();
+    s.conn().flush();
 }
 
-/// Fails the connection: a close frame with the failure's code, then the TCP close.
-fn fail(conn: *Conn, err: ws.Failure) void {
-    failWith(conn, ws.closeCodeFor(err));
+/// Fails the session: a close frame with the failure's code, then the end of the carrier.
+fn fail(s: *Session, err: ws.Failure) void {
+    failWith(s, ws.closeCodeFor(err));
 }
 
-fn failWith(conn: *Conn, code: u16) void {
-    const s = session(conn);
+fn failWith(s: *Session, code: u16) void {
     s.failed = true;
     if (!s.close_sent) {
         s.close_code = code;
         s.reason_from_peer = false;
-        sendClose(conn, code, "") catch return conn.closeFor(out_of_memory);
+        sendClose(s, code, "") catch return s.closeFor(out_of_memory);
     }
-    discardInput(conn);
-    wakeStream(conn);
-    conn.flush();
+    discardInput(s);
+    s.wake();
+    s.conn().flush();
 }
 
-fn discardInput(conn: *Conn) void {
-    const act = conn.a();
-    act.rstart = act.rlen;
-}
-
-fn wakeStream(conn: *Conn) void {
-    if (conn.a().stream) |st| conn.server.hooks.wakeRead(st);
+fn discardInput(s: *Session) void {
+    s.consume(s.input().len);
 }
 
 /// The app took a message (or the output drained): read again if we had stopped.
-fn maybeResume(conn: *Conn) void {
-    const s = session(conn);
-    if (conn.state != .websocket or s.close_received or s.failed) return;
-    if (backlogged(conn)) return;
-    if (!conn.interest.readable) {
-        conn.setReading(true);
-        conn.server.schedule(conn);
+fn maybeResume(s: *Session) void {
+    if (!s.live() or s.close_received or s.failed) return;
+    if (backlogged(s)) return;
+    switch (s.carrier) {
+        .conn => |conn| if (!conn.interest.readable) {
+            conn.setReading(true);
+            conn.server.schedule(conn);
+        },
+        // What waits in the stream's body buffer is parsed on the connection's next pass.
+        .h2 => |h| if (s.input().len > 0) h.base.conn.server.schedule(h.base.conn),
     }
 }
 
 /// Too much waits for the app (messages) or for the client (output).
-fn backlogged(conn: *Conn) bool {
-    const s = session(conn);
-    const srv = conn.server;
+fn backlogged(s: *const Session) bool {
+    const srv = s.conn().server;
     return s.ready_count >= srv.opts.ws_queue_max or s.ready_bytes >= srv.opts.ws_message_bytes_max or
-        conn.outputLen() > out_bytes_high;
+        s.outLen() > out_bytes_high;
 }
 
 /// The oldest whole message, now owned by the caller (`Message.destroy`).
-pub fn takeMessage(conn: *Conn) ?*Message {
-    const s = conn.a().ws orelse return null;
+pub fn takeMessage(s: *Session) ?*Message {
     const m = s.ready_head orelse return null;
     s.ready_head = m.next;
     if (s.ready_head == null) s.ready_tail = null;
     s.ready_count -= 1;
     s.ready_bytes -= m.data.items.len;
-    maybeResume(conn);
+    maybeResume(s);
     return m;
 }
 
-/// The connection is over for the app: closed, failed, or the peer's close arrived.
-pub fn finished(conn: *const Conn) bool {
-    const s = conn.a().ws orelse return true;
-    return conn.state == .closed or conn.state == .lingering or s.close_received or s.failed;
+/// The session is over for the app: its carrier ended, it failed, or the peer's close arrived.
+pub fn finished(s: *const Session) bool {
+    const ended = switch (s.carrier) {
+        .conn => |c| c.state == .closed or c.state == .lingering,
+        .h2 => |h| !h2.wsLive(h) or (h.remote_closed and h2.wsInputEmpty(h)),
+    };
+    return ended or s.close_received or s.failed;
 }
 
-pub fn closeCode(conn: *const Conn) u16 {
-    const s = conn.a().ws orelse return 1006;
+pub fn closeCode(s: *const Session) u16 {
     return s.close_code;
 }
 
-pub fn closeReason(conn: *const Conn) []const u8 {
-    const s = conn.a().ws orelse return "";
+pub fn closeReason(s: *const Session) []const u8 {
     return if (s.reason_from_peer) s.ctrl[0..s.ctrl_len] else "";
 }
 
@@ -390,52 +487,59 @@ pub fn closeReason(conn: *const Conn) []const u8 {
 pub const SendError = error{ Closed, OutOfMemory };
 
 /// Frames one message from the app. True when the app must wait for the output to drain.
-pub fn send(conn: *Conn, data: []const u8, text: bool) SendError!bool {
-    const s = conn.a().ws orelse return error.Closed;
-    if (conn.state != .websocket or s.close_sent) return error.Closed;
+pub fn send(s: *Session, data: []const u8, text: bool) SendError!bool {
+    if (!s.open or !s.live() or s.close_sent) return error.Closed;
     const op: ws.Opcode = if (text) .text else .binary;
     if (s.deflate) |d| {
-        const srv = conn.server;
+        const srv = s.conn().server;
         if (srv.zlib.deflater(d.server_max_window_bits)) |def| {
             def.message(data, &srv.zlib.scratch) catch return error.OutOfMemory;
             defer srv.zlib.trimScratch();
-            try queueFrame(conn, op, srv.zlib.scratch.items, true);
-        } else try queueFrame(conn, op, data, false);
-    } else try queueFrame(conn, op, data, false);
-    conn.flush();
-    if (conn.state != .websocket) return false;
-    return conn.outputLen() > out_bytes_high;
+            try queueFrame(s, op, srv.zlib.scratch.items, true);
+        } else try queueFrame(s, op, data, false);
+    } else try queueFrame(s, op, data, false);
+    s.conn().flush();
+    if (!s.live()) return false;
+    return s.outLen() > out_bytes_high;
 }
 
-fn queueFrame(conn: *Conn, op: ws.Opcode, payload: []const u8, compressed: bool) error{OutOfMemory}!void {
+fn queueFrame(s: *Session, op: ws.Opcode, payload: []const u8, compressed: bool) error{OutOfMemory}!void {
     var hdr: [10]u8 = undefined;
-    // A full segment queue is out of room like any allocation: the caller closes.
-    conn.queueCopy(ws.encodeHeader(&hdr, true, compressed, op, payload.len), null, frames_bytes_max) catch return error.OutOfMemory;
-    conn.queueCopy(payload, null, frames_bytes_max) catch return error.OutOfMemory;
+    const head = ws.encodeHeader(&hdr, true, compressed, op, payload.len);
+    switch (s.carrier) {
+        .conn => |conn| {
+            // A full segment queue is out of room like any allocation: the caller closes.
+            conn.queueCopy(head, null, frames_bytes_max) catch return error.OutOfMemory;
+            conn.queueCopy(payload, null, frames_bytes_max) catch return error.OutOfMemory;
+        },
+        .h2 => |h| try h2.wsQueue(h, head, payload),
+    }
 }
 
-fn sendClose(conn: *Conn, code: u16, reason: []const u8) error{OutOfMemory}!void {
-    const s = session(conn);
+fn sendClose(s: *Session, code: u16, reason: []const u8) error{OutOfMemory}!void {
     var payload: [ws.control_payload_bytes_max]u8 = undefined;
-    try queueFrame(conn, .close, ws.encodeClosePayload(&payload, code, reason), false);
+    try queueFrame(s, .close, ws.encodeClosePayload(&payload, code, reason), false);
     s.close_sent = true;
-    // The peer's answer must come within the linger time (this replaces the ping timer).
-    conn.server.linger_timeouts.arm(&conn.timer, conn.server.now_ms);
+    switch (s.carrier) {
+        // The peer's answer must come within the linger time (this replaces the ping timer).
+        .conn => |conn| conn.server.linger_timeouts.arm(&conn.timer, conn.server.now_ms),
+        // Our side of the stream ends with the close frame (RFC 8441 5); the peer's follows.
+        .h2 => |h| try h2.wsEnd(h),
+    }
 }
 
 /// websocket.close from the app (after accept).
-pub fn closeFromApp(conn: *Conn, code: u16, reason: []const u8) void {
-    const s = conn.a().ws orelse return;
-    if (conn.state != .websocket or s.close_sent) return;
+pub fn closeFromApp(s: *Session, code: u16, reason: []const u8) void {
+    if (!s.open or !s.live() or s.close_sent) return;
     if (!s.close_received and !s.failed) {
         s.close_code = code;
         s.reason_from_peer = false;
     }
-    sendClose(conn, code, reason) catch return conn.closeFor(out_of_memory);
-    conn.flush();
+    sendClose(s, code, reason) catch return s.closeFor(out_of_memory);
+    s.conn().flush();
 }
 
-/// The output queue is empty: finish a close handshake, or read again.
+/// HTTP/1.1: the output queue is empty: finish a close handshake, or read again.
 pub fn afterFlush(conn: *Conn) void {
     const s = session(conn);
     if (s.close_sent and (s.close_received or s.failed)) {
@@ -443,31 +547,44 @@ pub fn afterFlush(conn: *Conn) void {
         // TCP connection first (RFC 6455 7.1.1), reading what is left for a moment.
         return conn.lingerClose(true);
     }
-    maybeResume(conn);
+    maybeResume(s);
+}
+
+/// HTTP/2: the stream's output went below the mark: read again if we had stopped.
+pub fn outputDrained(s: *Session) void {
+    maybeResume(s);
+}
+
+/// HTTP/1.1: the app returned: an open WebSocket is closed normally.
+pub fn streamFinished(conn: *Conn) void {
+    if (conn.state != .websocket) return;
+    sessionFinished(session(conn));
 }
 
 /// The app returned: an open WebSocket is closed normally.
-pub fn streamFinished(conn: *Conn) void {
-    if (conn.state != .websocket) return;
-    const s = session(conn);
+pub fn sessionFinished(s: *Session) void {
+    if (!s.open or !s.live()) return;
     if (!s.close_sent) {
-        sendClose(conn, 1000, "") catch return conn.closeFor(out_of_memory);
+        sendClose(s, 1000, "") catch return s.closeFor(out_of_memory);
     }
-    conn.flush();
+    s.conn().flush();
 }
 
 /// Graceful shutdown: 1012 (service restart), as uvicorn does.
 pub fn goingAway(conn: *Conn) void {
     if (conn.state != .websocket) return;
-    const s = session(conn);
-    if (s.close_sent) return;
-    if (!s.close_received and !s.failed) s.close_code = 1012;
-    sendClose(conn, 1012, "") catch return conn.closeFor(out_of_memory);
-    wakeStream(conn);
-    conn.flush();
+    goingAwaySession(session(conn));
 }
 
-// ---- keepalive -----------------------------------------------------------------------
+pub fn goingAwaySession(s: *Session) void {
+    if (!s.open or !s.live() or s.close_sent) return;
+    if (!s.close_received and !s.failed) s.close_code = 1012;
+    sendClose(s, 1012, "") catch return s.closeFor(out_of_memory);
+    s.wake();
+    s.conn().flush();
+}
+
+// ---- keepalive (HTTP/1.1) ------------------------------------------------------------
 
 fn armPing(conn: *Conn) void {
     const srv = conn.server;
@@ -482,7 +599,7 @@ pub fn pingDue(conn: *Conn) void {
     s.ping_count +%= 1;
     var payload: [4]u8 = undefined;
     std.mem.writeInt(u32, &payload, s.ping_count, .big);
-    queueFrame(conn, .ping, &payload, false) catch return conn.closeFor(out_of_memory);
+    queueFrame(s, .ping, &payload, false) catch return conn.closeFor(out_of_memory);
     s.ping_outstanding = true;
     conn.server.ws_pong_timeouts.arm(&conn.timer, conn.server.now_ms);
     conn.flush();
@@ -495,7 +612,7 @@ pub fn pongTimeout(conn: *Conn) void {
     if (!s.close_received and !s.failed) s.close_code = 1011;
     s.failed = true;
     // Best effort: the connection closes right after, whether the frame was queued or not.
-    sendClose(conn, 1011, "keepalive ping timeout") catch return conn.closeFor(out_of_memory);
+    sendClose(s, 1011, "keepalive ping timeout") catch return conn.closeFor(out_of_memory);
     conn.flush();
     if (conn.state != .closed) conn.close();
 }
