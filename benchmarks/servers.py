@@ -276,7 +276,8 @@ class RunningServer:
 def start(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServer:
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix=f"zigcorn-bench-{spec.name}-"))
-    command = spec.command(env, APPS[app], port, workers, workdir)
+    # An app by its short name (APPS), or as module:attribute from benchmarks/apps.
+    command = spec.command(env, APPS.get(app, app), port, workers, workdir)
     with open(workdir / "server.log", "wb") as log:
         proc = subprocess.Popen(command, cwd=APPS_DIR, env=server_environ(), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -112,6 +112,8 @@ pub const Active = struct {
     ws: ?*wsconn.Session = null,
     /// HTTP/2: the session (settings, windows, HPACK table, its streams).
     h2: ?*h2.Session = null,
+    /// HTTP/1.1 pathsend: a file that follows the queued bytes (`sendFileStep`).
+    file: ?FileSend = null,
     /// The writer thread holds this connection's output (`job`): nothing may change the
     /// queue, close the descriptor or free the connection until `writeDone` runs on the
     /// Python thread.
@@ -120,6 +122,17 @@ pub const Active = struct {
     deferred_fd: i32 = -1,
     job: writer_mod.Job = undefined,
 };
+
+/// A file being sent after the queued output: `left` bytes from `pos`. Plain
+/// connections use sendfile(2); TLS reads it in pieces into the output to encrypt.
+pub const FileSend = struct { fd: i32, pos: u64, left: u64 };
+
+const FileStep = enum { progress, wait, closed };
+
+/// What a TLS connection reads of a file at once (one output segment's worth).
+const file_chunk_bytes = 16 * 1024;
+/// At most this much per sendfile(2) call, so one connection does not hold the loop.
+const sendfile_bytes_max = 1 << 20;
 
 /// An HTTPS connection: the Conn and its TLS session, in one allocation.
 pub const TlsConn = struct {
@@ -235,6 +248,7 @@ pub const Conn = struct {
         if (act.rbuf) |b| self.server.pool.release(b);
         act.rbuf = null;
         act.out.drop(self.bufferSource(), self.server.hooks.release_fn);
+        self.dropFile();
         if (act.ws) |s| wsconn.destroy(s);
         act.ws = null;
         if (act.h2) |s| h2.destroy(s);
@@ -383,7 +397,16 @@ pub const Conn = struct {
         while (true) {
             // HTTP/2 moves its streams' frames into the queue as it empties.
             if (self.state == .h2) h2.fill(self);
-            if (act.out.isEmpty() or self.state == .closed) break;
+            if (self.state == .closed) break;
+            if (act.out.isEmpty()) {
+                // A pathsend file goes once everything before it is written.
+                if (act.file == null) break;
+                switch (self.sendFileStep()) {
+                    .progress => continue,
+                    .wait => return,
+                    .closed => break,
+                }
+            }
             var iov: [outq.segments_max]std.posix.iovec_const = undefined;
             const n = act.out.fillIov(&iov);
             switch (self.sendv(iov[0..n])) {
@@ -425,7 +448,7 @@ pub const Conn = struct {
         const act = self.a();
         const st = &act.h1_stream;
         return self.server.writer_mode != .off and !self.is_tls and self.state == .request and
-            st.resp_complete and !st.refused and act.ws == null and
+            st.resp_complete and !st.refused and act.ws == null and act.file == null and
             !self.interest.writable and !act.out.isEmpty();
     }
 
@@ -496,6 +519,69 @@ pub const Conn = struct {
         if (act.stream) |st| {
             if (st.write_blocked and !stream_mod.mustWait(st)) self.wakeWriter(st);
         }
+    }
+
+    /// Sends (plain) or reads into the output (TLS) the next piece of the pathsend file.
+    fn sendFileStep(self: *Conn) FileStep {
+        const act = self.a();
+        const f = &act.file.?;
+        const st = &act.h1_stream;
+        if (f.left == 0) {
+            self.dropFile();
+            return .progress;
+        }
+        if (self.is_tls) {
+            const want: usize = @intCast(@min(f.left, file_chunk_bytes));
+            const space = self.stageOut(want, file_chunk_bytes * 2) catch {
+                self.closeFor("out of memory for a file being sent");
+                return .closed;
+            };
+            switch (sys.pread(f.fd, space[0..want], f.pos)) {
+                .ok => |n| {
+                    if (n == 0) return self.fileTruncated();
+                    act.out.addStaged(n);
+                    act.out.commitStaged(&st.out) catch unreachable;
+                    f.pos += n;
+                    f.left -= n;
+                    return .progress;
+                },
+                .err => return self.fileTruncated(),
+            }
+        }
+        switch (self.server.io.sendfile(self.fd, f.fd, &f.pos, @intCast(@min(f.left, sendfile_bytes_max)))) {
+            .ok => |n| {
+                if (n == 0) return self.fileTruncated();
+                f.left -= n;
+                st.out.sent += n;
+                self.server.bytes_out += n;
+                if (self.server.metrics) |m| m.sent_bytes += n;
+                if (act.write_timer.armed()) self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
+                return .progress;
+            },
+            .err => |e| {
+                if (e != .AGAIN) {
+                    self.close();
+                    return .closed;
+                }
+                if (!act.write_timer.armed()) self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
+                self.setWriting(true);
+                return .wait;
+            },
+        }
+    }
+
+    /// The file ended (or could not be read) before the length the response announced:
+    /// the response cannot be completed honestly.
+    fn fileTruncated(self: *Conn) FileStep {
+        self.closeFor("pathsend: the file is shorter than the response's content-length (truncated while sent?): connection closed");
+        return .closed;
+    }
+
+    fn dropFile(self: *Conn) void {
+        const act = self.act orelse return;
+        const f = act.file orelse return;
+        sys.close(f.fd);
+        act.file = null;
     }
 
     fn dropOutput(self: *Conn) void {
@@ -629,6 +715,7 @@ pub const Conn = struct {
         act.rlen = 0;
         // A busy connection's output is dropped by writeDone; the graveyard waits for it.
         if (!act.io_busy) self.dropOutput();
+        self.dropFile();
         if (act.h2 != null) return h2.connClosed(self);
         if (act.stream) |st| {
             self.server.hooks.wakeRead(st);

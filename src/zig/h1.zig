@@ -502,6 +502,51 @@ fn queueBody(st: *Stream, body: []const u8, more: bool, owner: ?*anyopaque) outq
     }
 }
 
+/// `http.response.pathsend`: the file at `path` is the whole body. Its length is the
+/// response's content-length (the app's, which the file must not fall short of, or
+/// the file's size); the engine sends it after the head with sendfile(2) (read in
+/// pieces and encrypted over TLS). A file that cannot be opened, or is shorter than
+/// the announced length, ends the connection with one line on `zigcorn.error`.
+pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
+    const conn = st.conn;
+    if (!st.resp_started) return error.NotStarted;
+    if (st.resp_complete or st.resp_body_done) return error.AlreadyComplete;
+    if (st.resp_trailers) return error.TrailersDeclared;
+    if (st.resp_head_sent or st.resp_body_bytes > 0) return error.BodyStarted;
+    st.resp_body_done = true;
+    st.resp_complete = true;
+    if (st.gone()) return;
+    const file = switch (sys.openFile(path.ptr)) {
+        .ok => |f| f,
+        .err => |e| {
+            var why: [96]u8 = undefined;
+            return fileFailed(conn, path, std.fmt.bufPrint(&why, "cannot be opened ({s}): connection closed", .{@tagName(e)}) catch "cannot be opened");
+        },
+    };
+    const length = st.resp_length orelse file.size;
+    if (length > file.size) {
+        sys.close(file.fd);
+        return fileFailed(conn, path, "is shorter than the response's content-length: connection closed");
+    }
+    finishHead(st, @intCast(length), false) catch {
+        sys.close(file.fd);
+        return conn.closeFor("out of memory for a response head");
+    };
+    st.resp_body_bytes = length;
+    if (st.resp_no_body or length == 0) {
+        sys.close(file.fd);
+    } else {
+        conn.a().file = .{ .fd = file.fd, .pos = 0, .left = length };
+    }
+    conn.flush();
+}
+
+fn fileFailed(conn: *Conn, path: []const u8, why: []const u8) void {
+    var buf: [512]u8 = undefined;
+    const line = std.fmt.bufPrint(&buf, "pathsend: {s} {s}", .{ path[0..@min(path.len, 300)], why }) catch "pathsend: a file could not be sent";
+    conn.closeFor(line);
+}
+
 /// Fields a trailer section must not carry (RFC 9110 6.5.1): framing, routing, request
 /// modifiers, authentication, response control and the content's own description.
 const forbidden_trailers = [_][]const u8{
@@ -621,7 +666,7 @@ fn lingerClose(conn: *Conn) void {
 fn afterResponse(conn: *Conn) void {
     const act = conn.a();
     const st = streamOf(conn);
-    if (!st.resp_complete or act.io_busy or !act.out.isEmpty()) return;
+    if (!st.resp_complete or act.io_busy or !act.out.isEmpty() or act.file != null) return;
     if (act.stream) |s| {
         // The app is still running: its receive() now reports disconnect.
         conn.server.hooks.wakeRead(s);

@@ -142,7 +142,7 @@ pub const FrameHeader = struct {
 /// One response item waiting for `fill`: a header block (owned) or body bytes (borrowed
 /// from `owner`, or an owned copy when `owned`).
 const Item = struct {
-    kind: enum(u8) { headers, data },
+    kind: enum(u8) { headers, data, file },
     end_stream: bool,
     owned: bool,
     bytes: []const u8,
@@ -150,6 +150,10 @@ const Item = struct {
     owner: ?*anyopaque = null,
     /// Owned: the allocation's length (a head block may use less of it than it has).
     alloc_len: usize = 0,
+    /// A file (pathsend): its descriptor, owned, and what is left of it from `file_pos`.
+    fd: i32 = -1,
+    file_pos: u64 = 0,
+    file_left: u64 = 0,
 };
 
 pub const H2Stream = struct {
@@ -1129,6 +1133,10 @@ fn pushItem(st: *H2Stream, item: Item) error{OutOfMemory}!void {
 }
 
 fn releaseItem(s: *Session, item: *Item) void {
+    if (item.fd >= 0) {
+        sys.close(item.fd);
+        item.fd = -1;
+    }
     if (item.owned) {
         if (item.alloc_len > 0) std.heap.c_allocator.free(@constCast(item.bytes.ptr)[0..item.alloc_len]);
     } else if (item.owner) |o| {
@@ -1180,6 +1188,36 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
     switch (item.kind) {
         .headers => {
             writeBlock(s, st.id, item.bytes, item.end_stream) catch return false;
+        },
+        .file => if (item.file_left > 0) {
+            const window = @min(s.send_window, st.send_window);
+            if (window <= 0) return false;
+            const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
+            const space = conn.stageOut(9 + n, out_bytes_max) catch return outOfMemory(conn);
+            const got: usize = switch (sys.pread(item.fd, space[9..][0..n], item.file_pos)) {
+                .ok => |g| g,
+                .err => 0,
+            };
+            const out = &conn.a().out;
+            if (got == 0) {
+                out.dropStaged();
+                streamErrorFor(s, st, .internal, "pathsend: the file is shorter than it was when the response started (truncated while sent?): stream reset");
+                return true;
+            }
+            const last = item.end_stream and got == item.file_left;
+            (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..9]);
+            out.addStaged(9 + got);
+            out.commitStaged(null) catch return outOfMemory(conn);
+            item.file_pos += got;
+            item.file_left -= got;
+            s.send_window -= @intCast(got);
+            st.send_window -= @intCast(got);
+            st.base.out.sent += got;
+            if (item.file_left > 0) return true;
+        } else {
+            var hdr: [9]u8 = undefined;
+            (FrameHeader{ .len = 0, .type = .data, .flags = flag_end_stream, .stream = st.id }).write(&hdr);
+            conn.queueCopy(&hdr, null, out_bytes_max) catch return outOfMemory(conn);
         },
         .data => {
             const left = item.bytes.len - item.off;
@@ -1582,6 +1620,46 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     }
     conn.flush();
     return false;
+}
+
+/// `http.response.pathsend` over HTTP/2: the file goes out as DATA frames read as the
+/// windows open (the app does not wait for them). A file that cannot be opened, or is
+/// shorter than the app's content-length, resets the stream (logged).
+pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
+    const h = H2Stream.of(st);
+    const s = h.session;
+    if (!st.resp_started) return error.NotStarted;
+    if (st.resp_complete or st.resp_body_done) return error.AlreadyComplete;
+    if (st.resp_trailers) return error.TrailersDeclared;
+    if (st.resp_head_sent or st.resp_body_bytes > 0) return error.BodyStarted;
+    st.resp_body_done = true;
+    st.resp_complete = true;
+    if (st.gone()) return;
+    var line: [512]u8 = undefined;
+    const shown = path[0..@min(path.len, 300)];
+    const file = switch (sys.openFile(path.ptr)) {
+        .ok => |f| f,
+        .err => |e| return streamErrorFor(s, h, .internal, std.fmt.bufPrint(&line, "pathsend: {s} cannot be opened ({s}): stream reset", .{ shown, @tagName(e) }) catch "pathsend: a file cannot be opened"),
+    };
+    const length = st.resp_length orelse file.size;
+    if (length > file.size or st.resp_no_body or length == 0) {
+        sys.close(file.fd);
+        if (length > file.size) return streamErrorFor(s, h, .internal, std.fmt.bufPrint(&line, "pathsend: {s} is shorter than the response's content-length: stream reset", .{shown}) catch "pathsend: a file is too short");
+        pushHead(st, true) catch return error.OutOfMemory;
+        st.conn.flush();
+        return;
+    }
+    pushHead(st, false) catch {
+        sys.close(file.fd);
+        return error.OutOfMemory;
+    };
+    st.resp_body_bytes = length;
+    pushItem(h, .{ .kind = .file, .end_stream = true, .owned = false, .bytes = &.{}, .fd = file.fd, .file_left = length }) catch {
+        sys.close(file.fd);
+        return error.OutOfMemory;
+    };
+    h.end_queued = true;
+    st.conn.flush();
 }
 
 pub fn finishStream(st: *Stream) void {

@@ -121,6 +121,11 @@ pub const Backend = struct {
         return sys.writev(fd, iov);
     }
 
+    /// File bytes to a socket without passing through userspace (pathsend on plain connections).
+    pub fn sendfile(_: *Backend, fd: i32, file_fd: i32, offset: *u64, count: usize) sys.Result(usize) {
+        return sys.sendfile(fd, file_fd, offset, count);
+    }
+
     pub fn shutdownWrite(_: *Backend, fd: i32) void {
         sys.shutdownWrite(fd);
     }

@@ -183,11 +183,20 @@ pub const Output = struct {
     pub fn commitStaged(self: *Output, credit: ?*Account) Error!void {
         const n = self.staged;
         if (n == 0) return;
-        if (self.seg_len == segments_max) return error.QueueFull;
+        // Like `append`: the last segment grows when it is copied, ends here, and is the same stream's.
+        const extend = if (self.last()) |l| l.kind == .copied and l.off + l.len == self.end and l.credit == credit else false;
+        if (!extend and self.seg_len == segments_max) return error.QueueFull;
         const off = self.end;
         self.staged = 0;
         self.end += n;
-        self.push(.{ .kind = .copied, .off = off, .len = n, .credit = credit }) catch unreachable;
+        if (extend) {
+            const l = self.last().?;
+            l.len += n;
+            self.total += n;
+            if (credit) |c| c.queued += n;
+        } else {
+            self.push(.{ .kind = .copied, .off = off, .len = n, .credit = credit }) catch unreachable;
+        }
     }
 
     pub fn dropStaged(self: *Output) void {

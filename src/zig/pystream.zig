@@ -273,6 +273,30 @@ fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     return py.boolean(wait);
 }
 
+/// send_file(path: bytes): `http.response.pathsend`, the file is the rest of the body.
+fn streamSendFile(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const path = py.bytesView(arg.?) orelse return py.typeError("send_file() takes the path as bytes");
+    if (path.len == 0 or path.len >= path_buf.len or std.mem.indexOfScalar(u8, path, 0) != null) {
+        c.PyErr_SetString(c.PyExc_ValueError, "'http.response.pathsend' needs a file path");
+        return null;
+    }
+    @memcpy(path_buf[0..path.len], path);
+    path_buf[path.len] = 0;
+    const st = self.stream orelse return py.none();
+    st.sendFile(path_buf[0..path.len :0]) catch |err| return switch (err) {
+        error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.pathsend'."),
+        error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.pathsend' sent, after response already completed."),
+        error.TrailersDeclared => py.runtimeError("'http.response.pathsend' cannot end a response that declared trailers."),
+        error.BodyStarted => py.runtimeError("'http.response.pathsend' must be the whole body: 'http.response.body' was sent before it."),
+        error.OutOfMemory => py.runtimeError("Out of memory for the file response."),
+    };
+    return py.none();
+}
+
+/// Scratch for send_file's NUL-terminated path (the GIL serialises callers).
+var path_buf: [4097]u8 = undefined;
+
 /// finish(): the app is done; the connection goes on to its next request (or closes).
 fn streamFinish(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const self = asStream(self_obj);
@@ -411,6 +435,7 @@ var stream_methods = [_]c.PyMethodDef{
     .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
     .{ .ml_name = "early_hint", .ml_meth = @ptrCast(&streamEarlyHint), .ml_flags = c.METH_O, .ml_doc = "Send 103 Early Hints with these links." },
     .{ .ml_name = "write_trailers", .ml_meth = @ptrCast(&streamWriteTrailers), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue trailer fields; True means wait for write_waiter." },
+    .{ .ml_name = "send_file", .ml_meth = @ptrCast(&streamSendFile), .ml_flags = c.METH_O, .ml_doc = "Send the file at this path as the rest of the body." },
     .{ .ml_name = "finish", .ml_meth = @ptrCast(&streamFinish), .ml_flags = c.METH_NOARGS, .ml_doc = "The app is done with this request." },
     .{ .ml_name = "abort", .ml_meth = @ptrCast(&streamAbort), .ml_flags = c.METH_NOARGS, .ml_doc = "Close the connection now." },
     std.mem.zeroes(c.PyMethodDef),

@@ -46,12 +46,14 @@ const Keys = struct {
     // ASGI extensions, by their names in scope["extensions"].
     early_hint: *Object,
     trailers: *Object,
+    pathsend: *Object,
 };
 
 /// Keys whose text is not their field name.
 const key_names = .{
     .{ "early_hint", "http.response.early_hint" },
     .{ "trailers", "http.response.trailers" },
+    .{ "pathsend", "http.response.pathsend" },
 };
 
 const Values = struct {
@@ -67,7 +69,7 @@ const Values = struct {
     empty_bytes: *Object,
     ws_receive: *Object,
     ws_disconnect: *Object,
-    /// {"http.response.early_hint": {}, "http.response.trailers": {}}: copied per scope.
+    /// {"http.response.early_hint": {}, "http.response.trailers": {}, "http.response.pathsend": {}}: copied per scope.
     extensions: *Object,
 };
 
@@ -120,7 +122,7 @@ pub fn init() bool {
         .ws_disconnect = py.intern("websocket.disconnect") orelse return false,
         .extensions = c.PyDict_New() orelse return false,
     };
-    inline for (.{ keys.early_hint, keys.trailers }) |name| {
+    inline for (.{ keys.early_hint, keys.trailers, keys.pathsend }) |name| {
         if (!py.dictSetSteal(values.extensions, name, c.PyDict_New())) return false;
     }
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;

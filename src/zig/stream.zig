@@ -58,6 +58,7 @@ pub const Protocol = enum(u8) { http1, http2 };
 pub const TakeResult = struct { count: usize, done: bool, failed: bool };
 pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
 pub const StartError = error{ AlreadyStarted, InvalidHeader, HeadTooLarge, OutOfMemory };
+pub const FileError = error{ NotStarted, AlreadyComplete, TrailersDeclared, BodyStarted, OutOfMemory };
 pub const TrailersError = error{ NotDeclared, BodyNotDone, AlreadyComplete, InvalidHeader, Forbidden, OutOfMemory };
 
 /// A stream's queued output past which its writer waits (`writeBody` returns true).
@@ -185,6 +186,15 @@ pub const Stream = struct {
         return switch (self.protocol) {
             .http1 => h1.writeBody(self, data, more, owner),
             .http2 => h2.writeBody(self, data, more, owner),
+        };
+    }
+
+    /// `http.response.pathsend`: the file at `path` is the rest of the body. Returns when
+    /// the engine has taken it (the app does not wait for the file to be sent).
+    pub fn sendFile(self: *Stream, path: [:0]const u8) FileError!void {
+        return switch (self.protocol) {
+            .http1 => h1.sendFile(self, path),
+            .http2 => h2.sendFile(self, path),
         };
     }
 

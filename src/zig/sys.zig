@@ -35,6 +35,49 @@ pub fn writev(fd: i32, iov: []const std.posix.iovec_const) Result(usize) {
     }
 }
 
+pub fn pread(fd: i32, buf: []u8, offset: u64) Result(usize) {
+    while (true) {
+        const r = check(linux.pread(fd, buf.ptr, buf.len, @intCast(offset)));
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
+/// Copies up to `count` bytes of file `in_fd` from `offset.*` to socket `out_fd` in
+/// the kernel (advancing `offset`).
+pub fn sendfile(out_fd: i32, in_fd: i32, offset: *u64, count: usize) Result(usize) {
+    while (true) {
+        var off: i64 = @intCast(offset.*);
+        const r = check(linux.sendfile(out_fd, in_fd, &off, count));
+        if (r == .ok) offset.* = @intCast(off);
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
+/// Opens a regular file for reading; its size, or the errno.
+pub const OpenedFile = struct { fd: i32, size: u64 };
+
+pub fn openFile(path: [*:0]const u8) Result(OpenedFile) {
+    const rc = linux.open(path, .{ .ACCMODE = .RDONLY, .CLOEXEC = true, .NOCTTY = true }, 0);
+    switch (E.init(rc)) {
+        .SUCCESS => {},
+        else => |e| return .{ .err = e },
+    }
+    const fd: i32 = @intCast(rc);
+    var st: linux.Stat = undefined;
+    const e = E.init(linux.fstat(fd, &st));
+    if (e != .SUCCESS) {
+        close(fd);
+        return .{ .err = e };
+    }
+    if (!linux.S.ISREG(st.mode)) {
+        close(fd);
+        return .{ .err = .ISDIR };
+    }
+    return .{ .ok = .{ .fd = fd, .size = @intCast(st.size) } };
+}
+
 pub fn close(fd: i32) void {
     _ = linux.close(fd);
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 
@@ -83,6 +84,9 @@ class HTTPCycle(Stream):
                 await future
         elif message_type == "http.response.early_hint":
             self.early_hint(message["links"])
+        elif message_type == "http.response.pathsend":
+            # The engine sends the file (sendfile(2) where it can); send() returns at once.
+            self.send_file(os.fsencode(message["path"]))
         else:
             raise RuntimeError(f"Unexpected ASGI message '{message_type}' sent, in response to an HTTP request.")
 
