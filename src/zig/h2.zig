@@ -709,7 +709,11 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
         creditConnection(s, padding);
         st.recv_unacked += @intCast(padding);
     }
-    if (st.base.body_received > s.conn.server.opts.body_bytes_max) return refuseStream(s, st, 413);
+    if (st.base.body_received > s.conn.server.opts.body_bytes_max) {
+        // Too late for a 413 once the app's response started: the stream is cancelled.
+        if (st.base.resp_started) return streamError(s, st, .cancel);
+        return refuseStream(s, st, 413);
+    }
     if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
     if (fh.flags & flag_end_stream != 0) {
         if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
@@ -986,6 +990,15 @@ fn connError(s: *Session, code: ErrorCode) void {
     if (s.dead) return;
     s.dead = true;
     sendGoaway(s, code);
+    // Every stream is over: apps see the disconnect now, not when the socket closes.
+    var it = s.first;
+    while (it) |st| {
+        it = st.next;
+        if (!st.base.reset) {
+            st.remote_closed = true;
+            resetLocal(s, st);
+        }
+    }
     s.conn.flush();
     if (s.conn.state == .h2 and s.conn.outputLen() == 0) s.conn.lingerClose(true);
 }
@@ -1535,6 +1548,12 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
     st.conn.flush();
 }
 
+/// The response is whole: an app waiting in `receive()` after its body now sees the
+/// disconnect (as over HTTP/1.1, once the response is sent).
+fn responseCompleted(st: *Stream) void {
+    if (st.handle != null) st.conn.server.hooks.wakeRead(st);
+}
+
 pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
     const h = H2Stream.of(st);
     const conn = st.conn;
@@ -1579,6 +1598,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
         if (!st.resp_trailers) st.resp_complete = true;
     }
     conn.flush();
+    if (st.resp_complete) responseCompleted(st);
     if (conn.state == .closed or st.gone()) return false;
     const wait = mustWait(st);
     st.write_blocked = wait;
@@ -1619,6 +1639,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
         };
     }
     conn.flush();
+    responseCompleted(st);
     return false;
 }
 
@@ -1660,6 +1681,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     };
     h.end_queued = true;
     st.conn.flush();
+    responseCompleted(st);
 }
 
 pub fn finishStream(st: *Stream) void {

@@ -439,3 +439,35 @@ test "copies grow the buffer on the heap up to the bound" {
     out.drop(src, countRelease);
     try testing.expect(out.buf == null);
 }
+
+test "staged commits after copies of the same stream share their segment" {
+    var tp = TestPool{};
+    defer tp.pool.deinit();
+    const src = tp.source();
+    var out = Output{};
+    var a: Account = .{};
+    var b: Account = .{};
+    // Many frames written in place (HTTP/2 file DATA) take one segment, not one each.
+    for (0..20) |i| {
+        const space = try out.stage(src, 4, 1 << 20);
+        @memcpy(space[0..4], "abcd");
+        out.addStaged(if (i % 2 == 0) 4 else 2);
+        try out.commitStaged(&a);
+    }
+    try out.append(src, "xy", &a, 1 << 20);
+    try testing.expectEqual(@as(u8, 1), out.seg_len);
+    try testing.expectEqual(@as(usize, 62), a.queued);
+    // Another stream's bytes start their own segment.
+    const space = try out.stage(src, 1, 1 << 20);
+    space[0] = 'z';
+    out.addStaged(1);
+    try out.commitStaged(&b);
+    try testing.expectEqual(@as(u8, 2), out.seg_len);
+    var got: std.ArrayListUnmanaged(u8) = .{};
+    defer got.deinit(testing.allocator);
+    try drain(&out, src, &got, 7);
+    try testing.expectEqual(@as(usize, 63), got.items.len);
+    try testing.expectEqualStrings("abcdabab", got.items[0..8]);
+    try testing.expectEqualStrings("xyz", got.items[60..]);
+    try testing.expectEqual(@as(usize, 0), a.queued + b.queued);
+}
