@@ -411,3 +411,41 @@ def test_h2spec_strict_over_tls_passes_every_case(tls_server):
     failures = done.stdout[done.stdout.find("Failures:"):] if "Failures:" in done.stdout else ""
     assert done.returncode == 0 and " 0 failed" in summary, f"{summary}\n{failures[:4000]}"
     assert "0 skipped" in summary, summary
+
+
+def test_random_and_mutated_frames_never_take_the_server_down(server):
+    """Valid request frames, mutated byte by byte, and random frame headers: every
+    connection ends in an answer, a GOAWAY or a close; the server keeps serving."""
+    import random
+
+    rng = random.Random(1234)
+    conn = H2Conn(server.port)
+    valid = HeadersFrame(1, data=conn.conn.encoder.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", "/echo"), (":authority", "x"), ("content-length", "3")]
+    )).serialize() + DataFrame(1, data=b"abc", flags=["END_STREAM"]).serialize()
+    conn.close()
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize()
+    deadline = time.monotonic() + 8
+    rounds = 0
+    while time.monotonic() < deadline and rounds < 400:
+        rounds += 1
+        body = bytearray(valid)
+        for _ in range(rng.randint(1, 8)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            # A random frame header with a random payload.
+            length = rng.randrange(64)
+            body += length.to_bytes(3, "big") + bytes([rng.randrange(12), rng.randrange(256)])
+            body += rng.randrange(1 << 31).to_bytes(4, "big") + rng.randbytes(length)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            try:
+                sock.sendall(preface + bytes(body))
+                sock.settimeout(0.5)
+                while sock.recv(65536):
+                    pass
+            except (TimeoutError, ConnectionResetError, BrokenPipeError):
+                pass
+        assert server.proc.poll() is None, server.output()
+    assert rounds > 50
+    with httpx.Client(http1=False, http2=True, timeout=10) as client:
+        assert client.get(f"{server.url}/").text == "hello"

@@ -38,7 +38,7 @@ var rec: Recorder = .{};
 var handle_token: u8 = 0;
 
 fn onRequest(_: *anyopaque, st: *Stream, req: *const stream_mod.Request) bool {
-    if (rec.refuse) return false;
+    if (rec.refuse or rec.count == rec.requests.len) return false;
     const i = rec.count;
     rec.requests[i] = st;
     const n = @min(req.path.len, 64);
@@ -377,4 +377,79 @@ test "trailers: sent after the last chunk when the client takes them, checked ei
     // Undeclared trailers are refused.
     var undeclared = Stream.init(f.conn, .http1);
     try testing.expectError(error.NotDeclared, undeclared.writeTrailers(&.{}, false));
+}
+
+// ---- HTTP/2 ------------------------------------------------------------------------------
+
+const h2 = @import("h2.zig");
+
+fn frame(buf: []u8, typ: u8, flags: u8, stream: u32, payload: []const u8) []const u8 {
+    std.mem.writeInt(u24, buf[0..3], @intCast(payload.len), .big);
+    buf[3] = typ;
+    buf[4] = flags;
+    std.mem.writeInt(u32, buf[5..9], stream, .big);
+    @memcpy(buf[9..][0..payload.len], payload);
+    return buf[0 .. 9 + payload.len];
+}
+
+/// :method GET, :scheme http, :path /, :authority x (static table, one literal).
+const get_block = [_]u8{ 0x82, 0x86, 0x84, 0x41, 0x01, 'x' };
+
+test "h2c: a request on stream 1 is answered with HEADERS and DATA, END_STREAM on the last" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    var buf: [256]u8 = undefined;
+    try f.send(h2.preface ++ [_]u8{ 0, 0, 0, 4, 0, 0, 0, 0, 0 });
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqualStrings("/", rec.path(0));
+    try respond(rec.requests[0], "hello");
+    var out: [4096]u8 = undefined;
+    const got = try f.receive(&out);
+    // SETTINGS, WINDOW_UPDATE, SETTINGS ack, then the response.
+    try testing.expect(std.mem.endsWith(u8, got, &[_]u8{ 0, 0, 5, 0, 1, 0, 0, 0, 1 } ++ "hello"));
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "h2c: random and mutated frames never panic, leak a held stream, or spin" {
+    var prng = std.Random.DefaultPrng.init(0x5eed);
+    const r = prng.random();
+    var buf: [512]u8 = undefined;
+    var payload: [64]u8 = undefined;
+    for (0..1500) |_| {
+        var f = try Fixture.init();
+        defer f.deinit();
+        f.send(h2.preface ++ [_]u8{ 0, 0, 0, 4, 0, 0, 0, 0, 0 }) catch {};
+        for (0..r.intRangeAtMost(usize, 1, 12)) |_| {
+            const typ: u8 = if (r.boolean()) 1 else r.intRangeAtMost(u8, 0, 12);
+            const ids = [_]u32{ 0, 1, 1, 3, 3, 5, 2, 0x7fff_ffff };
+            const id = ids[r.uintLessThan(usize, ids.len)];
+            var len: usize = r.uintLessThan(usize, payload.len);
+            r.bytes(payload[0..len]);
+            if (typ == 1 and r.boolean()) {
+                @memcpy(payload[0..get_block.len], &get_block);
+                len = @max(len, get_block.len);
+                if (r.boolean()) len = get_block.len;
+            }
+            const flags: u8 = if (r.boolean()) 0x5 else r.int(u8);
+            var bytes = frame(&buf, typ, flags, id, payload[0..len]);
+            var mutated: [512]u8 = undefined;
+            if (r.uintLessThan(u8, 4) == 0) {
+                @memcpy(mutated[0..bytes.len], bytes);
+                mutated[r.uintLessThan(usize, bytes.len)] = r.int(u8);
+                bytes = mutated[0..bytes.len];
+            }
+            f.send(bytes) catch break;
+            // The app answers whatever it was given (or finds it reset).
+            for (rec.requests[0..rec.count]) |st| {
+                if (st.handle == null) continue;
+                st.startResponse(200, &.{}, &.{}, false) catch {};
+                _ = st.writeBody("ok", false, null) catch {};
+                st.finish();
+            }
+            var out: [8192]u8 = undefined;
+            _ = f.receive(&out) catch break;
+        }
+        try testing.expectEqual(@as(u32, 0), f.server.streams);
+    }
 }
