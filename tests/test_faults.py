@@ -237,3 +237,39 @@ def test_an_app_that_fails_to_import_under_workers_exits_non_zero_without_respaw
     assert "no_such_module" in server.output()
     # Once, not a storm of workers failing in turn.
     assert server.output().count("Traceback") <= 1
+
+
+def test_an_app_that_leaks_tasks_keeps_serving_and_still_shuts_down(start_server):
+    server = start_server("basic:app", "--timeout-graceful-shutdown", "3")
+    with httpx.Client(timeout=10) as client:
+        for _ in range(300):
+            assert client.get(f"{server.url}/leak").status_code == 200
+        assert client.get(f"{server.url}/leak").text == "301"
+    started = time.monotonic()
+    assert server.stop() == 0
+    # The leaked tasks do not hold the process past its graceful timeout.
+    assert time.monotonic() - started < 8
+
+
+def test_sigterm_while_idle_and_slow_clients_are_held_drains_and_exits(start_server):
+    server = start_server("basic:app", "--timeout-keep-alive", "60")
+    idle = [idle_connection(server.port) for _ in range(300)]
+    slow = []
+    for _ in range(100):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        s.sendall(b"GET /slow HTTP/1.1\r\n")
+        slow.append(s)
+    inflight = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    inflight.sendall(get("/sleep?s=1"))
+    time.sleep(0.3)
+    started = time.monotonic()
+    try:
+        assert server.stop() == 0
+        assert time.monotonic() - started < 8
+        got = b""
+        while chunk := inflight.recv(4096):
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"slept")
+    finally:
+        for s in idle + slow + [inflight]:
+            s.close()

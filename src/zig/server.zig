@@ -689,19 +689,22 @@ pub const Server = struct {
         }
     }
 
-    /// Idle keep-alive connections close now. One that has not sent its first request
-    /// yet was accepted a moment ago, and its request may be on its way: it gets the
-    /// linger time (2 s) to arrive, is then served with `connection: close`, and is
-    /// closed if nothing came (a request accepted while draining is never cut unread).
+    /// Idle keep-alive connections close now. One that has not sent its (first or next)
+    /// request whole yet, because it was accepted a moment ago or its head is still
+    /// arriving, gets the linger time (2 s) for it to arrive: a whole request is then
+    /// served with `connection: close`, a partial head gets `408`, a silent connection is
+    /// closed. A request accepted while draining is never cut unread, and a slow client
+    /// cannot hold the shutdown open.
     pub fn closeIdle(self: *Server) void {
         var it = self.live;
         while (it) |c| {
             it = c.next;
-            if (!c.isIdle()) continue;
-            if (c.requests_count == 0) {
-                self.linger_timeouts.arm(&c.timer, self.now_ms);
-            } else {
+            if (c.state != .head) continue;
+            if (c.act) |act| if (act.stream != null) continue;
+            if (c.isIdle() and c.requests_count > 0) {
                 c.close();
+            } else if (!c.timer.in(&self.linger_timeouts)) {
+                self.linger_timeouts.arm(&c.timer, self.now_ms);
             }
         }
     }

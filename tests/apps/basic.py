@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 MB = 1024 * 1024
 EVENTS = []  # what /hold observed, served by /events
 BARRIERS = {}  # key -> [arrived, asyncio.Event] for /barrier
+LEAKED = []  # tasks /leak left running
 
 
 async def read_body(receive) -> bytes:
@@ -100,6 +101,10 @@ async def app(scope, receive, send):
         while time.perf_counter() < until:
             pass
         await respond(send, body=b"spun")
+
+    elif path == "/leak":  # leaves a task behind that never ends
+        LEAKED.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+        await respond(send, body=str(len(LEAKED)).encode())
 
     elif path == "/pid":  # which worker process answered
         await respond(send, body=str(os.getpid()).encode())
