@@ -356,3 +356,13 @@ def _drain(fd: int) -> None:
 
 def run_master(config) -> None:
     sys.exit(Master(config).run())
+
+
+def __getattr__(name: str):
+    """``zigcorn.workers.ZigcornWorker``, gunicorn's worker class: imported (with gunicorn)
+    only when gunicorn asks for it."""
+    if name == "ZigcornWorker":
+        from zigcorn.gunicorn_worker import ZigcornWorker
+
+        return ZigcornWorker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,140 @@
+"""gunicorn with zigcorn's worker class: ``gunicorn -k zigcorn.workers.ZigcornWorker``.
+
+Real gunicorn (from PyPI) is started in a subprocess; its arbiter forks the workers and
+the tests drive it with signals, as a deployment would.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
+
+pytestmark = zigcorn_only
+pytest.importorskip("gunicorn")
+
+
+class Gunicorn:
+    def __init__(self, app: str, *args: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-k", "zigcorn.workers.ZigcornWorker", "-b", f"127.0.0.1:{self.port}",
+             "--access-logfile", "-", *args, f"tests.apps.{app}"],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        if not wait_for(lambda: port_open(self.port) and self._ok(), timeout=20):
+            self.proc.kill()
+            pytest.fail(f"gunicorn did not serve:\n{self.output()}")
+
+    def _ok(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/ok", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def pids(self, n: int = 40) -> set[str]:
+        with httpx.Client(timeout=5) as client:
+            return {client.get(f"{self.url}/pid", headers={"connection": "close"}).text for _ in range(n)}
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def gunicorn():
+    started = []
+
+    def start(app="basic:app", *args):
+        g = Gunicorn(app, *args)
+        started.append(g)
+        return g
+
+    yield start
+    for g in started:
+        g.stop(signal.SIGKILL)
+
+
+def test_workers_serve_with_the_engine_and_log_through_gunicorn(gunicorn):
+    g = gunicorn("basic:app", "-w", "2")
+    r = httpx.get(f"{g.url}/hello")
+    assert r.text == "/hello" and r.headers["server"] == "zigcorn"
+    assert len(g.pids()) == 2
+    assert wait_for(lambda: '"GET /hello HTTP/1.1" 200' in g.output())
+    assert "Booting worker with pid" in g.output()
+
+
+def test_sigterm_is_a_graceful_stop_for_requests_in_flight(gunicorn):
+    g = gunicorn("basic:app", "-w", "1", "--graceful-timeout", "10")
+    results = []
+    t = threading.Thread(target=lambda: results.append(httpx.get(f"{g.url}/sleep?s=1.5", timeout=10).text))
+    t.start()
+    time.sleep(0.5)
+    assert g.stop() == 0
+    t.join(10)
+    assert results == ["slept"]
+
+
+def test_a_killed_worker_is_replaced(gunicorn):
+    g = gunicorn("basic:app", "-w", "1")
+    (pid,) = g.pids(1)
+    os.kill(int(pid), signal.SIGKILL)
+    assert wait_for(lambda: g._ok() and g.pids(1) != {pid}, timeout=15)
+
+
+def test_max_requests_recycles_workers(gunicorn):
+    g = gunicorn("basic:app", "-w", "1", "--max-requests", "5")
+    seen = set()
+    for _ in range(20):
+        try:
+            seen |= g.pids(1)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    assert len(seen) >= 2, g.output()
+
+
+def test_the_heartbeat_keeps_an_idle_worker_alive_and_a_stuck_one_is_replaced(gunicorn):
+    g = gunicorn("basic:app", "-w", "1", "--timeout", "2")
+    (pid,) = g.pids(1)
+    time.sleep(4)  # idle past --timeout: the heartbeat keeps it
+    assert g.pids(1) == {pid}
+    # An app that blocks the loop for longer than --timeout stops the heartbeat.
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{g.url}/spin?us=8000000", timeout=10)
+    assert wait_for(lambda: g._ok() and g.pids(1) != {pid}, timeout=15)
+    assert "WORKER TIMEOUT" in g.output()
+
+
+def test_sighup_replaces_the_workers(gunicorn):
+    g = gunicorn("basic:app", "-w", "2")
+    before = g.pids()
+    g.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: g._ok() and not (g.pids(10) & before), timeout=20), g.output()
+
+
+def test_an_app_that_cannot_be_imported_stops_gunicorn(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-k", "zigcorn.workers.ZigcornWorker", "-b", f"127.0.0.1:{free_port()}",
+         "tests.apps.no_such_module:app"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    assert "no_such_module" in proc.stdout + proc.stderr
