@@ -173,3 +173,35 @@ def test_sigterm_lets_inflight_requests_finish(start_server):
     assert server.stop() == 0
     t.join(5)
     assert result["r"].status_code == 200
+
+
+def test_a_worker_that_stops_answering_health_checks_is_replaced(start_server):
+    server = start_workers(start_server, 2, "--timeout-worker-healthcheck", "1")
+    pid = min(worker_pids(server))
+    os.kill(pid, signal.SIGSTOP)  # frozen: no thread of it can answer
+    try:
+        assert wait_for(lambda: "did not answer a health check" in server.output(), 10), server.output()
+        assert wait_for(lambda: pid not in worker_pids(server) and len(worker_pids(server)) == 2, 10)
+        assert all(httpx.get(server.url + "/pid", timeout=10).text != str(pid) for _ in range(10))
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    # A healthy worker, and one whose app is busy, keep answering (the pong is a thread's).
+    fresh = worker_pids(server)
+    time.sleep(2.5)
+    assert worker_pids(server) == fresh
+
+
+def test_max_requests_jitter_spreads_the_limit(start_server):
+    server = start_workers(start_server, 2, "--limit-max-requests", "3", "--limit-max-requests-jitter", "1000")
+    first = worker_pids(server)
+    answered = 0
+    for _ in range(30):
+        if httpx.get(server.url + "/pid", timeout=10).status_code == 200:
+            answered += 1
+    assert answered == 30
+    # Both workers drew their own limit, between 3 and 1,003: 30 requests between them
+    # reach neither unless both drew below 15 (a chance of about 1 in 5,000).
+    assert worker_pids(server) == first

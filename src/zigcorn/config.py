@@ -32,6 +32,8 @@ LOG_LEVELS: dict[str, int] = {
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
 WRITER_CHOICES = ("auto", "on", "off")
+# uvicorn's --interface names; "wsgi" runs the app through a2wsgi.
+INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
 HTTP_CHOICES = ("auto", "h11", "httptools")
 # uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
@@ -126,6 +128,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
+    _S("interface", "auto", "the app's interface: auto is ASGI 3, or ASGI 2 for a class or a plain-function app",
+       "Application", choices=INTERFACE_CHOICES),
+    _S("env_file", None, "load environment variables from this file first (needs python-dotenv)", "Application",
+       metavar="PATH"),
+    _S("reset_contextvars", False, "run each request in a fresh contextvars.Context (hides what lifespan set)",
+       "Application", kind="switch"),
     # Logging
     _S("log_level", None, "level of zigcorn's loggers", "Logging", choices=tuple(LOG_LEVELS), shown="info"),
     _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
@@ -181,6 +189,8 @@ SETTINGS: tuple[Setting, ...] = (
        type=float, metavar="SECONDS", shown="off"),
     _S("timeout_graceful_shutdown", None, "max wait for in-flight requests at shutdown", "Timeouts", type=float,
        metavar="SECONDS", shown="forever"),
+    _S("timeout_worker_healthcheck", 5, "with --workers: replace a worker whose loop does not answer a ping in this",
+       "Timeouts", type=float, metavar="SECONDS", low=0.1, high=_SECONDS_MAX),
     # TLS (HTTPS)
     _S("ssl_keyfile", None, "the private key (PEM)", "TLS (HTTPS)", metavar="PATH", shown="in --ssl-certfile"),
     _S("ssl_certfile", None, "the certificate chain (PEM); turns HTTPS on", "TLS (HTTPS)", metavar="PATH"),
@@ -196,6 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("limit_concurrency", None, "answer 503 past N requests in flight", "Limits", type=int, metavar="N",
        shown="off"),
     _S("limit_max_requests", None, "exit after N requests", "Limits", type=int, metavar="N", shown="off"),
+    _S("limit_max_requests_jitter", 0, "add up to N to --limit-max-requests, per process, so workers restart apart",
+       "Limits", type=int, metavar="N", low=0, high=_U32),
     _S("limit_connections", 100_000, "accept and close at once connections past N", "Limits", type=int,
        metavar="N", low=1, high=_U32),
     _S("limit_keep_alive_requests", 10_000, "close a connection after N requests", "Limits", type=int, metavar="N",
@@ -208,6 +220,9 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="N", low=_FIELDS_MIN, high=_FIELDS_MAX),
     _S("limit_request_head", _HEAD_MAX, f"431 for a request head over N bytes, at most {_HEAD_MAX}", "Limits",
        type=int, metavar="N", low=_HEAD_MIN, high=_HEAD_MAX),
+    _S("h11_max_incomplete_event_size", None,
+       f"uvicorn's name for the head limit: sets --limit-request-head (brought within {_HEAD_MIN}-{_HEAD_MAX})",
+       "Limits", type=int, metavar="N", shown="unset"),
 )  # fmt: skip
 del _S
 SETTING = {s.name: s for s in SETTINGS}
@@ -227,7 +242,13 @@ class Config:
             raise TypeError(f"Config() got an unexpected keyword argument {unknown[0]!r}")
         # Everything needed to build this Config again in a fresh process (--reload).
         self.arguments = {"app": app, **options}
+        env_file = options.get("env_file")
+        if env_file is not None:
+            _load_env_file(env_file)
         values = {**DEFAULTS, **options}
+        # uvicorn's alias of the head limit, unless the limit itself was changed.
+        if values["h11_max_incomplete_event_size"] is not None and values["limit_request_head"] == _HEAD_MAX:
+            values["limit_request_head"] = min(max(int(values["h11_max_incomplete_event_size"]), _HEAD_MIN), _HEAD_MAX)
         for setting in SETTINGS:
             setting.check(values[setting.name])
         for name, value in values.items():
@@ -285,6 +306,8 @@ class Config:
         log_level = self.log_level
         if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
+        if self.interface not in INTERFACE_CHOICES:
+            raise ValueError(f"interface must be one of {', '.join(INTERFACE_CHOICES)}, not {self.interface!r}")
         if isinstance(self.http, str) and self.http not in HTTP_CHOICES:
             raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
         if self.writer_thread not in WRITER_CHOICES:
@@ -442,7 +465,7 @@ class Config:
         if not callable(app):
             _fail(f"Error loading ASGI app. {app!r} is not callable.")
 
-        self.loaded_app = app
+        self.loaded_app = _adapt(app, self.interface)
         self.loaded = True
 
     def new_event_loop(self) -> asyncio.AbstractEventLoop:
@@ -530,3 +553,62 @@ def _check_range(name: str, value, low, high) -> None:
     """Limits are checked once here, so the engine never sees a value it cannot honour."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")
+
+
+def _load_env_file(path) -> None:
+    """--env-file: the file's variables join the environment (existing ones win), as in uvicorn."""
+    try:
+        from dotenv import load_dotenv
+    except ImportError:
+        raise ValueError("env_file needs python-dotenv: pip install python-dotenv") from None
+    if not os.path.isfile(path):
+        raise ValueError(f"env_file {os.fspath(path)!r} is not a file")
+    load_dotenv(dotenv_path=path)
+
+
+_CO_COROUTINE = 0x80  # code flag of an `async def` function (what inspect would check)
+
+
+def _is_async(function) -> bool:
+    code = getattr(getattr(function, "__func__", function), "__code__", None)
+    return code is not None and bool(code.co_flags & _CO_COROUTINE)
+
+
+def _adapt(app, interface: str):
+    """The app as an ASGI 3 callable. `auto` treats a class, or a plain (not async)
+    function or `__call__`, as ASGI 2 (uvicorn's rule); anything it cannot tell is ASGI 3."""
+    if interface == "auto":
+        if isinstance(app, type):
+            interface = "asgi3" if hasattr(app, "__await__") else "asgi2"
+        elif hasattr(app, "__code__"):
+            interface = "asgi3" if _is_async(app) else "asgi2"
+        else:
+            call = getattr(type(app), "__call__", None)
+            interface = "asgi2" if hasattr(call, "__code__") and not _is_async(call) else "asgi3"
+    if interface == "asgi2":
+        return _ASGI2(app)
+    if interface == "wsgi":
+        try:
+            from a2wsgi import WSGIMiddleware
+        except ImportError:
+            _fail("--interface wsgi needs a2wsgi: pip install 'zigcorn[wsgi]'")
+        # A bounded pool: at most WSGI_THREADS requests run the app at once.
+        return WSGIMiddleware(app, workers=WSGI_THREADS)
+    return app
+
+
+#: Threads that run a WSGI app (--interface wsgi): requests past them wait for one.
+WSGI_THREADS = 10
+
+
+class _ASGI2:
+    """An ASGI 2 app (``app(scope)`` returns a coroutine-callable instance) as ASGI 3."""
+
+    __slots__ = ("app",)
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        instance = self.app(scope)
+        await instance(receive, send)

@@ -9,6 +9,7 @@ request costs one Python object besides the scope, the coroutine and its task.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import sys
@@ -161,12 +162,14 @@ class Dispatcher:
 
     __slots__ = (
         "app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "timeout_request",
-        "requests", "on_limit", "engine",
+        "requests", "on_limit", "engine", "reset_contextvars",
     )  # fmt: skip
 
     def __init__(
-        self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit
+        self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit,
+        reset_contextvars: bool = False,
     ) -> None:
+        self.reset_contextvars = reset_contextvars
         self.timeout_request = timeout_request
         self.app = app
         self.loop = loop
@@ -190,7 +193,9 @@ class Dispatcher:
                 logger.warning("Maximum request limit of %d exceeded. Terminating process.", self.limit_max_requests)
                 self.on_limit()
         coro = stream.run(self.app, self.access_log, self.timeout_request)
+        # --reset-contextvars: a fresh, empty context per request; else a copy of the current one.
+        context = contextvars.Context() if self.reset_contextvars else None
         if _EAGER_TASKS:
-            asyncio.Task(coro, loop=self.loop, eager_start=True)
+            asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
         else:
-            self.loop.create_task(coro)
+            self.loop.create_task(coro, context=context)

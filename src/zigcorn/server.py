@@ -57,6 +57,13 @@ def _python_libssl() -> str | None:
     return None
 
 
+def _with_jitter(limit: int | None, jitter: int) -> int | None:
+    """--limit-max-requests plus a random 0..jitter of this process's own (so workers part)."""
+    if limit is None or jitter <= 0:
+        return limit
+    return limit + int.from_bytes(os.urandom(4), "big") % (jitter + 1)
+
+
 class Server:
     """One serving process. `listener` comes from a master or reload supervisor; without
     one the server binds its own socket. `on_ready` is called once it accepts."""
@@ -121,7 +128,8 @@ class Server:
             loop,
             access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             limit_concurrency=config.limit_concurrency,
-            limit_max_requests=config.limit_max_requests,
+            limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+            reset_contextvars=config.reset_contextvars,
             timeout_request=config.timeout_request,
             on_limit=self.handle_exit_request,
         )

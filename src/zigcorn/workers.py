@@ -41,6 +41,8 @@ BACKOFF_MAX_SECONDS = 30.0
 METRICS_SLOTS_MAX = 2048
 # After a graceful-shutdown timeout, workers still alive this much later are killed.
 KILL_GRACE_SECONDS = 5.0
+# A serving worker is pinged this often; --timeout-worker-healthcheck bounds its answer.
+PING_INTERVAL_SECONDS = 1.0
 
 
 @dataclass
@@ -48,8 +50,11 @@ class Worker:
     pid: int
     slot: int
     generation: int
-    ready_fd: int
+    ready_fd: int  # worker -> master: b"r" once it accepts, b"p" for each health-check pong
     started_at: float
+    ping_fd: int = -1  # master -> worker: health-check pings
+    ping_sent_at: float | None = None
+    last_pong: float = 0.0
     ready: bool = False
     retiring: bool = False
 
@@ -143,9 +148,11 @@ class Master:
                     return
                 if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
                     self._kill_all(signal.SIGKILL)
-            elif self.respawn_at is not None and time.monotonic() >= self.respawn_at:
-                self.respawn_at = None
-                self._top_up()
+            else:
+                if self.respawn_at is not None and time.monotonic() >= self.respawn_at:
+                    self.respawn_at = None
+                    self._top_up()
+                self._health_check()
             fds = [wakeup_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd >= 0]
             try:
                 readable, _, _ = select.select(fds, [], [], 0.5)
@@ -208,6 +215,7 @@ class Master:
             logger.error("Not starting a worker: %d are already running.", len(used))
             return
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        ping_r, ping_w = os.pipe2(os.O_CLOEXEC)
         # Signals stay blocked across the fork until the child has dropped the master's
         # handlers: a SIGTERM in between would otherwise be queued for a loop it never runs.
         signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
@@ -215,8 +223,8 @@ class Master:
             pid = os.fork()
         except OSError as exc:  # out of processes or memory: try again later
             signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
-            os.close(ready_r)
-            os.close(ready_w)
+            for fd in (ready_r, ready_w, ping_r, ping_w):
+                os.close(fd)
             logger.error("Could not start a worker: %s; retrying in %.0fs.", exc, BACKOFF_MAX_SECONDS)
             self.respawn_at = time.monotonic() + BACKOFF_MAX_SECONDS
             return
@@ -224,17 +232,19 @@ class Master:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         if pid == 0:  # the worker
             os.close(ready_r)
+            os.close(ping_w)
             code = 1
             try:
-                code = self._worker_main(slot, ready_w)
+                code = self._worker_main(slot, ready_w, ping_r)
             except BaseException:
                 logger.exception("Worker failed")
             finally:
                 os._exit(code)
         os.close(ready_w)
-        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic())
+        os.close(ping_r)
+        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w)
 
-    def _worker_main(self, slot: int, ready_w: int) -> int:
+    def _worker_main(self, slot: int, ready_w: int, ping_r: int) -> int:
         master_pid = os.getppid()
         _core.set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != master_pid:  # the master died before the request above took effect
@@ -246,9 +256,11 @@ class Master:
             signal.signal(sig, signal.SIG_IGN)  # meant for the master
         signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         for other in self.workers.values():
-            if other.ready_fd >= 0:
-                os.close(other.ready_fd)
+            for fd in (other.ready_fd, other.ping_fd):
+                if fd >= 0:
+                    os.close(fd)
         self.workers.clear()
+        _answer_pings(ping_r, ready_w)
         from zigcorn.server import Server
 
         listener = self.listener
@@ -272,6 +284,11 @@ class Master:
         if not data:  # the worker is gone; _reap tells why
             os.close(fd)
             worker.ready_fd = -1
+            return
+        if b"p" in data:
+            worker.ping_sent_at = None
+            worker.last_pong = time.monotonic()
+        if worker.ready or b"r" not in data:
             return
         worker.ready = True
         if all(w.ready for w in self.workers.values() if w.generation == self.generation):
@@ -298,8 +315,9 @@ class Master:
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
-            if worker.ready_fd >= 0:
-                os.close(worker.ready_fd)
+            for fd in (worker.ready_fd, worker.ping_fd):
+                if fd >= 0:
+                    os.close(fd)
             self._after_exit(worker, status)
 
     def _after_exit(self, worker: Worker, status: int) -> None:
@@ -323,6 +341,28 @@ class Master:
         when = time.monotonic() + delay
         self.respawn_at = when if self.respawn_at is None else min(self.respawn_at, when)
 
+    def _health_check(self) -> None:
+        """--timeout-worker-healthcheck: each serving worker answers a ping a second; one
+        that does not answer in time (stopped, or stuck holding the GIL) is killed and
+        replaced, as uvicorn does."""
+        now = time.monotonic()
+        timeout = self.config.timeout_worker_healthcheck
+        for worker in list(self.workers.values()):
+            if not worker.ready or worker.retiring or worker.ping_fd < 0:
+                continue
+            if worker.ping_sent_at is not None:
+                if now - worker.ping_sent_at > timeout:
+                    logger.warning("Worker [%d] did not answer a health check within %gs: killing it.",
+                                   worker.pid, timeout)
+                    worker.ping_sent_at = None
+                    _signal(worker.pid, signal.SIGKILL)
+            elif now - worker.last_pong >= PING_INTERVAL_SECONDS:
+                try:
+                    os.write(worker.ping_fd, b"p")
+                    worker.ping_sent_at = now
+                except OSError:
+                    pass  # gone: _reap tells why
+
     def _top_up(self) -> None:
         missing = self.target - sum(1 for w in self._serving() if w.generation == self.generation)
         for _ in range(missing):
@@ -337,6 +377,20 @@ def _describe(status: int) -> str:
         return f"was killed by {name}{hint}"
     code = os.WEXITSTATUS(status)
     return "exited normally (--limit-max-requests?)" if code == 0 else f"exited with code {code}"
+
+
+def _answer_pings(ping_r: int, ready_w: int) -> None:
+    """In a worker: a thread answers the master's health-check pings while the process lives."""
+    import threading
+
+    def pong() -> None:
+        try:
+            while os.read(ping_r, 64):
+                os.write(ready_w, b"p")
+        except OSError:
+            pass
+
+    threading.Thread(target=pong, name="zigcorn-healthcheck", daemon=True).start()
 
 
 def _signal(pid: int, sig: int) -> None:
