@@ -47,6 +47,16 @@ def ensure_venv() -> str:
     return str(venv_python())
 
 
+def install(packages: list[str]) -> None:
+    """pip-install ``packages`` into the benchmark venv (the HTTP/2 section's extras).
+
+    Apart from ``REQUIREMENTS``, so that adding them does not reinstall zigcorn (and
+    rebuild its engine) in a venv that already exists.
+    """
+    print(f"installing {' '.join(packages)} into the benchmark venv ...", flush=True)
+    _pip(*packages)
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -106,6 +106,101 @@ def _title(app: str, doc: dict) -> str:
             f"{cfg['idle_connections']} idle keep-alive connections, ratios against {BASELINE}")
 
 
+# -- HTTP/2 (h2.py) ----------------------------------------------------------------------------
+
+H2_MODES = {"h2c": "h2c", "tls": "h2/TLS", "idle": "idle h2c"}
+
+
+def h2_columns() -> list[tuple[str, Column]]:
+    """(mode, column): the mode's own error shows as "error" in its cells."""
+    cols: list[tuple[str, Column]] = []
+    for mode, label in (("h2c", "h2c"), ("tls", "h2/TLS")):
+        cols += [
+            (mode, Column(f"{label} req/s", lambda r, m=mode: _dig(r, m, "rps"), lambda v: f"{v:,.0f}")),
+            (mode, Column(f"{label} p50", lambda r, m=mode: _dig(r, m, "p50_ms"), lambda v: f"{v:.2f} ms", False)),
+            (mode, Column(f"{label} p99", lambda r, m=mode: _dig(r, m, "p99_ms"), lambda v: f"{v:.2f} ms", False)),
+        ]
+    return cols + [
+        ("", Column("errors", _h2_errors, lambda v: f"{v:.0f}", False)),
+        ("h2c", Column("peak RSS h2c", lambda r: _dig(r, "h2c", "peak_rss_kib"), _mib)),
+        ("idle", Column("per idle h2 conn", lambda r: _dig(r, "idle", "bytes_per_connection"), _bytes)),
+        ("idle", Column("idle h2, with one-time", lambda r: _dig(r, "idle", "total_bytes_per_connection"), _bytes)),
+    ]
+
+
+def _h2_errors(result: dict) -> float | None:
+    points = [result[m] for m in ("h2c", "tls") if isinstance(result.get(m), dict) and "rps" in result[m]]
+    return sum(p["errors"] for p in points) if points else None
+
+
+def _h2_cell(mode: str, col: Column, result: dict, base: dict | None, is_base: bool) -> str:
+    if mode and isinstance(result.get(mode), dict) and result[mode].get("error"):
+        return "error"
+    return _cell(col, result, base, is_base)
+
+
+def h2_rows(app_results: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    cols = h2_columns()
+    base = app_results.get(BASELINE)
+    header = ["server", *(c.title for _, c in cols)]
+    body = []
+    for name, result in app_results.items():
+        if all("skipped" in (result.get(m) or {}) for m in H2_MODES):
+            continue  # listed under the table instead
+        label = f"{name} {result.get('version', '')}".strip()
+        body.append([label, *(_h2_cell(m, c, result, base, name == BASELINE) for m, c in cols)])
+    return header, body
+
+
+def h2_notes(app_results: dict[str, dict]) -> list[str]:
+    """What did not run (and why) and what failed, one line per server."""
+    notes = []
+    for name, result in app_results.items():
+        if result.get("error"):
+            notes.append(f"{name}: error: {result['error'].splitlines()[0][:200]}")
+            continue
+        skipped = {result[m]["skipped"]: [] for m in H2_MODES if "skipped" in (result.get(m) or {})}
+        for m, label in H2_MODES.items():
+            if "skipped" in (result.get(m) or {}):
+                skipped[result[m]["skipped"]].append(label)
+        for why, labels in skipped.items():
+            notes.append(f"{name}: {', '.join(labels)} not run: {why}")
+        for m, label in H2_MODES.items():
+            if (result.get(m) or {}).get("error"):
+                notes.append(f"{name}: {label} error: {result[m]['error'].splitlines()[0][:200]}")
+    return notes
+
+
+def http2_failed(doc: dict) -> bool:
+    """A server, or one of its HTTP/2 modes, ended in an error (skipped modes are not failures)."""
+    for app_results in (doc.get("http2") or {}).get("apps", {}).values():
+        for result in app_results.values():
+            if result.get("error") or any((result.get(m) or {}).get("error") for m in H2_MODES):
+                return True
+    return False
+
+
+def _h2_title(app: str, section: dict) -> str:
+    cfg = section["config"]
+    return (f"{app} app, HTTP/2: h2load -t1 -c{cfg['clients']} -m{cfg['streams']}, {cfg['duration_s']} s per point "
+            f"after a {cfg['warmup_s']} s warm-up, p50/p99 from h2load's per-request log; "
+            f"{cfg['idle_connections']} idle h2c connections; ratios against {BASELINE}")
+
+
+def render_http2(section: dict, markdown: bool) -> list[str]:
+    parts = []
+    for app, app_results in section["apps"].items():
+        header, body = h2_rows(app_results)
+        notes = h2_notes(app_results)
+        title = _h2_title(app, section)
+        table = markdown_table(header, body) if markdown else text_table(header, body)
+        part = f"**{title}**\n\n{table}" if markdown else f"{title}\n{table}"
+        if notes:
+            part += "\n\n" + "\n".join(f"- {n}" if markdown else f"  {n}" for n in notes)
+        parts.append(part)
+    return parts
+
+
 def render(doc: dict, markdown: bool = False) -> str:
     connections = doc["config"]["connections"]
     parts = []
@@ -115,10 +210,13 @@ def render(doc: dict, markdown: bool = False) -> str:
             parts.append(f"**{_title(app, doc)}**\n\n{markdown_table(header, body)}")
         else:
             parts.append(f"{_title(app, doc)}\n{text_table(header, body)}")
+    if doc.get("http2"):
+        parts += render_http2(doc["http2"], markdown)
     if markdown:
         m = doc["machine"]
         parts.append(f"_{m['cpu_model']}, {m['nproc']} CPUs, Linux {m['kernel']}, Python {m['python']}, "
                      f"{doc['date'][:10]}; zigcorn {doc.get('zigcorn_commit') or '?'}{' + local changes' if doc.get('zigcorn_dirty') else ''}; "
-                     f"loopback, one worker each, "
-                     f"PSS 4 workers summed over the process tree._")
+                     f"loopback, one worker each"
+                     f"{', PSS 4 workers summed over the process tree' if doc['apps'] else ''}"
+                     f"{', h2load ' + doc['http2'].get('h2load', '?') if doc.get('http2') else ''}._")
     return "\n\n".join(parts) + "\n"

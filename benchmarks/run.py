@@ -1,13 +1,17 @@
 """Benchmark zigcorn against other ASGI servers (and nginx as the machine's ceiling).
 
-    python benchmarks/run.py                      # full run, every server, ~10 minutes
+    python benchmarks/run.py                      # full run, every server, HTTP/1.1 and HTTP/2, ~20 minutes
     python benchmarks/run.py --quick              # ~1 s points, the servers already installed
     python benchmarks/run.py --servers zigcorn,granian --apps raw --markdown table.md
+    python benchmarks/run.py --http2-only --servers zigcorn,granian,hypercorn   # HTTP/2 only
+    python benchmarks/run.py --quick --http2      # the quick run plus 1 s HTTP/2 points
 
 Servers run one after another, one worker each, on 127.0.0.1, each on a fresh port, and
 their whole process tree is killed after its measurements. The full run installs the
 servers into ``benchmarks/.venv`` on first use; ``--no-venv`` uses the current Python.
-Load comes from ``wrk``; see README.md in this folder for what each number means.
+HTTP/1.1 load comes from ``wrk``, HTTP/2 load (h2c and h2 over TLS, in the full run by
+default, ``--http2`` with ``--quick``) from ``h2load`` (h2.py); see README.md in this
+folder for what each number means.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
+import h2 as h2bench  # noqa: E402  (this folder's h2.py, not the h2 library)
 import report  # noqa: E402
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import PeakSampler, RssRecorder, idle_connection_cost, raise_nofile, rss_trend, settle  # noqa: E402
@@ -42,6 +47,8 @@ class Config:
     quick: bool
     soak_s: int
     soak_servers: list[str]
+    http1: bool = True   # the wrk section (off with --http2-only)
+    http2: bool = False  # the h2load section (h2.py)
 
 
 def log(message: str) -> None:
@@ -175,10 +182,11 @@ def choose_apps(requested: list[str], env: Env) -> list[str]:
     return apps
 
 
-def run(cfg: Config, env: Env, servers: list[ServerSpec], apps: list[str]) -> dict:
+def run(cfg: Config, env: Env, servers: list[ServerSpec], apps: list[str],
+        h2cfg: h2bench.H2Config | None = None) -> dict:
     doc = {**environment.provenance(), "machine": environment.machine(), "config": asdict(cfg),
            "python_env": env.python, "apps": {}}
-    for app in apps:
+    for app in apps if cfg.http1 else []:
         doc["apps"][app] = {}
         for spec in servers:
             log(f"[{app}] {spec.name}")
@@ -190,6 +198,8 @@ def run(cfg: Config, env: Env, servers: list[ServerSpec], apps: list[str]) -> di
                 result = {"version": spec.version(env), "error": str(exc)}
             result["elapsed_s"] = round(time.monotonic() - began, 1)
             doc["apps"][app][spec.name] = result
+    if h2cfg is not None:
+        doc["http2"] = h2bench.run_section(env, servers, apps, h2cfg)
     return doc
 
 
@@ -214,6 +224,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--soak", type=int, help="seconds of constant load watching RSS for a leak (default 60, 2 with --quick; 0 skips)")
     p.add_argument("--soak-servers", type=lambda s: [x for x in s.split(",") if x], default=[report.BASELINE],
                    help=f"servers that get the soak (default: {report.BASELINE})")
+    h2 = p.add_argument_group("HTTP/2 (h2load; h2.py)")
+    h2.add_argument("--http2", action=argparse.BooleanOptionalAction, default=None,
+                    help="the HTTP/2 section: h2c and h2/TLS load, bytes per idle h2 connection "
+                         "(default: on in the full run if h2load is installed, off with --quick)")
+    h2.add_argument("--http2-only", action="store_true", help="only the HTTP/2 section (no wrk points)")
+    h2.add_argument("--h2-duration", type=int, help="h2load -D seconds (default: --duration: 10, 1 with --quick)")
+    h2.add_argument("--h2-warmup", type=int, default=1, help="h2load --warm-up-time seconds (default 1)")
+    h2.add_argument("--h2-clients", type=int, default=16, help="h2load -c, connections (default 16)")
+    h2.add_argument("--h2-streams", type=int, default=10, help="h2load -m, streams in flight per connection (default 10)")
+    h2.add_argument("--h2-idle-connections", type=int,
+                    help="idle h2c connections held for the per-connection figure (default 1000, 200 with --quick)")
     return p.parse_args(argv)
 
 
@@ -229,7 +250,46 @@ def config(args: argparse.Namespace) -> Config:
         quick=args.quick,
         soak_s=(2 if args.quick else 60) if args.soak is None else args.soak,
         soak_servers=args.soak_servers,
+        http1=not args.http2_only,
+        http2=bool(args.http2_only or args.http2 or (args.http2 is None and not args.quick)),
     )
+
+
+def h2_config(args: argparse.Namespace, cfg: Config) -> h2bench.H2Config:
+    return h2bench.H2Config(
+        duration_s=args.h2_duration or args.duration or (1 if args.quick else 10),
+        warmup_s=args.h2_warmup,
+        clients=args.h2_clients,
+        streams=args.h2_streams,
+        idle_connections=args.h2_idle_connections or (200 if args.quick else 1000),
+        idle_wait_s=cfg.idle_wait_s,
+        path=cfg.path,
+    )
+
+
+def ensure_http2_tools(args: argparse.Namespace, cfg: Config, env: Env) -> tuple[Config, Env]:
+    """h2load on the PATH, and in the benchmark venv the h2 client, trustme and uvicorn's zttp
+    (installed when missing; the quick run installs nothing). Without h2load or h2, an
+    explicit ``--http2`` / ``--http2-only`` stops the run; the full run's default leaves the
+    section out and says so."""
+    explicit = bool(args.http2 or args.http2_only)
+    if h2bench.h2load_path() is None:
+        if explicit:
+            raise SystemExit(h2bench.H2LOAD_MISSING)
+        log("skipping the HTTP/2 section: h2load is not installed (apt-get install -y nghttp2-client)")
+        return replace(cfg, http2=False), env
+    if not args.quick and not args.no_venv:
+        missing = [pip for module, pip in h2bench.EXTRAS.items() if not env.has(module)]
+        if missing:
+            environment.install(missing)
+            env = probe_env(env.python)
+    if not env.has("h2"):
+        message = f"the HTTP/2 section needs the h2 library in {env.python} (pip install h2)"
+        if explicit:
+            raise SystemExit(message)
+        log(f"skipping the HTTP/2 section: {message}")
+        return replace(cfg, http2=False), env
+    return cfg, env
 
 
 def write_outputs(doc: dict, json_path: Path, markdown_path: Path | None) -> None:
@@ -244,21 +304,28 @@ def write_outputs(doc: dict, json_path: Path, markdown_path: Path | None) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if wrk_path() is None:
+    cfg = config(args)
+    if cfg.http1 and wrk_path() is None:
         print(WRK_MISSING, file=sys.stderr)
         return 2
     nofile = raise_nofile()
-    cfg = config(args)
-    if nofile < cfg.idle_connections + 100:
-        raise SystemExit(f"RLIMIT_NOFILE hard limit {nofile} is too low for {cfg.idle_connections} connections")
+    h2cfg = h2_config(args, cfg) if cfg.http2 else None
+    most = max(cfg.idle_connections if cfg.http1 else 0, h2cfg.idle_connections if h2cfg else 0)
+    if nofile < most + 100:
+        raise SystemExit(f"RLIMIT_NOFILE hard limit {nofile} is too low for {most} connections")
     env = choose_env(args)
+    if cfg.http2:
+        cfg, env = ensure_http2_tools(args, cfg, env)
+        h2cfg = h2cfg if cfg.http2 else None
     servers = choose_servers(args.servers, env, args.quick)
     apps = choose_apps(args.apps or (["raw"] if args.quick else list(APPS)), env)
-    log(f"servers: {', '.join(s.name for s in servers)}; apps: {', '.join(apps)}; python: {env.python}")
-    doc = run(cfg, env, servers, apps)
+    sections = ", ".join(name for name, on in (("HTTP/1.1", cfg.http1), ("HTTP/2", cfg.http2)) if on)
+    log(f"servers: {', '.join(s.name for s in servers)}; apps: {', '.join(apps)}; {sections}; python: {env.python}")
+    doc = run(cfg, env, servers, apps, h2cfg)
     print("\n" + report.render(doc))
     write_outputs(doc, args.json or RESULTS / ("quick.json" if args.quick else "latest.json"), args.markdown)
     failed = any(r.get("error") for app in doc["apps"].values() for r in app.values())
+    failed = failed or report.http2_failed(doc)
     return 1 if failed else 0
 
 

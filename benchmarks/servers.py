@@ -25,7 +25,7 @@ from memory import pid_alive, tree_pids
 BENCH_DIR = Path(__file__).resolve().parent
 APPS_DIR = BENCH_DIR / "apps"
 APPS = {"raw": "raw_app:app", "fastapi": "fastapi_app:app"}
-MAX_CONNECTIONS = 10_000
+MAX_CONNECTIONS = 20_000
 KEEP_ALIVE_S = 60
 
 
@@ -157,7 +157,8 @@ SERVERS: dict[str, ServerSpec] = {
     "hypercorn": ServerSpec("hypercorn", _hypercorn, ("hypercorn",)),
     "nginx": ServerSpec("nginx", _nginx, binary="nginx", is_app_server=False),
 }
-PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "saltare", "hypercorn", "fastapi")
+PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "saltare", "hypercorn", "fastapi",
+                 "h2", "trustme", "zttp")  # the last three for the HTTP/2 section (h2.py)
 
 
 def probe_env(python: str) -> Env:
