@@ -91,6 +91,9 @@ pub const Active = struct {
     /// byte of `Conn` is paid by each idle connection.
     pending_next: ?*Conn = null,
     is_pending: bool = false,
+    /// On the server's list of connections to flush when the loop's pass ends (HTTP/2).
+    flush_next: ?*Conn = null,
+    flush_queued: bool = false,
     /// Pending output that makes no progress (independent of the phase).
     write_timer: timer.Entry = .{},
 
@@ -240,8 +243,8 @@ pub const Conn = struct {
     /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
-        // Still linked on the pending list: kept until that pass unlinks it.
-        if (act.is_pending) return;
+        // Still linked on the pending or flush list: kept until that pass unlinks it.
+        if (act.is_pending or act.flush_queued) return;
         std.debug.assert(act.stream == null);
         std.debug.assert(!act.io_busy);
         act.write_timer.disarm();
@@ -496,6 +499,12 @@ pub const Conn = struct {
     pub fn isPending(self: *const Conn) bool {
         const act = self.act orelse return false;
         return act.is_pending;
+    }
+
+    /// Whether the connection is on the server's list of output to flush at the pass's end.
+    pub fn flushQueued(self: *const Conn) bool {
+        const act = self.act orelse return false;
+        return act.flush_queued;
     }
 
     /// Whether the writer thread holds this connection's output.

@@ -1223,6 +1223,7 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
             out.commitStaged(null) catch return outOfMemory(conn);
             item.file_pos += got;
             item.file_left -= got;
+            if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
             s.send_window -= @intCast(got);
             st.send_window -= @intCast(got);
             st.base.out.sent += got;
@@ -1248,6 +1249,8 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
             item.off += n;
             s.send_window -= @intCast(n);
             st.send_window -= @intCast(n);
+            // Progress through the windows: a stall's deadline starts again.
+            if (n > 0 and conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
             st.base.out.queued -= n;
             st.base.out.sent += n;
             if (item.off < item.bytes.len) return true;
@@ -1306,6 +1309,12 @@ pub fn mustWait(st: *const Stream) bool {
     return st.out.queued > stream_mod.queued_bytes_high;
 }
 
+/// Output an app queued: written when the loop's pass ends, with every other stream's
+/// of the same pass (one write for many responses).
+fn flushSoon(conn: *Conn) void {
+    conn.server.flushSoon(conn);
+}
+
 /// The connection's output is written (called by the connection).
 pub fn afterFlush(conn: *Conn) void {
     if (conn.state != .h2) return;
@@ -1334,7 +1343,9 @@ fn rearm(conn: *Conn) void {
         if (st.hasOutput()) blocked = true;
         if (st.awaiting_body) awaiting = true;
     }
-    const want: ?*@import("timer.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and conn.outputLen() == 0) &srv.write_timeouts else if (awaiting) &srv.body_timeouts else null;
+    // A window stall runs on the connection's own timer (`stall_timeouts`, the write
+    // timeout's length); `write_timeouts` holds the Active's timer for a socket that does not drain.
+    const want: ?*@import("timer.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and conn.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
     if (want) |q| {
         if (!conn.timer.in(q)) q.arm(&conn.timer, srv.now_ms);
     } else conn.timer.disarm();
@@ -1466,7 +1477,7 @@ pub fn bodyConsumed(st: *Stream) void {
         if (h.body.capacity > 64 * 1024) h.body.clearAndFree(std.heap.c_allocator) else h.body.clearRetainingCapacity();
     }
     creditStream(s, h, n);
-    s.conn.flush();
+    flushSoon(s.conn);
 }
 
 pub fn awaitBody(st: *Stream) void {
@@ -1545,7 +1556,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
         std.heap.c_allocator.free(block);
         return error.OutOfMemory;
     };
-    st.conn.flush();
+    flushSoon(st.conn);
 }
 
 /// The response is whole: an app waiting in `receive()` after its body now sees the
@@ -1597,7 +1608,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
         st.resp_body_done = true;
         if (!st.resp_trailers) st.resp_complete = true;
     }
-    conn.flush();
+    flushSoon(conn);
     if (st.resp_complete) responseCompleted(st);
     if (conn.state == .closed or st.gone()) return false;
     const wait = mustWait(st);
@@ -1638,7 +1649,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
             return error.OutOfMemory;
         };
     }
-    conn.flush();
+    flushSoon(conn);
     responseCompleted(st);
     return false;
 }
@@ -1667,7 +1678,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
         sys.close(file.fd);
         if (length > file.size) return streamErrorFor(s, h, .internal, std.fmt.bufPrint(&line, "pathsend: {s} is shorter than the response's content-length: stream reset", .{shown}) catch "pathsend: a file is too short");
         pushHead(st, true) catch return error.OutOfMemory;
-        st.conn.flush();
+        flushSoon(st.conn);
         return;
     }
     pushHead(st, false) catch {
@@ -1680,7 +1691,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
         return error.OutOfMemory;
     };
     h.end_queued = true;
-    st.conn.flush();
+    flushSoon(st.conn);
     responseCompleted(st);
 }
 
@@ -1820,7 +1831,7 @@ pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, 
     st.status = 200;
     st.resp_started = true;
     st.resp_head_sent = true;
-    st.conn.flush();
+    flushSoon(st.conn);
 }
 
 fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {

@@ -178,6 +178,9 @@ pub const Server = struct {
     header_timeouts: timer.Queue,
     body_timeouts: timer.Queue,
     write_timeouts: timer.Queue,
+    /// HTTP/2: output that waits on a flow-control window the peer does not open (the
+    /// connection's own timer; the write timeout's duration).
+    stall_timeouts: timer.Queue,
     linger_timeouts: timer.Queue = .{ .timeout_ms = 2_000, .id = 5 },
     /// An open WebSocket is pinged this long after its last pong (or its accept)...
     ws_ping_timeouts: timer.Queue,
@@ -192,6 +195,9 @@ pub const Server = struct {
     graveyard: ?*Conn = null,
     /// Connections with a buffered pipelined request to parse on the next pass.
     pending: ?*Conn = null,
+    /// HTTP/2 connections whose streams queued output during this pass of the loop:
+    /// flushed together when the pass ends (`settleBegin`), one write for many streams.
+    flush_soon: ?*Conn = null,
     in_poll: bool = false,
     draining: bool = false,
     /// Busy poll: once every stream is done, poll without sleeping for up to this long
@@ -238,6 +244,7 @@ pub const Server = struct {
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms, .id = 2 },
             .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms, .id = 3 },
             .write_timeouts = .{ .timeout_ms = opts.timeout_write_ms, .id = 4 },
+            .stall_timeouts = .{ .timeout_ms = opts.timeout_write_ms, .id = 8 },
         };
         errdefer self.io.deinit();
         self.now_ms = sys.monotonicMs();
@@ -452,7 +459,7 @@ pub const Server = struct {
         self.now_ms = sys.monotonicMs();
         self.date.update(sys.realtimeSeconds());
         self.resumeAccepting();
-        inline for (.{ &self.idle_timeouts, &self.header_timeouts, &self.linger_timeouts, &self.body_timeouts }) |q| {
+        inline for (.{ &self.idle_timeouts, &self.header_timeouts, &self.linger_timeouts, &self.body_timeouts, &self.stall_timeouts }) |q| {
             while (q.popExpired(self.now_ms)) |entry| {
                 const c: *Conn = @fieldParentPtr("timer", entry);
                 c.timedOut();
@@ -580,7 +587,7 @@ pub const Server = struct {
         var kept: ?*Conn = null;
         while (self.graveyard) |c| {
             self.graveyard = c.next;
-            if (c.isPending() or c.ioBusy()) {
+            if (c.isPending() or c.ioBusy() or c.flushQueued()) {
                 // Still on the pending list, or the writer thread still holds its output:
                 // freed on a later pass.
                 c.next = kept;
@@ -612,6 +619,27 @@ pub const Server = struct {
         }
     }
 
+    /// The connection's output is written when this pass of the loop ends (HTTP/2: the
+    /// responses of all its streams that run in this pass leave in one write).
+    pub fn flushSoon(self: *Server, c: *Conn) void {
+        const act = c.act orelse return;
+        if (act.flush_queued) return;
+        act.flush_queued = true;
+        act.flush_next = self.flush_soon;
+        self.flush_soon = c;
+        self.settleSoon();
+    }
+
+    fn flushQueued(self: *Server) void {
+        while (self.flush_soon) |c| {
+            const act = c.a();
+            self.flush_soon = act.flush_next;
+            act.flush_next = null;
+            act.flush_queued = false;
+            if (c.state == .h2) c.flush();
+        }
+    }
+
     /// A job went to the writer thread: wake it, once, when this pass of the loop ends.
     pub fn kickWriterSoon(self: *Server) void {
         self.kick_wanted = true;
@@ -628,6 +656,7 @@ pub const Server = struct {
     /// wait for it, and says whether a busy poll is due (the engine may be draining).
     pub fn settleBegin(self: *Server) bool {
         self.settle_pending = false;
+        self.flushQueued();
         if (self.kick_wanted) {
             self.kick_wanted = false;
             if (self.writer) |w| w.kick();
@@ -725,6 +754,7 @@ pub const Server = struct {
             self.allocator.destroy(w);
             self.writer = null;
         }
+        self.flushQueued();
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);
