@@ -91,6 +91,9 @@ def table(rows: list[dict], idle_count: int, slow_count: int) -> str:
     out = [f"| server | req/s calm | req/s with {idle_count} idle + {slow_count} slow | p99 calm | p99 under pressure | "
            "p99 ratio | errors | idle / slow still open | RSS under pressure |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if "failed" in r:
+            out.append(f"| {r['server']} | failed: {r['failed']} |" + " |" * 7)
+            continue
         c, p = r["calm"], r["pressure"]
         errors = p["socket_errors_total"] + p["non_2xx_3xx"]
         out.append(f"| {r['server']} | {c['rps']:.0f} | {p['rps']:.0f} | {c['p99_ms']:.2f} ms | {p['p99_ms']:.2f} ms "
@@ -118,7 +121,11 @@ def main(argv=None) -> int:
             print(f"{name}: not installed, skipped", file=sys.stderr)
             continue
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(measure(name, env, args.seconds, args.idle, args.slow))
+        try:
+            rows.append(measure(name, env, args.seconds, args.idle, args.slow))
+        except (OSError, RuntimeError) as exc:  # a server that cannot hold the load is a result too
+            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            rows.append({"server": name, "failed": f"{type(exc).__name__}: {exc}"})
         time.sleep(1)
     print(table(rows, args.idle, args.slow))
     return 0
