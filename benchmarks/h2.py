@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from memory import PeakSampler, settle
+from memory import PeakSampler, connection_cost, settle
 
 BENCH_DIR = Path(__file__).resolve().parent
 H2LOAD_MISSING = (
@@ -346,19 +346,7 @@ def idle_h2_cost(env, root: int, port: int, count: int, wait: float) -> dict:
         time.sleep(wait)
         after = settle(root, min_wait=1.0, tolerance_kib=16)
         alive = holder.alive()
-    marginal = (after.rss_kib - middle.rss_kib) * 1024
-    total = (after.rss_kib - before.rss_kib) * 1024
-    return {
-        "opened": count,
-        "alive": alive,
-        "rss_before_kib": before.rss_kib,
-        "rss_half_kib": middle.rss_kib,
-        "rss_after_kib": after.rss_kib,
-        "pss_before_kib": before.pss_kib,
-        "pss_after_kib": after.pss_kib,
-        "bytes_per_connection": round(marginal / (count - half)) if count - half else None,
-        "total_bytes_per_connection": round(total / count) if count else None,
-    }
+    return connection_cost(count, half, alive, before, middle, after)
 
 
 # -- the section run.py calls ------------------------------------------------------------------

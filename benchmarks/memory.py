@@ -279,6 +279,13 @@ def idle_connection_cost(root: int, port: int, count: int, wait: float = 3.0) ->
     finally:
         for sock in socks:
             sock.close()
+    return connection_cost(count, half, alive, before, middle, after)
+
+
+def connection_cost(count: int, half: int, alive: int, before: TreeMemory, middle: TreeMemory,
+                    after: TreeMemory) -> dict:
+    """The figures of an idle-connection measurement: RSS before any, with ``half`` and
+    with ``count`` connections held; the slope over the second half, and the whole growth."""
     marginal = (after.rss_kib - middle.rss_kib) * 1024
     total = (after.rss_kib - before.rss_kib) * 1024
     return {

@@ -509,13 +509,7 @@ fn queueBody(st: *Stream, body: []const u8, more: bool, owner: ?*anyopaque) outq
 /// the announced length, ends the connection with one line on `zigcorn.error`.
 pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     const conn = st.conn;
-    if (!st.resp_started) return error.NotStarted;
-    if (st.resp_complete or st.resp_body_done) return error.AlreadyComplete;
-    if (st.resp_trailers) return error.TrailersDeclared;
-    if (st.resp_head_sent or st.resp_body_bytes > 0) return error.BodyStarted;
-    st.resp_body_done = true;
-    st.resp_complete = true;
-    if (st.gone()) return;
+    // Stream.sendFile checked the call and marked the response complete.
     const file = switch (sys.openFile(path.ptr)) {
         .ok => |f| f,
         .err => |e| {

@@ -192,6 +192,13 @@ pub const Stream = struct {
     /// `http.response.pathsend`: the file at `path` is the rest of the body. Returns when
     /// the engine has taken it (the app does not wait for the file to be sent).
     pub fn sendFile(self: *Stream, path: [:0]const u8) FileError!void {
+        if (!self.resp_started) return error.NotStarted;
+        if (self.resp_complete or self.resp_body_done) return error.AlreadyComplete;
+        if (self.resp_trailers) return error.TrailersDeclared;
+        if (self.resp_head_sent or self.resp_body_bytes > 0) return error.BodyStarted;
+        self.resp_body_done = true;
+        self.resp_complete = true;
+        if (self.gone()) return;
         return switch (self.protocol) {
             .http1 => h1.sendFile(self, path),
             .http2 => h2.sendFile(self, path),

@@ -96,32 +96,20 @@ class ZigcornWorker(Worker):
         config = Config(self.wsgi, **self.config_kwargs)
         gsock = self.sockets[0]
         listener = Listener(gsock.sock, str(gsock))
-        self.server = Server(config, listener=listener)
-        loop = config.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve(loop))
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+        self.server = Server(config, listener=listener, on_ready=self._heartbeat)
+        self.server.run()
         if not self.server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
-    async def _serve(self, loop) -> None:
-        # The heartbeat: a loop that stops turning (an app blocking it) stops notifying,
-        # and the arbiter replaces the worker after --timeout.
+    def _heartbeat(self) -> None:
+        """Tells the arbiter the loop turns, from the loop itself: a loop that stops
+        turning (an app blocking it) stops notifying, and the arbiter replaces the worker
+        after --timeout."""
+        loop = asyncio.get_running_loop()
         interval = max(min(self.timeout / 2, 5.0), 0.25)
 
-        async def heartbeat() -> None:
-            while True:
-                self.notify()
-                await asyncio.sleep(interval)
+        def beat() -> None:
+            self.notify()
+            loop.call_later(interval, beat)
 
-        beat = loop.create_task(heartbeat())
-        try:
-            await self.server.serve()
-        finally:
-            beat.cancel()
+        beat()
