@@ -449,3 +449,19 @@ def test_random_and_mutated_frames_never_take_the_server_down(server):
     assert rounds > 50
     with httpx.Client(http1=False, http2=True, timeout=10) as client:
         assert client.get(f"{server.url}/").text == "hello"
+
+
+@pytest.mark.skipif(shutil.which("nghttp") is None or shutil.which("h2load") is None,
+                    reason="nghttp2-client (nghttp, h2load) is not installed")
+def test_nghttp_and_h2load(server, tls_server):
+    out = subprocess.run(["nghttp", "-nv", f"{server.url}/", f"{server.url}/scope"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    # Two streams on one connection, both answered 200.
+    assert out.stdout.count(":status: 200") == 2, out.stdout[-3000:]
+    for url in (f"{server.url}/", f"https://localhost:{tls_server.port}/"):
+        done = subprocess.run(["h2load", "-n", "2000", "-c", "4", "-m", "10", url],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "2000 succeeded, 0 failed, 0 errored" in done.stdout, done.stdout
+        assert "Application protocol: h2" in done.stdout
