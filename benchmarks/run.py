@@ -215,6 +215,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="results file (default: benchmarks/results/latest.json, "
                                              "quick.json with --quick)")
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    p.add_argument("--plot", type=Path, help="also draw the ratios against zigcorn as an SVG here (plot.py)")
     p.add_argument("--duration", type=int, help="seconds per load point (default 10, 1 with --quick)")
     p.add_argument("--warmup", type=int, help="warm-up seconds (default 2, 1 with --quick)")
     p.add_argument("--connections", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64])
@@ -324,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(cfg, env, servers, apps, h2cfg)
     print("\n" + report.render(doc))
     write_outputs(doc, args.json or RESULTS / ("quick.json" if args.quick else "latest.json"), args.markdown)
+    if args.plot:
+        import plot
+
+        plot.write(doc, args.plot)
+        print(f"wrote {args.plot}")
     failed = any(r.get("error") for app in doc["apps"].values() for r in app.values())
     failed = failed or report.http2_failed(doc)
     return 1 if failed else 0

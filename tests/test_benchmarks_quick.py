@@ -57,7 +57,8 @@ def test_parse_wrk_output():
 def test_quick_benchmark_produces_results(tmp_path):
     out, md = tmp_path / "quick.json", tmp_path / "quick.md"
     cmd = [sys.executable, str(BENCH / "run.py"), "--quick", "--servers", "zigcorn", "--no-venv",
-           "--apps", "raw", "--idle-connections", "500", "--json", str(out), "--markdown", str(md)]
+           "--apps", "raw", "--idle-connections", "500", "--json", str(out), "--markdown", str(md),
+           "--plot", str(tmp_path / "ratios.svg")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -82,6 +83,8 @@ def test_quick_benchmark_produces_results(tmp_path):
     assert soak["samples"] >= 2 and soak["growth_kib"] is not None and len(soak["series"]) >= soak["samples"]
     table = md.read_text()
     assert "| zigcorn" in table and "req/s c64" in table and "RSS growth, soak" in table
+    chart = (tmp_path / "ratios.svg").read_text()
+    assert chart.startswith("<svg") and "raw: req/s c64" in chart and "zigcorn: 1.00x" in chart
 
 
 def test_rss_trend_sees_a_climb_and_ignores_the_warm_up():
