@@ -141,3 +141,25 @@ def test_an_app_that_cannot_be_imported_stops_gunicorn(tmp_path):
          "tests.apps.no_such_module:app"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0
     assert "no_such_module" in proc.stdout + proc.stderr
+
+
+def test_sigquit_stops_at_once(gunicorn):
+    g = gunicorn("basic:app", "-w", "1", "--graceful-timeout", "30")
+    results = []
+    t = threading.Thread(target=lambda: results.append(_get_or_error(f"{g.url}/sleep?s=20")))
+    t.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    g.proc.send_signal(signal.SIGQUIT)
+    assert g.proc.wait(15) == 0
+    # Quick: the 20 s request was cut, not waited for.
+    assert time.monotonic() - started < 10
+    t.join(15)
+    assert results and results[0] != "slept"
+
+
+def _get_or_error(url):
+    try:
+        return httpx.get(url, timeout=30).text
+    except httpx.HTTPError as exc:
+        return type(exc).__name__

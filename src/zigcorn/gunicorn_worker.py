@@ -84,10 +84,14 @@ class ZigcornWorker(Worker):
     def _quit(self, sig, frame) -> None:
         """SIGQUIT: gunicorn's quick shutdown: connections are cut, apps see a disconnect."""
         server = self.server
-        if server is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet (or any more)
             sys.exit(0)
-        server.force_exit = True
-        server.handle_exit_request()
+        if server is not None:
+            server.force_exit = True
+            # From a signal handler: through the loop's thread-safe door, which wakes it.
+            loop.call_soon_threadsafe(server.handle_exit_request)
 
     def run(self) -> None:
         if len(self.sockets) != 1:
