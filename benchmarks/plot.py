@@ -48,15 +48,18 @@ def svg(doc: dict) -> str:
     groups = [(t, better, {s: v / vals["zigcorn"] for s, v in vals.items()})
               for t, better, vals in figures(doc) if vals.get("zigcorn")]
     servers = [s for s in COLORS if any(s in g[2] for g in groups)]
-    bar, gap, group_gap, height, top, left = 18, 3, 36, 260, 50, 50
+    bar, gap, group_gap, height, top, left = 20, 3, 60, 240, 50, 50
     width_group = len(servers) * (bar + gap)
     width = left + len(groups) * (width_group + group_gap) + 20
-    peak = max([1.0] + [min(v, 8.0) for g in groups for v in g[2].values()])
+    # Bars stop at 4x (their labels say the whole value): a 250x memory ratio would
+    # otherwise flatten every other bar.
+    cap = 4.0
+    peak = max([1.0] + [min(v, cap) for g in groups for v in g[2].values()])
     scale = height / peak
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 110}" '
              f'font-family="sans-serif" font-size="11">',
              f'<text x="{left}" y="20" font-size="14" font-weight="bold">Each server over zigcorn '
-             f'(zigcorn = 1.00), {escape(doc.get("date", ""))}, one run</text>']
+             f'(zigcorn = 1.00), {escape(doc.get("date", "")[:10])}, one run; bars stop at {cap:.0f}x</text>']
     base_y = top + height
     one = base_y - scale
     parts.append(f'<line x1="{left - 5}" y1="{one:.1f}" x2="{width - 10}" y2="{one:.1f}" stroke="#000" '
@@ -72,14 +75,18 @@ def svg(doc: dict) -> str:
             x = x0 + j * (bar + gap)
             parts.append(f'<rect x="{x}" y="{base_y - h:.1f}" width="{bar}" height="{h:.1f}" '
                          f'fill="{COLORS[server]}"><title>{escape(server)}: {value:.2f}x</title></rect>')
+            label = f"{value:.0f}" if value >= 10 else f"{value:.1f}"
             parts.append(f'<text x="{x + bar / 2}" y="{base_y - h - 3:.1f}" text-anchor="middle" '
-                         f'font-size="9">{value:.1f}</text>')
-        parts.append(f'<text x="{x0}" y="{base_y + 15}" font-weight="bold">{escape(title)}</text>')
-        parts.append(f'<text x="{x0}" y="{base_y + 29}" fill="#555">{better} is better</text>')
+                         f'font-size="9">{label}</text>')
+        first, _, second = title.partition(": ")
+        parts.append(f'<text x="{x0}" y="{base_y + 15}" font-weight="bold">{escape(first)}</text>')
+        if second:
+            parts.append(f'<text x="{x0}" y="{base_y + 28}" font-weight="bold">{escape(second)}</text>')
+        parts.append(f'<text x="{x0}" y="{base_y + 42}" fill="#555">{better} is better</text>')
     for j, server in enumerate(servers):
         x = left + j * 120
-        parts.append(f'<rect x="{x}" y="{base_y + 50}" width="12" height="12" fill="{COLORS[server]}"/>')
-        parts.append(f'<text x="{x + 16}" y="{base_y + 60}">{escape(server)}</text>')
+        parts.append(f'<rect x="{x}" y="{base_y + 60}" width="12" height="12" fill="{COLORS[server]}"/>')
+        parts.append(f'<text x="{x + 16}" y="{base_y + 70}">{escape(server)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
