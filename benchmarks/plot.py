@@ -74,7 +74,7 @@ def svg(doc: dict) -> str:
             h = min(value, peak) * scale
             x = x0 + j * (bar + gap)
             parts.append(f'<rect x="{x}" y="{base_y - h:.1f}" width="{bar}" height="{h:.1f}" '
-                         f'fill="{COLORS[server]}"><title>{escape(server)}: {value:.2f}x</title></rect>')
+                         f'fill="{COLORS[server]}"><title>{escape(title)}, {escape(server)}: {value:.2f}x</title></rect>')
             label = f"{value:.0f}" if value >= 10 else f"{value:.1f}"
             parts.append(f'<text x="{x + bar / 2}" y="{base_y - h - 3:.1f}" text-anchor="middle" '
                          f'font-size="9">{label}</text>')
