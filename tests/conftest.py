@@ -17,8 +17,9 @@ def start_server():
     """
     servers = []
 
-    def start(app: str, *args: str, env: dict | None = None, wait: bool = True, nofile: int | None = None) -> Server:
-        server = Server(app, *args, env=env, nofile=nofile)
+    def start(app: str, *args: str, env: dict | None = None, wait: bool = True, nofile: int | None = None,
+              preexec=None) -> Server:
+        server = Server(app, *args, env=env, nofile=nofile, preexec=preexec)
         servers.append(server)
         return server.wait_ready() if wait else server
 

@@ -56,7 +56,7 @@ def port_open(port: int) -> bool:
 class Server:
     """One server process running ``tests.apps.<app>``; output goes to a temp file."""
 
-    def __init__(self, app: str, *args: str, env: dict | None = None, nofile: int | None = None):
+    def __init__(self, app: str, *args: str, env: dict | None = None, nofile: int | None = None, preexec=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.TemporaryFile()
@@ -65,7 +65,7 @@ class Server:
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=None if nofile is None else lambda: _limit_descriptors(nofile),
+            preexec_fn=preexec if nofile is None else lambda: _limit_descriptors(nofile),
         )
 
     def wait_ready(self, timeout: float = 10.0) -> "Server":

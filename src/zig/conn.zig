@@ -396,7 +396,10 @@ pub const Conn = struct {
         const act = self.act orelse return self.setWriting(false);
         // The writer thread has the output: its completion goes on from here.
         if (act.io_busy) return;
-        if (self.canHandOff() and self.server.wantsHandOff() and self.handOff()) return;
+        if (self.completePlainResponse()) {
+            if (self.server.writer_mode != .off and self.server.wantsHandOff() and self.handOff()) return;
+            if (self.server.io.completions() and self.ringSend()) return;
+        }
         while (true) {
             // HTTP/2 moves its streams' frames into the queue as it empties.
             if (self.state == .h2) h2.fill(self);
@@ -445,12 +448,13 @@ pub const Conn = struct {
         self.server.hooks.wakeWrite(st);
     }
 
-    /// Only the first write of a complete plain HTTP/1.1 response (nothing blocked yet):
-    /// streaming, WebSocket, TLS and engine refusals stay inline.
-    fn canHandOff(self: *const Conn) bool {
+    /// Only the first write of a complete plain HTTP/1.1 response (nothing blocked yet)
+    /// goes to the writer thread or the ring: streaming, WebSocket, TLS and engine
+    /// refusals stay inline.
+    fn completePlainResponse(self: *const Conn) bool {
         const act = self.a();
         const st = &act.h1_stream;
-        return self.server.writer_mode != .off and !self.is_tls and self.state == .request and
+        return !self.is_tls and self.state == .request and
             st.resp_complete and !st.refused and act.ws == null and act.file == null and
             !self.interest.writable and !act.out.isEmpty();
     }
@@ -463,6 +467,34 @@ pub const Conn = struct {
         act.io_busy = true;
         self.server.kickWriterSoon();
         return true;
+    }
+
+    /// io_uring: the response leaves in the ring's next submission (the end of this pass
+    /// of the loop), with the write deadline running until it is out.
+    fn ringSend(self: *Conn) bool {
+        const act = self.a();
+        act.job = .{ .owner = self, .fd = self.fd };
+        act.job.iov_len = @intCast(act.out.fillIov(&act.job.iov));
+        act.job.msg = .{ .name = null, .namelen = 0, .iov = &act.job.iov, .iovlen = act.job.iov_len, .control = null, .controllen = 0, .flags = 0 };
+        if (!self.server.io.sendAsync(self.fd, &act.job.msg, @intFromPtr(self))) return false;
+        act.io_busy = true;
+        self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
+        return true;
+    }
+
+    /// io_uring: the ring's send of this connection's response finished (`result`: bytes
+    /// or -errno). A short send leaves the rest to inline writes, as the writer thread's does.
+    pub fn ringSent(self: *Conn, result: i32) void {
+        const job = &self.a().job;
+        if (result >= 0) {
+            job.written = @intCast(result);
+            job.err = if (job.written == job.bytes()) .SUCCESS else .AGAIN;
+        } else {
+            job.written = 0;
+            const e: sys.E = @enumFromInt(-result);
+            job.err = if (e == .AGAIN) .AGAIN else if (e == .CANCELED) .PIPE else e;
+        }
+        self.writeDone(job);
     }
 
     /// The writer thread finished this connection's job (on the Python thread, in poll).

@@ -338,12 +338,27 @@ fn engineStats(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return d;
 }
 
+/// backend() -> (name, refused): the I/O backend serving ("epoll" or "io_uring"), and
+/// why io_uring was refused when it was asked for (None otherwise).
+fn engineBackend(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const name = py.str(@tagName(server.io.kind())) orelse return null;
+    const refused = if (server.io.fallback) |e| (py.str(@errorName(e)) orelse {
+        py.decref(name);
+        return null;
+    }) else py.none();
+    defer py.decref(name);
+    defer py.decref(refused);
+    return c.PyTuple_Pack(2, name, refused);
+}
+
 /// options() -> dict: what the server runs with, in Config's units.
 fn engineOptions(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return options.report(asEngine(obj));
 }
 
 var engine_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "backend", .ml_meth = @ptrCast(&engineBackend), .ml_flags = c.METH_NOARGS, .ml_doc = "(I/O backend serving, why io_uring was refused or None)." },
     .{ .ml_name = "options", .ml_meth = @ptrCast(&engineOptions), .ml_flags = c.METH_NOARGS, .ml_doc = "What the server runs with, in Config's units." },
     .{ .ml_name = "adopt", .ml_meth = @ptrCast(&engineAdopt), .ml_flags = c.METH_O, .ml_doc = "Serve an already listening socket fd." },
     .{ .ml_name = "settle", .ml_meth = @ptrCast(&engineSettle), .ml_flags = c.METH_NOARGS, .ml_doc = "End of the loop's pass: wake the writer thread, busy poll if due." },

@@ -11,21 +11,20 @@
 //!   `wait`, which fills a `Batch` of `Event`s, each naming a token (a `*Conn`, or one of
 //!   the server's own descriptors) and what happened to it.
 //!
-//! Where io_uring plugs in: its `Backend` submits the same operations to the ring
-//! (multishot accept and receive into a provided-buffer ring, `sendmsg` for `sendv`) and
-//! its `wait` turns completions into `Event`s that carry the operation's result (bytes
-//! received into which buffer, bytes sent), where epoll's carry readiness. The
-//! connection already treats `recv`/`sendv` as "give me what is there" and reacts to
-//! events, so it gains a completion path (`Event.result`) beside the readiness one. TLS
-//! already runs over this interface: OpenSSL's reads and writes call the connection's
-//! `recv`/`sendv` through a BIO of ours (`tls.Transport`); on io_uring those callbacks
-//! take the bytes the completions brought.
+//! Two backends sit behind it, chosen at start (`--io-backend`): epoll, where each
+//! operation is the system call done now and `.err = .AGAIN` means "wait for the
+//! interest you set"; and io_uring (`uring.zig`), where receives and accepts complete
+//! into the backend ahead of time and `recv`/`accept` hand over what arrived, so the
+//! connection code above is the same for both. TLS runs over this interface too:
+//! OpenSSL's reads and writes call the connection's `recv`/`sendv` through a BIO of
+//! ours (`tls.Transport`).
 //!
 //! Interest is level-triggered: a connection that cannot take more bytes drops
 //! `readable` from its interest instead of leaving data unread under an edge trigger.
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
+const uring_mod = @import("uring.zig");
 
 pub const Interest = struct {
     readable: bool = true,
@@ -41,44 +40,82 @@ pub const Interest = struct {
     }
 };
 
-pub const Event = struct {
-    token: usize,
-    readable: bool,
-    writable: bool,
-    /// The peer closed its side or the socket failed.
-    hangup: bool,
+pub const Event = uring_mod.Event;
+
+pub const Kind = enum(u8) { epoll = 0, io_uring = 1 };
+
+pub const Config = struct {
+    kind: Kind = .epoll,
+    uring: uring_mod.Config = .{},
 };
 
 pub const Backend = struct {
+    /// The descriptor the asyncio loop watches: the epoll set, or the ring.
     fd: i32,
+    /// Set when the backend is io_uring (`uring.zig`); every operation goes there.
+    uring: ?*uring_mod.Uring = null,
+    /// io_uring was asked for and the kernel refused it: why (epoll serves instead).
+    fallback: ?anyerror = null,
 
-    pub fn init() !Backend {
+    pub fn init(cfg: Config) !Backend {
+        if (cfg.kind == .io_uring) {
+            if (uring_mod.Uring.init(cfg.uring)) |u| {
+                return .{ .fd = u.fd(), .uring = u };
+            } else |e| {
+                var b = try initEpoll();
+                b.fallback = e;
+                return b;
+            }
+        }
+        return initEpoll();
+    }
+
+    fn initEpoll() !Backend {
         const rc = linux.epoll_create1(linux.EPOLL.CLOEXEC);
         if (sys.E.init(rc) != .SUCCESS) return error.EpollCreateFailed;
         return .{ .fd = @intCast(rc) };
     }
 
+    pub fn kind(self: *const Backend) Kind {
+        return if (self.uring != null) .io_uring else .epoll;
+    }
+
     pub fn deinit(self: *Backend) void {
-        sys.close(self.fd);
+        if (self.uring) |u| {
+            u.deinit();
+            self.uring = null;
+        } else {
+            sys.close(self.fd);
+        }
         self.fd = -1;
     }
 
     pub fn register(self: *Backend, fd: i32, token: usize, interest: Interest) bool {
+        if (self.uring) |u| return u.register(fd, token, interest.readable, interest.writable);
         return self.ctl(linux.EPOLL.CTL_ADD, fd, token, interest);
+    }
+
+    /// An eventfd or timerfd of the server's own, reported with `token` when readable.
+    pub fn registerPollable(self: *Backend, fd: i32, token: usize) bool {
+        if (self.uring) |u| return u.registerPollable(fd, token);
+        return self.ctl(linux.EPOLL.CTL_ADD, fd, token, .{});
     }
 
     /// A listening socket, possibly shared with other worker processes: EPOLLEXCLUSIVE
     /// wakes one waiter per connection instead of every worker.
     pub fn registerListener(self: *Backend, fd: i32, token: usize) bool {
+        if (self.uring) |u| return u.registerListener(fd, token);
         var ev = linux.epoll_event{ .events = linux.EPOLL.IN | linux.EPOLL.EXCLUSIVE, .data = .{ .ptr = token } };
         return sys.E.init(linux.epoll_ctl(self.fd, linux.EPOLL.CTL_ADD, fd, &ev)) == .SUCCESS;
     }
 
     pub fn update(self: *Backend, fd: i32, token: usize, interest: Interest) bool {
+        if (self.uring) |u| return u.update(fd, interest.readable, interest.writable);
         return self.ctl(linux.EPOLL.CTL_MOD, fd, token, interest);
     }
 
     pub fn unregister(self: *Backend, fd: i32) void {
+        if (self.uring) |u| return u.unregister(fd);
         _ = linux.epoll_ctl(self.fd, linux.EPOLL.CTL_DEL, fd, null);
     }
 
@@ -89,9 +126,12 @@ pub const Backend = struct {
 
     pub const Batch = struct {
         raw: [256]linux.epoll_event = undefined,
+        events: [256]Event = undefined,
         len: usize = 0,
+        completions: bool = false,
 
         pub fn get(self: *const Batch, i: usize) Event {
+            if (self.completions) return self.events[i];
             const ev = self.raw[i];
             const hup = linux.EPOLL.HUP | linux.EPOLL.ERR | linux.EPOLL.RDHUP;
             return .{
@@ -103,26 +143,57 @@ pub const Backend = struct {
         }
     };
 
+    /// io_uring: work queued outside `wait` calls this, so the server submits it when the
+    /// loop's pass ends (epoll has nothing to submit).
+    pub fn setKick(self: *Backend, kick: uring_mod.Kick) void {
+        if (self.uring) |u| u.kick = kick;
+    }
+
+    /// io_uring only: queues a whole response as a `sendmsg` in the ring (see `Uring.sendAsync`).
+    pub fn sendAsync(self: *Backend, fd: i32, msg: *const std.posix.msghdr_const, token: usize) bool {
+        const u = self.uring orelse return false;
+        return u.sendAsync(fd, msg, token);
+    }
+
+    pub fn completions(self: *const Backend) bool {
+        return self.uring != null;
+    }
+
+    /// io_uring: submits what the pass queued.
+    pub fn submit(self: *Backend) void {
+        if (self.uring) |u| u.submit();
+    }
+
+    /// io_uring: events or starved receives wait beyond the last batch.
+    pub fn hasBacklog(self: *const Backend) bool {
+        const u = self.uring orelse return false;
+        return u.hasBacklog();
+    }
+
     // ---- operations -----------------------------------------------------------------
 
     /// A new connection from a listening socket (non-blocking, close-on-exec), and its peer.
-    pub fn accept(_: *Backend, listen_fd: i32, peer: *linux.sockaddr.storage) sys.Result(i32) {
+    pub fn accept(self: *Backend, listen_fd: i32, peer: *linux.sockaddr.storage) sys.Result(i32) {
+        if (self.uring) |u| return u.accept(listen_fd, peer);
         var len: linux.socklen_t = undefined;
         return sys.accept(listen_fd, peer, &len);
     }
 
     /// Bytes from the socket into `buf`: `.ok = 0` is the peer's end of stream.
-    pub fn recv(_: *Backend, fd: i32, buf: []u8) sys.Result(usize) {
+    pub fn recv(self: *Backend, fd: i32, buf: []u8) sys.Result(usize) {
+        if (self.uring) |u| return u.recv(fd, buf);
         return sys.read(fd, buf);
     }
 
     /// As many of the bytes in `iov` as the socket takes now.
-    pub fn sendv(_: *Backend, fd: i32, iov: []const std.posix.iovec_const) sys.Result(usize) {
+    pub fn sendv(self: *Backend, fd: i32, iov: []const std.posix.iovec_const) sys.Result(usize) {
+        if (self.uring) |u| return u.sendv(fd, iov);
         return sys.writev(fd, iov);
     }
 
     /// File bytes to a socket without passing through userspace (pathsend on plain connections).
-    pub fn sendfile(_: *Backend, fd: i32, file_fd: i32, offset: *u64, count: usize) sys.Result(usize) {
+    pub fn sendfile(self: *Backend, fd: i32, file_fd: i32, offset: *u64, count: usize) sys.Result(usize) {
+        if (self.uring) |u| return u.sendfile(fd, file_fd, offset, count);
         return sys.sendfile(fd, file_fd, offset, count);
     }
 
@@ -132,6 +203,7 @@ pub const Backend = struct {
 
     /// The descriptor leaves the event set and is closed.
     pub fn close(self: *Backend, fd: i32) void {
+        if (self.uring) |u| return u.close(fd);
         self.unregister(fd);
         sys.close(fd);
     }
@@ -140,6 +212,12 @@ pub const Backend = struct {
 
     /// Collects ready events without blocking (timeout_ms = 0) or waiting up to timeout_ms.
     pub fn wait(self: *Backend, batch: *Batch, timeout_ms: i32) void {
+        if (self.uring) |u| {
+            std.debug.assert(timeout_ms == 0);
+            batch.completions = true;
+            batch.len = u.wait(&batch.events);
+            return;
+        }
         const rc = linux.epoll_wait(self.fd, &batch.raw, batch.raw.len, timeout_ms);
         batch.len = if (sys.E.init(rc) == .SUCCESS) rc else 0;
     }

@@ -30,6 +30,8 @@ pub const Slot = extern struct {
     resident_bytes: u64 = 0,
     /// Times accepting paused because the process or system ran out of descriptors or memory.
     accept_pauses: u64 = 0,
+    /// io_uring: times a connection's receive found no free buffer in the ring and waited.
+    io_buffer_waits: u64 = 0,
 
     pub fn observe(self: *Slot, status: u16, duration_us: u64) void {
         if (status >= 100 and status < 600) self.responses[status / 100 - 1] += 1;
@@ -115,6 +117,7 @@ pub fn render(out: []u8) error{NoSpace}![]const u8 {
         for (0..sum.duration_buckets.len) |i| sum.duration_buckets[i] += s.duration_buckets[i];
         sum.duration_sum_us += s.duration_sum_us;
         sum.accept_pauses += s.accept_pauses;
+        sum.io_buffer_waits += s.io_buffer_waits;
         if (s.live != 0) {
             workers += 1;
             sum.connections_open += s.connections_open;
@@ -147,6 +150,7 @@ fn writeAll(w: *std.Io.Writer, sum: Slot, workers: u64) std.Io.Writer.Error!void
     try metric(w, "zigcorn_resident_memory_bytes", "gauge", "Resident memory of the worker processes.", sum.resident_bytes);
     try metric(w, "zigcorn_workers", "gauge", "Worker processes serving.", workers);
     try metric(w, "zigcorn_accept_pauses_total", "counter", "Times accepting paused for a second: out of file descriptors or memory.", sum.accept_pauses);
+    try metric(w, "zigcorn_io_uring_buffer_waits_total", "counter", "io_uring: times a receive found the buffer ring empty and waited for a buffer (raise --io-uring-buffers).", sum.io_buffer_waits);
     try metric(w, "zigcorn_worker_restarts_total", "counter", "Workers replaced after dying.", if (header) |h| h.worker_restarts else 0);
 }
 

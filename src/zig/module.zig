@@ -96,10 +96,13 @@ export fn PyInit__core() ?*Object {
 /// `Config` validates against, so the two can never disagree.
 fn addLimits(m: *Object) bool {
     const options = @import("options.zig");
+const uring = @import("uring.zig");
     const d = c.PyDict_New() orelse return false;
     const limits = .{
         .{ "limit_request_head", options.request_head_bytes_min, options.request_head_bytes_max },
         .{ "limit_request_line", 16, options.request_head_bytes_max },
+        .{ "io_uring_buffers", uring.buffers_min, uring.buffers_max },
+        .{ "io_uring_buffer_size", uring.buffer_bytes_min, uring.buffer_bytes_max },
         .{ "limit_request_fields", 1, options.request_fields_max },
         .{ "busy_poll", 0, options.busy_poll_us_max },
     };

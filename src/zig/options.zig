@@ -8,6 +8,8 @@ const server_mod = @import("server.zig");
 const scope = @import("scope.zig");
 const response = @import("response.zig");
 const metrics = @import("metrics.zig");
+const io = @import("io.zig");
+const uring = @import("uring.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 const allocator = std.heap.c_allocator;
@@ -40,6 +42,16 @@ pub fn optInt(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: 
         return null;
     }
     return @intCast(n);
+}
+
+/// A power of two from `low` to `high`.
+pub fn optPowerOfTwo(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: T, high: T) ?T {
+    const n = optInt(opts, key, T, low, high) orelse return null;
+    if (!std.math.isPowerOfTwo(n)) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be a power of two, not %lld", key.ptr, @as(c_longlong, @intCast(n)));
+        return null;
+    }
+    return n;
 }
 
 /// Seconds (a float from 0 to `seconds_max`) as milliseconds.
@@ -200,6 +212,13 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         .http2 = optBool(opts, "http2") orelse return null,
         .h2_max_streams = optInt(opts, "http2_max_concurrent_streams", u32, 1, std.math.maxInt(i32)) orelse return null,
         .writer = std.meta.intToEnum(server_mod.WriterMode, optInt(opts, "writer_thread", u8, 0, 2) orelse return null) catch unreachable,
+        .io = .{
+            .kind = std.meta.intToEnum(io.Kind, optInt(opts, "io_backend", u8, 0, 1) orelse return null) catch unreachable,
+            .uring = .{
+                .buffers = optPowerOfTwo(opts, "io_uring_buffers", u16, uring.buffers_min, uring.buffers_max) orelse return null,
+                .buffer_bytes = optPowerOfTwo(opts, "io_uring_buffer_size", u32, uring.buffer_bytes_min, uring.buffer_bytes_max) orelse return null,
+            },
+        },
         .limits = .{
             .head_bytes_max = optInt(opts, "limit_request_head", usize, request_head_bytes_min, request_head_bytes_max) orelse return null,
             .target_bytes_max = optInt(opts, "limit_request_line", usize, 16, request_head_bytes_max) orelse return null,
@@ -243,6 +262,8 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
         .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
         .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
+        .{ "io_uring_buffers", s.opts.io.uring.buffers },
+        .{ "io_uring_buffer_size", s.opts.io.uring.buffer_bytes },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
@@ -262,6 +283,8 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "metrics_path", s.opts.metrics_path },
         .{ "health_path", s.opts.health_path },
         .{ "root_path", self.info.root_path_utf8 },
+        // What was asked for (`Engine.backend()` says what serves).
+        .{ "io_backend", @tagName(s.opts.io.kind) },
     };
     inline for (strs) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.str(f[1]))) return fail(d);

@@ -114,6 +114,8 @@ pub const Options = struct {
     http2: bool,
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
     h2_max_streams: u32,
+    /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
+    io: io.Config = .{},
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -207,6 +209,7 @@ pub const Server = struct {
     settle_pending: bool = false,
     spin_wanted: bool = false,
     kick_wanted: bool = false,
+    io_submit_wanted: bool = false,
     /// After a spin that found nothing, the next idle moments are let pass without one:
     /// 1, then 2, 4, ... up to `spin_backoff_max` after misses in a row.
     spin_skip: u8 = 0,
@@ -230,7 +233,7 @@ pub const Server = struct {
         errdefer allocator.destroy(self);
         self.* = .{
             .allocator = allocator,
-            .io = try io.Backend.init(),
+            .io = try io.Backend.init(opts.io),
             .hooks = hooks,
             .opts = opts,
             .metrics = opts.metrics,
@@ -256,12 +259,13 @@ pub const Server = struct {
         const second = linux.timespec{ .sec = 1, .nsec = 0 };
         const spec = linux.itimerspec{ .it_interval = second, .it_value = second };
         _ = linux.timerfd_settime(self.timer_fd, .{}, &spec, null);
-        _ = self.io.register(self.timer_fd, token_timer, .{});
+        _ = self.io.registerPollable(self.timer_fd, token_timer);
 
         const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
         if (sys.E.init(efd_rc) != .SUCCESS) return error.EventFdFailed;
         self.wake_fd = @intCast(efd_rc);
-        _ = self.io.register(self.wake_fd, token_wake, .{});
+        _ = self.io.registerPollable(self.wake_fd, token_wake);
+        self.io.setKick(.{ .ctx = self, .func = ioKick });
         if (opts.writer == .on) self.startWriter();
         return self;
     }
@@ -370,12 +374,28 @@ pub const Server = struct {
                 token_wake => self.clearWake(),
                 else => {
                     const c: *Conn = @ptrFromInt(ev.token);
-                    c.onEvent(ev.readable, ev.writable, ev.hangup);
+                    if (ev.sent) c.ringSent(ev.result) else c.onEvent(ev.readable, ev.writable, ev.hangup);
                 },
             }
         }
         self.runPending();
         self.freeGraveyard();
+        // io_uring: events beyond this batch, or a receive that waited for a buffer.
+        if (self.io.hasBacklog()) self.signalWake();
+    }
+
+    fn signalWake(self: *Server) void {
+        if (self.wake_signalled) return;
+        self.wake_signalled = true;
+        const one: u64 = 1;
+        _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
+    }
+
+    /// io_uring: an operation was queued outside `wait`; it is submitted when the pass ends.
+    fn ioKick(ctx: *anyopaque) void {
+        const self: *Server = @ptrCast(@alignCast(ctx));
+        self.io_submit_wanted = true;
+        self.settleSoon();
     }
 
     fn acceptAll(self: *Server) void {
@@ -475,7 +495,10 @@ pub const Server = struct {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
         }
-        if (self.metrics) |m| m.resident_bytes = metrics.residentBytes();
+        if (self.metrics) |m| {
+            m.resident_bytes = metrics.residentBytes();
+            if (self.io.uring) |u| m.io_buffer_waits = u.buffer_waits;
+        }
         // Load has passed: the per-request structs freed to malloc go back to the OS too.
         if (self.pool.trim()) sys.trimHeap();
     }
@@ -657,6 +680,10 @@ pub const Server = struct {
     pub fn settleBegin(self: *Server) bool {
         self.settle_pending = false;
         self.flushQueued();
+        if (self.io_submit_wanted) {
+            self.io_submit_wanted = false;
+            self.io.submit();
+        }
         if (self.kick_wanted) {
             self.kick_wanted = false;
             if (self.writer) |w| w.kick();

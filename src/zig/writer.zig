@@ -24,6 +24,8 @@ pub const Job = struct {
     written: usize = 0,
     /// .SUCCESS (everything written), .AGAIN (the socket is full), or the write's error.
     err: sys.E = .SUCCESS,
+    /// io_uring: the same job as a `sendmsg` in the ring (the message points at `iov`).
+    msg: std.posix.msghdr_const = undefined,
 
     pub fn bytes(self: *const Job) usize {
         var n: usize = 0;

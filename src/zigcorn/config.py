@@ -32,6 +32,9 @@ LOG_LEVELS: dict[str, int] = {
 LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 LIFESPAN_CHOICES = ("auto", "on", "off")
 WRITER_CHOICES = ("auto", "on", "off")
+IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
+# What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section).
+IO_BACKEND_AUTO = "epoll"
 # uvicorn's --interface names; "wsgi" runs the app through a2wsgi.
 INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
@@ -99,6 +102,8 @@ def _engine_limit(name: str) -> tuple[int, int]:
 _HEAD_MIN, _HEAD_MAX = _engine_limit("limit_request_head")
 _LINE_MIN, _LINE_MAX = _engine_limit("limit_request_line")
 _FIELDS_MIN, _FIELDS_MAX = _engine_limit("limit_request_fields")
+_RING_BUFFERS_MIN, _RING_BUFFERS_MAX = _engine_limit("io_uring_buffers")
+_RING_BUFFER_SIZE_MIN, _RING_BUFFER_SIZE_MAX = _engine_limit("io_uring_buffer_size")
 _U32 = 2**32 - 1
 _SECONDS_MAX = 10**9
 
@@ -157,6 +162,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
     _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
        type=int, metavar="N", low=1, high=2**31 - 1),
+    _S("io_backend", None, "how the engine waits for sockets: epoll, io_uring (falls back to epoll where the "
+       "kernel refuses it) or auto", "HTTP", choices=IO_BACKEND_CHOICES, shown="$ZIGCORN_IO_BACKEND or auto"),
+    _S("io_uring_buffers", 256, "io_uring: receive buffers in the ring, a power of two (taken only while bytes "
+       "wait)", "HTTP", type=int, metavar="N", low=_RING_BUFFERS_MIN, high=_RING_BUFFERS_MAX),
+    _S("io_uring_buffer_size", 4096, "io_uring: bytes per receive buffer, a power of two", "HTTP", type=int,
+       metavar="BYTES", low=_RING_BUFFER_SIZE_MIN, high=_RING_BUFFER_SIZE_MAX),
     _S("busy_poll", 100, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
        type=int, metavar="USEC", low=0, high=5000),
     # Metrics and health
@@ -312,6 +323,19 @@ class Config:
             raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
         if self.writer_thread not in WRITER_CHOICES:
             raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {self.writer_thread!r}")
+        if self.io_backend is None:
+            self.io_backend = os.environ.get("ZIGCORN_IO_BACKEND") or "auto"
+        if self.io_backend not in IO_BACKEND_CHOICES:
+            raise ValueError(f"io_backend must be one of {', '.join(IO_BACKEND_CHOICES)}, not {self.io_backend!r}")
+        for name in ("io_uring_buffers", "io_uring_buffer_size"):
+            value = getattr(self, name)
+            if value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, not {value}")
+
+    @property
+    def resolved_io_backend(self) -> str:
+        """The backend asked of the engine (which may still fall back to epoll)."""
+        return IO_BACKEND_AUTO if self.io_backend == "auto" else self.io_backend
 
     @property
     def is_ssl(self) -> bool:
@@ -372,6 +396,9 @@ class Config:
             "timeout_body": float(self.timeout_body),
             "timeout_write": float(self.timeout_write),
             "writer_thread": WRITER_MODES[self.writer_thread],
+            "io_backend": 1 if self.resolved_io_backend == "io_uring" else 0,
+            "io_uring_buffers": self.io_uring_buffers,
+            "io_uring_buffer_size": self.io_uring_buffer_size,
             "http2": bool(self.http2),
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
             "busy_poll": self.busy_poll,

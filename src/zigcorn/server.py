@@ -142,6 +142,9 @@ class Server:
             return
         dispatcher.engine = engine
         self.engine = engine
+        _, refused = engine.backend()
+        if refused:
+            logger.info("io_uring is not available here (%s): serving with epoll", refused)
         own_listener = self.listener is None
         try:
             listener = bind(config) if own_listener else self.listener

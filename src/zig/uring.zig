@@ -1,0 +1,672 @@
+//! The io_uring backend: the same interface as epoll's (`io.zig`), completion-based.
+//!
+//! - **Receiving**: every connection that wants to read has one multishot receive in
+//!   the ring, drawing buffers from a provided-buffer ring. The kernel takes a buffer
+//!   only when bytes arrive, so an idle connection holds none. A completion's bytes wait
+//!   in their ring buffer ("held") until the connection's `recv` copies them into its own
+//!   read buffer, in the same pass as a rule; the ring buffer then goes straight back.
+//!   `recv` keeps its meaning: "give me what is there", `.AGAIN` when nothing is.
+//! - **Readiness the connection still needs**: a connection that stops reading has its
+//!   receive cancelled and a one-shot poll for the peer's hang-up armed instead (the app
+//!   must still see `http.disconnect`); a connection that waits to write gets a one-shot
+//!   POLLOUT, re-armed every pass while it still wants it (the level-triggered behaviour
+//!   the connection code is written for).
+//! - **Sending** stays the direct `writev`/`sendfile` call: bytes usually leave at once,
+//!   and the writer thread, pathsend and TLS keep working on a real descriptor.
+//! - **Accepting**: one multishot accept on the listener; the new descriptors queue
+//!   here until the server's `accept` takes them.
+//! - **One `io_uring_enter` per call to `wait`**: it submits what the pass queued and
+//!   collects completions. Work queued outside a `wait` (an app's `send` that met a full
+//!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
+//!
+//! Events are kept as (descriptor, generation) and turned into tokens only when the
+//! batch is filled, so a completion for a descriptor closed meanwhile (and perhaps
+//! reused) is recognised and dropped.
+const std = @import("std");
+const linux = std.os.linux;
+const IoUring = linux.IoUring;
+const sys = @import("sys.zig");
+
+const page = std.heap.page_size_min;
+
+pub const Event = struct {
+    token: usize,
+    readable: bool,
+    writable: bool,
+    hangup: bool,
+    /// io_uring: a `sendAsync` finished; `result` is bytes sent or -errno.
+    sent: bool = false,
+    result: i32 = 0,
+};
+
+pub const Config = struct {
+    /// Provided buffers: how many (a power of two) and how large (a power of two).
+    buffers: u16 = 256,
+    buffer_bytes: u32 = 4096,
+};
+
+pub const buffers_min = 16;
+pub const buffers_max = 32768;
+pub const buffer_bytes_min = 512;
+pub const buffer_bytes_max = 65536;
+
+const group_id: u16 = 1;
+const no_buf: u16 = 0xffff;
+const sq_entries: u16 = 1024;
+/// POLLRDHUP (the same value on every Linux architecture the engine builds for).
+const poll_rdhup: u32 = 0x2000;
+
+const Op = enum(u8) { none = 0, recv = 1, pollout = 2, pollhup = 3, accept = 4, pollable = 5, cancel = 6, close = 7, send = 8 };
+
+fn userData(op: Op, gen: u32, fd: i32) u64 {
+    return (@as(u64, @intFromEnum(op)) << 56) | (@as(u64, gen & 0xffffff) << 32) | @as(u32, @bitCast(fd));
+}
+
+const Slot = struct {
+    token: usize = 0,
+    gen: u32 = 0,
+    /// The held buffers, oldest first (linked through `segs[bid].next`).
+    held_head: u16 = no_buf,
+    held_tail: u16 = no_buf,
+    /// errno of a failed receive, reported by the next `recv` once the held bytes are read.
+    err: u16 = 0,
+    registered: bool = false,
+    want_read: bool = false,
+    want_write: bool = false,
+    recv_armed: bool = false,
+    out_armed: bool = false,
+    hup_armed: bool = false,
+    eof: bool = false,
+    queued_read: bool = false,
+};
+
+const Seg = struct { off: u32 = 0, len: u32 = 0, next: u16 = no_buf };
+
+const Kind = enum(u8) { read, write, hangup, token, sent };
+const Pending = struct { fd: i32, gen: u32, kind: Kind, token: usize = 0, result: i32 = 0 };
+
+const Pollable = struct { fd: i32, token: usize, armed: bool };
+
+pub const Kick = struct {
+    ctx: *anyopaque,
+    func: *const fn (ctx: *anyopaque) void,
+};
+
+pub const Uring = struct {
+    ring: IoUring,
+    br: *align(page) linux.io_uring_buf_ring,
+    mem: []align(page) u8,
+    buf_bytes: u32,
+    buf_count: u16,
+    segs: []Seg,
+    slots: []Slot = &.{},
+    queue: std.ArrayListUnmanaged(Pending) = .{},
+    /// Descriptors given a writable event: POLLOUT is armed again next pass if still wanted.
+    delivered_out: std.ArrayListUnmanaged(Pending) = .{},
+    /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
+    starved: std.ArrayListUnmanaged(Pending) = .{},
+    accepted: std.ArrayListUnmanaged(i32) = .{},
+    accept_err: u16 = 0,
+    listen_fd: i32 = -1,
+    listen_token: usize = 0,
+    listen_armed: bool = false,
+    pollables: [4]Pollable = undefined,
+    pollables_len: usize = 0,
+    in_wait: bool = false,
+    kick: ?Kick = null,
+    /// Times a receive found the buffer ring empty (the connection waited for a buffer).
+    buffer_waits: u64 = 0,
+    buffers_free: u32,
+
+    const allocator = std.heap.c_allocator;
+
+    /// Sets up the ring and its buffers; an error means the kernel (or a sysctl or
+    /// seccomp profile) refuses io_uring, and the caller falls back to epoll.
+    pub fn init(cfg: Config) !*Uring {
+        std.debug.assert(std.math.isPowerOfTwo(cfg.buffers) and std.math.isPowerOfTwo(cfg.buffer_bytes));
+        // Cooperative task running: completions are posted when this thread next enters
+        // the kernel, with no interrupt of a running thread. (Deferred task running would
+        // save more, but then the ring's descriptor does not wake the asyncio loop's
+        // epoll: completions are posted only inside io_uring_enter.)
+        var params = std.mem.zeroInit(linux.io_uring_params, .{
+            .flags = linux.IORING_SETUP_SINGLE_ISSUER | linux.IORING_SETUP_COOP_TASKRUN |
+                linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
+            .cq_entries = @as(u32, sq_entries) * 8,
+        });
+        var ring = IoUring.init_params(sq_entries, &params) catch |e| blk: {
+            if (e != error.ArgumentsInvalid) return e;
+            // Kernels before 6.0: no single-issuer or cooperative flags.
+            var plain = std.mem.zeroInit(linux.io_uring_params, .{
+                .flags = linux.IORING_SETUP_CQSIZE,
+                .cq_entries = @as(u32, sq_entries) * 8,
+            });
+            break :blk try IoUring.init_params(sq_entries, &plain);
+        };
+        errdefer ring.deinit();
+        const br = try IoUring.setup_buf_ring(ring.fd, cfg.buffers, group_id, .{ .inc = false });
+        errdefer IoUring.free_buf_ring(ring.fd, br, cfg.buffers, group_id);
+        // Pages are touched only when the kernel fills a buffer.
+        const mem = try std.posix.mmap(null, @as(usize, cfg.buffers) * cfg.buffer_bytes, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+        errdefer std.posix.munmap(mem);
+        const segs = try allocator.alloc(Seg, cfg.buffers);
+        errdefer allocator.free(segs);
+        @memset(segs, .{});
+        const self = try allocator.create(Uring);
+        self.* = .{ .ring = ring, .br = br, .mem = mem, .buf_bytes = cfg.buffer_bytes, .buf_count = cfg.buffers, .segs = segs, .buffers_free = cfg.buffers };
+        IoUring.buf_ring_init(br);
+        const mask = IoUring.buf_ring_mask(cfg.buffers);
+        var i: u16 = 0;
+        while (i < cfg.buffers) : (i += 1) IoUring.buf_ring_add(br, self.bufferOf(i), i, mask, i);
+        IoUring.buf_ring_advance(br, cfg.buffers);
+        return self;
+    }
+
+    pub fn deinit(self: *Uring) void {
+        IoUring.free_buf_ring(self.ring.fd, self.br, self.buf_count, group_id);
+        self.ring.deinit();
+        std.posix.munmap(self.mem);
+        allocator.free(self.segs);
+        allocator.free(self.slots);
+        self.queue.deinit(allocator);
+        self.delivered_out.deinit(allocator);
+        self.starved.deinit(allocator);
+        for (self.accepted.items) |a| sys.close(a);
+        self.accepted.deinit(allocator);
+        allocator.destroy(self);
+    }
+
+    pub fn fd(self: *const Uring) i32 {
+        return self.ring.fd;
+    }
+
+    fn bufferOf(self: *Uring, bid: u16) []u8 {
+        const start = @as(usize, bid) * self.buf_bytes;
+        return self.mem[start .. start + self.buf_bytes];
+    }
+
+    fn giveBack(self: *Uring, bid: u16) void {
+        IoUring.buf_ring_add(self.br, self.bufferOf(bid), bid, IoUring.buf_ring_mask(self.buf_count), 0);
+        IoUring.buf_ring_advance(self.br, 1);
+        self.buffers_free += 1;
+    }
+
+    // ---- submission -----------------------------------------------------------------
+
+    /// An SQE, submitting what is queued first if the ring is full. Null only if the
+    /// kernel refuses the submission itself (then the operation is lost and logged by
+    /// the caller's timeouts: a connection without its receive is reaped by them).
+    fn sqe(self: *Uring) ?*linux.io_uring_sqe {
+        if (self.ring.get_sqe()) |s| {
+            self.kicked();
+            return s;
+        } else |_| {}
+        _ = self.ring.submit() catch {};
+        return self.ring.get_sqe() catch null;
+    }
+
+    fn kicked(self: *Uring) void {
+        if (self.in_wait) return;
+        if (self.kick) |k| k.func(k.ctx);
+    }
+
+    /// Submits what is queued (the end of a pass of the loop).
+    pub fn submit(self: *Uring) void {
+        if (self.ring.sq_ready() == 0) return;
+        _ = self.ring.submit() catch {};
+    }
+
+    fn armRecv(self: *Uring, fd_: i32, s: *Slot) void {
+        if (s.recv_armed or s.eof or s.err != 0) return;
+        const q = self.sqe() orelse return;
+        q.prep_rw(.RECV, fd_, 0, 0, 0);
+        q.flags |= linux.IOSQE_BUFFER_SELECT;
+        q.buf_index = group_id;
+        q.ioprio |= linux.IORING_RECV_MULTISHOT;
+        q.user_data = userData(.recv, s.gen, fd_);
+        s.recv_armed = true;
+    }
+
+    fn armPoll(self: *Uring, op: Op, fd_: i32, s: *Slot, mask: u32) void {
+        const q = self.sqe() orelse return;
+        q.prep_poll_add(fd_, mask);
+        q.user_data = userData(op, s.gen, fd_);
+        if (op == .pollout) s.out_armed = true else s.hup_armed = true;
+    }
+
+    fn cancelRecv(self: *Uring, fd_: i32, s: *Slot) void {
+        if (!s.recv_armed) return;
+        const q = self.sqe() orelse return;
+        q.prep_cancel(userData(.recv, s.gen, fd_), 0);
+        q.user_data = userData(.cancel, 0, fd_);
+        // Completes with -ECANCELED (or its last bytes first): recv_armed clears then.
+    }
+
+    // ---- registration ---------------------------------------------------------------
+
+    fn slot(self: *Uring, fd_: i32) ?*Slot {
+        const i: usize = @intCast(fd_);
+        if (i >= self.slots.len) {
+            var n = @max(self.slots.len * 2, 1024);
+            while (n <= i) n *= 2;
+            const grown = allocator.realloc(self.slots, n) catch return null;
+            @memset(grown[self.slots.len..], .{});
+            self.slots = grown;
+        }
+        return &self.slots[i];
+    }
+
+    pub fn register(self: *Uring, fd_: i32, token: usize, readable: bool, writable: bool) bool {
+        const s = self.slot(fd_) orelse return false;
+        std.debug.assert(!s.registered);
+        const gen = (s.gen +% 1) & 0xffffff;
+        s.* = .{ .token = token, .gen = gen, .registered = true };
+        self.apply(fd_, s, readable, writable);
+        return true;
+    }
+
+    /// An eventfd or timerfd: a multishot poll for input, reported with its token.
+    pub fn registerPollable(self: *Uring, fd_: i32, token: usize) bool {
+        if (self.pollables_len == self.pollables.len) return false;
+        self.pollables[self.pollables_len] = .{ .fd = fd_, .token = token, .armed = false };
+        self.pollables_len += 1;
+        self.armPollable(self.pollables_len - 1);
+        return true;
+    }
+
+    fn armPollable(self: *Uring, i: usize) void {
+        const p = &self.pollables[i];
+        const q = self.sqe() orelse return;
+        q.prep_poll_add(p.fd, linux.POLL.IN);
+        q.len = linux.IORING_POLL_ADD_MULTI;
+        q.user_data = userData(.pollable, @intCast(i), p.fd);
+        p.armed = true;
+    }
+
+    pub fn registerListener(self: *Uring, fd_: i32, token: usize) bool {
+        self.listen_fd = fd_;
+        self.listen_token = token;
+        self.accept_err = 0;
+        self.armAccept();
+        return true;
+    }
+
+    fn armAccept(self: *Uring) void {
+        if (self.listen_armed or self.listen_fd < 0) return;
+        const q = self.sqe() orelse return;
+        q.prep_multishot_accept(self.listen_fd, null, null, linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC);
+        q.user_data = userData(.accept, 0, self.listen_fd);
+        self.listen_armed = true;
+    }
+
+    pub fn update(self: *Uring, fd_: i32, readable: bool, writable: bool) bool {
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return false;
+        const s = &self.slots[@intCast(fd_)];
+        if (!s.registered) return false;
+        self.apply(fd_, s, readable, writable);
+        return true;
+    }
+
+    fn apply(self: *Uring, fd_: i32, s: *Slot, readable: bool, writable: bool) void {
+        if (readable and !s.want_read) {
+            s.want_read = true;
+            self.armRecv(fd_, s);
+            if (s.held_head != no_buf or s.eof or s.err != 0) self.queueRead(fd_, s);
+        } else if (!readable and s.want_read) {
+            s.want_read = false;
+            self.cancelRecv(fd_, s);
+            // The app must still learn that the peer went away.
+            if (!s.hup_armed and !s.eof) self.armPoll(.pollhup, fd_, s, poll_rdhup | linux.POLL.HUP | linux.POLL.ERR);
+        }
+        if (writable and !s.want_write) {
+            s.want_write = true;
+            if (!s.out_armed) self.armPoll(.pollout, fd_, s, linux.POLL.OUT);
+        } else if (!writable) {
+            s.want_write = false;
+        }
+    }
+
+    fn queueRead(self: *Uring, fd_: i32, s: *Slot) void {
+        if (s.queued_read) return;
+        self.queue.append(allocator, .{ .fd = fd_, .gen = s.gen, .kind = .read }) catch return;
+        s.queued_read = true;
+    }
+
+    /// The descriptor leaves the ring: its operations are cancelled, its held bytes freed.
+    pub fn unregister(self: *Uring, fd_: i32) void {
+        if (fd_ == self.listen_fd) {
+            if (self.listen_armed) if (self.sqe()) |q| {
+                q.prep_cancel(userData(.accept, 0, fd_), 0);
+                q.user_data = userData(.cancel, 0, fd_);
+            };
+            // Counted as not armed at once: its -ECANCELED completion does not matter.
+            self.listen_armed = false;
+            self.listen_fd = -1;
+            for (self.accepted.items) |a| sys.close(a);
+            self.accepted.clearRetainingCapacity();
+            return;
+        }
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return;
+        const s = &self.slots[@intCast(fd_)];
+        if (!s.registered) return;
+        // Always: a `sendAsync` may be in flight too (its owner waits for the completion).
+        {
+            if (self.sqe()) |q| {
+                q.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
+                q.user_data = userData(.cancel, 0, fd_);
+            }
+        }
+        self.dropHeld(s);
+        s.* = .{ .gen = (s.gen +% 1) & 0xffffff };
+    }
+
+    /// Cancels the descriptor's operations, then closes it, in order, from the ring: the
+    /// number cannot be reused by an accept before its receive is gone.
+    pub fn close(self: *Uring, fd_: i32) void {
+        const busy = fd_ >= 0 and @as(usize, @intCast(fd_)) < self.slots.len and blk: {
+            const s = &self.slots[@intCast(fd_)];
+            break :blk s.registered and (s.recv_armed or s.out_armed or s.hup_armed);
+        };
+        if (!busy or fd_ == self.listen_fd) {
+            self.unregister(fd_);
+            sys.close(fd_);
+            return;
+        }
+        // Two entries in one submission: the cancel, hard-linked to the close.
+        if (self.ring.sq.sqes.len - self.ring.sq_ready() < 2) _ = self.ring.submit() catch {};
+        const s = &self.slots[@intCast(fd_)];
+        const cancel = self.sqe() orelse {
+            self.unregister(fd_);
+            sys.close(fd_);
+            return;
+        };
+        cancel.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
+        cancel.user_data = userData(.cancel, 0, fd_);
+        cancel.flags |= linux.IOSQE_IO_HARDLINK;
+        const cl = self.ring.get_sqe() catch unreachable;
+        cl.prep_close(fd_);
+        cl.user_data = userData(.close, 0, fd_);
+        self.dropHeld(s);
+        s.* = .{ .gen = (s.gen +% 1) & 0xffffff };
+    }
+
+    fn dropHeld(self: *Uring, s: *Slot) void {
+        var bid = s.held_head;
+        while (bid != no_buf) {
+            const next = self.segs[bid].next;
+            self.segs[bid] = .{};
+            self.giveBack(bid);
+            bid = next;
+        }
+        s.held_head = no_buf;
+        s.held_tail = no_buf;
+    }
+
+    // ---- operations -----------------------------------------------------------------
+
+    /// The held bytes, copied into `buf`; `.ok = 0` is the peer's end of stream.
+    pub fn recv(self: *Uring, fd_: i32, buf: []u8) sys.Result(usize) {
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return .{ .err = .BADF };
+        const s = &self.slots[@intCast(fd_)];
+        if (!s.registered) return sys.read(fd_, buf);
+        var n: usize = 0;
+        while (s.held_head != no_buf and n < buf.len) {
+            const bid = s.held_head;
+            const seg = &self.segs[bid];
+            const take = @min(seg.len, buf.len - n);
+            const from = self.bufferOf(bid)[seg.off..][0..take];
+            @memcpy(buf[n..][0..take], from);
+            n += take;
+            seg.off += @intCast(take);
+            seg.len -= @intCast(take);
+            if (seg.len == 0) {
+                s.held_head = seg.next;
+                if (s.held_head == no_buf) s.held_tail = no_buf;
+                seg.* = .{};
+                self.giveBack(bid);
+            }
+        }
+        if (n > 0) {
+            // Level-triggered: what did not fit is reported again next pass.
+            if (s.held_head != no_buf and s.want_read) self.queueRead(fd_, s);
+            return .{ .ok = n };
+        }
+        if (s.err != 0) return .{ .err = @enumFromInt(s.err) };
+        if (s.eof) return .{ .ok = 0 };
+        if (s.want_read and !s.recv_armed) self.armRecv(fd_, s);
+        return .{ .err = .AGAIN };
+    }
+
+    /// A full socket arms POLLOUT for a connection that wants to write (and may not
+    /// call `update` again, since its interest did not change).
+    fn wouldBlock(self: *Uring, fd_: i32) void {
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return;
+        const s = &self.slots[@intCast(fd_)];
+        if (s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, fd_, s, linux.POLL.OUT);
+    }
+
+    pub fn sendv(self: *Uring, fd_: i32, iov: []const std.posix.iovec_const) sys.Result(usize) {
+        const r = sys.writev(fd_, iov);
+        if (r == .err and r.err == .AGAIN) self.wouldBlock(fd_);
+        return r;
+    }
+
+    pub fn sendfile(self: *Uring, fd_: i32, file_fd: i32, offset: *u64, count: usize) sys.Result(usize) {
+        const r = sys.sendfile(fd_, file_fd, offset, count);
+        if (r == .err and r.err == .AGAIN) self.wouldBlock(fd_);
+        return r;
+    }
+
+    /// A whole response, sent from the ring: the owner (`token`) keeps `msg` and the bytes
+    /// it points at alive until the `sent` event. False: nothing was queued.
+    pub fn sendAsync(self: *Uring, fd_: i32, msg: *const std.posix.msghdr_const, token: usize) bool {
+        std.debug.assert(token >> 56 == 0 and token != 0);
+        const q = self.sqe() orelse return false;
+        q.prep_sendmsg(fd_, msg, linux.MSG.NOSIGNAL);
+        q.user_data = (@as(u64, @intFromEnum(Op.send)) << 56) | token;
+        return true;
+    }
+
+    /// A descriptor the multishot accept brought, and its peer's address.
+    pub fn accept(self: *Uring, listen_fd: i32, peer: *linux.sockaddr.storage) sys.Result(i32) {
+        if (listen_fd != self.listen_fd) return .{ .err = .BADF };
+        if (self.accepted.items.len == 0) {
+            if (self.accept_err != 0) {
+                const e: sys.E = @enumFromInt(self.accept_err);
+                self.accept_err = 0;
+                return .{ .err = e };
+            }
+            if (!self.listen_armed) self.armAccept();
+            return .{ .err = .AGAIN };
+        }
+        const new_fd = self.accepted.orderedRemove(0);
+        var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
+        if (sys.E.init(linux.getpeername(new_fd, @ptrCast(peer), &len)) != .SUCCESS) {
+            // Reset before we got to it: an address of no family.
+            peer.* = std.mem.zeroes(linux.sockaddr.storage);
+        }
+        return .{ .ok = new_fd };
+    }
+
+    // ---- events ---------------------------------------------------------------------
+
+    /// Submits the queued work, collects completions, and fills `events` (never blocks).
+    pub fn wait(self: *Uring, events: []Event) usize {
+        self.in_wait = true;
+        defer self.in_wait = false;
+        // Level-triggered writability: POLLOUT again for those still waiting to write.
+        for (self.delivered_out.items) |p| {
+            const s = &self.slots[@intCast(p.fd)];
+            if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
+        }
+        self.delivered_out.clearRetainingCapacity();
+        if (self.starved.items.len != 0 and self.buffers_free > 0) {
+            for (self.starved.items) |p| {
+                const s = &self.slots[@intCast(p.fd)];
+                if (s.gen == p.gen and s.registered and s.want_read) self.armRecv(p.fd, s);
+            }
+            self.starved.clearRetainingCapacity();
+        }
+        _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
+        var cqes: [256]linux.io_uring_cqe = undefined;
+        while (true) {
+            const n = self.ring.copy_cqes(&cqes, 0) catch 0;
+            for (cqes[0..n]) |cqe| self.complete(cqe);
+            if (n < cqes.len) break;
+        }
+        return self.fill(events);
+    }
+
+    /// More events wait than the last batch held, or a starved receive can go on: the
+    /// server makes sure the loop comes back (its wake-up descriptor).
+    pub fn hasBacklog(self: *const Uring) bool {
+        return self.queue.items.len != 0 or (self.starved.items.len != 0 and self.buffers_free > 0);
+    }
+
+    fn fill(self: *Uring, events: []Event) usize {
+        var n: usize = 0;
+        var i: usize = 0;
+        while (i < self.queue.items.len and n < events.len) : (i += 1) {
+            const p = self.queue.items[i];
+            if (p.kind == .token) {
+                events[n] = .{ .token = p.token, .readable = true, .writable = false, .hangup = false };
+                n += 1;
+                continue;
+            }
+            if (p.kind == .sent) {
+                // Delivered whatever became of the descriptor: the owner waits for it.
+                events[n] = .{ .token = p.token, .readable = false, .writable = false, .hangup = false, .sent = true, .result = p.result };
+                n += 1;
+                continue;
+            }
+            const s = &self.slots[@intCast(p.fd)];
+            if (s.gen != p.gen or !s.registered) continue;
+            switch (p.kind) {
+                .read => {
+                    s.queued_read = false;
+                    if (!s.want_read) continue;
+                    events[n] = .{ .token = s.token, .readable = true, .writable = false, .hangup = false };
+                },
+                .write => {
+                    if (!s.want_write) continue;
+                    self.delivered_out.append(allocator, p) catch {};
+                    events[n] = .{ .token = s.token, .readable = false, .writable = true, .hangup = false };
+                },
+                .hangup => events[n] = .{ .token = s.token, .readable = false, .writable = false, .hangup = true },
+                .token, .sent => unreachable,
+            }
+            n += 1;
+        }
+        // What did not fit stays, in order.
+        const rest = self.queue.items.len - i;
+        std.mem.copyForwards(Pending, self.queue.items[0..rest], self.queue.items[i..]);
+        self.queue.shrinkRetainingCapacity(rest);
+        return n;
+    }
+
+    fn complete(self: *Uring, cqe: linux.io_uring_cqe) void {
+        const ud = cqe.user_data;
+        const op: Op = std.meta.intToEnum(Op, @as(u8, @truncate(ud >> 56))) catch return;
+        if (op == .send) {
+            const token: usize = @intCast(ud & ((@as(u64, 1) << 56) - 1));
+            self.queue.append(allocator, .{ .fd = -1, .gen = 0, .kind = .sent, .token = token, .result = cqe.res }) catch {
+                // Without the event the owner would wait forever: this cannot be dropped.
+                @panic("out of memory for an io_uring send completion");
+            };
+            return;
+        }
+        const gen: u32 = @truncate((ud >> 32) & 0xffffff);
+        const fd_: i32 = @bitCast(@as(u32, @truncate(ud)));
+        const more = cqe.flags & linux.IORING_CQE_F_MORE != 0;
+        switch (op) {
+            .none, .cancel, .close, .send => {},
+            .recv => {
+                const bid: ?u16 = if (cqe.flags & linux.IORING_CQE_F_BUFFER != 0) @intCast(cqe.flags >> 16) else null;
+                if (bid != null) self.buffers_free -= 1;
+                const s = self.live(fd_, gen) orelse {
+                    if (bid) |b| self.giveBack(b);
+                    return;
+                };
+                if (!more) s.recv_armed = false;
+                if (cqe.res > 0) {
+                    const b = bid orelse return;
+                    self.segs[b] = .{ .off = 0, .len = @intCast(cqe.res) };
+                    if (s.held_tail == no_buf) s.held_head = b else self.segs[s.held_tail].next = b;
+                    s.held_tail = b;
+                    if (s.want_read) {
+                        self.queueRead(fd_, s);
+                        // The kernel ended the multishot (its completion queue overflowed).
+                        if (!more) self.armRecv(fd_, s);
+                    }
+                } else if (cqe.res == 0) {
+                    if (bid) |b| self.giveBack(b);
+                    s.eof = true;
+                    self.queueRead(fd_, s);
+                } else {
+                    if (bid) |b| self.giveBack(b);
+                    const e: sys.E = @enumFromInt(-cqe.res);
+                    switch (e) {
+                        // Cancelled when the connection stopped reading: it may want to
+                        // read again by now, before this completion came.
+                        .CANCELED => if (s.want_read) self.armRecv(fd_, s),
+                        .NOBUFS => {
+                            self.buffer_waits += 1;
+                            if (s.want_read) self.starved.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .read }) catch {};
+                        },
+                        else => {
+                            s.err = @intCast(-cqe.res);
+                            self.queueRead(fd_, s);
+                        },
+                    }
+                }
+            },
+            .pollout => {
+                const s = self.live(fd_, gen) orelse return;
+                s.out_armed = false;
+                if (s.want_write) self.queue.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .write }) catch {};
+            },
+            .pollhup => {
+                const s = self.live(fd_, gen) orelse return;
+                s.hup_armed = false;
+                if (cqe.res > 0) self.queue.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .hangup }) catch {};
+            },
+            .accept => {
+                if (!more) self.listen_armed = false;
+                if (fd_ != self.listen_fd) {
+                    if (cqe.res >= 0) sys.close(cqe.res);
+                    return;
+                }
+                if (cqe.res >= 0) {
+                    self.accepted.append(allocator, cqe.res) catch {
+                        sys.close(cqe.res);
+                        return;
+                    };
+                } else if (cqe.res != -@as(i32, @intFromEnum(sys.E.CANCELED))) {
+                    self.accept_err = @intCast(-cqe.res);
+                }
+                self.queueToken(self.listen_token);
+            },
+            .pollable => {
+                const i: usize = gen;
+                if (i >= self.pollables_len) return;
+                const p = &self.pollables[i];
+                if (!more) {
+                    p.armed = false;
+                    self.armPollable(i);
+                }
+                if (cqe.res > 0) self.queueToken(p.token);
+            },
+        }
+    }
+
+    fn queueToken(self: *Uring, token: usize) void {
+        for (self.queue.items) |p| if (p.kind == .token and p.token == token) return;
+        self.queue.append(allocator, .{ .fd = -1, .gen = 0, .kind = .token, .token = token }) catch {};
+    }
+
+    fn live(self: *Uring, fd_: i32, gen: u32) ?*Slot {
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return null;
+        const s = &self.slots[@intCast(fd_)];
+        if (!s.registered or s.gen != gen) return null;
+        return s;
+    }
+};
