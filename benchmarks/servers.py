@@ -61,6 +61,13 @@ def _zigcorn_asyncio(env: Env, app: str, port: int, workers: int, workdir: Path)
     return cmd
 
 
+def _zigcorn_backend(backend: str) -> Command:
+    """zigcorn with its I/O backend pinned (backends.py compares them)."""
+    def command(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+        return _zigcorn(env, app, port, workers, workdir) + ["--io-backend", backend]
+    return command
+
+
 def _uvicorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
     return [env.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
             "--http", "httptools", "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
@@ -151,6 +158,8 @@ class ServerSpec:
 SERVERS: dict[str, ServerSpec] = {
     "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
     "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_asyncio, ("zigcorn",)),
+    "zigcorn-epoll": ServerSpec("zigcorn-epoll", _zigcorn_backend("epoll"), ("zigcorn",)),
+    "zigcorn-io_uring": ServerSpec("zigcorn-io_uring", _zigcorn_backend("io_uring"), ("zigcorn",)),
     "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),
     "granian": ServerSpec("granian", _granian, ("granian",)),
     "saltare": ServerSpec("saltare", _saltare, ("saltare",)),

@@ -164,7 +164,12 @@ pub const Backend = struct {
         if (self.uring) |u| u.submit();
     }
 
-    /// io_uring: events or starved receives wait beyond the last batch.
+    /// io_uring: the end of a batch's handling (see `Uring.rearm`).
+    pub fn rearm(self: *Backend) void {
+        if (self.uring) |u| u.rearm();
+    }
+
+    /// io_uring: events wait beyond the last batch.
     pub fn hasBacklog(self: *const Backend) bool {
         const u = self.uring orelse return false;
         return u.hasBacklog();

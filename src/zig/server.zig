@@ -380,7 +380,9 @@ pub const Server = struct {
         }
         self.runPending();
         self.freeGraveyard();
-        // io_uring: events beyond this batch, or a receive that waited for a buffer.
+        // io_uring: polls and receives the handled events still need, and a wake-up for
+        // events beyond this batch.
+        self.io.rearm();
         if (self.io.hasBacklog()) self.signalWake();
     }
 

@@ -105,8 +105,6 @@ pub const Uring = struct {
     delivered_out: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
     starved: std.ArrayListUnmanaged(Pending) = .{},
-    accepted: std.ArrayListUnmanaged(i32) = .{},
-    accept_err: u16 = 0,
     listen_fd: i32 = -1,
     listen_token: usize = 0,
     listen_armed: bool = false,
@@ -170,8 +168,6 @@ pub const Uring = struct {
         self.queue.deinit(allocator);
         self.delivered_out.deinit(allocator);
         self.starved.deinit(allocator);
-        for (self.accepted.items) |a| sys.close(a);
-        self.accepted.deinit(allocator);
         allocator.destroy(self);
     }
 
@@ -285,15 +281,18 @@ pub const Uring = struct {
     pub fn registerListener(self: *Uring, fd_: i32, token: usize) bool {
         self.listen_fd = fd_;
         self.listen_token = token;
-        self.accept_err = 0;
         self.armAccept();
         return true;
     }
 
+    /// The listener is watched with a one-shot exclusive poll, and connections are taken
+    /// with accept4 until it says EAGAIN: a multishot accept in every worker sharing the
+    /// socket let one worker take every connection (measured: the workers tests saw one
+    /// pid), where an exclusive wait wakes one waiter per connection, as epoll's does.
     fn armAccept(self: *Uring) void {
         if (self.listen_armed or self.listen_fd < 0) return;
         const q = self.sqe() orelse return;
-        q.prep_multishot_accept(self.listen_fd, null, null, linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC);
+        q.prep_poll_add(self.listen_fd, linux.POLL.IN | linux.EPOLL.EXCLUSIVE);
         q.user_data = userData(.accept, 0, self.listen_fd);
         self.listen_armed = true;
     }
@@ -341,8 +340,6 @@ pub const Uring = struct {
             // Counted as not armed at once: its -ECANCELED completion does not matter.
             self.listen_armed = false;
             self.listen_fd = -1;
-            for (self.accepted.items) |a| sys.close(a);
-            self.accepted.clearRetainingCapacity();
             return;
         }
         if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return;
@@ -466,34 +463,24 @@ pub const Uring = struct {
         return true;
     }
 
-    /// A descriptor the multishot accept brought, and its peer's address.
+    /// A new connection (non-blocking, close-on-exec) and its peer; at EAGAIN the
+    /// listener's poll is armed again.
     pub fn accept(self: *Uring, listen_fd: i32, peer: *linux.sockaddr.storage) sys.Result(i32) {
-        if (listen_fd != self.listen_fd) return .{ .err = .BADF };
-        if (self.accepted.items.len == 0) {
-            if (self.accept_err != 0) {
-                const e: sys.E = @enumFromInt(self.accept_err);
-                self.accept_err = 0;
-                return .{ .err = e };
-            }
-            if (!self.listen_armed) self.armAccept();
-            return .{ .err = .AGAIN };
-        }
-        const new_fd = self.accepted.orderedRemove(0);
-        var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
-        if (sys.E.init(linux.getpeername(new_fd, @ptrCast(peer), &len)) != .SUCCESS) {
-            // Reset before we got to it: an address of no family.
-            peer.* = std.mem.zeroes(linux.sockaddr.storage);
-        }
-        return .{ .ok = new_fd };
+        var len: linux.socklen_t = undefined;
+        const r = sys.accept(listen_fd, peer, &len);
+        if (r == .err and r.err == .AGAIN and listen_fd == self.listen_fd) self.armAccept();
+        return r;
     }
 
     // ---- events ---------------------------------------------------------------------
 
-    /// Submits the queued work, collects completions, and fills `events` (never blocks).
-    pub fn wait(self: *Uring, events: []Event) usize {
-        self.in_wait = true;
-        defer self.in_wait = false;
-        // Level-triggered writability: POLLOUT again for those still waiting to write.
+    /// After the events of a batch were handled: POLLOUT again for those still waiting to
+    /// write (the level-triggered writability the connection code expects: TLS asks for
+    /// it to come back for decrypted bytes), and receives again for those that waited
+    /// for a buffer, if one is free.
+    pub fn rearm(self: *Uring) void {
+        // The server stops after a bounded number of accepts: the rest wait in the backlog.
+        if (self.listen_fd >= 0 and !self.listen_armed) self.armAccept();
         for (self.delivered_out.items) |p| {
             const s = &self.slots[@intCast(p.fd)];
             if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
@@ -506,6 +493,13 @@ pub const Uring = struct {
             }
             self.starved.clearRetainingCapacity();
         }
+    }
+
+    /// Submits the queued work, collects completions, and fills `events` (never blocks).
+    pub fn wait(self: *Uring, events: []Event) usize {
+        self.in_wait = true;
+        defer self.in_wait = false;
+        self.rearm();
         _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
         var cqes: [256]linux.io_uring_cqe = undefined;
         while (true) {
@@ -519,7 +513,7 @@ pub const Uring = struct {
     /// More events wait than the last batch held, or a starved receive can go on: the
     /// server makes sure the loop comes back (its wake-up descriptor).
     pub fn hasBacklog(self: *const Uring) bool {
-        return self.queue.items.len != 0 or (self.starved.items.len != 0 and self.buffers_free > 0);
+        return self.queue.items.len != 0;
     }
 
     fn fill(self: *Uring, events: []Event) usize {
@@ -630,19 +624,10 @@ pub const Uring = struct {
                 if (cqe.res > 0) self.queue.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .hangup }) catch {};
             },
             .accept => {
-                if (!more) self.listen_armed = false;
-                if (fd_ != self.listen_fd) {
-                    if (cqe.res >= 0) sys.close(cqe.res);
-                    return;
-                }
-                if (cqe.res >= 0) {
-                    self.accepted.append(allocator, cqe.res) catch {
-                        sys.close(cqe.res);
-                        return;
-                    };
-                } else if (cqe.res != -@as(i32, @intFromEnum(sys.E.CANCELED))) {
-                    self.accept_err = @intCast(-cqe.res);
-                }
+                if (fd_ != self.listen_fd) return;
+                self.listen_armed = false;
+                if (cqe.res == -@as(i32, @intFromEnum(sys.E.CANCELED))) return;
+                // The server accepts until EAGAIN, which arms the poll again.
                 self.queueToken(self.listen_token);
             },
             .pollable => {
