@@ -11,10 +11,11 @@
 //!   must still see `http.disconnect`); a connection that waits to write gets a one-shot
 //!   POLLOUT, re-armed every pass while it still wants it (the level-triggered behaviour
 //!   the connection code is written for).
-//! - **Sending** stays the direct `writev`/`sendfile` call: bytes usually leave at once,
-//!   and the writer thread, pathsend and TLS keep working on a real descriptor.
-//! - **Accepting**: one multishot accept on the listener; the new descriptors queue
-//!   here until the server's `accept` takes them.
+//! - **Sending**: a whole HTTP/1.1 response goes into the ring as one `sendmsg`
+//!   (`sendAsync`, the owner keeps the bytes until its `sent` event); everything else
+//!   (streaming, TLS, WebSocket, HTTP/2, pathsend's `sendfile`) writes directly, as on epoll.
+//! - **Accepting**: a one-shot exclusive poll on the listener, then accept4 until EAGAIN
+//!   (a multishot accept in each worker sharing a socket let one worker take them all).
 //! - **One `io_uring_enter` per call to `wait`**: it submits what the pass queued and
 //!   collects completions. Work queued outside a `wait` (an app's `send` that met a full
 //!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
