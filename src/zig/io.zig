@@ -159,9 +159,10 @@ pub const Backend = struct {
         return self.uring != null;
     }
 
-    /// io_uring: submits what the pass queued.
-    pub fn submit(self: *Backend) void {
-        if (self.uring) |u| u.submit();
+    /// io_uring: submits what the pass queued; true if completions wait to be handled.
+    pub fn submit(self: *Backend) bool {
+        const u = self.uring orelse return false;
+        return u.submit();
     }
 
     /// io_uring: the end of a batch's handling (see `Uring.rearm`).

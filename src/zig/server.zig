@@ -684,7 +684,12 @@ pub const Server = struct {
         self.flushQueued();
         if (self.io_submit_wanted) {
             self.io_submit_wanted = false;
-            self.io.submit();
+            // Sends that completed inside the submission are handled now: their streams
+            // finish in this pass (and the busy poll below can start), without a wake-up.
+            if (self.io.submit() and !self.in_poll) self.poll();
+            // Events queued outside a poll (a connection that reads again finds bytes
+            // already received): the loop must come back for them.
+            if (self.io.hasBacklog()) self.signalWake();
         }
         if (self.kick_wanted) {
             self.kick_wanted = false;

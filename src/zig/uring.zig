@@ -197,7 +197,7 @@ pub const Uring = struct {
             self.kicked();
             return s;
         } else |_| {}
-        _ = self.ring.submit() catch {};
+        _ = self.ring.enter(self.ring.flush_sq(), 0, 0) catch {};
         return self.ring.get_sqe() catch null;
     }
 
@@ -206,10 +206,13 @@ pub const Uring = struct {
         if (self.kick) |k| k.func(k.ctx);
     }
 
-    /// Submits what is queued (the end of a pass of the loop).
-    pub fn submit(self: *Uring) void {
-        if (self.ring.sq_ready() == 0) return;
-        _ = self.ring.submit() catch {};
+    /// Submits what is queued (the end of a pass of the loop). True when completions
+    /// are already there (a loopback send usually completes inside the submission).
+    pub fn submit(self: *Uring) bool {
+        if (self.ring.sq_ready() != 0) {
+            _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
+        }
+        return self.ring.cq_ready() != 0;
     }
 
     fn armRecv(self: *Uring, fd_: i32, s: *Slot) void {
@@ -325,10 +328,14 @@ pub const Uring = struct {
         }
     }
 
+    /// Bytes already here for a connection that reads (again): its event waits in the
+    /// queue, and outside `wait` the server is told, so the loop comes back for it (on
+    /// epoll the descriptor's readiness would wake the loop; here nothing else would).
     fn queueRead(self: *Uring, fd_: i32, s: *Slot) void {
         if (s.queued_read) return;
         self.queue.append(allocator, .{ .fd = fd_, .gen = s.gen, .kind = .read }) catch return;
         s.queued_read = true;
+        self.kicked();
     }
 
     /// The descriptor leaves the ring: its operations are cancelled, its held bytes freed.
