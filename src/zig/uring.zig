@@ -161,6 +161,8 @@ pub const Uring = struct {
     }
 
     pub fn deinit(self: *Uring) void {
+        // Queued closes (cancel + close pairs) happen before the ring goes.
+        if (self.ring.sq_ready() != 0) _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
         IoUring.free_buf_ring(self.ring.fd, self.br, self.buf_count, group_id);
         self.ring.deinit();
         std.posix.munmap(self.mem);
@@ -508,7 +510,11 @@ pub const Uring = struct {
         self.in_wait = true;
         defer self.in_wait = false;
         self.rearm();
-        _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
+        // Nothing to submit and completions already posted: no system call (task work not
+        // run yet is run by the next one, and its completions wake the loop).
+        if (self.ring.sq_ready() != 0 or self.ring.cq_ready() == 0) {
+            _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
+        }
         var cqes: [256]linux.io_uring_cqe = undefined;
         while (true) {
             const n = self.ring.copy_cqes(&cqes, 0) catch 0;
