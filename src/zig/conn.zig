@@ -398,7 +398,9 @@ pub const Conn = struct {
         if (act.io_busy) return;
         if (self.completePlainResponse()) {
             if (self.server.writer_mode != .off and self.server.wantsHandOff() and self.handOff()) return;
-            if (self.server.io.completions() and self.ringSend()) return;
+            // A lone stream's response goes at once: batching it with nothing would
+            // only wait for the end of the pass.
+            if (self.server.io.completions() and self.server.streams > 1 and self.ringSend()) return;
         }
         while (true) {
             // HTTP/2 moves its streams' frames into the queue as it empties.

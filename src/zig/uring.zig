@@ -126,7 +126,9 @@ pub const Uring = struct {
         // Cooperative task running: completions are posted when this thread next enters
         // the kernel, with no interrupt of a running thread. (Deferred task running would
         // save more, but then the ring's descriptor does not wake the asyncio loop's
-        // epoll: completions are posted only inside io_uring_enter.)
+        // epoll, since completions are posted only inside io_uring_enter; a registered
+        // eventfd instead was tried and lost wake-ups under load: the kernel signals it
+        // only when the completion queue's tail moved, which deferred work has not done.)
         var params = std.mem.zeroInit(linux.io_uring_params, .{
             .flags = linux.IORING_SETUP_SINGLE_ISSUER | linux.IORING_SETUP_COOP_TASKRUN |
                 linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
