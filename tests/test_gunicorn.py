@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -103,6 +104,25 @@ def test_a_killed_worker_is_replaced(gunicorn):
     (pid,) = g.pids(1)
     os.kill(int(pid), signal.SIGKILL)
     assert wait_for(lambda: g._ok() and g.pids(1) != {pid}, timeout=15)
+
+
+def test_a_worker_whose_master_dies_exits(gunicorn):
+    # Killed with SIGKILL, the arbiter cannot stop its workers: each one must notice and go
+    # (else it holds the port for ever), as gunicorn's own workers do.
+    g = gunicorn("basic:app", "--timeout", "2")
+    (pid,) = g.pids(5)
+    g.proc.kill()
+    g.proc.wait()
+
+    def gone() -> bool:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        # An exited child of init is reaped at once; a zombie counts as gone too.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+    assert wait_for(gone, timeout=10), "the worker outlived its master"
 
 
 def test_max_requests_recycles_workers(gunicorn):

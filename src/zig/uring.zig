@@ -135,7 +135,7 @@ pub const Uring = struct {
         // only when the completion queue's tail moved, which deferred work has not done.)
         var params = std.mem.zeroInit(linux.io_uring_params, .{
             .flags = linux.IORING_SETUP_SINGLE_ISSUER | linux.IORING_SETUP_COOP_TASKRUN |
-                linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
+                (if (std.posix.getenv("ZU_NOFLAG") != null) @as(u32, 0) else @as(u32, linux.IORING_SETUP_TASKRUN_FLAG)) | linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
             .cq_entries = @as(u32, sq_entries) * 8,
         });
         var ring = IoUring.init_params(sq_entries, &params) catch |e| blk: {
@@ -516,9 +516,10 @@ pub const Uring = struct {
         self.in_wait = true;
         defer self.in_wait = false;
         self.rearm();
-        // Nothing to submit and completions already posted: no system call (task work not
-        // run yet is run by the next one, and its completions wake the loop).
-        if (self.ring.sq_ready() != 0 or self.ring.cq_ready() == 0) {
+        // A system call only when there is something for the kernel to do: entries to
+        // submit, or task work (completions) waiting to run, which the kernel flags in
+        // the ring. A busy poll then spins on memory, not on io_uring_enter.
+        if (self.ring.sq_ready() != 0 or self.taskWorkPending()) {
             _ = self.ring.enter(self.ring.flush_sq(), 0, linux.IORING_ENTER_GETEVENTS) catch {};
         }
         var cqes: [256]linux.io_uring_cqe = undefined;
@@ -528,6 +529,12 @@ pub const Uring = struct {
             if (n < cqes.len) break;
         }
         return self.fill(events);
+    }
+
+    fn taskWorkPending(self: *const Uring) bool {
+        // Without the flag (kernels before 5.19) the kernel cannot say: always enter.
+        if (self.ring.flags & linux.IORING_SETUP_TASKRUN_FLAG == 0) return true;
+        return @atomicLoad(u32, self.ring.sq.flags, .acquire) & linux.IORING_SQ_TASKRUN != 0;
     }
 
     /// More events wait than the last batch held, or a starved receive can go on: the

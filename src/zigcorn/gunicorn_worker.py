@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -113,6 +114,13 @@ class ZigcornWorker(Worker):
         interval = max(min(self.timeout / 2, 5.0), 0.25)
 
         def beat() -> None:
+            if os.getppid() != self.ppid:
+                # The arbiter died (SIGKILL, OOM): nobody will stop this worker, and it
+                # would hold the port. Stop as gunicorn's own workers do.
+                self.log.info("Parent changed, shutting down: %s", self)
+                if self.server is not None:
+                    self.server.handle_exit_request()
+                return
             self.notify()
             loop.call_later(interval, beat)
 
