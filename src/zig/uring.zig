@@ -128,25 +128,20 @@ pub const Uring = struct {
     pub fn init(cfg: Config) !*Uring {
         std.debug.assert(std.math.isPowerOfTwo(cfg.buffers) and std.math.isPowerOfTwo(cfg.buffer_bytes));
         // Cooperative task running: completions are posted when this thread next enters
-        // the kernel, with no interrupt of a running thread. (Deferred task running would
+        // the kernel, with no interrupt of a running thread; the kernel flags pending
+        // task work in the ring, so `wait` enters only when there is some. (Deferred task running would
         // save more, but then the ring's descriptor does not wake the asyncio loop's
         // epoll, since completions are posted only inside io_uring_enter; a registered
         // eventfd instead was tried and lost wake-ups under load: the kernel signals it
         // only when the completion queue's tail moved, which deferred work has not done.)
         var params = std.mem.zeroInit(linux.io_uring_params, .{
             .flags = linux.IORING_SETUP_SINGLE_ISSUER | linux.IORING_SETUP_COOP_TASKRUN |
-                (if (std.posix.getenv("ZU_NOFLAG") != null) @as(u32, 0) else @as(u32, linux.IORING_SETUP_TASKRUN_FLAG)) | linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
+                linux.IORING_SETUP_TASKRUN_FLAG | linux.IORING_SETUP_CQSIZE | linux.IORING_SETUP_SUBMIT_ALL,
             .cq_entries = @as(u32, sq_entries) * 8,
         });
-        var ring = IoUring.init_params(sq_entries, &params) catch |e| blk: {
-            if (e != error.ArgumentsInvalid) return e;
-            // Kernels before 6.0: no single-issuer or cooperative flags.
-            var plain = std.mem.zeroInit(linux.io_uring_params, .{
-                .flags = linux.IORING_SETUP_CQSIZE,
-                .cq_entries = @as(u32, sq_entries) * 8,
-            });
-            break :blk try IoUring.init_params(sq_entries, &plain);
-        };
+        // Kernels before 6.0 lack these flags, and multishot receive with them: the error
+        // makes the server fall back to epoll.
+        var ring = try IoUring.init_params(sq_entries, &params);
         errdefer ring.deinit();
         const br = try IoUring.setup_buf_ring(ring.fd, cfg.buffers, group_id, .{ .inc = false });
         errdefer IoUring.free_buf_ring(ring.fd, br, cfg.buffers, group_id);
