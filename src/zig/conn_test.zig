@@ -90,6 +90,8 @@ fn testOptions() server_mod.Options {
         .ws_ping_timeout_ms = 20_000,
         .writer = .off,
         .spin_ns = 0,
+        // The same tests on either backend (tests/test_zig_unit.py runs both).
+        .io = .{ .kind = if (std.posix.getenv("ZIGCORN_IO_BACKEND")) |b| (if (std.mem.eql(u8, b, "io_uring")) .io_uring else .epoll) else .epoll },
     };
 }
 
