@@ -507,7 +507,8 @@ pub const Conn = struct {
         if (act.deferred_fd >= 0) {
             // Closed meanwhile: what close() left for now is done here.
             std.debug.assert(self.state == .closed);
-            sys.close(act.deferred_fd);
+            // Through the backend: on io_uring the cancel queued by close() must run first.
+            self.server.io.closeUnregistered(act.deferred_fd);
             act.deferred_fd = -1;
             // close() already retired it (or the stream's finish will): the graveyard waited.
             self.dropOutput();

@@ -214,6 +214,13 @@ pub const Backend = struct {
         sys.close(fd);
     }
 
+    /// Closes a descriptor already taken out of the event set (`unregister`), once the
+    /// writer thread or the ring is done with it.
+    pub fn closeUnregistered(self: *Backend, fd: i32) void {
+        if (self.uring) |u| return u.closeLinked(fd);
+        sys.close(fd);
+    }
+
     // ---- events ---------------------------------------------------------------------
 
     /// Collects ready events without blocking (timeout_ms = 0) or waiting up to timeout_ms.

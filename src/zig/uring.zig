@@ -379,22 +379,24 @@ pub const Uring = struct {
             sys.close(fd_);
             return;
         }
-        // Two entries in one submission: the cancel, hard-linked to the close.
-        if (self.ring.sq.sqes.len - self.ring.sq_ready() < 2) _ = self.ring.submit() catch {};
         const s = &self.slots[@intCast(fd_)];
-        const cancel = self.sqe() orelse {
-            self.unregister(fd_);
-            sys.close(fd_);
-            return;
-        };
+        self.dropHeld(s);
+        s.* = .{ .gen = s.gen +% 1 };
+        self.closeLinked(fd_);
+    }
+
+    /// Two entries in one submission: a cancel of whatever the ring still has on the
+    /// descriptor, hard-linked to its close (a cancel queued earlier by `unregister` runs
+    /// before it too, being earlier in the queue).
+    pub fn closeLinked(self: *Uring, fd_: i32) void {
+        if (self.ring.sq.sqes.len - self.ring.sq_ready() < 2) _ = self.ring.enter(self.ring.flush_sq(), 0, 0) catch {};
+        const cancel = self.sqe() orelse return sys.close(fd_);
         cancel.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
         cancel.user_data = userData(.cancel, 0, fd_);
         cancel.flags |= linux.IOSQE_IO_HARDLINK;
         const cl = self.ring.get_sqe() catch unreachable;
         cl.prep_close(fd_);
         cl.user_data = userData(.close, 0, fd_);
-        self.dropHeld(s);
-        s.* = .{ .gen = s.gen +% 1 };
     }
 
     fn dropHeld(self: *Uring, s: *Slot) void {
@@ -526,10 +528,12 @@ pub const Uring = struct {
         return self.fill(events);
     }
 
+    /// Task work (completions to post) waits, or completions overflowed the queue and wait
+    /// in the kernel to be flushed into it: both need an io_uring_enter.
     fn taskWorkPending(self: *const Uring) bool {
-        // Without the flag (kernels before 5.19) the kernel cannot say: always enter.
         if (self.ring.flags & linux.IORING_SETUP_TASKRUN_FLAG == 0) return true;
-        return @atomicLoad(u32, self.ring.sq.flags, .acquire) & linux.IORING_SQ_TASKRUN != 0;
+        const flags = @atomicLoad(u32, self.ring.sq.flags, .acquire);
+        return flags & (linux.IORING_SQ_TASKRUN | linux.IORING_SQ_CQ_OVERFLOW) != 0;
     }
 
     /// More events wait than the last batch held, or a starved receive can go on: the
