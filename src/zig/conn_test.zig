@@ -91,7 +91,10 @@ fn testOptions() server_mod.Options {
         .writer = .off,
         .spin_ns = 0,
         // The same tests on either backend (tests/test_zig_unit.py runs both).
-        .io = .{ .kind = if (std.posix.getenv("ZIGCORN_IO_BACKEND")) |b| (if (std.mem.eql(u8, b, "io_uring")) .io_uring else .epoll) else .epoll },
+        .io = .{
+            .kind = if (std.posix.getenv("ZIGCORN_IO_BACKEND")) |b| (if (std.mem.eql(u8, b, "io_uring")) .io_uring else .epoll) else .epoll,
+            .uring = .{ .buffers = 256, .buffer_bytes = 4096 },
+        },
     };
 }
 

@@ -45,8 +45,8 @@ pub const Event = uring_mod.Event;
 pub const Kind = enum(u8) { epoll = 0, io_uring = 1 };
 
 pub const Config = struct {
-    kind: Kind = .epoll,
-    uring: uring_mod.Config = .{},
+    kind: Kind,
+    uring: uring_mod.Config,
 };
 
 pub const Backend = struct {

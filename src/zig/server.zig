@@ -115,7 +115,7 @@ pub const Options = struct {
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
     h2_max_streams: u32,
     /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
-    io: io.Config = .{},
+    io: io.Config,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response

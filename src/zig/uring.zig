@@ -11,13 +11,15 @@
 //!   must still see `http.disconnect`); a connection that waits to write gets a one-shot
 //!   POLLOUT, re-armed every pass while it still wants it (the level-triggered behaviour
 //!   the connection code is written for).
-//! - **Sending**: a whole HTTP/1.1 response goes into the ring as one `sendmsg`
-//!   (`sendAsync`, the owner keeps the bytes until its `sent` event); everything else
-//!   (streaming, TLS, WebSocket, HTTP/2, pathsend's `sendfile`) writes directly, as on epoll.
+//! - **Sending**: while other requests are in flight, a whole HTTP/1.1 response goes into
+//!   the ring as one `sendmsg` (`sendAsync`, the owner keeps the bytes until its `sent`
+//!   event); everything else (a lone response, streaming, TLS, WebSocket, HTTP/2,
+//!   pathsend's `sendfile`) writes directly, as on epoll.
 //! - **Accepting**: a one-shot exclusive poll on the listener, then accept4 until EAGAIN
 //!   (a multishot accept in each worker sharing a socket let one worker take them all).
-//! - **One `io_uring_enter` per call to `wait`**: it submits what the pass queued and
-//!   collects completions. Work queued outside a `wait` (an app's `send` that met a full
+//! - **At most one `io_uring_enter` per call to `wait`**, none when nothing is queued and
+//!   the kernel flags no task work: it submits what the pass queued and collects
+//!   completions. Work queued outside a `wait` (an app's `send` that met a full
 //!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
 //!
 //! Events are kept as (descriptor, generation) and turned into tokens only when the
@@ -40,10 +42,11 @@ pub const Event = struct {
     result: i32 = 0,
 };
 
+/// Provided buffers: how many and how large (powers of two; defaults and help live in
+/// `zigcorn/config.py`).
 pub const Config = struct {
-    /// Provided buffers: how many (a power of two) and how large (a power of two).
-    buffers: u16 = 256,
-    buffer_bytes: u32 = 4096,
+    buffers: u16,
+    buffer_bytes: u32,
 };
 
 pub const buffers_min = 16;
