@@ -465,3 +465,25 @@ def test_nghttp_and_h2load(server, tls_server):
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2000 succeeded, 0 failed, 0 errored" in done.stdout, done.stdout
         assert "Application protocol: h2" in done.stdout
+
+
+def test_health_and_metrics_paths_are_answered_by_the_engine_over_http2():
+    s = Server("h2app:app", "--metrics-path", "/metrics", "--health-path", "/healthz").wait_ready()
+    try:
+        with httpx.Client(http1=False, http2=True, timeout=10) as client:
+            client.get(f"{s.url}/scope")
+            health = client.get(f"{s.url}/healthz")
+            assert health.http_version == "HTTP/2" and health.status_code == 200 and health.text == "ok\n"
+            assert health.headers["cache-control"] == "no-store" and health.headers["server"] == "zigcorn"
+            metrics = client.get(f"{s.url}/metrics")
+            assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+            assert int(metrics.headers["content-length"]) == len(metrics.content)
+            assert 'zigcorn_requests_total{status_class="2xx"}' in metrics.text
+            head = client.head(f"{s.url}/healthz")
+            assert head.status_code == 200 and head.content == b"" and head.headers["content-length"] == "3"
+            # Other methods reach the app (which knows no /healthz: 404), as over HTTP/1.1.
+            post = client.post(f"{s.url}/healthz", content=b"x")
+            assert post.status_code == 404 and post.text == "not found"
+            assert client.get(f"{s.url}/scope").json()["http_version"] == "2"
+    finally:
+        s.stop()

@@ -18,6 +18,7 @@ const conn_mod = @import("conn.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
+const Server = @import("server.zig").Server;
 const h2 = @import("h2.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
@@ -166,32 +167,46 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     return st;
 }
 
-/// Health and metrics paths are answered here, without the app, on a keep-alive
-/// connection like any response. Only GET and HEAD: anything else goes to the app.
-fn answerOps(conn: *Conn, req: *const http1.Request) bool {
-    const srv = conn.server;
-    const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, req.path, srv.opts.metrics_path);
-    const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, req.path, srv.opts.health_path);
-    if (!is_metrics and !is_health) return false;
-    const head_only = std.mem.eql(u8, req.method, "HEAD");
-    if (!head_only and !std.mem.eql(u8, req.method, "GET")) return false;
-    const st = streamOf(conn);
-    var status: u16 = 200;
-    var body: []const u8 = "ok\n";
-    var content_type: []const u8 = "text/plain; charset=utf-8";
+/// An engine-answered request (health or metrics path): its status, type and body.
+pub const OpsAnswer = struct {
+    status: u16,
+    content_type: []const u8,
+    body: []const u8,
+    head_only: bool,
+};
+
+/// Whether `method path` is the health or metrics path (GET and HEAD only: anything else
+/// goes to the app), and the answer; a metrics body is rendered into `scratch`. Shared by
+/// HTTP/1.1 and HTTP/2.
+pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8, scratch: []u8) ?OpsAnswer {
+    const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
+    const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
+    if (!is_metrics and !is_health) return null;
+    const head_only = std.mem.eql(u8, method, "HEAD");
+    if (!head_only and !std.mem.eql(u8, method, "GET")) return null;
+    var a = OpsAnswer{ .status = 200, .content_type = "text/plain; charset=utf-8", .body = "ok\n", .head_only = head_only };
     if (is_health and srv.draining) {
-        status = 503;
-        body = "draining\n";
+        a.status = 503;
+        a.body = "draining\n";
     } else if (is_metrics) {
         if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
-        content_type = "text/plain; version=0.0.4; charset=utf-8";
-        body = metrics.render(&ops_body_scratch) catch "";
-        if (body.len == 0) status = 500;
+        a.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        a.body = metrics.render(scratch) catch "";
+        if (a.body.len == 0) a.status = 500;
     }
+    return a;
+}
+
+/// Health and metrics paths are answered here, without the app, on a keep-alive
+/// connection like any response.
+fn answerOps(conn: *Conn, req: *const http1.Request) bool {
+    const srv = conn.server;
+    const a = opsAnswer(srv, req.method, req.path, &ops_body_scratch) orelse return false;
+    const st = streamOf(conn);
     if (st.http10 or srv.draining) st.keep_alive = false;
     var w = response.HeadWriter{ .buf = &ops_head_scratch };
-    writeOpsHead(conn, &w, status, content_type, body.len, st.keep_alive) catch return false;
-    st.status = status;
+    writeOpsHead(conn, &w, a.status, a.content_type, a.body.len, st.keep_alive) catch return false;
+    st.status = a.status;
     st.resp_started = true;
     st.resp_head_sent = true;
     st.resp_complete = true;
@@ -200,11 +215,11 @@ fn answerOps(conn: *Conn, req: *const http1.Request) bool {
         conn.closeFor("out of memory for an engine-made response");
         return true;
     };
-    if (!head_only) conn.queueCopy(body, &st.out, copied_bytes_max) catch {
+    if (!a.head_only) conn.queueCopy(a.body, &st.out, copied_bytes_max) catch {
         conn.closeFor("out of memory for an engine-made response");
         return true;
     };
-    observe(conn, status);
+    observe(conn, a.status);
     conn.flush();
     return true;
 }

@@ -947,6 +947,9 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     };
     conn.requests_count +|= 1;
     if (srv.metrics != null) st.base.started_us = sys.monotonicUs();
+    if (head.protocol == null) {
+        if (h1.opsAnswer(srv, view.method, view.path, &ops_body_scratch)) |a| return answerOps(s, st, a);
+    }
     st.held = true;
     s.held += 1;
     srv.streamStarted();
@@ -1086,6 +1089,47 @@ fn refuseStream(s: *Session, st: *H2Stream, status: u16) void {
         s.conn.server.hooks.wakeWrite(&st.base);
     }
     observe(s, st, status);
+}
+
+var ops_body_scratch: [8192]u8 = undefined;
+
+/// A health or metrics path (`h1.opsAnswer`), answered by the engine: the head, then the
+/// body (copied: it leaves when the peer's window lets it) with END_STREAM.
+fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
+    const srv = s.conn.server;
+    st.base.refused = true;
+    st.base.status = a.status;
+    const block = std.heap.c_allocator.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+    var n = hpack.encodeStatus(block, a.status) catch unreachable;
+    var len_buf: [20]u8 = undefined;
+    const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{a.body.len}) catch unreachable;
+    const date_line = srv.date.get();
+    const fields = [_][2][]const u8{
+        .{ "server", if (srv.opts.server_header) "zigcorn" else "" },
+        .{ "date", if (srv.opts.date_header) date_line["date: ".len .. date_line.len - 2] else "" },
+        .{ "content-type", a.content_type },
+        .{ "cache-control", "no-store" },
+        .{ "content-length", len_text },
+    };
+    for (fields) |f| {
+        if (f[1].len == 0) continue;
+        n += hpack.encodeField(block[n..], f[0], f[1]) catch unreachable;
+    }
+    const body_too = !a.head_only and a.body.len > 0;
+    pushItem(st, .{ .kind = .headers, .end_stream = !body_too, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
+        std.heap.c_allocator.free(block);
+        return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+    };
+    if (body_too) {
+        const body = std.heap.c_allocator.dupe(u8, a.body) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+        pushItem(st, .{ .kind = .data, .end_stream = true, .owned = true, .bytes = body, .alloc_len = body.len }) catch {
+            std.heap.c_allocator.free(body);
+            return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+        };
+    }
+    st.base.resp_started = true;
+    st.base.resp_complete = true;
+    observe(s, st, a.status);
 }
 
 fn observe(s: *Session, st: *H2Stream, status: u16) void {
