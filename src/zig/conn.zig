@@ -461,11 +461,17 @@ pub const Conn = struct {
             !self.interest.writable and !act.out.isEmpty();
     }
 
-    fn handOff(self: *Conn) bool {
+    /// The output as one job for the writer thread or the ring.
+    fn prepareJob(self: *Conn) *writer_mod.Job {
         const act = self.a();
         act.job = .{ .owner = self, .fd = self.fd };
         act.job.iov_len = @intCast(act.out.fillIov(&act.job.iov));
-        if (!self.server.writer.?.submit(&act.job)) return false;
+        return &act.job;
+    }
+
+    fn handOff(self: *Conn) bool {
+        const act = self.a();
+        if (!self.server.writer.?.submit(self.prepareJob())) return false;
         act.io_busy = true;
         self.server.kickWriterSoon();
         return true;
@@ -475,10 +481,9 @@ pub const Conn = struct {
     /// of the loop), with the write deadline running until it is out.
     fn ringSend(self: *Conn) bool {
         const act = self.a();
-        act.job = .{ .owner = self, .fd = self.fd };
-        act.job.iov_len = @intCast(act.out.fillIov(&act.job.iov));
-        act.job.msg = .{ .name = null, .namelen = 0, .iov = &act.job.iov, .iovlen = act.job.iov_len, .control = null, .controllen = 0, .flags = 0 };
-        if (!self.server.io.sendAsync(self.fd, &act.job.msg, @intFromPtr(self))) return false;
+        const job = self.prepareJob();
+        job.msg = .{ .name = null, .namelen = 0, .iov = &job.iov, .iovlen = job.iov_len, .control = null, .controllen = 0, .flags = 0 };
+        if (!self.server.io.sendAsync(self.fd, &job.msg, @intFromPtr(self))) return false;
         act.io_busy = true;
         self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
         return true;

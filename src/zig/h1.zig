@@ -176,9 +176,9 @@ pub const OpsAnswer = struct {
 };
 
 /// Whether `method path` is the health or metrics path (GET and HEAD only: anything else
-/// goes to the app), and the answer; a metrics body is rendered into `scratch`. Shared by
-/// HTTP/1.1 and HTTP/2.
-pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8, scratch: []u8) ?OpsAnswer {
+/// goes to the app), and the answer. Shared by HTTP/1.1 and HTTP/2; a metrics body lives
+/// in a scratch buffer until the next call (both copy it into their output).
+pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer {
     const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
     const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
     if (!is_metrics and !is_health) return null;
@@ -191,7 +191,7 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8, scratch: []
     } else if (is_metrics) {
         if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
         a.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        a.body = metrics.render(scratch) catch "";
+        a.body = metrics.render(&ops_body_scratch) catch "";
         if (a.body.len == 0) a.status = 500;
     }
     return a;
@@ -201,7 +201,7 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8, scratch: []
 /// connection like any response.
 fn answerOps(conn: *Conn, req: *const http1.Request) bool {
     const srv = conn.server;
-    const a = opsAnswer(srv, req.method, req.path, &ops_body_scratch) orelse return false;
+    const a = opsAnswer(srv, req.method, req.path) orelse return false;
     const st = streamOf(conn);
     if (st.http10 or srv.draining) st.keep_alive = false;
     var w = response.HeadWriter{ .buf = &ops_head_scratch };

@@ -30,6 +30,7 @@ const conn_mod = @import("conn.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
+const Server = @import("server.zig").Server;
 const h1 = @import("h1.zig");
 const http1 = @import("http1.zig");
 const ws = @import("ws.zig");
@@ -948,7 +949,7 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     conn.requests_count +|= 1;
     if (srv.metrics != null) st.base.started_us = sys.monotonicUs();
     if (head.protocol == null) {
-        if (h1.opsAnswer(srv, view.method, view.path, &ops_body_scratch)) |a| return answerOps(s, st, a);
+        if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
     st.held = true;
     s.held += 1;
@@ -1091,8 +1092,6 @@ fn refuseStream(s: *Session, st: *H2Stream, status: u16) void {
     observe(s, st, status);
 }
 
-var ops_body_scratch: [8192]u8 = undefined;
-
 /// A health or metrics path (`h1.opsAnswer`), answered by the engine: the head, then the
 /// body (copied: it leaves when the peer's window lets it) with END_STREAM.
 fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
@@ -1100,21 +1099,12 @@ fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
     st.base.refused = true;
     st.base.status = a.status;
     const block = std.heap.c_allocator.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
-    var n = hpack.encodeStatus(block, a.status) catch unreachable;
+    // Bounded: the status, server, date and these three fit the block.
+    var n = encodeHeadStart(block, srv, a.status) catch unreachable;
     var len_buf: [20]u8 = undefined;
     const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{a.body.len}) catch unreachable;
-    const date_line = srv.date.get();
-    const fields = [_][2][]const u8{
-        .{ "server", if (srv.opts.server_header) "zigcorn" else "" },
-        .{ "date", if (srv.opts.date_header) date_line["date: ".len .. date_line.len - 2] else "" },
-        .{ "content-type", a.content_type },
-        .{ "cache-control", "no-store" },
-        .{ "content-length", len_text },
-    };
-    for (fields) |f| {
-        if (f[1].len == 0) continue;
-        n += hpack.encodeField(block[n..], f[0], f[1]) catch unreachable;
-    }
+    const fields = [_][2][]const u8{ .{ "content-type", a.content_type }, .{ "cache-control", "no-store" }, .{ "content-length", len_text } };
+    for (fields) |f| n += hpack.encodeField(block[n..], f[0], f[1]) catch unreachable;
     const body_too = !a.head_only and a.body.len > 0;
     pushItem(st, .{ .kind = .headers, .end_stream = !body_too, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
         std.heap.c_allocator.free(block);
@@ -1549,18 +1539,24 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     if (need > srv.opts.limits.head_bytes_max + 1024 * 1024) return error.HeadTooLarge;
     const block = std.heap.c_allocator.alloc(u8, need) catch return error.OutOfMemory;
     errdefer std.heap.c_allocator.free(block);
-    var n = hpack.encodeStatus(block, status) catch return error.HeadTooLarge;
-    if (srv.opts.server_header) n += hpack.encodeField(block[n..], "server", "zigcorn") catch return error.HeadTooLarge;
-    if (srv.opts.date_header) {
-        const line = srv.date.get();
-        n += hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]) catch return error.HeadTooLarge;
-    }
+    var n = encodeHeadStart(block, srv, status) catch return error.HeadTooLarge;
     for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return e;
     for (headers) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return e;
     // The unused tail of the allocation stays with it (freed as one).
     h.head_block = block[0..n];
     h.head_alloc = block.len;
     st.resp_started = true;
+}
+
+/// What every response head begins with: `:status`, then `server` and `date` as configured.
+fn encodeHeadStart(block: []u8, srv: *Server, status: u16) error{NoSpace}!usize {
+    var n = try hpack.encodeStatus(block, status);
+    if (srv.opts.server_header) n += try hpack.encodeField(block[n..], "server", "zigcorn");
+    if (srv.opts.date_header) {
+        const line = srv.date.get();
+        n += try hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]);
+    }
+    return n;
 }
 
 /// One response field, lower-cased; HTTP/1.1's connection-specific fields are dropped.

@@ -386,6 +386,7 @@ pub const Server = struct {
         if (self.io.hasBacklog()) self.signalWake();
     }
 
+    /// Makes the loop come back for another pass (the wake-up descriptor), once until then.
     fn signalWake(self: *Server) void {
         if (self.wake_signalled) return;
         self.wake_signalled = true;
@@ -513,11 +514,7 @@ pub const Server = struct {
         act.is_pending = true;
         act.pending_next = self.pending;
         self.pending = c;
-        if (!self.in_poll and !self.wake_signalled) {
-            self.wake_signalled = true;
-            const one: u64 = 1;
-            _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
-        }
+        if (!self.in_poll) self.signalWake();
     }
 
     fn clearWake(self: *Server) void {
@@ -541,11 +538,7 @@ pub const Server = struct {
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
         }
-        if (self.pending != null and !self.wake_signalled) {
-            self.wake_signalled = true;
-            const one: u64 = 1;
-            _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
-        }
+        if (self.pending != null) self.signalWake();
     }
 
     fn link(self: *Server, c: *Conn) void {

@@ -93,7 +93,7 @@ const Seg = struct { off: u32 = 0, len: u32 = 0, next: u16 = no_buf };
 const Kind = enum(u8) { read, write, hangup, token, sent };
 const Pending = struct { fd: i32, gen: u32, kind: Kind, token: usize = 0, result: i32 = 0 };
 
-const Pollable = struct { fd: i32, token: usize, armed: bool };
+const Pollable = struct { fd: i32, token: usize };
 
 pub const Kick = struct {
     ctx: *anyopaque,
@@ -261,6 +261,13 @@ pub const Uring = struct {
         return &self.slots[i];
     }
 
+    /// The slot of a registered descriptor.
+    fn known(self: *Uring, fd_: i32) ?*Slot {
+        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return null;
+        const s = &self.slots[@intCast(fd_)];
+        return if (s.registered) s else null;
+    }
+
     pub fn register(self: *Uring, fd_: i32, token: usize, readable: bool, writable: bool) bool {
         const s = self.slot(fd_) orelse return false;
         std.debug.assert(!s.registered);
@@ -273,7 +280,7 @@ pub const Uring = struct {
     /// An eventfd or timerfd: a multishot poll for input, reported with its token.
     pub fn registerPollable(self: *Uring, fd_: i32, token: usize) bool {
         if (self.pollables_len == self.pollables.len) return false;
-        self.pollables[self.pollables_len] = .{ .fd = fd_, .token = token, .armed = false };
+        self.pollables[self.pollables_len] = .{ .fd = fd_, .token = token };
         self.pollables_len += 1;
         self.armPollable(self.pollables_len - 1);
         return true;
@@ -285,7 +292,6 @@ pub const Uring = struct {
         q.prep_poll_add(p.fd, linux.POLL.IN);
         q.len = linux.IORING_POLL_ADD_MULTI;
         q.user_data = userData(.pollable, @intCast(i), p.fd);
-        p.armed = true;
     }
 
     pub fn registerListener(self: *Uring, fd_: i32, token: usize) bool {
@@ -308,9 +314,7 @@ pub const Uring = struct {
     }
 
     pub fn update(self: *Uring, fd_: i32, readable: bool, writable: bool) bool {
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return false;
-        const s = &self.slots[@intCast(fd_)];
-        if (!s.registered) return false;
+        const s = self.known(fd_) orelse return false;
         self.apply(fd_, s, readable, writable);
         return true;
     }
@@ -356,16 +360,18 @@ pub const Uring = struct {
             self.listen_fd = -1;
             return;
         }
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return;
-        const s = &self.slots[@intCast(fd_)];
-        if (!s.registered) return;
+        const s = self.known(fd_) orelse return;
         // Always: a `sendAsync` may be in flight too (its owner waits for the completion).
-        {
-            if (self.sqe()) |q| {
-                q.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
-                q.user_data = userData(.cancel, 0, fd_);
-            }
+        if (self.sqe()) |q| {
+            q.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
+            q.user_data = userData(.cancel, 0, fd_);
         }
+        self.forget(s);
+    }
+
+    /// The slot is free again: held bytes back to the ring, and a new generation, so
+    /// completions still on their way for the old connection are recognised and dropped.
+    fn forget(self: *Uring, s: *Slot) void {
         self.dropHeld(s);
         s.* = .{ .gen = s.gen +% 1 };
     }
@@ -373,19 +379,12 @@ pub const Uring = struct {
     /// Cancels the descriptor's operations, then closes it, in order, from the ring: the
     /// number cannot be reused by an accept before its receive is gone.
     pub fn close(self: *Uring, fd_: i32) void {
-        const busy = fd_ >= 0 and @as(usize, @intCast(fd_)) < self.slots.len and blk: {
-            const s = &self.slots[@intCast(fd_)];
-            break :blk s.registered and (s.recv_armed or s.out_armed or s.hup_armed);
-        };
-        if (!busy or fd_ == self.listen_fd) {
-            self.unregister(fd_);
-            sys.close(fd_);
-            return;
-        }
-        const s = &self.slots[@intCast(fd_)];
-        self.dropHeld(s);
-        s.* = .{ .gen = s.gen +% 1 };
-        self.closeLinked(fd_);
+        if (fd_ == self.listen_fd) self.unregister(fd_);
+        const s = self.known(fd_) orelse return sys.close(fd_);
+        const armed = s.recv_armed or s.out_armed or s.hup_armed;
+        self.forget(s);
+        // Nothing of the ring's on it: closed at once.
+        if (armed) self.closeLinked(fd_) else sys.close(fd_);
     }
 
     /// Two entries in one submission: a cancel of whatever the ring still has on the
@@ -418,9 +417,7 @@ pub const Uring = struct {
 
     /// The held bytes, copied into `buf`; `.ok = 0` is the peer's end of stream.
     pub fn recv(self: *Uring, fd_: i32, buf: []u8) sys.Result(usize) {
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return .{ .err = .BADF };
-        const s = &self.slots[@intCast(fd_)];
-        if (!s.registered) return sys.read(fd_, buf);
+        const s = self.known(fd_) orelse return sys.read(fd_, buf);
         var n: usize = 0;
         while (s.held_head != no_buf and n < buf.len) {
             const bid = s.held_head;
@@ -452,9 +449,8 @@ pub const Uring = struct {
     /// A full socket arms POLLOUT for a connection that wants to write (and may not
     /// call `update` again, since its interest did not change).
     fn wouldBlock(self: *Uring, fd_: i32) void {
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return;
-        const s = &self.slots[@intCast(fd_)];
-        if (s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, fd_, s, linux.POLL.OUT);
+        const s = self.known(fd_) orelse return;
+        if (s.want_write and !s.out_armed) self.armPoll(.pollout, fd_, s, linux.POLL.OUT);
     }
 
     pub fn sendv(self: *Uring, fd_: i32, iov: []const std.posix.iovec_const) sys.Result(usize) {
@@ -515,7 +511,6 @@ pub const Uring = struct {
     pub fn wait(self: *Uring, events: []Event) usize {
         self.in_wait = true;
         defer self.in_wait = false;
-        self.rearm();
         // A system call only when there is something for the kernel to do: entries to
         // submit, or task work (completions) waiting to run, which the kernel flags in
         // the ring. A busy poll then spins on memory, not on io_uring_enter.
@@ -539,8 +534,8 @@ pub const Uring = struct {
         return flags & (linux.IORING_SQ_TASKRUN | linux.IORING_SQ_CQ_OVERFLOW) != 0;
     }
 
-    /// More events wait than the last batch held, or a starved receive can go on: the
-    /// server makes sure the loop comes back (its wake-up descriptor).
+    /// More events wait than the last batch held: the server makes sure the loop comes
+    /// back for them (its wake-up descriptor).
     pub fn hasBacklog(self: *const Uring) bool {
         return self.queue.items.len != 0;
     }
@@ -663,10 +658,7 @@ pub const Uring = struct {
                 const i: usize = gen;
                 if (i >= self.pollables_len) return;
                 const p = &self.pollables[i];
-                if (!more) {
-                    p.armed = false;
-                    self.armPollable(i);
-                }
+                if (!more) self.armPollable(i);
                 if (cqe.res > 0) self.queueToken(p.token);
             },
         }
@@ -677,10 +669,9 @@ pub const Uring = struct {
         self.queue.append(allocator, .{ .fd = -1, .gen = 0, .kind = .token, .token = token }) catch {};
     }
 
+    /// The slot of a completion's descriptor, if it is still the same connection.
     fn live(self: *Uring, fd_: i32, gen: u32) ?*Slot {
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return null;
-        const s = &self.slots[@intCast(fd_)];
-        if (!s.registered or s.gen != gen) return null;
-        return s;
+        const s = self.known(fd_) orelse return null;
+        return if (s.gen == gen) s else null;
     }
 };
