@@ -1,5 +1,5 @@
 """asyncio event loops head to head on the loop's own work, no server: the
-micro-benchmark of the own-event-loop issue, run today for asyncio and uvloop.
+micro-benchmark of the own-event-loop issue: asyncio, uvloop and zigcorn's loop.
 
     python benchmarks/loop_micro.py                    # every loop importable here
     python benchmarks/loop_micro.py --loops asyncio --rounds 5
@@ -30,6 +30,10 @@ def _loops(names: list[str]) -> dict[str, Callable[[], asyncio.AbstractEventLoop
     for name in names:
         if name == "asyncio":
             factories[name] = asyncio.SelectorEventLoop
+        elif name == "zigcorn":
+            from zigcorn.loop import new_event_loop
+
+            factories[name] = new_event_loop
         elif name == "uvloop":
             try:
                 import uvloop
@@ -119,7 +123,7 @@ POINTS = {"call_soon chain": call_soon_chain, "sleep(0) ping-pong": sleep0_ping_
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--loops", default="asyncio,uvloop")
+    p.add_argument("--loops", default="asyncio,uvloop,zigcorn")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()

@@ -33,6 +33,8 @@ pub const EngineObjectCore = struct {
     extra_headers: [][2][]const u8 = &.{},
     extra_storage: ?*Object = null,
     close_requested: bool = false,
+    /// Attached to zigcorn's own loop: `settle` runs at the end of its pass, not via call_soon.
+    loop_driven: bool = false,
     trust: @import("proxy.zig").Trust = .{},
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
@@ -397,6 +399,9 @@ var engine_slots = [_]c.PyType_Slot{
     .{ .slot = c.Py_tp_getset, .pfunc = @ptrCast(&engine_getset) },
     .{ .slot = 0, .pfunc = null },
 };
+
+/// The Engine type, once the module is initialised.
+pub var engine_type: ?*c.PyTypeObject = null;
 
 pub var engine_spec = c.PyType_Spec{
     .name = "zigcorn._core.Engine",

@@ -87,8 +87,10 @@ export fn PyInit__core() ?*Object {
     if (c.PyModule_AddObject(m, "Stream", st) != 0) return fail(m);
     py.incref(st);
     const et = c.PyType_FromSpec(&engine_mod.engine_spec) orelse return fail(m);
+    engine_mod.engine_type = @ptrCast(et);
     if (c.PyModule_AddObject(m, "Engine", et) != 0) return fail(m);
     if (!addLimits(m)) return fail(m);
+    if (!@import("loop.zig").init(m)) return fail(m);
     return m;
 }
 

@@ -42,6 +42,13 @@ pub fn none() *Object {
     return n;
 }
 
+/// New reference to NotImplemented.
+pub fn notImplemented() *Object {
+    const n: *Object = @ptrCast(&c._Py_NotImplementedStruct);
+    incref(n);
+    return n;
+}
+
 pub fn isNone(o: *Object) bool {
     return o == @as(*Object, @ptrCast(&c._Py_NoneStruct));
 }

@@ -536,6 +536,8 @@ pub fn hookWakeWrite(s: *Stream) void {
 
 pub fn hookOnSettle(ctx: *anyopaque) void {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    // zigcorn's loop settles at the end of its pass: the pending flag is all it needs.
+    if (engine.loop_driven) return;
     if (scheduleSettle(engine)) return;
     // Nothing to defer to (no loop, or it refused): wake the writer now, skip the spin.
     if (engine.server) |s| _ = s.settleBegin();

@@ -1,0 +1,138 @@
+"""zigcorn's own asyncio event loop (``--loop zigcorn``).
+
+`Loop` is asyncio's selector event loop with its scheduler replaced by the engine's
+(`zigcorn._core.LoopCore`): the ready queue, the timer heap, ``call_soon``,
+``call_later``/``call_at``, ``call_soon_threadsafe`` (an eventfd), ``time``,
+``create_future``, the handles and the pass (``_run_once``) are native, and a server's
+engine is driven from inside that pass instead of through an ``add_reader`` callback.
+Everything else (sockets, ``sock_*``, streams, TLS, subprocesses, signals, executors,
+DNS, ``shutdown_asyncgens``, exception handlers) is asyncio's own code, unchanged, so it
+behaves as asyncio does. Debug mode uses asyncio's Python handles, with their source
+tracebacks and slow-callback warnings.
+
+Use it outside the server like uvloop: ``asyncio.run(main(), loop_factory=zigcorn.loop.new_event_loop)``
+(3.12+), or ``asyncio.set_event_loop_policy(zigcorn.loop.EventLoopPolicy())``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from asyncio import base_events, events, format_helpers, futures
+from asyncio.log import logger
+
+from zigcorn._core import Handle, LoopCore, TimerHandle
+
+_EPOLLIN = 0x001
+_EPOLLOUT = 0x004
+_CALLBACK_SOURCE_HAS_DEBUG = "debug" in format_helpers._format_callback_source.__code__.co_varnames
+
+
+def _callback_source(handle, debug: bool) -> str:
+    if _CALLBACK_SOURCE_HAS_DEBUG:
+        return format_helpers._format_callback_source(handle._callback, handle._args, debug=debug)
+    return format_helpers._format_callback_source(handle._callback, handle._args)
+
+
+class Loop(LoopCore, asyncio.SelectorEventLoop):
+    """An asyncio event loop whose scheduler is zigcorn's engine (Linux, epoll)."""
+
+    def __init__(self, selector: selectors.EpollSelector | None = None) -> None:
+        if selector is None:
+            selector = selectors.EpollSelector()
+        elif not isinstance(selector, selectors.EpollSelector):
+            raise TypeError("zigcorn's loop waits on an epoll set: selector must be a selectors.EpollSelector")
+        super().__init__(selector)
+        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution)
+
+    def close(self) -> None:
+        super().close()
+        if self.is_closed():
+            self._zc_close()
+
+    # --- called by the native pass -----------------------------------------------------
+
+    def _zc_process_fds(self, ready: list[tuple[int, int]]) -> None:
+        """Third-party descriptors the pass found ready: as asyncio's EpollSelector.select
+        maps epoll's bits, then asyncio's own `_process_events`."""
+        key_from_fd = self._selector._key_from_fd
+        event_list = []
+        for fd, bits in ready:
+            mask = 0
+            if bits & ~_EPOLLIN:
+                mask |= selectors.EVENT_WRITE
+            if bits & ~_EPOLLOUT:
+                mask |= selectors.EVENT_READ
+            key = key_from_fd(fd)
+            if key:
+                event_list.append((key, mask & key.events))
+        self._process_events(event_list)
+
+    def _zc_callback_error(self, handle, exc: BaseException) -> None:
+        """A native handle's callback raised: as asyncio's Handle._run reports it."""
+        context = {
+            "message": f"Exception in callback {_callback_source(handle, self.get_debug())}",
+            "exception": exc,
+            "handle": handle,
+        }
+        self.call_exception_handler(context)
+
+    def _zc_handle_repr(self, handle) -> str:
+        info = [type(handle).__name__]
+        if handle._cancelled:
+            info.append("cancelled")
+        if isinstance(handle, TimerHandle):
+            info.insert(2 if handle._cancelled else 1, f"when={handle._when}")
+        if handle._callback is not None:
+            info.append(_callback_source(handle, self.get_debug()))
+        return "<{}>".format(" ".join(info))
+
+    # --- debug mode: asyncio's checks and its Python handles -------------------------------
+
+    def _zc_call_soon_debug(self, callback, args, context, method="call_soon"):
+        if method == "call_soon":
+            self._check_thread()
+        self._check_callback(callback, method)
+        handle = events.Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        self._add_callback(handle)
+        return handle
+
+    def _zc_call_soon_threadsafe_debug(self, callback, args, context):
+        return self._zc_call_soon_debug(callback, args, context, "call_soon_threadsafe")
+
+    def _zc_call_at_debug(self, when, callback, args, context):
+        self._check_thread()
+        self._check_callback(callback, "call_at")
+        timer = events.TimerHandle(when, callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        self._zc_push_timer(timer)
+        return timer
+
+    def _zc_run_debug(self, handle) -> None:
+        try:
+            self._current_handle = handle
+            t0 = self.time()
+            handle._run()
+            dt = self.time() - t0
+            if dt >= self.slow_callback_duration:
+                logger.warning("Executing %s took %.3f seconds", base_events._format_handle(handle), dt)
+        finally:
+            self._current_handle = None
+
+
+def new_event_loop() -> Loop:
+    """A new zigcorn loop (a loop factory for ``asyncio.run``/``asyncio.Runner``)."""
+    return Loop()
+
+
+class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    """asyncio's default policy, making zigcorn loops."""
+
+    def _loop_factory(self) -> Loop:  # type: ignore[override]
+        return Loop()
+
+
+__all__ = ["EventLoopPolicy", "Handle", "Loop", "TimerHandle", "new_event_loop"]
