@@ -21,7 +21,7 @@ def _fetch_json(port: int, paths: list[str]) -> list[dict]:
         return out
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("loop", ["zigcorn", "asyncio", "uvloop"])
 @pytest.mark.parametrize("busy_poll", ["0", "5000"])
 def test_app_runs_in_a_task_with_its_own_context(start_server, loop, busy_poll):
     if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:

@@ -504,6 +504,10 @@ const Core = struct {
     /// The attached Engine: its descriptor is in `epfd`, its events handled in the pass.
     engine: ?*Object = null,
     engine_fd: i32 = -1,
+    /// The context current when the engine was attached (the server's): its events
+    /// are handled in it, as an `add_reader` callback would be, so request tasks
+    /// start from a copy of it.
+    engine_context: ?*Object = null,
     clock_resolution: f64 = 1e-9,
     /// asyncio.Future, for create_future.
     future_type: ?*Object = null,
@@ -570,6 +574,10 @@ fn loopTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c
             const r = visit.?(f, arg);
             if (r != 0) return r;
         }
+        if (core.engine_context) |x| {
+            const r = visit.?(x, arg);
+            if (r != 0) return r;
+        }
     }
     return visit.?(@ptrCast(py.typeOf(obj.?)), arg);
 }
@@ -601,6 +609,9 @@ fn detachEngine(core: *Core) void {
     if (core.epfd >= 0 and core.engine_fd >= 0) _ = linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_DEL, core.engine_fd, null);
     core.engine_fd = -1;
     engine_mod.asEngine(e).loop_driven = false;
+    const ctx = core.engine_context;
+    core.engine_context = null;
+    py.xdecref(ctx);
     py.decref(e);
 }
 
@@ -973,10 +984,7 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32) bool {
         }
     }
     if (engine_ready) {
-        if (engineServer(core)) |server| {
-            server.poll();
-            if (c.PyErr_Occurred() != null) c.PyErr_WriteUnraisable(core.engine);
-        }
+        if (engineServer(core)) |server| inEngineContext(core, Server.poll, server);
     }
     if (others) |list| {
         const name = py.intern("_zc_process_fds") orelse return false;
@@ -1010,10 +1018,18 @@ fn settle(core: *Core) void {
     const ts = py.releaseGil();
     const ready = s.spinWait();
     py.takeGil(ts);
-    if (ready) {
-        s.process();
-        if (c.PyErr_Occurred() != null) c.PyErr_WriteUnraisable(core.engine);
-    }
+    if (ready) inEngineContext(core, Server.process, s);
+}
+
+/// Runs `f(server)` (which calls into the app: new requests, wake-ups) inside the
+/// engine's context. The engine reports its own errors; anything left is unraisable.
+fn inEngineContext(core: *Core, comptime f: fn (*Server) void, server: *Server) void {
+    const ctx = core.engine_context.?;
+    const entered = c.PyContext_Enter(ctx) == 0;
+    if (!entered) c.PyErr_WriteUnraisable(core.engine);
+    f(server);
+    if (c.PyErr_Occurred() != null) c.PyErr_WriteUnraisable(core.engine);
+    if (entered and c.PyContext_Exit(ctx) != 0) c.PyErr_WriteUnraisable(core.engine);
 }
 
 // --- set-up, engine, state ------------------------------------------------------------
@@ -1059,12 +1075,16 @@ fn loopAttach(self: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     if (core.epfd < 0) return py.runtimeError("the loop is closed");
     const server = engine_mod.asEngine(e).server orelse return py.runtimeError("the engine is closed");
     const fd = server.io.fd;
+    const ctx = c.PyContext_CopyCurrent() orelse return null;
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = fd } };
-    if (sys.E.init(linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev)) != .SUCCESS)
+    if (sys.E.init(linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev)) != .SUCCESS) {
+        py.decref(ctx);
         return c.PyErr_SetFromErrno(c.PyExc_OSError);
+    }
     py.incref(e);
     core.engine = e;
     core.engine_fd = fd;
+    core.engine_context = ctx;
     engine_mod.asEngine(e).loop_driven = true;
     return py.none();
 }

@@ -29,7 +29,9 @@ LOG_LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
     "trace": TRACE_LOG_LEVEL,
 }
-LOOP_CHOICES = ("auto", "asyncio", "uvloop")
+LOOP_CHOICES = ("auto", "zigcorn", "asyncio", "uvloop")
+# What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (event loop section).
+LOOP_AUTO = "zigcorn"
 LIFESPAN_CHOICES = ("auto", "on", "off")
 WRITER_CHOICES = ("auto", "on", "off")
 IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
@@ -117,7 +119,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("fd", None, "serve on this inherited, already listening socket", "Server", type=int),
     _S("backlog", 2048, "listen backlog", "Server", type=int, metavar="N", low=1, high=65535),
     _S("reuse_port", False, "each worker binds its own SO_REUSEPORT socket", "Server", kind="switch"),
-    _S("loop", "auto", "event loop; auto is uvloop if installed", "Server", choices=LOOP_CHOICES),
+    _S("loop", "auto", "event loop; auto is zigcorn's own", "Server", choices=LOOP_CHOICES),
     # Processes
     _S("workers", None, "worker processes", "Processes", type=int, metavar="N", low=1, high=1024,
        shown="$WEB_CONCURRENCY or 1"),
@@ -500,20 +502,23 @@ class Config:
         return self.loop_factory()()
 
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
-        """The callable that makes loops: uvloop's, asyncio's, or a user's ``module:function``."""
+        """The callable that makes loops: zigcorn's, uvloop's, asyncio's, or a user's ``module:function``."""
         if self.loop in LOOP_CHOICES:
             from zigcorn.lazyimport import import_asyncio
 
             # ssl and inspect load only if something uses them (uvloop imports ssl itself).
             asyncio = import_asyncio()
-            if self.loop in ("auto", "uvloop"):
+            kind = LOOP_AUTO if self.loop == "auto" else self.loop
+            if kind == "zigcorn":
+                from zigcorn.loop import Loop
+
+                return Loop
+            if kind == "uvloop":
                 try:
                     import uvloop
                 except ImportError:
-                    if self.loop == "uvloop":
-                        _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop asyncio).')
-                else:
-                    return uvloop.new_event_loop
+                    _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop zigcorn).')
+                return uvloop.new_event_loop
             # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
             return asyncio.SelectorEventLoop
         try:

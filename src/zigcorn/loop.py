@@ -89,10 +89,9 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
 
     # --- debug mode: asyncio's checks and its Python handles -------------------------------
 
-    def _zc_call_soon_debug(self, callback, args, context, method="call_soon"):
-        if method == "call_soon":
-            self._check_thread()
-        self._check_callback(callback, method)
+    def _zc_call_soon_debug(self, callback, args, context):
+        self._check_thread()
+        self._check_callback(callback, "call_soon")
         handle = events.Handle(callback, args, self, context)
         if handle._source_traceback:
             del handle._source_traceback[-1]
@@ -100,7 +99,12 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
         return handle
 
     def _zc_call_soon_threadsafe_debug(self, callback, args, context):
-        return self._zc_call_soon_debug(callback, args, context, "call_soon_threadsafe")
+        self._check_callback(callback, "call_soon_threadsafe")
+        handle = events.Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        self._add_callback(handle)
+        return handle
 
     def _zc_call_at_debug(self, when, callback, args, context):
         self._check_thread()
@@ -121,6 +125,9 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
                 logger.warning("Executing %s took %.3f seconds", base_events._format_handle(handle), dt)
         finally:
             self._current_handle = None
+            # A traceback's frames keep this frame alive: it must not keep the handle
+            # (and whatever its callback holds) alive with it.
+            handle = None
 
 
 def new_event_loop() -> Loop:

@@ -1,7 +1,8 @@
 """The server's life: bind, lifespan, serve on the asyncio loop, drain, exit.
 
-The engine owns every socket; this module only wires it into the loop (one
-`add_reader` on the engine's epoll fd) and decides when to stop.
+The engine owns every socket; this module only wires it into the loop and decides when
+to stop. On zigcorn's own loop the engine is driven from inside the loop's pass; on any
+other loop, through one `add_reader` on the engine's descriptor.
 """
 
 from __future__ import annotations
@@ -62,6 +63,24 @@ def _with_jitter(limit: int | None, jitter: int) -> int | None:
     if limit is None or jitter <= 0:
         return limit
     return limit + int.from_bytes(os.urandom(4), "big") % (jitter + 1)
+
+
+def _attach(loop, engine) -> None:
+    """zigcorn's loop handles the engine's events in its own pass (and settles it at the
+    end of each); another loop calls `engine.poll` when the descriptor is readable."""
+    attach = getattr(loop, "_zc_attach", None)
+    if attach is not None:
+        attach(engine)
+    else:
+        loop.add_reader(engine.fileno(), engine.poll)
+
+
+def _detach(loop, engine) -> None:
+    detach = getattr(loop, "_zc_detach", None)
+    if detach is not None:
+        detach()
+    else:
+        loop.remove_reader(engine.fileno())
 
 
 class Server:
@@ -155,7 +174,7 @@ class Server:
             await lifespan.shutdown()
             return
         engine.set_state(lifespan.state)
-        loop.add_reader(engine.fileno(), engine.poll)
+        _attach(loop, engine)
         if own_listener:
             logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
         self.started = True
@@ -205,7 +224,7 @@ class Server:
             if not engine.streams:
                 break
             await asyncio.sleep(0.01)
-        loop.remove_reader(engine.fileno())
+        _detach(loop, engine)
         engine.poll()
         engine.close()
 
