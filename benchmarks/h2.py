@@ -170,7 +170,7 @@ def _insert_before_app(cmd: list[str], extra: list[str]) -> list[str]:
 
 def h2_command(name: str, base_cmd: list[str], certs: Certs | None) -> list[str]:
     """The server's ordinary command line (servers.py) adjusted for h2c, or for TLS with ``certs``."""
-    if name in ("zigcorn", "zigcorn-asyncio"):  # h2c on the plain port and ALPN h2 by default
+    if name.startswith("zigcorn"):  # h2c on the plain port and ALPN h2 by default
         return base_cmd + (["--ssl-certfile", certs.cert, "--ssl-keyfile", certs.key] if certs else [])
     if name == "granian":
         if certs is None:
@@ -207,7 +207,7 @@ def support(spec, env) -> Support:
     if not spec.is_app_server:
         return Support("static ceiling, not configured for HTTP/2", "static ceiling, not configured for HTTP/2")
     tls_missing = None if env.has("trustme") else "trustme is not installed (it makes the certificate)"
-    if name in ("zigcorn", "zigcorn-asyncio"):
+    if name.startswith("zigcorn"):
         ok = "--http2" in _help(env, "zigcorn")
         why = None if ok else "--http2 is not in zigcorn --help"
         return Support(why, why or tls_missing)

@@ -48,17 +48,18 @@ Command = Callable[[Env, str, int, int, Path], list[str]]
 
 
 def _zigcorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    """zigcorn as a user runs it: the default loop (zigcorn's own) and I/O backend."""
     cmd = [env.python, "-m", "zigcorn", app, "--host", "127.0.0.1", "--port", str(port),
-           "--loop", env.loop, "--no-access-log", "--log-level", "warning",
+           "--no-access-log", "--log-level", "warning",
            "--timeout-keep-alive", str(KEEP_ALIVE_S), "--limit-connections", str(MAX_CONNECTIONS)]
     return cmd + (["--workers", str(workers)] if workers > 1 else [])
 
 
-def _zigcorn_asyncio(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
-    """zigcorn's lean configuration: the stdlib loop, which leaves ssl (libcrypto) unloaded."""
-    cmd = _zigcorn(env, app, port, workers, workdir)
-    cmd[cmd.index("--loop") + 1] = "asyncio"
-    return cmd
+def _zigcorn_loop(loop: str) -> Command:
+    """zigcorn on another event loop: uvloop, or the stdlib's (which leaves ssl unloaded)."""
+    def command(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+        return _zigcorn(env, app, port, workers, workdir) + ["--loop", loop]
+    return command
 
 
 def _zigcorn_backend(backend: str) -> Command:
@@ -157,7 +158,8 @@ class ServerSpec:
 
 SERVERS: dict[str, ServerSpec] = {
     "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
-    "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_asyncio, ("zigcorn",)),
+    "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_loop("asyncio"), ("zigcorn",)),
+    "zigcorn-uvloop": ServerSpec("zigcorn-uvloop", _zigcorn_loop("uvloop"), ("zigcorn", "uvloop")),
     "zigcorn-epoll": ServerSpec("zigcorn-epoll", _zigcorn_backend("epoll"), ("zigcorn",)),
     "zigcorn-io_uring": ServerSpec("zigcorn-io_uring", _zigcorn_backend("io_uring"), ("zigcorn",)),
     "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),

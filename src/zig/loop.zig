@@ -42,7 +42,11 @@ const vectorcall_offset: usize = @as(usize, 1) << (@bitSizeOf(usize) - 1);
 pub const HandleObject = extern struct {
     ob_base: Object,
     callback: ?*Object,
+    /// The arguments: none (argc 0), `arg` alone (argc 1, the common case: a future's
+    /// done callback), or the tuple `args` (argc 2 and more).
+    arg: ?*Object,
     args: ?*Object,
+    argc: usize,
     context: ?*Object,
     loop: ?*Object,
     when: f64,
@@ -62,23 +66,34 @@ fn isNativeHandle(o: *Object) bool {
     return t == handle_type.? or t == timer_type.?;
 }
 
-/// New handle owning `callback`, a tuple of `args`, and `context` (a copy of the
-/// current one when null): new references all.
+/// Handles freed are kept for the next ones (as uvloop's and CPython's own freelists
+/// do): a handle per callback is the loop's most frequent allocation, and one taken from
+/// here costs neither malloc nor a tick of the garbage collector's allocation count.
+const handle_freelist_max = 256;
+var handle_freelist: [handle_freelist_max]*Object = undefined;
+var handle_freelist_len: usize = 0;
+
+/// New handle owning `callback`, its `args`, and `context` (a copy of the current one
+/// when null): new references all.
 fn newHandle(tp: *c.PyTypeObject, loop: *Object, callback: *Object, args: []const ?*Object, context: ?*Object) ?*Object {
-    const tuple = c.PyTuple_New(@intCast(args.len)) orelse return null;
-    for (args, 0..) |a, i| {
-        py.incref(a.?);
-        _ = c.PyTuple_SetItem(tuple, @intCast(i), a.?);
+    var tuple: ?*Object = null;
+    if (args.len >= 2) {
+        const t = c.PyTuple_New(@intCast(args.len)) orelse return null;
+        for (args, 0..) |a, i| {
+            py.incref(a.?);
+            _ = c.PyTuple_SetItem(t, @intCast(i), a.?);
+        }
+        tuple = t;
     }
     const ctx = if (context) |x| blk: {
         py.incref(x);
         break :blk x;
     } else c.PyContext_CopyCurrent() orelse {
-        py.decref(tuple);
+        py.xdecref(tuple);
         return null;
     };
-    const obj = tp.tp_alloc.?(tp, 0) orelse {
-        py.decref(tuple);
+    const obj = allocHandle(tp) orelse {
+        py.xdecref(tuple);
         py.decref(ctx);
         return null;
     };
@@ -87,20 +102,43 @@ fn newHandle(tp: *c.PyTypeObject, loop: *Object, callback: *Object, args: []cons
     py.incref(loop);
     h.callback = callback;
     h.args = tuple;
+    h.argc = args.len;
+    h.arg = null;
+    if (args.len == 1) {
+        py.incref(args[0].?);
+        h.arg = args[0].?;
+    }
     h.context = ctx;
     h.loop = loop;
     h.when = 0;
     h.cancelled = false;
     h.scheduled = false;
+    c.PyObject_GC_Track(obj);
+    return obj;
+}
+
+/// An untracked handle object of type `tp` (tracked by the caller once filled).
+fn allocHandle(tp: *c.PyTypeObject) ?*Object {
+    if (handle_freelist_len > 0) {
+        handle_freelist_len -= 1;
+        const obj = handle_freelist[handle_freelist_len];
+        return c.PyObject_Init(obj, tp);
+    }
+    const obj = tp.tp_alloc.?(tp, 0) orelse return null;
+    c.PyObject_GC_UnTrack(obj);
     return obj;
 }
 
 fn handleClearRefs(h: *HandleObject) void {
     const cb = h.callback;
+    const arg = h.arg;
     const args = h.args;
     h.callback = null;
+    h.arg = null;
     h.args = null;
+    h.argc = 0;
     py.xdecref(cb);
+    py.xdecref(arg);
     py.xdecref(args);
 }
 
@@ -109,13 +147,18 @@ fn handleDealloc(obj: ?*Object) callconv(.c) void {
     const tp = py.typeOf(o);
     c.PyObject_GC_UnTrack(o);
     _ = handleClear(o);
-    tp.tp_free.?(o);
+    if (handle_freelist_len < handle_freelist_max and (tp == handle_type.? or tp == timer_type.?)) {
+        handle_freelist[handle_freelist_len] = o;
+        handle_freelist_len += 1;
+    } else {
+        tp.tp_free.?(o);
+    }
     py.decref(@ptrCast(tp));
 }
 
 fn handleTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
     const h = asHandle(obj.?);
-    inline for (.{ "callback", "args", "context", "loop" }) |f| {
+    inline for (.{ "callback", "arg", "args", "context", "loop" }) |f| {
         if (@field(h, f)) |o| {
             const r = visit.?(o, arg);
             if (r != 0) return r;
@@ -179,15 +222,21 @@ fn runHandle(obj: *Object) bool {
     // The callback may cancel its own handle (dropping these): hold them for the call.
     py.incref(cb);
     defer py.decref(cb);
-    const args = h.args.?;
-    py.incref(args);
-    defer py.decref(args);
+    // Slot 0 is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET).
+    var one = [2]?*Object{ null, h.arg };
+    const args = h.args;
+    if (one[1]) |a| py.incref(a);
+    defer if (one[1]) |a| py.decref(a);
+    if (args) |t| py.incref(t);
+    defer if (args) |t| py.decref(t);
     py.incref(ctx);
     defer py.decref(ctx);
     if (c.PyContext_Enter(ctx) != 0) return reportError(obj);
-    const n: usize = @intCast(c.PyTuple_Size(args));
-    const items: [*c]const ?*Object = py.seqItems(args);
-    const result = c.PyObject_Vectorcall(cb, @ptrCast(items), n, null);
+    const result = switch (h.argc) {
+        0 => c.PyObject_Vectorcall(cb, null, 0, null),
+        1 => c.PyObject_Vectorcall(cb, @ptrCast(&one[1]), 1 | vectorcall_offset, null),
+        else => c.PyObject_Vectorcall(cb, @ptrCast(py.seqItems(args.?)), @intCast(c.PyTuple_Size(args.?)), null),
+    };
     const exited = c.PyContext_Exit(ctx);
     if (result) |r| {
         py.decref(r);
@@ -263,20 +312,35 @@ fn timerRichCompare(a: ?*Object, b: ?*Object, op: c_int) callconv(.c) ?*Object {
         c.Py_GE => x.when >= y.when,
         c.Py_EQ, c.Py_NE => blk: {
             var same = x.when == y.when and x.cancelled == y.cancelled and x.callback == y.callback;
-            if (same and x.args != y.args) {
-                if (x.args == null or y.args == null) {
-                    same = false;
-                } else {
-                    const eq = c.PyObject_RichCompareBool(x.args, y.args, c.Py_EQ);
-                    if (eq < 0) return null;
-                    same = eq == 1;
-                }
+            if (same) {
+                const xa = argsTuple(x) orelse return null;
+                defer py.decref(xa);
+                const ya = argsTuple(y) orelse return null;
+                defer py.decref(ya);
+                const eq = c.PyObject_RichCompareBool(xa, ya, c.Py_EQ);
+                if (eq < 0) return null;
+                same = eq == 1;
             }
             break :blk if (op == c.Py_EQ) same else !same;
         },
         else => return py.notImplemented(),
     };
     return py.boolean(r);
+}
+
+/// New reference: the arguments as asyncio's `_args` holds them (None once cancelled).
+fn argsTuple(h: *HandleObject) ?*Object {
+    if (h.callback == null) return py.none();
+    if (h.args) |t| {
+        py.incref(t);
+        return t;
+    }
+    if (h.arg) |a| return c.PyTuple_Pack(1, a);
+    return c.PyTuple_New(0);
+}
+
+fn getArgs(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    return argsTuple(asHandle(obj.?));
 }
 
 fn handleGetField(comptime field: []const u8) fn (?*Object, ?*anyopaque) callconv(.c) ?*Object {
@@ -309,7 +373,7 @@ var timer_methods = [_]c.PyMethodDef{
 
 var handle_getset = [_]c.PyGetSetDef{
     .{ .name = "_callback", .get = handleGetField("callback"), .set = null, .doc = null, .closure = null },
-    .{ .name = "_args", .get = handleGetField("args"), .set = null, .doc = null, .closure = null },
+    .{ .name = "_args", .get = &getArgs, .set = null, .doc = null, .closure = null },
     .{ .name = "_context", .get = handleGetField("context"), .set = null, .doc = null, .closure = null },
     .{ .name = "_loop", .get = handleGetField("loop"), .set = null, .doc = null, .closure = null },
     .{ .name = "_cancelled", .get = handleGetField("cancelled"), .set = null, .doc = null, .closure = null },
@@ -1014,7 +1078,14 @@ fn settle(core: *Core) void {
     const s = engineServer(core) orelse return;
     if (!s.settle_pending) return;
     const spin = s.settleBegin();
-    if (!spin or core.ready.len > 0) return;
+    if (!spin or s.streams != 0) return;
+    if (core.ready.len > 0) {
+        // Callbacks still to run (the finished requests' tasks winding down): the busy
+        // poll waits for the end of a pass that leaves nothing ready.
+        s.spin_wanted = true;
+        s.settle_pending = true;
+        return;
+    }
     const ts = py.releaseGil();
     const ready = s.spinWait();
     py.takeGil(ts);

@@ -55,7 +55,7 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
     def _zc_process_fds(self, ready: list[tuple[int, int]]) -> None:
         """Third-party descriptors the pass found ready: as asyncio's EpollSelector.select
         maps epoll's bits, then asyncio's own `_process_events`."""
-        key_from_fd = self._selector._key_from_fd
+        key_from_fd = self._selector._fd_to_key.get
         event_list = []
         for fd, bits in ready:
             mask = 0
