@@ -573,8 +573,15 @@ const Core = struct {
     /// start from a copy of it.
     engine_context: ?*Object = null,
     clock_resolution: f64 = 1e-9,
-    /// asyncio.Future, for create_future.
+    /// asyncio.Future and asyncio.Task, for create_future and create_task.
     future_type: ?*Object = null,
+    task_type: ?*Object = null,
+    /// ("loop", "name", "context"): create_task's keywords to Task.
+    task_kwnames: ?*Object = null,
+    /// asyncio's `_task_factory` and `_thread_id` (None, or the running thread's id),
+    /// kept here so that create_task and is_running read them without a dict lookup.
+    task_factory: ?*Object = null,
+    thread_id: ?*Object = null,
     events: [events_max]linux.epoll_event = undefined,
 };
 
@@ -634,9 +641,11 @@ fn loopTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c
             const r = visit.?(e, arg);
             if (r != 0) return r;
         }
-        if (core.future_type) |f| {
-            const r = visit.?(f, arg);
-            if (r != 0) return r;
+        inline for (.{ "future_type", "task_type", "task_factory", "thread_id" }) |field| {
+            if (@field(core, field)) |f| {
+                const r = visit.?(f, arg);
+                if (r != 0) return r;
+            }
         }
         if (core.engine_context) |x| {
             const r = visit.?(x, arg);
@@ -650,9 +659,11 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     const core = coreOf(obj.?);
     clearQueues(core);
     detachEngine(core);
-    const f = core.future_type;
-    core.future_type = null;
-    py.xdecref(f);
+    inline for (.{ "future_type", "task_type", "task_kwnames", "task_factory", "thread_id" }) |field| {
+        const f = @field(core, field);
+        @field(core, field) = null;
+        py.xdecref(f);
+    }
     return 0;
 }
 
@@ -1018,9 +1029,17 @@ fn sweepTimers(core: *Core) bool {
 /// wake-up drained, third-party descriptors through asyncio's `_process_events`.
 fn poll(loop: *Object, core: *Core, timeout_ms: i32) bool {
     if (core.epfd < 0) return py.runtimeError("the loop is not set up") != null;
-    const ts = py.releaseGil();
-    const rc = linux.epoll_wait(core.epfd, &core.events, events_max, timeout_ms);
-    py.takeGil(ts);
+    // A wait that cannot block keeps the GIL: handing it over and back costs more than
+    // the system call, and no other thread needs it for that long.
+    const rc = if (timeout_ms == 0) linux.epoll_wait(core.epfd, &core.events, events_max, 0) else blk: {
+        const spin_ns = writerSpinNs(core);
+        const ts = py.releaseGil();
+        defer py.takeGil(ts);
+        if (spin_ns != 0) {
+            if (spinEvents(core, spin_ns)) |r| break :blk r;
+        }
+        break :blk linux.epoll_wait(core.epfd, &core.events, events_max, timeout_ms);
+    };
     const n: usize = switch (sys.E.init(rc)) {
         .SUCCESS => rc,
         // A signal: its Python handler runs now (and may raise, as in asyncio's select).
@@ -1066,6 +1085,29 @@ fn engineServer(core: *Core) ?*Server {
     return engine_mod.asEngine(e).server;
 }
 
+/// The busy-poll budget before the pass sleeps while the engine's writer thread still
+/// holds responses (0: sleep at once). Their completions come back within microseconds,
+/// and with them the clients' next requests: sleeping and being woken for them costs
+/// two context switches per pass and leaves the core idle meanwhile.
+fn writerSpinNs(core: *Core) u64 {
+    const s = engineServer(core) orelse return 0;
+    const w = s.writer orelse return 0;
+    if (w.in_flight == 0 or s.draining) return 0;
+    return s.spin_ns;
+}
+
+/// Without the GIL: polls the loop's epoll set without blocking for up to `budget_ns`.
+/// The result of the wait that found something (events or an error), or null.
+fn spinEvents(core: *Core, budget_ns: u64) ?usize {
+    const start = sys.monotonicNs();
+    while (true) {
+        const rc = linux.epoll_wait(core.epfd, &core.events, events_max, 0);
+        if (rc != 0) return rc;
+        if (sys.monotonicNs() -% start >= budget_ns) return null;
+        for (0..32) |_| std.atomic.spinLoopHint();
+    }
+}
+
 fn settlePending(core: *Core) bool {
     const s = engineServer(core) orelse return false;
     return s.settle_pending;
@@ -1078,7 +1120,7 @@ fn settle(core: *Core) void {
     const s = engineServer(core) orelse return;
     if (!s.settle_pending) return;
     const spin = s.settleBegin();
-    if (!spin or s.streams != 0) return;
+    if (!spin) return;
     if (core.ready.len > 0) {
         // Callbacks still to run (the finished requests' tasks winding down): the busy
         // poll waits for the end of a pass that leaves nothing ready.
@@ -1105,10 +1147,10 @@ fn inEngineContext(core: *Core, comptime f: fn (*Server) void, server: *Server) 
 
 // --- set-up, engine, state ------------------------------------------------------------
 
-/// _zc_setup(epoll_fd, future_type, clock_resolution): the selector's epoll set, where
-/// the wake-up descriptor is registered now.
+/// _zc_setup(epoll_fd, future_type, clock_resolution, task_type): the selector's epoll
+/// set, where the wake-up descriptor is registered now.
 fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
-    if (nargs != 3) return py.typeError("_zc_setup(epoll_fd, future_type, clock_resolution)");
+    if (nargs != 4) return py.typeError("_zc_setup(epoll_fd, future_type, clock_resolution, task_type)");
     const core = coreOf(self.?);
     const fd = c.PyLong_AsLong(args[0]);
     if (fd == -1 and c.PyErr_Occurred() != null) return null;
@@ -1119,11 +1161,88 @@ fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) call
         return c.PyErr_SetFromErrno(c.PyExc_OSError);
     core.epfd = @intCast(fd);
     core.clock_resolution = res;
-    py.incref(args[1].?);
-    const old = core.future_type;
-    core.future_type = args[1].?;
-    py.xdecref(old);
+    const kwnames = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
+    py.xdecref(core.task_kwnames);
+    core.task_kwnames = kwnames;
+    setRef(&core.future_type, args[1].?);
+    setRef(&core.task_type, args[3].?);
     return py.none();
+}
+
+fn setRef(slot: *?*Object, value: *Object) void {
+    py.incref(value);
+    const old = slot.*;
+    slot.* = value;
+    py.xdecref(old);
+}
+
+fn refField(comptime field: []const u8) type {
+    return struct {
+        fn get(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+            const v = @field(coreOf(self.?), field) orelse return py.none();
+            py.incref(v);
+            return v;
+        }
+        fn set(self: ?*Object, value: ?*Object, _: ?*anyopaque) callconv(.c) c_int {
+            const core = coreOf(self.?);
+            const v = value orelse {
+                _ = py.typeError("cannot delete this attribute");
+                return -1;
+            };
+            if (py.isNone(v)) {
+                const old = @field(core, field);
+                @field(core, field) = null;
+                py.xdecref(old);
+            } else setRef(&@field(core, field), v);
+            return 0;
+        }
+    };
+}
+
+const task_factory_field = refField("task_factory");
+const thread_id_field = refField("thread_id");
+
+fn loopGetDebug(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return py.boolean(coreOf(self.?).debug);
+}
+
+fn loopIsRunning(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return py.boolean(coreOf(self.?).thread_id != null);
+}
+
+fn loopIsClosed(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    return py.boolean(coreOf(self.?).closed);
+}
+
+/// create_task(coro, *, name=None, context=None): `Task(coro, loop=self, name=name,
+/// context=context)`; with a task factory or in debug mode, asyncio's own method.
+fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: ?*Object) callconv(.c) ?*Object {
+    const core = coreOf(self.?);
+    const n = nargsf & ~vectorcall_offset;
+    if (core.task_factory != null or core.debug or core.task_type == null) {
+        const name = py.intern("_zc_create_task") orelse return null;
+        defer py.decref(name);
+        const method = c.PyObject_GetAttr(self.?, name) orelse return null;
+        defer py.decref(method);
+        return c.PyObject_Vectorcall(method, args, n, kwnames);
+    }
+    if (n != 1) return py.typeError("create_task() takes one positional argument (the coroutine)");
+    if (!checkOpen(core)) return null;
+    var task_name: *Object = py.borrowedNone();
+    var context: *Object = py.borrowedNone();
+    if (kwnames) |kw| {
+        const nk: usize = @intCast(c.PyTuple_Size(kw));
+        for (0..nk) |i| {
+            const key = c.PyTuple_GetItem(kw, @intCast(i)).?;
+            if (c.PyUnicode_CompareWithASCIIString(key, "name") == 0) {
+                task_name = args[n + i].?;
+            } else if (c.PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+                context = args[n + i].?;
+            } else return py.typeError("create_task() got an unexpected keyword argument");
+        }
+    }
+    var argv = [_]?*Object{ null, args[0], self.?, task_name, context };
+    return c.PyObject_Vectorcall(core.task_type.?, @ptrCast(&argv[1]), 1 | vectorcall_offset, core.task_kwnames);
 }
 
 /// _zc_close(): after asyncio's close (which closed the epoll set): queues emptied,
@@ -1244,6 +1363,8 @@ var loop_getset = [_]c.PyGetSetDef{
     .{ .name = "_stopping", .get = &stopping_field.get, .set = &stopping_field.set, .doc = null, .closure = null },
     .{ .name = "_debug", .get = &debug_field.get, .set = &debug_field.set, .doc = null, .closure = null },
     .{ .name = "_timer_cancelled_count", .get = &getCancelledCount, .set = &setCancelledCount, .doc = null, .closure = null },
+    .{ .name = "_task_factory", .get = &task_factory_field.get, .set = &task_factory_field.set, .doc = null, .closure = null },
+    .{ .name = "_thread_id", .get = &thread_id_field.get, .set = &thread_id_field.set, .doc = null, .closure = null },
     std.mem.zeroes(c.PyGetSetDef),
 };
 
@@ -1255,6 +1376,10 @@ var loop_methods = [_]c.PyMethodDef{
     .{ .ml_name = "call_later", .ml_meth = @ptrCast(&loopCallLater), .ml_flags = fast_kw, .ml_doc = "Arrange for callback(*args) to be called after delay seconds." },
     .{ .ml_name = "call_at", .ml_meth = @ptrCast(&loopCallAt), .ml_flags = fast_kw, .ml_doc = "Arrange for callback(*args) to be called at loop time when." },
     .{ .ml_name = "time", .ml_meth = @ptrCast(&loopTime), .ml_flags = c.METH_NOARGS, .ml_doc = "The loop's clock (time.monotonic)." },
+    .{ .ml_name = "create_task", .ml_meth = @ptrCast(&loopCreateTask), .ml_flags = fast_kw, .ml_doc = "Schedule a coroutine as a Task." },
+    .{ .ml_name = "get_debug", .ml_meth = @ptrCast(&loopGetDebug), .ml_flags = c.METH_NOARGS, .ml_doc = "Whether debug mode is on." },
+    .{ .ml_name = "is_running", .ml_meth = @ptrCast(&loopIsRunning), .ml_flags = c.METH_NOARGS, .ml_doc = "Whether the loop is running." },
+    .{ .ml_name = "is_closed", .ml_meth = @ptrCast(&loopIsClosed), .ml_flags = c.METH_NOARGS, .ml_doc = "Whether the loop was closed." },
     .{ .ml_name = "create_future", .ml_meth = @ptrCast(&loopCreateFuture), .ml_flags = c.METH_NOARGS, .ml_doc = "A Future attached to the loop." },
     .{ .ml_name = "_run_once", .ml_meth = @ptrCast(&loopRunOnce), .ml_flags = c.METH_NOARGS, .ml_doc = "One pass of the loop." },
     .{ .ml_name = "_add_callback", .ml_meth = @ptrCast(&loopAddCallback), .ml_flags = c.METH_O, .ml_doc = "Queue a handle unless it is cancelled." },

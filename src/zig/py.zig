@@ -42,6 +42,11 @@ pub fn none() *Object {
     return n;
 }
 
+/// None, borrowed (for argument arrays).
+pub fn borrowedNone() *Object {
+    return @ptrCast(&c._Py_NoneStruct);
+}
+
 /// New reference to NotImplemented.
 pub fn notImplemented() *Object {
     const n: *Object = @ptrCast(&c._Py_NotImplementedStruct);

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from asyncio import base_events, events, format_helpers, futures
+from asyncio import base_events, events, format_helpers, futures, tasks
 from asyncio.log import logger
 
 from zigcorn._core import Handle, LoopCore, TimerHandle
@@ -43,12 +43,15 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
         elif not isinstance(selector, selectors.EpollSelector):
             raise TypeError("zigcorn's loop waits on an epoll set: selector must be a selectors.EpollSelector")
         super().__init__(selector)
-        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution)
+        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution, tasks.Task)
 
     def close(self) -> None:
         super().close()
         if self.is_closed():
             self._zc_close()
+
+    # With a task factory or in debug mode, create_task is asyncio's own.
+    _zc_create_task = base_events.BaseEventLoop.create_task
 
     # --- called by the native pass -----------------------------------------------------
 
