@@ -1426,3 +1426,85 @@ pub fn init(m: *Object) bool {
     const lt = c.PyType_FromSpec(&loop_spec) orelse return false;
     return c.PyModule_AddObject(m, "LoopCore", lt) == 0;
 }
+
+// ----------------------------------------------------------------------------------
+// Tests of the queues (no interpreter needed: the items are never dereferenced).
+
+fn fake(i: usize) *Object {
+    return @ptrFromInt((i + 1) * 16);
+}
+
+test "the ready ring is first in, first out across growth and wrap-around" {
+    var r = Ring{};
+    defer if (r.items.len > 0) allocator.free(r.items);
+    var next_in: usize = 0;
+    var next_out: usize = 0;
+    // Interleaved pushes and pops move the head around the ring while it grows.
+    for (0..50) |round| {
+        for (0..round * 7 + 3) |_| {
+            try std.testing.expect(r.push(fake(next_in)));
+            next_in += 1;
+        }
+        for (0..round * 5 + 1) |_| {
+            try std.testing.expectEqual(fake(next_out), r.pop().?);
+            next_out += 1;
+        }
+        try std.testing.expectEqual(next_in - next_out, r.len);
+        if (r.len > 0) try std.testing.expectEqual(fake(next_out), r.at(0));
+    }
+    while (r.pop()) |o| {
+        try std.testing.expectEqual(fake(next_out), o);
+        next_out += 1;
+    }
+    try std.testing.expectEqual(next_in, next_out);
+    // Empty again after growing past `queue_keep`: the storage went back.
+    try std.testing.expectEqual(@as(usize, 0), r.items.len);
+}
+
+test "the timer heap pops by time, then in the order timers were scheduled" {
+    var h = Heap{};
+    defer if (h.items.len > 0) allocator.free(h.items);
+    var prng = std.Random.DefaultPrng.init(0x5eed);
+    const random = prng.random();
+    const n = 5000;
+    for (0..n) |i| {
+        // Few distinct times: many ties, which must come out in scheduling order.
+        const when: f64 = @floatFromInt(random.uintLessThan(u32, 50));
+        try std.testing.expect(h.push(.{ .when = when, .seq = i, .obj = fake(i) }));
+    }
+    var last = Timer{ .when = -1, .seq = 0, .obj = fake(0) };
+    for (0..n) |_| {
+        const t = h.pop();
+        try std.testing.expect(t.when > last.when or (t.when == last.when and t.seq > last.seq));
+        last = t;
+    }
+    try std.testing.expectEqual(@as(usize, 0), h.len);
+}
+
+test "heapify restores the order after entries are dropped in place" {
+    var h = Heap{};
+    defer if (h.items.len > 0) allocator.free(h.items);
+    for (0..300) |i| {
+        const when: f64 = @floatFromInt((i * 7919) % 1000);
+        try std.testing.expect(h.push(.{ .when = when, .seq = i, .obj = fake(i) }));
+    }
+    // What the sweep of cancelled timers does: keep every third entry, then heapify.
+    var kept: usize = 0;
+    for (0..h.len) |i| {
+        if (h.items[i].seq % 3 == 0) {
+            h.items[kept] = h.items[i];
+            kept += 1;
+        }
+    }
+    h.len = kept;
+    h.heapify();
+    var last: f64 = -1;
+    var count: usize = 0;
+    while (h.top()) |_| {
+        const t = h.pop();
+        try std.testing.expect(t.when >= last and t.seq % 3 == 0);
+        last = t.when;
+        count += 1;
+    }
+    try std.testing.expectEqual(@as(usize, 100), count);
+}
