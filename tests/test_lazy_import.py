@@ -1,8 +1,8 @@
 """asyncio without ``ssl`` and ``inspect`` until first use (``zigcorn.lazyimport``), and
 both working exactly as before once something does use them.
 
-The server under test runs ``--loop asyncio``, where the deferral applies: neither module
-is imported after startup; an app that later makes TLS connections through asyncio
+The server under test runs its default loop (zigcorn's own) and ``--loop asyncio``, where
+the deferral applies: neither module is imported after startup (nor uvloop); an app that later makes TLS connections through asyncio
 (``open_connection(ssl=...)``, ``start_tls``) gets working ones, and asyncio's
 inspect-backed helpers answer as usual. Also checked in a fresh interpreter.
 """
@@ -21,6 +21,8 @@ from tests.harness import ROOT, zigcorn_only
 
 trustme = pytest.importorskip("trustme")
 pytestmark = zigcorn_only
+# The default (zigcorn's own loop, no flag) and asyncio's loop: both defer ssl and inspect.
+LOOPS = pytest.mark.parametrize("loop_args", [(), ("--loop", "asyncio")], ids=["default", "asyncio"])
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +63,10 @@ def tls_echo(tmp_path_factory):
     listener.close()
 
 
-def test_server_on_asyncio_loop_starts_without_ssl_and_tls_works_when_used(start_server, tls_echo):
+@LOOPS
+def test_server_starts_without_ssl_and_tls_works_when_used(start_server, tls_echo, loop_args):
     port, ca = tls_echo
-    server = start_server("tls_client:app", "--loop", "asyncio")
+    server = start_server("tls_client:app", *loop_args)
     with httpx.Client(base_url=server.url, timeout=10) as client:
         assert client.get("/ssl-loaded").text == "no"
         assert client.get("/inspect-loaded").text == "no"
@@ -76,20 +79,22 @@ def test_server_on_asyncio_loop_starts_without_ssl_and_tls_works_when_used(start
         assert client.get("/inspect-loaded").text == "yes"
 
 
-def test_a_serving_process_skips_what_only_start_up_would_need(start_server):
+@LOOPS
+def test_a_serving_process_skips_what_only_start_up_would_need(start_server, loop_args):
     """Regression guard for the start-up imports that were cut (each a few hundred KiB):
     argparse's shutil (and zlib, bz2, lzma), platform for --version, dataclasses (which
-    imports inspect), and with them ast and dis."""
-    server = start_server("tls_client:app", "--loop", "asyncio")
+    imports inspect), and with them ast and dis; and uvloop, which the default loop is not."""
+    server = start_server("tls_client:app", *loop_args)
     with httpx.Client(base_url=server.url, timeout=10) as client:
-        for module in ("shutil", "bz2", "lzma", "platform", "dataclasses", "inspect", "ast", "dis", "ssl"):
+        for module in ("shutil", "bz2", "lzma", "platform", "dataclasses", "inspect", "ast", "dis", "ssl", "uvloop"):
             assert client.get(f"/{module}-loaded").text == "no", module
 
 
-def test_signals_still_stop_the_server_without_inspect(start_server):
+@LOOPS
+def test_signals_still_stop_the_server_without_inspect(start_server, loop_args):
     """SIGTERM and SIGINT are handled without ``loop.add_signal_handler`` (which loads inspect)."""
     for sig in (signal.SIGTERM, signal.SIGINT):
-        server = start_server("tls_client:app", "--loop", "asyncio")
+        server = start_server("tls_client:app", *loop_args)
         with httpx.Client(base_url=server.url, timeout=10) as client:
             assert client.get("/inspect-loaded").text == "no"
         server.proc.send_signal(sig)
