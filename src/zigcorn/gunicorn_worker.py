@@ -2,8 +2,8 @@
 
 gunicorn's arbiter binds the socket, forks the workers, replaces the dead ones and
 turns signals into actions; each worker serves gunicorn's socket with zigcorn's engine
-and an asyncio (uvloop when installed) event loop, as uvicorn's worker does. What each
-gunicorn setting becomes:
+on zigcorn's own asyncio event loop (``loop="auto"``), as uvicorn's worker does on its
+loop. What each gunicorn setting becomes:
 
 - ``--graceful-timeout``: ``timeout_graceful_shutdown``; ``--keep-alive``: ``timeout_keep_alive``
 - ``--timeout``: the worker's heartbeat (a loop that stops turning is killed by the arbiter)

@@ -117,7 +117,7 @@ class Master:
         """Import what every worker needs, once, so the pages are shared."""
         config = self.config
         config.load()
-        config.loop_factory()  # imports uvloop (or asyncio) here, not in each worker
+        config.loop_factory()  # imports the loop (zigcorn's, asyncio or uvloop) here, not in each worker
         if config.is_ssl:  # OpenSSL's pages are shared too; a missing library stops us here
             from zigcorn.server import load_openssl
 
