@@ -76,6 +76,13 @@ pub const Backend = struct {
         return .{ .fd = @intCast(rc) };
     }
 
+    /// io_uring: work is due that the ring's descriptor does not show (see
+    /// `Uring.needsWait`); always false on epoll, whose descriptor tells all.
+    pub fn needsWait(self: *Backend) bool {
+        const u = self.uring orelse return false;
+        return u.needsWait();
+    }
+
     pub fn kind(self: *const Backend) Kind {
         return if (self.uring != null) .io_uring else .epoll;
     }

@@ -934,15 +934,18 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(o);
     if (!sweepTimers(core)) return null;
 
+    // io_uring: completions the kernel posts only when this thread enters the ring do
+    // not make the ring's descriptor readable; the engine is polled in this pass instead.
+    const engine_due = engineNeedsWait(core);
     var timeout_ms: i32 = -1;
-    if (core.ready.len > 0 or core.stopping or settlePending(core)) {
+    if (core.ready.len > 0 or core.stopping or engine_due or settlePending(core)) {
         timeout_ms = 0;
     } else if (core.timers.top()) |t| {
         const s = std.math.clamp(t.when - monotonic(), 0, select_timeout_s_max);
         // Rounded up, as asyncio's selector does: waking a hair early would spin.
         timeout_ms = @intFromFloat(@ceil(s * 1000));
     }
-    if (!poll(o, core, timeout_ms)) return null;
+    if (!poll(o, core, timeout_ms, engine_due)) return null;
 
     // Timers due by now become ready.
     const end = monotonic() + core.clock_resolution;
@@ -1027,7 +1030,7 @@ fn sweepTimers(core: *Core) bool {
 
 /// Waits for readiness (without the GIL) and handles it: the engine's events now, the
 /// wake-up drained, third-party descriptors through asyncio's `_process_events`.
-fn poll(loop: *Object, core: *Core, timeout_ms: i32) bool {
+fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
     if (core.epfd < 0) return py.runtimeError("the loop is not set up") != null;
     // A wait that cannot block keeps the GIL: handing it over and back costs more than
     // the system call, and no other thread needs it for that long.
@@ -1049,7 +1052,7 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32) bool {
             return false;
         },
     };
-    var engine_ready = false;
+    var engine_ready = engine_due;
     var others: ?*Object = null;
     defer py.xdecref(others);
     for (core.events[0..n]) |ev| {
@@ -1106,6 +1109,11 @@ fn spinEvents(core: *Core, budget_ns: u64) ?usize {
         if (sys.monotonicNs() -% start >= budget_ns) return null;
         for (0..32) |_| std.atomic.spinLoopHint();
     }
+}
+
+fn engineNeedsWait(core: *Core) bool {
+    const s = engineServer(core) orelse return false;
+    return s.io.needsWait();
 }
 
 fn settlePending(core: *Core) bool {

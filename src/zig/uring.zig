@@ -534,6 +534,14 @@ pub const Uring = struct {
         return flags & (linux.IORING_SQ_TASKRUN | linux.IORING_SQ_CQ_OVERFLOW) != 0;
     }
 
+    /// Whether a `wait` now would find work that the ring's descriptor does not show yet:
+    /// entries to submit, completions already posted or queued here, or task work the
+    /// kernel runs only when this thread enters the ring (COOP_TASKRUN). A loop about to
+    /// sleep on the ring's descriptor must pass through `wait` first when this is true.
+    pub fn needsWait(self: *Uring) bool {
+        return self.ring.sq_ready() != 0 or self.ring.cq_ready() != 0 or self.hasBacklog() or self.taskWorkPending();
+    }
+
     /// More events wait than the last batch held: the server makes sure the loop comes
     /// back for them (its wake-up descriptor).
     pub fn hasBacklog(self: *const Uring) bool {

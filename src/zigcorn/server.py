@@ -115,6 +115,9 @@ class Server:
         config = self.config
         if not getattr(config, "loaded", False):
             config.load()
+            # The app's import leaves garbage behind: collected before the lifespan's
+            # objects (alive as long as the server) are allocated among it.
+            gc.collect()
         loop = asyncio.get_running_loop()
         self._exit_event = asyncio.Event()
         self._install_signal_handlers(loop)
