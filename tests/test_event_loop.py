@@ -187,11 +187,22 @@ def test_a_closed_loop_refuses_new_work(loop):
     assert loop._ready == [] and loop._scheduled == []
 
 
-def test_none_is_refused_as_a_time(loop):
+def test_none_and_nan_are_refused_as_times(loop):
     with pytest.raises(TypeError):
         loop.call_later(None, print)
     with pytest.raises(TypeError):
         loop.call_at(None, print)
+    for call in (loop.call_later, loop.call_at):
+        with pytest.raises(ValueError):
+            call(float("nan"), print)
+    # Infinities are times like others: one never comes, the other is already past.
+    seen = []
+    never = loop.call_later(float("inf"), seen.append, "never")
+    loop.call_at(float("-inf"), seen.append, "past")
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert seen == ["past"]
+    never.cancel()
 
 
 def test_debug_mode_uses_asyncios_checks_and_handles(loop, caplog):

@@ -846,6 +846,11 @@ fn toSeconds(o: *Object, comptime what: [:0]const u8) ?f64 {
     }
     const v = c.PyFloat_AsDouble(o);
     if (v == -1.0 and c.PyErr_Occurred() != null) return null;
+    // A NaN time has no place in the heap's order (and no timeout to sleep for).
+    if (std.math.isNan(v)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "a time must be a number, not NaN");
+        return null;
+    }
     return v;
 }
 
@@ -960,7 +965,7 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
         }
     }
 
-    // Only what was ready when the pass began: callbacks scheduled now run next pass.
+    // Only what is ready now: callbacks these schedule run in the next pass.
     const todo = core.ready.len;
     for (0..todo) |_| {
         const h = core.ready.pop() orelse break;
