@@ -14,7 +14,8 @@ runs against each of its selector loops (sockets, pipes, PTYs, servers, datagram
 signals, subprocesses, TLS), run against zigcorn's loop.
 
 Modules run two at a time, each in a fresh interpreter with a time limit. A test that
-fails on zigcorn's loop is run again on asyncio's own loop: if it fails there too the
+fails on zigcorn's loop is run again, alone (one that passes then lost a race with its
+neighbour; it is reported), and then on asyncio's own loop: if it fails there too the
 cause is this machine, not the loop. What is left must be in `EXPECTED`, with its reason;
 anything else is a regression and the run exits 1.
 """
@@ -149,6 +150,14 @@ def run_suite(loop: str, jobs: int) -> dict:
         results = dict(zip(names, pool.map(lambda n: _spawn(["--module", n], loop), names)))
     failed = sorted({t for r in results.values() for t in r["failed"]})
     details = {k: v for r in results.values() for k, v in r["details"].items()}
+    # A second chance, alone: a timing-sensitive test can lose a race with its neighbour
+    # module on a 2-core machine. Those that pass now are reported, not counted.
+    flaky: list[str] = []
+    rerunnable_here = [t for t in failed if " " not in t]
+    if rerunnable_here:
+        again = _spawn(["--ids", *rerunnable_here], loop)
+        flaky = sorted(set(rerunnable_here) & set(again["passed"]))
+        failed = [t for t in failed if t not in flaky]
     # Tests that fail on asyncio's own loop here too: this machine's, not the loop's.
     also_stock: list[str] = []
     rerunnable = [t for t in failed if " " not in t and ".ZigcornEventLoopTests." not in t]
@@ -168,6 +177,7 @@ def run_suite(loop: str, jobs: int) -> dict:
         "run": sum(r["run"] for r in results.values()),
         "skipped": sum(r["skipped"] for r in results.values()),
         "failed": failed,
+        "passed_on_rerun": flaky,
         "failed_on_asyncio_too": also_stock,
         "expected": [t for t in failed if t in EXPECTED],
         "regressions": regressions,
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"expected: {test_id}: {EXPECTED[test_id]}")
     for test_id in result["failed_on_asyncio_too"]:
         print(f"fails on asyncio's own loop here too: {test_id}")
+    for test_id in result["passed_on_rerun"]:
+        print(f"failed once, passed when run again alone: {test_id}")
     passed = result["run"] - result["skipped"] - len(result["failed"])
     print(f"test.test_asyncio on {result['loop']}'s loop, Python {result['python']}: {result['run']} tests, "
           f"{passed} passed, {result['skipped']} skipped, {len(result['expected'])} expected differences, "
