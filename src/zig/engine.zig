@@ -273,11 +273,17 @@ fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 fn engineSettle(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const server = asEngine(obj).server orelse return py.boolean(false);
     if (!server.settleBegin()) return py.boolean(false);
-    const ts = py.releaseGil();
-    const ready = server.spinWait();
-    py.takeGil(ts);
+    const ready = spinWithoutGil(server);
     if (ready) server.process();
     return py.boolean(ready);
+}
+
+/// The busy poll (`Server.spinWait`) with the GIL given up meanwhile; true when events
+/// came (the caller runs `process` with the GIL).
+pub fn spinWithoutGil(server: *Server) bool {
+    const ts = py.releaseGil();
+    defer py.takeGil(ts);
+    return server.spinWait();
 }
 
 fn engineFileno(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {

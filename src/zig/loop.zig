@@ -76,15 +76,7 @@ var handle_freelist_len: usize = 0;
 /// New handle owning `callback`, its `args`, and `context` (a copy of the current one
 /// when null): new references all.
 fn newHandle(tp: *c.PyTypeObject, loop: *Object, callback: *Object, args: []const ?*Object, context: ?*Object) ?*Object {
-    var tuple: ?*Object = null;
-    if (args.len >= 2) {
-        const t = c.PyTuple_New(@intCast(args.len)) orelse return null;
-        for (args, 0..) |a, i| {
-            py.incref(a.?);
-            _ = c.PyTuple_SetItem(t, @intCast(i), a.?);
-        }
-        tuple = t;
-    }
+    const tuple: ?*Object = if (args.len >= 2) (tupleOf(args) orelse return null) else null;
     const ctx = if (context) |x| blk: {
         py.incref(x);
         break :blk x;
@@ -115,6 +107,16 @@ fn newHandle(tp: *c.PyTypeObject, loop: *Object, callback: *Object, args: []cons
     h.scheduled = false;
     c.PyObject_GC_Track(obj);
     return obj;
+}
+
+/// New reference: a tuple of `items`.
+fn tupleOf(items: []const ?*Object) ?*Object {
+    const t = c.PyTuple_New(@intCast(items.len)) orelse return null;
+    for (items, 0..) |x, i| {
+        py.incref(x.?);
+        _ = c.PyTuple_SetItem(t, @intCast(i), x.?);
+    }
+    return t;
 }
 
 /// An untracked handle object of type `tp` (tracked by the caller once filled).
@@ -576,8 +578,10 @@ const Core = struct {
     /// asyncio.Future and asyncio.Task, for create_future and create_task.
     future_type: ?*Object = null,
     task_type: ?*Object = null,
-    /// ("loop", "name", "context"): create_task's keywords to Task.
+    /// ("loop", "name", "context"): create_task's keywords to Task; ("loop",):
+    /// create_future's to Future.
     task_kwnames: ?*Object = null,
+    future_kwnames: ?*Object = null,
     /// asyncio's `_task_factory` and `_thread_id` (None, or the running thread's id),
     /// kept here so that create_task and is_running read them without a dict lookup.
     task_factory: ?*Object = null,
@@ -659,7 +663,7 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     const core = coreOf(obj.?);
     clearQueues(core);
     detachEngine(core);
-    inline for (.{ "future_type", "task_type", "task_kwnames", "task_factory", "thread_id" }) |field| {
+    inline for (.{ "future_type", "task_type", "task_kwnames", "future_kwnames", "task_factory", "thread_id" }) |field| {
         const f = @field(core, field);
         @field(core, field) = null;
         py.xdecref(f);
@@ -734,11 +738,7 @@ fn checkOpen(core: *Core) bool {
 
 /// Debug mode: asyncio's own checks and handles, through `loop.<method>(callback, args, context)`.
 fn callDebug(self: *Object, comptime method: [:0]const u8, when: ?*Object, a: CallArgs) ?*Object {
-    const tuple = c.PyTuple_New(@intCast(a.args.len)) orelse return null;
-    for (a.args, 0..) |x, i| {
-        py.incref(x.?);
-        _ = c.PyTuple_SetItem(tuple, @intCast(i), x.?);
-    }
+    const tuple = tupleOf(a.args) orelse return null;
     defer py.decref(tuple);
     const ctx = a.context orelse py.none();
     defer if (a.context == null) py.decref(ctx);
@@ -758,12 +758,9 @@ fn pushReady(core: *Core, h: *Object) bool {
     return true;
 }
 
-fn loopCallSoon(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: ?*Object) callconv(.c) ?*Object {
-    const core = coreOf(self.?);
-    if (!checkOpen(core)) return null;
-    const a = parseCall("call_soon", args, nargsf, kwnames, 0) orelse return null;
-    if (core.debug) return callDebug(self.?, "_zc_call_soon_debug", null, a);
-    const h = newHandle(handle_type.?, self.?, a.callback, a.args, a.context) orelse return null;
+/// A new native handle for `a`, queued: what call_soon returns.
+fn soon(self: *Object, core: *Core, a: CallArgs) ?*Object {
+    const h = newHandle(handle_type.?, self, a.callback, a.args, a.context) orelse return null;
     if (!pushReady(core, h)) {
         py.decref(h);
         return null;
@@ -771,20 +768,22 @@ fn loopCallSoon(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames
     return h;
 }
 
+fn loopCallSoon(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: ?*Object) callconv(.c) ?*Object {
+    const core = coreOf(self.?);
+    if (!checkOpen(core)) return null;
+    const a = parseCall("call_soon", args, nargsf, kwnames, 0) orelse return null;
+    if (core.debug) return callDebug(self.?, "_zc_call_soon_debug", null, a);
+    return soon(self.?, core, a);
+}
+
 fn loopCallSoonThreadsafe(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(self.?);
     if (!checkOpen(core)) return null;
     const a = parseCall("call_soon_threadsafe", args, nargsf, kwnames, 0) orelse return null;
-    const h = if (core.debug)
-        callDebug(self.?, "_zc_call_soon_threadsafe_debug", null, a) orelse return null
-    else blk: {
-        const h = newHandle(handle_type.?, self.?, a.callback, a.args, a.context) orelse return null;
-        if (!pushReady(core, h)) {
-            py.decref(h);
-            return null;
-        }
-        break :blk h;
-    };
+    const h = (if (core.debug)
+        callDebug(self.?, "_zc_call_soon_threadsafe_debug", null, a)
+    else
+        soon(self.?, core, a)) orelse return null;
     wake(core);
     return h;
 }
@@ -884,12 +883,8 @@ fn loopCallAt(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: 
 fn loopCreateFuture(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(self.?);
     const ft = core.future_type orelse return py.runtimeError("the loop is not set up");
-    const kw = py.intern("loop") orelse return null;
-    defer py.decref(kw);
-    const names = c.PyTuple_Pack(1, kw) orelse return null;
-    defer py.decref(names);
     var argv = [_]?*Object{self.?};
-    return c.PyObject_Vectorcall(ft, @ptrCast(&argv), 0, names);
+    return c.PyObject_Vectorcall(ft, @ptrCast(&argv), 0, core.future_kwnames);
 }
 
 /// _add_callback(handle): asyncio's selector code queues reader/writer handles here.
@@ -1099,9 +1094,7 @@ fn engineServer(core: *Core) ?*Server {
 /// two context switches per pass and leaves the core idle meanwhile.
 fn writerSpinNs(core: *Core) u64 {
     const s = engineServer(core) orelse return 0;
-    const w = s.writer orelse return 0;
-    if (w.in_flight == 0 or s.draining) return 0;
-    return s.spin_ns;
+    return if (s.writerBusy()) s.spin_ns else 0;
 }
 
 /// Without the GIL: polls the loop's epoll set without blocking for up to `budget_ns`.
@@ -1134,17 +1127,10 @@ fn settle(core: *Core) void {
     if (!s.settle_pending) return;
     const spin = s.settleBegin();
     if (!spin) return;
-    if (core.ready.len > 0) {
-        // Callbacks still to run (the finished requests' tasks winding down): the busy
-        // poll waits for the end of a pass that leaves nothing ready.
-        s.spin_wanted = true;
-        s.settle_pending = true;
-        return;
-    }
-    const ts = py.releaseGil();
-    const ready = s.spinWait();
-    py.takeGil(ts);
-    if (ready) inEngineContext(core, Server.process, s);
+    // Callbacks still to run (the finished requests' tasks winding down): the busy poll
+    // waits for the end of a pass that leaves nothing ready.
+    if (core.ready.len > 0) return s.deferSpin();
+    if (engine_mod.spinWithoutGil(s)) inEngineContext(core, Server.process, s);
 }
 
 /// Runs `f(server)` (which calls into the app: new requests, wake-ups) inside the
@@ -1174,9 +1160,12 @@ fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) call
         return c.PyErr_SetFromErrno(c.PyExc_OSError);
     core.epfd = @intCast(fd);
     core.clock_resolution = res;
-    const kwnames = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
-    py.xdecref(core.task_kwnames);
-    core.task_kwnames = kwnames;
+    const task_kw = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
+    defer py.decref(task_kw);
+    const future_kw = c.Py_BuildValue("(s)", "loop") orelse return null;
+    defer py.decref(future_kw);
+    setRef(&core.task_kwnames, task_kw);
+    setRef(&core.future_kwnames, future_kw);
     setRef(&core.future_type, args[1].?);
     setRef(&core.task_type, args[3].?);
     return py.none();

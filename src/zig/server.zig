@@ -693,6 +693,20 @@ pub const Server = struct {
         return spin;
     }
 
+    /// The busy poll `settleBegin` granted cannot run yet (callbacks are still to run on
+    /// this pass's loop): it waits for the next settle, which is due at once.
+    pub fn deferSpin(self: *Server) void {
+        self.spin_wanted = true;
+        self.settle_pending = true;
+    }
+
+    /// Responses are with the writer thread: their completions come back within
+    /// microseconds (the loop may busy-poll for them instead of sleeping).
+    pub fn writerBusy(self: *const Server) bool {
+        const w = self.writer orelse return false;
+        return w.in_flight != 0 and !self.draining;
+    }
+
     /// Failed spins in a row make the next ones rarer: a client that answers within the
     /// budget (a request/response ping-pong) keeps the spin, and one late answer costs
     /// it one idle moment; sporadic traffic soon sleeps at once, paying one budget per

@@ -17,6 +17,7 @@ Use it outside the server like uvloop: ``asyncio.run(main(), loop_factory=zigcor
 from __future__ import annotations
 
 import asyncio
+import functools
 import selectors
 from asyncio import base_events, events, format_helpers, futures, tasks
 from asyncio.log import logger
@@ -92,22 +93,18 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
 
     # --- debug mode: asyncio's checks and its Python handles -------------------------------
 
-    def _zc_call_soon_debug(self, callback, args, context):
-        self._check_thread()
-        self._check_callback(callback, "call_soon")
+    def _zc_call_soon_debug(self, callback, args, context, method="call_soon"):
+        if method == "call_soon":  # call_soon_threadsafe may come from any thread
+            self._check_thread()
+        self._check_callback(callback, method)
         handle = events.Handle(callback, args, self, context)
         if handle._source_traceback:
             del handle._source_traceback[-1]
         self._add_callback(handle)
         return handle
 
-    def _zc_call_soon_threadsafe_debug(self, callback, args, context):
-        self._check_callback(callback, "call_soon_threadsafe")
-        handle = events.Handle(callback, args, self, context)
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
-        self._add_callback(handle)
-        return handle
+    # A partial adds no Python frame: the source traceback's depth stays right.
+    _zc_call_soon_threadsafe_debug = functools.partialmethod(_zc_call_soon_debug, method="call_soon_threadsafe")
 
     def _zc_call_at_debug(self, when, callback, args, context):
         self._check_thread()
