@@ -460,3 +460,142 @@ test "h2c: random and mutated frames never panic, leak a held stream, or spin" {
         try testing.expectEqual(@as(u32, 0), f.server.streams);
     }
 }
+
+/// What the server wrote, read as frames: DATA bytes per stream (1 and 3), the GOAWAY
+/// error code (if any), RST_STREAM codes.
+const Frames = struct {
+    data: [4]usize = .{0} ** 4,
+    goaway: ?u32 = null,
+    rst: ?u32 = null,
+
+    fn read(out: []const u8) Frames {
+        var f = Frames{};
+        var rest = out;
+        // The server preface's response to ours may be preceded by nothing else.
+        while (rest.len >= 9) {
+            const len = std.mem.readInt(u24, rest[0..3], .big);
+            const typ = rest[3];
+            const id = std.mem.readInt(u32, rest[5..9], .big) & 0x7fff_ffff;
+            if (rest.len < 9 + len) break;
+            const body = rest[9..][0..len];
+            switch (typ) {
+                0 => if (id < f.data.len) {
+                    f.data[id] += len;
+                },
+                3 => f.rst = std.mem.readInt(u32, body[0..4], .big),
+                7 => f.goaway = std.mem.readInt(u32, body[4..8], .big),
+                else => {},
+            }
+            rest = rest[9 + len ..];
+        }
+        return f;
+    }
+};
+
+fn settingsFrame(buf: []u8, id: u16, value: u32) []const u8 {
+    var p: [6]u8 = undefined;
+    std.mem.writeInt(u16, p[0..2], id, .big);
+    std.mem.writeInt(u32, p[2..6], value, .big);
+    return frame(buf, 4, 0, 0, &p);
+}
+
+fn windowUpdate(buf: []u8, stream: u32, inc: u32) []const u8 {
+    var p: [4]u8 = undefined;
+    std.mem.writeInt(u32, &p, inc, .big);
+    return frame(buf, 8, 0, stream, &p);
+}
+
+const flow_control_error: u32 = 3;
+
+/// An h2c connection past its prefaces; `initial_window` is the client's
+/// SETTINGS_INITIAL_WINDOW_SIZE (null: the default 65535).
+fn h2Fixture(initial_window: ?u32) !Fixture {
+    var f = try Fixture.init();
+    errdefer f.deinit();
+    var buf: [64]u8 = undefined;
+    try f.send(h2.preface);
+    if (initial_window) |w| try f.send(settingsFrame(&buf, 4, w)) else try f.send(frame(&buf, 4, 0, 0, ""));
+    var out: [4096]u8 = undefined;
+    _ = try f.receive(&out);
+    return f;
+}
+
+test "h2 windows: the connection window grows to 2^31-1 (Go opens it by 2^30), not one byte more" {
+    var f = try h2Fixture(null);
+    defer f.deinit();
+    var buf: [64]u8 = undefined;
+    var out: [8192]u8 = undefined;
+    try f.send(windowUpdate(&buf, 0, 1 << 30));
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try respond(rec.requests[0], "hello");
+    var got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, null), got.goaway);
+    try testing.expectEqual(@as(usize, 5), got.data[1]);
+    // 65535 + 2^30 - 5 sent so far; up to exactly 2^31-1 is allowed.
+    const room: u32 = @intCast(h2.window_max - (65535 + (1 << 30) - 5));
+    try f.send(windowUpdate(&buf, 0, room));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, null), got.goaway);
+    try f.send(windowUpdate(&buf, 0, 1));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, flow_control_error), got.goaway);
+}
+
+test "h2 windows: SETTINGS_INITIAL_WINDOW_SIZE 2^31-1 is accepted, 2^31 is a flow-control error" {
+    var f = try h2Fixture(@intCast(h2.window_max));
+    defer f.deinit();
+    var buf: [64]u8 = undefined;
+    var out: [8192]u8 = undefined;
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    try respond(rec.requests[0], "hello");
+    var got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, null), got.goaway);
+    try testing.expectEqual(@as(usize, 5), got.data[1]);
+    try f.send(settingsFrame(&buf, 4, 1 << 31));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, flow_control_error), got.goaway);
+}
+
+test "h2 windows: a SETTINGS increase that lifts an open stream's window past 2^31-1 is a connection error" {
+    var f = try h2Fixture(null);
+    defer f.deinit();
+    var buf: [64]u8 = undefined;
+    var out: [8192]u8 = undefined;
+    // The stream stays open (no END_STREAM from the client), its window at the maximum.
+    try f.send(frame(&buf, 1, 0x4, 1, &get_block));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try f.send(windowUpdate(&buf, 1, @intCast(h2.window_max - 65535)));
+    var got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, null), got.goaway);
+    try testing.expectEqual(@as(?u32, null), got.rst);
+    try f.send(settingsFrame(&buf, 4, 65536));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(?u32, flow_control_error), got.goaway);
+    rec.requests[0].finish();
+}
+
+test "h2 windows: a stream window made negative by SETTINGS sends nothing until updates lift it above zero" {
+    var f = try h2Fixture(10);
+    defer f.deinit();
+    var buf: [64]u8 = undefined;
+    var out: [8192]u8 = undefined;
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    try respond(rec.requests[0], "a" ** 100);
+    var got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 10), got.data[1]);
+    // The setting drops to 0: the stream's window is -10.
+    try f.send(settingsFrame(&buf, 4, 0));
+    try f.send(windowUpdate(&buf, 1, 10));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 0), got.data[1]);
+    // Many small updates: each byte of window lets one byte go, none more.
+    for (0..85) |_| try f.send(windowUpdate(&buf, 1, 1));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 85), got.data[1]);
+    try testing.expectEqual(@as(?u32, null), got.goaway);
+    try f.send(windowUpdate(&buf, 1, 1000));
+    got = Frames.read(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 5), got.data[1]);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}

@@ -113,7 +113,29 @@ const setting_max_frame_size = 5;
 const setting_max_header_list_size = 6;
 const setting_enable_connect_protocol = 8;
 
-const window_max: i64 = std.math.maxInt(i31);
+/// The largest flow-control window RFC 9113 6.9.1 allows: 2^31-1.
+pub const window_max: i64 = std.math.maxInt(i32);
+
+/// A flow-control window grown by `delta` (a WINDOW_UPDATE increment, or the change of
+/// SETTINGS_INITIAL_WINDOW_SIZE applied to an open stream, which may be negative).
+/// A window may go below zero after a SETTINGS decrease (RFC 9113 6.9.2) but never
+/// above `window_max`: past it is a FLOW_CONTROL_ERROR, and the window is unchanged.
+pub fn windowGrow(window: i64, delta: i64) error{FlowControl}!i64 {
+    // Contract: a window stays within ±window_max (we never send on a window <= 0, so
+    // the lowest is a window used to 0 then lowered by the largest setting).
+    std.debug.assert(window >= -window_max and window <= window_max);
+    std.debug.assert(delta >= -window_max and delta <= window_max);
+    const grown = window + delta;
+    if (grown > window_max) return error.FlowControl;
+    std.debug.assert(grown >= -window_max);
+    return grown;
+}
+
+/// A window after `n` bytes were sent or received on it (`n` never exceeds what it allowed).
+fn windowUse(window: i64, n: u64) i64 {
+    std.debug.assert(n <= window_max and @as(i64, @intCast(n)) <= window);
+    return window - @as(i64, @intCast(n));
+}
 
 pub const FrameHeader = struct {
     len: u32,
@@ -549,8 +571,7 @@ fn applySetting(s: *Session, id: u16, value: u32) void {
             s.peer_initial_window = value;
             var it = s.first;
             while (it) |st| : (it = st.next) {
-                st.send_window += delta;
-                if (st.send_window > window_max) return connError(s, .flow_control);
+                st.send_window = windowGrow(st.send_window, delta) catch return connError(s, .flow_control);
             }
         },
         setting_max_frame_size => {
@@ -590,8 +611,7 @@ fn onGoaway(_: *Session) void {}
 fn onWindowUpdate(s: *Session, id: u32, inc: u32) void {
     if (id == 0) {
         if (inc == 0) return connError(s, .protocol);
-        s.send_window += inc;
-        if (s.send_window > window_max) return connError(s, .flow_control);
+        s.send_window = windowGrow(s.send_window, inc) catch return connError(s, .flow_control);
         return;
     }
     const st = find(s, id) orelse {
@@ -600,8 +620,7 @@ fn onWindowUpdate(s: *Session, id: u32, inc: u32) void {
         return useless(s);
     };
     if (inc == 0) return streamError(s, st, .protocol);
-    st.send_window += inc;
-    if (st.send_window > window_max) return streamError(s, st, .flow_control);
+    st.send_window = windowGrow(st.send_window, inc) catch return streamError(s, st, .flow_control);
 }
 
 fn onReset(s: *Session, id: u32, code: u32) void {
@@ -663,7 +682,7 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
     }
     // Every DATA frame counts against the connection window, whatever its stream.
     if (len > s.recv_window) return connError(s, .flow_control);
-    s.recv_window -= len;
+    s.recv_window = windowUse(s.recv_window, len);
     const st = find(s, fh.stream) orelse {
         if (fh.stream > s.last_stream_id) return connError(s, .protocol);
         creditConnection(s, len);
@@ -676,7 +695,7 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
         return streamError(s, st, .stream_closed);
     }
     if (len > st.recv_window) return streamError(s, st, .flow_control);
-    st.recv_window -= len;
+    st.recv_window = windowUse(st.recv_window, len);
     if (st.ws) |session| if (!discarding(st)) {
         // WebSocket frames: parsed as they come, credited back as they are parsed.
         const padding = len - dataLenOf(fh, s);
@@ -1136,7 +1155,7 @@ fn creditConnection(s: *Session, n: u64) void {
     if (s.recv_unacked >= connection_window / 4) {
         const inc = s.recv_unacked;
         s.recv_unacked = 0;
-        s.recv_window += inc;
+        s.recv_window = windowGrow(s.recv_window, inc) catch unreachable; // ours: at most connection_window
         sendWindowUpdate(s, 0, inc);
     }
 }
@@ -1148,7 +1167,7 @@ fn creditStream(s: *Session, st: *H2Stream, n: usize) void {
     if (st.recv_unacked >= stream_window / 4) {
         const inc = st.recv_unacked;
         st.recv_unacked = 0;
-        st.recv_window += inc;
+        st.recv_window = windowGrow(st.recv_window, inc) catch unreachable; // ours: at most stream_window
         sendWindowUpdate(s, st.id, inc);
     }
 }
@@ -1258,8 +1277,8 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
             item.file_pos += got;
             item.file_left -= got;
             if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
-            s.send_window -= @intCast(got);
-            st.send_window -= @intCast(got);
+            s.send_window = windowUse(s.send_window, got);
+            st.send_window = windowUse(st.send_window, got);
             st.base.out.sent += got;
             if (item.file_left > 0) return true;
         } else {
@@ -1281,8 +1300,8 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
             conn.queueCopy(&hdr, null, out_bytes_max) catch return outOfMemory(conn);
             conn.queueCopy(item.bytes[item.off..][0..n], null, out_bytes_max) catch return outOfMemory(conn);
             item.off += n;
-            s.send_window -= @intCast(n);
-            st.send_window -= @intCast(n);
+            s.send_window = windowUse(s.send_window, n);
+            st.send_window = windowUse(st.send_window, n);
             // Progress through the windows: a stall's deadline starts again.
             if (n > 0 and conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
             st.base.out.queued -= n;
@@ -1909,4 +1928,51 @@ test "split cookies are joined in the scratch, extending the last join in place"
     var big: [cookie_scratch.len]u8 = undefined;
     @memset(&big, 'x');
     try std.testing.expectError(error.NoSpace, joinCookie(abc, &big));
+}
+
+test "window arithmetic: up to 2^31-1 and not one more" {
+    const t = std.testing;
+    try t.expectEqual(@as(i64, 2147483647), window_max);
+    // Go and grpc-go open the connection window by 2^30 at start: 65535 + 2^30 fits.
+    try t.expectEqual(@as(i64, 65535 + (1 << 30)), try windowGrow(65535, 1 << 30));
+    // Exactly the maximum, from the default window and from zero.
+    try t.expectEqual(window_max, try windowGrow(65535, window_max - 65535));
+    try t.expectEqual(window_max, try windowGrow(0, window_max));
+    // One past it (2^31) is a flow-control error, whatever the route there.
+    try t.expectError(error.FlowControl, windowGrow(65535, window_max - 65535 + 1));
+    try t.expectError(error.FlowControl, windowGrow(window_max, 1));
+    try t.expectError(error.FlowControl, windowGrow(1, window_max));
+}
+
+test "window arithmetic: a SETTINGS decrease makes a window negative, updates bring it back" {
+    const t = std.testing;
+    // 65535 granted, 60000 sent, then SETTINGS_INITIAL_WINDOW_SIZE 65535 -> 0.
+    var w = windowUse(65535, 60000);
+    w = try windowGrow(w, 0 - 65535);
+    try t.expectEqual(@as(i64, -60000), w);
+    // The lowest a window can be: all of 2^31-1 used, then the setting to 0.
+    try t.expectEqual(-window_max, try windowGrow(windowUse(window_max, @intCast(window_max)), -window_max));
+    // Back up by the setting's increase, then by updates: negative windows add normally.
+    w = try windowGrow(w, 65535);
+    try t.expectEqual(@as(i64, 5535), w);
+    w = try windowGrow(-window_max, window_max);
+    try t.expectEqual(@as(i64, 0), w);
+    // From a negative window the largest increment fits; from a positive one it does not.
+    try t.expectEqual(window_max - 1, try windowGrow(-1, window_max));
+    try t.expectError(error.FlowControl, windowGrow(1, window_max));
+}
+
+test "window arithmetic: many small updates add up exactly and stop at the maximum" {
+    const t = std.testing;
+    var w: i64 = 0;
+    for (0..100_000) |_| w = try windowGrow(w, 1);
+    try t.expectEqual(@as(i64, 100_000), w);
+    // Updates of 2^20 from the default: the last that fits, then the first that does not.
+    w = 65535;
+    var updates: u32 = 0;
+    while (windowGrow(w, 1 << 20)) |grown| : (updates += 1) w = grown else |_| {}
+    try t.expectEqual(@as(u32, (window_max - 65535) >> 20), updates);
+    try t.expect(w <= window_max and w + (1 << 20) > window_max);
+    // Sending uses it down to zero exactly.
+    try t.expectEqual(@as(i64, 0), windowUse(w, @intCast(w)));
 }
