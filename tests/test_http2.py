@@ -5,6 +5,7 @@ Clients: httpx (http2=True), the `h2` library on a raw socket (tests/h2raw.py) f
 frame level, curl where it speaks HTTP/2, and h2spec (a Go program) where Go is here.
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import h2.config
+import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
@@ -119,6 +122,163 @@ def test_a_connection_that_begins_like_the_preface_but_is_not_is_closed(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
         raw.sendall(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n")
         assert raw.recv(100) == b""
+
+
+# ---- h2c upgrade (RFC 7540 section 3.2) -------------------------------------------------
+
+
+def settings_header(*pairs: tuple[int, int]) -> str:
+    """An HTTP2-Settings value: SETTINGS payload in base64url without padding."""
+    payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in pairs)
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def upgrade_request(path: str = "/scope", *, settings: str | None = None, connection: str = "Upgrade, HTTP2-Settings",
+                    extra: str = "", method: str = "GET") -> bytes:
+    settings = settings_header((3, 100), (4, 65535)) if settings is None else settings
+    return (f"{method} {path} HTTP/1.1\r\nHost: example.test\r\nConnection: {connection}\r\nUpgrade: h2c\r\n"
+            f"HTTP2-Settings: {settings}\r\n{extra}\r\n").encode()
+
+
+def read_head(sock) -> tuple[bytes, bytes]:
+    """An HTTP/1.1 response head from `sock`, and the bytes that came after it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+class Upgraded:
+    """A client that upgraded its HTTP/1.1 connection with the `h2` library's upgrade support."""
+
+    def __init__(self, port: int, path: str = "/scope", extra: str = ""):
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        settings = self.conn.initiate_upgrade_connection().decode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.sendall(upgrade_request(path, settings=settings, extra=extra))
+        self.head, rest = read_head(self.sock)
+        self.events = self.conn.receive_data(rest) if self.head.startswith(b"HTTP/1.1 101") else []
+        self.sock.sendall(self.conn.data_to_send())
+
+    def response(self, sid: int) -> tuple[dict, bytes]:
+        headers, body, deadline = {}, b"", time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for event in self.events:
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == sid:
+                    headers = dict(event.headers)
+                elif isinstance(event, h2.events.DataReceived) and event.stream_id == sid:
+                    body += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, sid)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == sid:
+                    self.sock.sendall(self.conn.data_to_send())
+                    return headers, body
+            data = self.sock.recv(65536)
+            assert data, "the server closed the upgraded connection"
+            self.events = self.conn.receive_data(data)
+            self.sock.sendall(self.conn.data_to_send())
+        raise AssertionError(f"no end of stream {sid}")
+
+    def close(self):
+        self.sock.close()
+
+
+def test_h2c_upgrade_answers_101_and_serves_the_request_as_stream_1(server):
+    client = Upgraded(server.port, "/scope?a=1", extra="TE: trailers\r\nX-Keep: yes\r\n")
+    try:
+        assert client.head.split(b"\r\n")[0] == b"HTTP/1.1 101 Switching Protocols", client.head
+        assert b"upgrade: h2c" in client.head.lower()
+        headers, body = client.response(1)
+        assert headers[":status"] == "200"
+        info = json.loads(body)
+        assert info["http_version"] == "2" and info["scheme"] == "http"
+        assert info["path"] == "/scope" and info["query_string"] == "a=1"
+        names = {k for k, _ in info["headers"]}
+        # What HTTP/2 does not carry is gone; the rest arrives as sent.
+        assert not names & {"connection", "upgrade", "http2-settings"}, names
+        assert {"host", "te", "x-keep"} <= names
+        # The connection is HTTP/2 from now on: a second request is stream 3.
+        sid = client.conn.get_next_available_stream_id()
+        assert sid == 3
+        client.conn.send_headers(sid, [(":method", "GET"), (":scheme", "http"), (":authority", "x"), (":path", "/")],
+                                 end_stream=True)
+        client.sock.sendall(client.conn.data_to_send())
+        assert client.response(sid)[1] == b"hello"
+    finally:
+        client.close()
+
+
+def test_h2c_upgrade_applies_the_settings_it_carries(server):
+    # INITIAL_WINDOW_SIZE 1000 in HTTP2-Settings: stream 1's response stops at 1000 bytes.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(upgrade_request("/download?size=5000", settings=settings_header((4, 1000))))
+        head, rest = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 101 ")
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
+        frames, data = [], rest
+        sock.settimeout(1.0)
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except TimeoutError:
+            pass
+        while len(data) >= 9:
+            length = int.from_bytes(data[:3], "big")
+            frames.append((data[3], int.from_bytes(data[5:9], "big"), length))
+            data = data[9 + length:]
+        assert sum(n for kind, sid, n in frames if kind == 0 and sid == 1) == 1000, frames
+        # No SETTINGS ack for them: the 101 was the acknowledgement.
+        assert not any(kind == 4 and n == 0 for kind, sid, n in frames[:1])
+
+
+@pytest.mark.parametrize("case", ["body", "no-settings-token", "bad-settings", "two-settings", "http10"])
+def test_requests_unfit_for_h2c_upgrade_are_answered_over_http11(server, case):
+    request = {
+        "body": upgrade_request("/echo", method="POST", extra="Content-Length: 3\r\n") + b"abc",
+        "no-settings-token": upgrade_request("/", connection="Upgrade"),
+        "bad-settings": upgrade_request("/", settings="AAQAAP+/"),
+        "two-settings": upgrade_request("/", extra=f"HTTP2-Settings: {settings_header()}\r\n"),
+        "http10": upgrade_request("/").replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+    }[case]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(request)
+        head, _ = read_head(sock)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+
+
+def test_h2c_upgrade_is_not_offered_over_tls_or_without_http2(tls_server, certs):
+    raw = tls_context(certs).wrap_socket(socket.create_connection(("127.0.0.1", tls_server.port), timeout=5),
+                                         server_hostname="localhost")
+    with raw:
+        raw.sendall(upgrade_request("/"))
+        assert read_head(raw)[0].startswith(b"HTTP/1.1 200 ")
+    s = Server("h2app:app", "--no-http2").wait_ready()
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:
+            sock.sendall(upgrade_request("/"))
+            assert read_head(sock)[0].startswith(b"HTTP/1.1 200 ")
+    finally:
+        s.stop()
+
+
+def test_after_the_101_anything_but_the_preface_ends_the_connection(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(upgrade_request("/"))
+        head, rest = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 101 ")
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = rest
+        while chunk := sock.recv(65536):
+            data += chunk
+    # The server's SETTINGS, stream 1's answer, then GOAWAY PROTOCOL_ERROR and the close.
+    goaway = data.rfind(b"\x00\x00\x08\x07\x00\x00\x00\x00\x00")
+    assert goaway >= 0 and data[goaway + 13:goaway + 17] == (1).to_bytes(4, "big"), data[-40:]
 
 
 # ---- streams -----------------------------------------------------------------------------
@@ -384,6 +544,14 @@ def test_curl(server, tls_server, certs):
     out = subprocess.run(["curl", "-s", "--http2", "--cacert", certs["ca"], "-w", " %{http_version}",
                           f"https://localhost:{tls_server.port}/"], capture_output=True, text=True, timeout=20).stdout
     assert out == "hello 2"
+    # Over plain http, --http2 asks for the h2c upgrade: both requests ride the upgraded connection.
+    out = subprocess.run(["curl", "-s", "--http2", "-w", " %{http_version} %{num_connects}\\n",
+                          f"{server.url}/", f"{server.url}/"], capture_output=True, text=True, timeout=20).stdout
+    assert out == "hello 2 1\nhello 2 0\n", out
+    # A request with a body is answered over HTTP/1.1 (the upgrade is declined).
+    out = subprocess.run(["curl", "-s", "--http2", "--data-binary", "abc", "-w", " %{http_version}",
+                          f"{server.url}/echo"], capture_output=True, text=True, timeout=20).stdout
+    assert out.endswith(" 1.1") and "\"size\": 3" in out, out
 
 
 def _h2spec() -> str | None:

@@ -94,6 +94,11 @@ fn parseHead(conn: *Conn) void {
         return;
     };
     conn.timer.disarm();
+    if (h2cSettings(conn, &head.request)) |settings| {
+        act.rstart += @intCast(head.len);
+        // h2c upgrade (RFC 7540 3.2), an import against the layers: the request becomes HTTP/2's stream 1.
+        return h2.beginUpgrade(conn, &head.request, settings);
+    }
     const st = beginRequest(conn, &head.request);
     act.rstart += @intCast(head.len);
     if (head.request.content_length orelse 0 > srv.opts.body_bytes_max) {
@@ -118,6 +123,44 @@ fn parseHead(conn: *Conn) void {
         conn.state = .head;
         return refuse(conn, 500);
     }
+}
+
+/// The largest HTTP2-Settings payload taken: one of each setting the protocol defines, twice.
+const h2c_settings_bytes_max = 6 * 16;
+var h2c_settings_scratch: [h2c_settings_bytes_max]u8 = undefined;
+
+/// The decoded HTTP2-Settings of a request that may upgrade to h2c (RFC 7540 3.2), or
+/// null to serve it as HTTP/1.1: HTTP/2 on, a plain connection, `Upgrade: h2c` with
+/// `Connection: Upgrade, HTTP2-Settings`, exactly one HTTP2-Settings field holding
+/// base64url settings, and no request body (a body would have to be read before the
+/// switch: such requests are answered over HTTP/1.1, as most servers do).
+fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
+    if (!conn.server.opts.http2 or conn.session() != null or req.version != .http11) return null;
+    const upgrade = req.upgrade orelse return null;
+    if (!http1.connectionHas(upgrade, "h2c")) return null;
+    if (req.chunked or (req.content_length orelse 0) != 0) return null;
+    var encoded: ?[]const u8 = null;
+    var connection_lists_it = false;
+    for (req.headers) |f| {
+        if (std.mem.eql(u8, f.name, "http2-settings")) {
+            if (encoded != null) return null;
+            encoded = f.value;
+        } else if (std.mem.eql(u8, f.name, "connection") and http1.connectionHas(f.value, "http2-settings")) {
+            connection_lists_it = true;
+        }
+    }
+    if (!connection_lists_it) return null;
+    return decodeH2cSettings(encoded orelse return null);
+}
+
+/// base64url (padding tolerated) to a whole number of 6-byte settings, or null.
+fn decodeH2cSettings(encoded_in: []const u8) ?[]const u8 {
+    const encoded = std.mem.trimRight(u8, encoded_in, "=");
+    const codec = std.base64.url_safe_no_pad.Decoder;
+    const n = codec.calcSizeForSlice(encoded) catch return null;
+    if (n > h2c_settings_bytes_max or n % 6 != 0) return null;
+    codec.decode(h2c_settings_scratch[0..n], encoded) catch return null;
+    return h2c_settings_scratch[0..n];
 }
 
 /// Whether a connection's first bytes, not the HTTP/2 preface, end it: after ALPN
@@ -729,4 +772,18 @@ fn discardBody(conn: *Conn) void {
         act.discarding = false;
         act.discarded_bytes = 0;
     }
+}
+
+test "HTTP2-Settings decodes base64url to whole settings, padded or not, and refuses the rest" {
+    const t = std.testing;
+    // curl's: SETTINGS_MAX_CONCURRENT_STREAMS 100, INITIAL_WINDOW_SIZE 33554432, ENABLE_PUSH 0.
+    const curl = decodeH2cSettings("AAMAAABkAAQCAAAAAAIAAAAA").?;
+    try t.expectEqualSlices(u8, &.{ 0, 3, 0, 0, 0, 100, 0, 4, 2, 0, 0, 0, 0, 2, 0, 0, 0, 0 }, curl);
+    try t.expectEqual(@as(usize, 6), decodeH2cSettings("AAQAAP__").?.len);
+    try t.expectEqual(@as(usize, 6), decodeH2cSettings("AAQAAP__==").?.len);
+    try t.expectEqual(@as(usize, 0), decodeH2cSettings("").?.len);
+    try t.expect(decodeH2cSettings("AAQAAP") == null); // 4 bytes: not a whole setting
+    try t.expect(decodeH2cSettings("AAQAAP+/") == null); // standard base64, not url-safe
+    try t.expect(decodeH2cSettings("A") == null);
+    try t.expect(decodeH2cSettings("AAAAAAAA" ** 17) == null); // past the bound
 }

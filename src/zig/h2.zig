@@ -249,6 +249,8 @@ pub const Session = struct {
     /// A connection error was sent: nothing more is read; the connection closes once written.
     dead: bool = false,
     preface_settings: bool = false,
+    /// After an h2c upgrade: the client's preface has not arrived yet.
+    await_preface: bool = false,
 
     // The peer's settings.
     peer_initial_window: i64 = 65535,
@@ -309,18 +311,86 @@ pub fn prefaceState(data: []const u8) enum { no, partial, yes } {
 
 /// The connection's first bytes were the preface (now consumed): it speaks HTTP/2.
 pub fn begin(conn: *Conn) void {
+    const s = newSession(conn) orelse return;
+    sendPreface(s) catch return;
+    process(conn);
+}
+
+/// The answer that switches a connection to h2c (RFC 7540 3.2); HTTP/2 frames follow it.
+const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
+
+/// An HTTP/1.1 request asked to upgrade to h2c (RFC 7540 3.2) and `h1` found it fit
+/// (plain connection, no body, one HTTP2-Settings field: `settings` is its decoded
+/// payload, a whole number of settings). The connection answers 101 and speaks HTTP/2;
+/// the request becomes stream 1, half-closed from the client's side; the client's
+/// preface is expected next. The 101 acknowledges `settings`: no SETTINGS ack is sent.
+pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8) void {
+    std.debug.assert(settings.len % 6 == 0 and conn.session() == null);
+    conn.queueCopy(switching_protocols, null, out_bytes_max) catch return conn.closeFor("out of memory for an h2c upgrade");
+    const s = newSession(conn) orelse return;
+    s.await_preface = true;
+    sendPreface(s) catch return;
+    var i: usize = 0;
+    while (i < settings.len) : (i += 6) {
+        applySetting(s, std.mem.readInt(u16, settings[i..][0..2], .big), std.mem.readInt(u32, settings[i + 2 ..][0..4], .big));
+        if (s.dead) return;
+    }
+    s.last_stream_id = 1;
+    const st = newStream(s, 1) orelse return;
+    st.remote_closed = true;
+    st.base.body_done = true;
+    st.base.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+    for (req.headers) |f| if (std.mem.eql(u8, f.name, "te") and http1.connectionHas(f.value, "trailers")) {
+        st.base.te_trailers = true;
+    };
+    const view = stream_mod.Request{
+        .method = req.method,
+        .path = req.path,
+        .query = req.query,
+        .authority = req.host,
+        .scheme = "http",
+        .headers = withoutHopByHop(req.headers),
+        .version = .http2,
+    };
+    dispatch(s, st, &view, true);
+    if (conn.state == .h2) process(conn);
+}
+
+/// The fields of an HTTP/1.1 request that HTTP/2 does not carry (RFC 9113 8.2.2),
+/// removed in place: an upgraded request reaches the app as an HTTP/2 one would.
+fn withoutHopByHop(fields: []http1.Header) []http1.Header {
+    var n: usize = 0;
+    for (fields) |f| {
+        const hop = for (connection_specific ++ [_][]const u8{"http2-settings"}) |name| {
+            if (std.mem.eql(u8, f.name, name)) break true;
+        } else std.mem.eql(u8, f.name, "te") and !std.ascii.eqlIgnoreCase(f.value, "trailers");
+        if (hop) continue;
+        fields[n] = f;
+        n += 1;
+    }
+    return fields[0..n];
+}
+
+fn newSession(conn: *Conn) ?*Session {
     const srv = conn.server;
-    const act = conn.a();
-    const s = std.heap.c_allocator.create(Session) catch return conn.closeFor("out of memory for an HTTP/2 session");
+    const s = std.heap.c_allocator.create(Session) catch {
+        conn.closeFor("out of memory for an HTTP/2 session");
+        return null;
+    };
     s.* = .{
         .conn = conn,
         .decoder = hpack.Decoder.init(header_table_size),
         .max_streams = srv.opts.h2_max_streams,
     };
-    act.h2 = s;
+    conn.a().h2 = s;
     conn.state = .h2;
     conn.timer.disarm();
-    // Our settings, then the connection window opened to `connection_window`.
+    return s;
+}
+
+/// The server's preface: our settings, then the connection window opened to `connection_window`.
+fn sendPreface(s: *Session) outq.Error!void {
+    const srv = s.conn.server;
     var buf: [9 + 6 * 5 + 13]u8 = undefined;
     var n: usize = 9;
     const settings = [_][2]u32{
@@ -341,10 +411,9 @@ pub fn begin(conn: *Conn) void {
     std.mem.writeInt(u32, buf[n + 9 ..][0..4], inc, .big);
     n += 13;
     s.recv_window = connection_window;
-    queueControl(conn, buf[0..n]) catch return;
-    conn.flush();
-    if (conn.state == .closed) return;
-    process(conn);
+    try queueControl(s.conn, buf[0..n]);
+    s.conn.flush();
+    if (s.conn.state == .closed) return error.OutOfMemory;
 }
 
 /// Frees the session and any stream no app holds (the connection is being freed).
@@ -372,6 +441,7 @@ pub fn process(conn: *Conn) void {
         if (conn.state != .h2) return;
     }
     while (conn.state == .h2 and !s.dead) {
+        if (s.await_preface and !consumePreface(s)) break;
         if (conn.outputLen() > read_pause_bytes) {
             // The client does not read what its frames made us write: stop reading it.
             conn.setReading(false);
@@ -400,6 +470,25 @@ pub fn process(conn: *Conn) void {
     }
     rearm(conn);
     conn.flush();
+}
+
+/// After an h2c upgrade the client's preface comes first. False while it is incomplete
+/// (or was not the preface: the connection then ends with PROTOCOL_ERROR).
+fn consumePreface(s: *Session) bool {
+    const act = s.conn.a();
+    const buf = act.rbuf orelse return false;
+    switch (prefaceState(buf[act.rstart..act.rlen])) {
+        .yes => {
+            act.rstart += preface.len;
+            s.await_preface = false;
+            return true;
+        },
+        .partial => return false,
+        .no => {
+            connError(s, .protocol);
+            return false;
+        },
+    }
 }
 
 fn beginFrame(s: *Session, fh: FrameHeader) void {
@@ -965,15 +1054,23 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
         .headers = headers,
         .version = .http2,
     };
+    dispatch(s, st, &view, head.protocol == null);
+}
+
+/// A stream's request goes to the app (or is answered by the engine: `ops` lets a health
+/// or metrics path be one).
+fn dispatch(s: *Session, st: *H2Stream, view: *const stream_mod.Request, ops: bool) void {
+    const conn = s.conn;
+    const srv = conn.server;
     conn.requests_count +|= 1;
     if (srv.metrics != null) st.base.started_us = sys.monotonicUs();
-    if (head.protocol == null) {
+    if (ops) {
         if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
     st.held = true;
     s.held += 1;
     srv.streamStarted();
-    if (!srv.hooks.onRequest(&st.base, &view)) {
+    if (!srv.hooks.onRequest(&st.base, view)) {
         st.held = false;
         s.held -= 1;
         st.base.handle = null;
