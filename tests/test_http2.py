@@ -627,6 +627,10 @@ def test_nghttp_and_h2load(server, tls_server):
     assert out.returncode == 0, out.stderr
     # Two streams on one connection, both answered 200.
     assert out.stdout.count(":status: 200") == 2, out.stdout[-3000:]
+    # nghttp -u: HTTP/1.1 with the h2c upgrade, then HTTP/2 on the same connection.
+    out = subprocess.run(["nghttp", "-nuv", f"{server.url}/"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "HTTP Upgrade success" in out.stdout and "(stream_id=1) :status: 200" in out.stdout, out.stdout[-3000:]
     for url in (f"{server.url}/", f"https://localhost:{tls_server.port}/"):
         done = subprocess.run(["h2load", "-n", "2000", "-c", "4", "-m", "10", url],
                               capture_output=True, text=True, timeout=60)

@@ -245,3 +245,21 @@ def test_readme_tables_show_configs_defaults():
         assert default_text in allowed, f"README says {flag} defaults to {default_text}, Config to {default!r}"
         checked += 1
     assert checked >= 25, f"only {checked} README rows were recognised"
+
+
+def test_every_choice_is_checked_by_the_settings_table():
+    for setting in SETTINGS:
+        if setting.choices is None:
+            continue
+        with pytest.raises(ValueError, match=f"^{setting.name} must be one of {', '.join(setting.choices)}"):
+            Config("tests.apps.basic:app", **{setting.name: "no-such-choice"})
+        for choice in setting.choices:
+            assert Config("tests.apps.basic:app", **{setting.name: choice})
+
+
+def test_a_protocol_class_for_http_is_refused_with_the_reason():
+    class H11Protocol:  # what uvicorn.run(http=...) accepts
+        pass
+
+    with pytest.raises(ValueError, match="http must be one of auto, h11, httptools.*protocol class cannot"):
+        Config("tests.apps.basic:app", http=H11Protocol)

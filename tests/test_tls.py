@@ -472,7 +472,7 @@ def test_run_with_ssl_arguments(certs, tmp_path):
 
 @zigcorn_only
 def test_python_fallback_finds_the_libssl_of_pythons_ssl_module():
-    code = "from zigcorn.server import _python_libssl; import zigcorn._core as c; p = _python_libssl(); print(p); print(c.tls_load(p))"
+    code = "from zigcorn.tls import _python_libssl; import zigcorn._core as c; p = _python_libssl(); print(p); print(c.tls_load(p))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     path, version = r.stdout.split()

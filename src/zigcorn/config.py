@@ -69,10 +69,11 @@ class Setting:
     the ``ZIGCORN_*`` environment variables and the engine's options all come from it.
     """
 
-    __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "metavar", "low", "high", "shown")
+    __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "also", "note", "metavar",
+                 "low", "high", "shown")  # fmt: skip
 
-    def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None,
-                 metavar=None, low=None, high=None, shown=None):  # fmt: skip
+    def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None, also=None,
+                 note=None, metavar=None, low=None, high=None, shown=None):  # fmt: skip
         self.name = name
         self.default = default
         self.help = help
@@ -82,6 +83,10 @@ class Setting:
         self.kind = kind
         self.type = type
         self.choices = choices
+        # (predicate, words): values beyond `choices` that are accepted, and how to name them.
+        self.also = also
+        # Said after a refused value, when the refusal needs a reason.
+        self.note = note
         self.metavar = metavar
         self.low = low
         self.high = high
@@ -89,9 +94,18 @@ class Setting:
         self.shown = shown
 
     def check(self, value) -> None:
-        """Bounds are checked once, here, so the engine never sees a value it cannot honour."""
-        if self.low is not None and value is not None:
+        """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
+        if value is None:
+            return
+        if self.low is not None:
             _check_range(self.name, value, self.low, self.high)
+        if self.choices is None or (isinstance(value, str) and value in self.choices):
+            return
+        if self.also is not None and self.also[0](value):
+            return
+        wanted = ", ".join(self.choices) + (f" or {self.also[1]}" if self.also else "")
+        note = f": {self.note}" if self.note else ""
+        raise ValueError(f"{self.name} must be one of {wanted}, not {value!r}{note}")
 
 
 def _engine_limit(name: str) -> tuple[int, int]:
@@ -119,7 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("fd", None, "serve on this inherited, already listening socket", "Server", type=int),
     _S("backlog", 2048, "listen backlog", "Server", type=int, metavar="N", low=1, high=65535),
     _S("reuse_port", False, "each worker binds its own SO_REUSEPORT socket", "Server", kind="switch"),
-    _S("loop", "auto", "event loop; auto is zigcorn's own", "Server", choices=LOOP_CHOICES),
+    _S("loop", "auto", "event loop; auto is zigcorn's own", "Server", choices=LOOP_CHOICES,
+       also=(lambda v: isinstance(v, str) and ":" in v, "a '<module>:<attribute>' string")),
     # Processes
     _S("workers", None, "worker processes", "Processes", type=int, metavar="N", low=1, high=1024,
        shown="$WEB_CONCURRENCY or 1"),
@@ -142,7 +157,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reset_contextvars", False, "run each request in a fresh contextvars.Context (hides what lifespan set)",
        "Application", kind="switch"),
     # Logging
-    _S("log_level", None, "level of zigcorn's loggers", "Logging", choices=tuple(LOG_LEVELS), shown="info"),
+    _S("log_level", None, "level of zigcorn's loggers", "Logging", choices=tuple(LOG_LEVELS), shown="info",
+       also=(lambda v: (isinstance(v, str) and v.lower() in LOG_LEVELS) or (isinstance(v, int) and not isinstance(v, bool)),
+             "a logging level number")),
     _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
        metavar="PATH", shown="zigcorn's own"),
     _S("access_log", True, "log each request", "Logging", kind="onoff"),
@@ -160,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
        "write complete responses from an engine thread: auto does while the app is the bottleneck", "HTTP",
        choices=WRITER_CHOICES),
     _S("http", "auto", "HTTP/1.1 implementation; every choice is the engine's own parser (uvicorn's names)", "HTTP",
-       choices=HTTP_CHOICES),
+       choices=HTTP_CHOICES, note="zigcorn parses HTTP in its engine: a protocol class cannot be given"),
     _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
     _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
        type=int, metavar="N", low=1, high=2**31 - 1),
@@ -259,6 +276,8 @@ class Config:
         if env_file is not None:
             _load_env_file(env_file)
         values = {**DEFAULTS, **options}
+        if values["io_backend"] is None:
+            values["io_backend"] = os.environ.get("ZIGCORN_IO_BACKEND") or "auto"
         # uvicorn's alias of the head limit, unless the limit itself was changed.
         if values["h11_max_incomplete_event_size"] is not None and values["limit_request_head"] == _HEAD_MAX:
             values["limit_request_head"] = min(max(int(values["h11_max_incomplete_event_size"]), _HEAD_MIN), _HEAD_MAX)
@@ -306,29 +325,10 @@ class Config:
         self.configure_logging()
 
     def _check_choices(self) -> None:
-        loop, port = self.loop, self.port
-        if loop not in LOOP_CHOICES and ":" not in loop:
-            choices = ", ".join(LOOP_CHOICES)
-            raise ValueError(f"loop must be one of {choices} or a '<module>:<attribute>' string, not {loop!r}")
-        if self.lifespan not in LIFESPAN_CHOICES:
-            raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_CHOICES)}, not {self.lifespan!r}")
+        """What the settings table cannot say alone (choices and bounds are checked there)."""
+        port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
-        if self.ws not in WS_CHOICES:
-            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
-        log_level = self.log_level
-        if isinstance(log_level, str) and log_level.lower() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
-        if self.interface not in INTERFACE_CHOICES:
-            raise ValueError(f"interface must be one of {', '.join(INTERFACE_CHOICES)}, not {self.interface!r}")
-        if isinstance(self.http, str) and self.http not in HTTP_CHOICES:
-            raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
-        if self.writer_thread not in WRITER_CHOICES:
-            raise ValueError(f"writer_thread must be one of {', '.join(WRITER_CHOICES)}, not {self.writer_thread!r}")
-        if self.io_backend is None:
-            self.io_backend = os.environ.get("ZIGCORN_IO_BACKEND") or "auto"
-        if self.io_backend not in IO_BACKEND_CHOICES:
-            raise ValueError(f"io_backend must be one of {', '.join(IO_BACKEND_CHOICES)}, not {self.io_backend!r}")
         for name in ("io_uring_buffers", "io_uring_buffer_size"):
             value = getattr(self, name)
             if value & (value - 1):
@@ -483,18 +483,20 @@ class Config:
         try:
             app = import_from_string(self.app)
         except ImportFromStringError as exc:
-            _fail(f"Error loading ASGI app. {exc}")
+            fail(f"Error loading ASGI app. {exc}")
         if self.factory:
             if not callable(app):
-                _fail(f"Error loading ASGI app factory: {app!r} is not callable.")
+                fail(f"Error loading ASGI app factory: {app!r} is not callable.")
             try:
                 app = app()
             except TypeError as exc:
-                _fail(f"Error loading ASGI app factory: {exc}")
+                fail(f"Error loading ASGI app factory: {exc}")
         if not callable(app):
-            _fail(f"Error loading ASGI app. {app!r} is not callable.")
+            fail(f"Error loading ASGI app. {app!r} is not callable.")
 
-        self.loaded_app = _adapt(app, self.interface)
+        from zigcorn.interfaces import adapt
+
+        self.loaded_app = adapt(app, self.interface)
         self.loaded = True
 
     def new_event_loop(self) -> asyncio.AbstractEventLoop:
@@ -517,14 +519,14 @@ class Config:
                 try:
                     import uvloop
                 except ImportError:
-                    _fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop zigcorn).')
+                    fail('Event loop "uvloop" is not installed: pip install uvloop (or use --loop zigcorn).')
                 return uvloop.new_event_loop
             # Not asyncio.new_event_loop(): an installed policy could hand back another kind.
             return asyncio.SelectorEventLoop
         try:
             return import_from_string(self.loop)
         except ImportFromStringError as exc:
-            _fail(f"Error loading custom loop factory. {exc}")
+            fail(f"Error loading custom loop factory. {exc}")
 
 
 def _split_header(header: HeaderSpec) -> tuple[str, str]:
@@ -575,7 +577,7 @@ def _as_list(value: Sequence[str] | str | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     """Log one line and exit: a configuration mistake, not a crash worth a traceback."""
     logger.error(message)
     sys.exit(LOAD_FAILURE)
@@ -596,51 +598,3 @@ def _load_env_file(path) -> None:
     if not os.path.isfile(path):
         raise ValueError(f"env_file {os.fspath(path)!r} is not a file")
     load_dotenv(dotenv_path=path)
-
-
-_CO_COROUTINE = 0x80  # code flag of an `async def` function (what inspect would check)
-
-
-def _is_async(function) -> bool:
-    code = getattr(getattr(function, "__func__", function), "__code__", None)
-    return code is not None and bool(code.co_flags & _CO_COROUTINE)
-
-
-def _adapt(app, interface: str):
-    """The app as an ASGI 3 callable. `auto` treats a class, or a plain (not async)
-    function or `__call__`, as ASGI 2 (uvicorn's rule); anything it cannot tell is ASGI 3."""
-    if interface == "auto":
-        if isinstance(app, type):
-            interface = "asgi3" if hasattr(app, "__await__") else "asgi2"
-        elif hasattr(app, "__code__"):
-            interface = "asgi3" if _is_async(app) else "asgi2"
-        else:
-            call = getattr(type(app), "__call__", None)
-            interface = "asgi2" if hasattr(call, "__code__") and not _is_async(call) else "asgi3"
-    if interface == "asgi2":
-        return _ASGI2(app)
-    if interface == "wsgi":
-        try:
-            from a2wsgi import WSGIMiddleware
-        except ImportError:
-            _fail("--interface wsgi needs a2wsgi: pip install 'zigcorn[wsgi]'")
-        # A bounded pool: at most WSGI_THREADS requests run the app at once.
-        return WSGIMiddleware(app, workers=WSGI_THREADS)
-    return app
-
-
-#: Threads that run a WSGI app (--interface wsgi): requests past them wait for one.
-WSGI_THREADS = 10
-
-
-class _ASGI2:
-    """An ASGI 2 app (``app(scope)`` returns a coroutine-callable instance) as ASGI 3."""
-
-    __slots__ = ("app",)
-
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        instance = self.app(scope)
-        await instance(receive, send)

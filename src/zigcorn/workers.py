@@ -119,7 +119,7 @@ class Master:
         config.load()
         config.loop_factory()  # imports the loop (zigcorn's, asyncio or uvloop) here, not in each worker
         if config.is_ssl:  # OpenSSL's pages are shared too; a missing library stops us here
-            from zigcorn.server import load_openssl
+            from zigcorn.tls import load_openssl
 
             load_openssl()
         import zigcorn.server  # noqa: F401  (and with it http, websocket, sockets)
