@@ -11,7 +11,7 @@ Routes:
   websocket (any path)  echo: text back as text, bytes back as bytes, until the client closes
 """
 
-from tests.apps import grpc_echo
+from tests.apps import grpc_echo, ws
 
 CHUNK = 64 * 1024
 DOWNLOAD_MAX = 1 << 30
@@ -39,14 +39,7 @@ async def websocket(scope, receive, send):
     if message["type"] != "websocket.connect":
         return
     await send({"type": "websocket.accept"})
-    while True:
-        message = await receive()
-        if message["type"] == "websocket.disconnect":
-            return
-        if message.get("text") is not None:
-            await send({"type": "websocket.send", "text": message["text"]})
-        else:
-            await send({"type": "websocket.send", "bytes": message.get("bytes") or b""})
+    await ws.echo(receive, send)
 
 
 async def http(scope, receive, send):

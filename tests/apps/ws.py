@@ -17,14 +17,7 @@ async def app(scope, receive, send):
     assert (await receive())["type"] == "websocket.connect"
     if path == "/echo":
         await send({"type": "websocket.accept"})
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            if message.get("text") is not None:
-                await send({"type": "websocket.send", "text": message["text"]})
-            else:
-                await send({"type": "websocket.send", "bytes": message["bytes"]})
+        await echo(receive, send)
     elif path == "/scope":
         await send({"type": "websocket.accept", "subprotocol": (scope["subprotocols"] or [None])[-1],
                     "headers": [(b"x-custom", b"yes")]})
@@ -87,3 +80,15 @@ async def app(scope, receive, send):
 
 
 EVENTS = []
+
+
+async def echo(receive, send) -> None:
+    """Sends every message back as it came (text as text, bytes as bytes) until the client goes."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        if message.get("text") is not None:
+            await send({"type": "websocket.send", "text": message["text"]})
+        else:
+            await send({"type": "websocket.send", "bytes": message.get("bytes") or b""})
