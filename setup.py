@@ -40,6 +40,6 @@ class ZigBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("zigcorn._core", sources=[os.path.join(ZIG_DIR, "module.zig")])],
+    ext_modules=[Extension("zigcorn._core", sources=[os.path.join(ZIG_DIR, "extension.zig")])],
     cmdclass={"build_ext": ZigBuildExt},
 )

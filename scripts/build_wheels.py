@@ -33,7 +33,7 @@ if sys.version_info >= (3, 11):
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "zigcorn"
-ENGINE = ROOT / "src" / "zig" / "module.zig"
+ENGINE = ROOT / "src" / "zig" / "extension.zig"
 
 #: name -> (Zig target, wheel platform tag, extension suffix's platform)
 TARGETS = {

@@ -1,8 +1,8 @@
-"""Fuzzing of the Zig HTTP/1.1 parser (src/zig/http1.zig).
+"""Fuzzing of the Zig HTTP/1.1 parser (src/zig/http1/parser.zig).
 
-- The checked-in corpus (src/zig/fuzz_corpus/*.http) as a regression test:
-  `python -m ziglang test src/zig/fuzz.zig`.
-- A time-bounded mutation fuzzer (src/zig/fuzz_main.zig, built ReleaseSafe so any overflow
+- The checked-in corpus (src/zig/testing/fuzz_corpus/*.http) as a regression test:
+  `python -m ziglang test -lc src/zig/unit_tests.zig --test-filter fuzz:`.
+- A time-bounded mutation fuzzer (src/zig/fuzz_http1.zig, built ReleaseSafe so any overflow
   or out-of-bounds access panics). ZIGCORN_FUZZ_SECONDS (default 20) bounds the run;
   ZIGCORN_FUZZ_SEED pins the seed (otherwise a fresh one, printed, per run).
 - The HTTP/2 session fuzzer (src/zig/fuzz_h2_main.zig, fuzz_h2.zig), bounded the same way.
@@ -11,6 +11,7 @@
 import os
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -30,8 +31,8 @@ def zig(*args, cwd, timeout):
 @zigcorn_only
 def test_fuzz_corpus_regression(tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
-    result = zig("test", "--cache-dir", str(cache), "--test-filter", "fuzz:", str(ZIG_DIR / "fuzz.zig"),
-                 cwd=ROOT, timeout=600)
+    result = zig("test", "-lc", "-I", sysconfig.get_paths()["include"], "--cache-dir", str(cache),
+                 "--test-filter", "fuzz:", str(ZIG_DIR / "unit_tests.zig"), cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -41,7 +42,7 @@ def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_main"
     build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_main.zig"), cwd=tmp_path, timeout=600)
+                str(ZIG_DIR / "fuzz_http1.zig"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     crash = tmp_path / "fuzz-crash.bin"

@@ -1,28 +1,28 @@
 //! One connection: the transport under the protocols. Its socket (or TLS over it), its
-//! read buffer, its output queue (`outq.zig`), its writer-thread job, its timers.
+//! read buffer, its output queue (`transport/output_queue.zig`), its writer-thread job, its timers.
 //!
 //! A connection knows nothing of HTTP framing and nothing of Python. What arrives is
-//! handed to the protocol that owns the connection's current phase (`h1.zig` for
-//! HTTP/1.1 heads and bodies, `wsconn.zig` after a WebSocket upgrade); what the
+//! handed to the protocol that owns the connection's current phase (`http1/session.zig` for
+//! HTTP/1.1 heads and bodies, `websocket/session.zig` after a WebSocket upgrade); what the
 //! protocols queue is written here, and when the queue drains they are told so.
-//! Requests are exchanges on `Stream`s (`stream.zig`); the app side holds those, never
-//! a connection. Every system call goes through the server's I/O backend (`io.zig`).
+//! Requests are exchanges on `Stream`s (`transport/stream.zig`); the app side holds those, never
+//! a connection. Every system call goes through the server's I/O backend (`os/io.zig`).
 const std = @import("std");
 const linux = std.os.linux;
-const sys = @import("sys.zig");
-const io = @import("io.zig");
-const pool_mod = @import("pool.zig");
-const timer = @import("timer.zig");
+const sys = @import("../os/sys.zig");
+const io = @import("../os/io.zig");
+const pool_mod = @import("../os/buffer_pool.zig");
+const timer = @import("../os/deadlines.zig");
 const Server = @import("server.zig").Server;
 const Interest = io.Interest;
-const wsconn = @import("wsconn.zig");
-const tls = @import("tls.zig");
-const writer_mod = @import("writer.zig");
-const outq = @import("outq.zig");
+const wsconn = @import("../websocket/session.zig");
+const tls = @import("openssl.zig");
+const writer_mod = @import("../os/writer_thread.zig");
+const outq = @import("output_queue.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
-const h1 = @import("h1.zig");
-const h2 = @import("h2.zig");
+const h1 = @import("../http1/session.zig");
+const h2 = @import("../http2/session.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -75,9 +75,9 @@ pub const State = enum(u8) {
     /// Response sent, the peer's remaining bytes are drained before close so that
     /// our last response is not destroyed by a reset.
     lingering,
-    /// Upgraded: WebSocket frames both ways (wsconn.zig), a stream for the session.
+    /// Upgraded: WebSocket frames both ways (websocket/session.zig), a stream for the session.
     websocket,
-    /// HTTP/2 frames both ways (h2.zig), many streams at once.
+    /// HTTP/2 frames both ways (http2/session.zig), many streams at once.
     h2,
     closed,
 };

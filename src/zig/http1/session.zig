@@ -3,23 +3,23 @@
 //!
 //! Requests on one connection are served strictly one after another, so pipelined
 //! requests are answered in order; the bytes of the next one wait in the read buffer
-//! until the current response is written. The parser is `http1.zig` (sans-IO); the
-//! transport is `conn.zig`; the stream (`stream.zig`) is what the app side drives.
+//! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
+//! transport is `transport/connection.zig`; the stream (`transport/stream.zig`) is what the app side drives.
 const std = @import("std");
-const sys = @import("sys.zig");
-const http1 = @import("http1.zig");
-const response = @import("response.zig");
-const metrics = @import("metrics.zig");
-const ws = @import("ws.zig");
-const wsconn = @import("wsconn.zig");
-const deflate = @import("deflate.zig");
-const outq = @import("outq.zig");
-const conn_mod = @import("conn.zig");
+const sys = @import("../os/sys.zig");
+const http1 = @import("parser.zig");
+const response = @import("../http/response.zig");
+const metrics = @import("../http/metrics.zig");
+const ws = @import("../websocket/codec.zig");
+const wsconn = @import("../websocket/session.zig");
+const deflate = @import("../websocket/deflate.zig");
+const outq = @import("../transport/output_queue.zig");
+const conn_mod = @import("../transport/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("stream.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("server.zig").Server;
-const h2 = @import("h2.zig");
+const Server = @import("../transport/server.zig").Server;
+const h2 = @import("../http2/session.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
@@ -54,7 +54,7 @@ pub fn process(conn: *Conn) void {
             const st = streamOf(conn);
             // The stream may already be finished while its last response is still flushing.
             if (!st.body_done) if (act.stream) |s| conn.server.hooks.wakeRead(s);
-            if (act.rlen == @import("pool.zig").buffer_bytes and act.rstart == 0) conn.setReading(false);
+            if (act.rlen == @import("../os/buffer_pool.zig").buffer_bytes and act.rstart == 0) conn.setReading(false);
         },
         else => unreachable,
     }
@@ -168,7 +168,7 @@ fn decodeH2cSettings(encoded_in: []const u8) ?[]const u8 {
 fn mustBeHttp2(conn: *Conn, data: []const u8) bool {
     if (std.mem.startsWith(u8, data, "PRI ")) return true;
     const ssl = conn.session() orelse return false;
-    return std.mem.eql(u8, @import("tls.zig").alpnSelected(ssl), "h2");
+    return std.mem.eql(u8, @import("../transport/openssl.zig").alpnSelected(ssl), "h2");
 }
 
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False

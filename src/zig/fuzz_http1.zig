@@ -14,7 +14,7 @@
 //! so it is not used for time-bounded CI runs.)
 
 const std = @import("std");
-const fuzz = @import("fuzz.zig");
+const fuzz = @import("testing/fuzz_http1.zig");
 
 pub const panic = std.debug.FullPanic(onPanic);
 pub const std_options: std.Options = .{ .enable_segfault_handler = false };

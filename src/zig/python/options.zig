@@ -1,15 +1,15 @@
 //! The engine's options: the dict `Server._new_engine` builds from `Config`, read into
 //! `server.Options` and the per-server parts of every scope.
 const std = @import("std");
-const py = @import("py.zig");
+const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const server_mod = @import("server.zig");
+const server_mod = @import("../transport/server.zig");
 const scope = @import("scope.zig");
-const response = @import("response.zig");
-const metrics = @import("metrics.zig");
-const io = @import("io.zig");
-const uring = @import("uring.zig");
+const response = @import("../http/response.zig");
+const metrics = @import("../http/metrics.zig");
+const io = @import("../os/io.zig");
+const uring = @import("../os/io_uring.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 const allocator = std.heap.c_allocator;
@@ -78,7 +78,7 @@ pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     py.incref(root);
     self.info.root_path = root;
     self.info.root_path_utf8 = py.strView(root) orelse return false;
-    // Plain HTTP's scheme; a TLS session makes it https (scope.zig).
+    // Plain HTTP's scheme; a TLS session makes it https (python/scope.zig).
     self.info.scheme = py.intern("http") orelse return false;
     self.info.server = py.none();
     self.info.state = null;
@@ -229,7 +229,7 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
 
 /// The engine's own limits, which `Config` validates against (`_core.LIMITS`): a request
 /// head must fit one pooled read buffer, its fields the server's header storage.
-pub const request_head_bytes_max = @import("pool.zig").buffer_bytes;
+pub const request_head_bytes_max = @import("../os/buffer_pool.zig").buffer_bytes;
 pub const request_head_bytes_min = 256;
 pub const request_fields_max = @typeInfo(@FieldType(server_mod.Server, "headers_storage")).array.len;
 /// A busy poll is a short spin: longer than a second would be a hang.

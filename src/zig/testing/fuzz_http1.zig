@@ -1,4 +1,4 @@
-//! Fuzz target for the sans-IO HTTP/1.1 parser (`http1.zig`).
+//! Fuzz target for the sans-IO HTTP/1.1 parser (`http1/parser.zig`).
 //!
 //! `checkOne` feeds one hostile input to `parseHead` and `ChunkedDecoder` under several
 //! `Limits` and asserts the parser's contract: no panic (safety checks are on in every
@@ -9,11 +9,11 @@
 //!   - `zig test src/zig/fuzz.zig`: runs every file of `fuzz_corpus/` once (regression),
 //!     through `std.testing.fuzz` (also usable with `zig build --fuzz` if a build.zig ever
 //!     wires it up), and checks each file's expected first outcome.
-//!   - `fuzz_main.zig`: a time-bounded mutation fuzzer for CI.
+//!   - `fuzz_http1.zig`: a time-bounded mutation fuzzer for CI.
 
 const std = @import("std");
 const builtin = @import("builtin");
-const http1 = @import("http1.zig");
+const http1 = @import("../http1/parser.zig");
 
 const Limits = http1.Limits;
 const Header = http1.Header;
@@ -758,7 +758,7 @@ test "fuzz: corpus files have their expected outcome" {
 }
 
 test "fuzz: corpus list matches fuzz_corpus/ (from the repository root)" {
-    var dir = std.fs.cwd().openDir("src/zig/fuzz_corpus", .{ .iterate = true }) catch return error.SkipZigTest;
+    var dir = std.fs.cwd().openDir("src/zig/testing/fuzz_corpus", .{ .iterate = true }) catch return error.SkipZigTest;
     defer dir.close();
     var iterator = dir.iterate();
     var files: usize = 0;

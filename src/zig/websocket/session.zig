@@ -16,12 +16,12 @@
 //! and incoming frames stop being read (so a client that never reads cannot make
 //! us queue pongs without end).
 const std = @import("std");
-const ws = @import("ws.zig");
+const ws = @import("codec.zig");
 const deflate = @import("deflate.zig");
-const response = @import("response.zig");
-const pool_mod = @import("pool.zig");
-const Conn = @import("conn.zig").Conn;
-const h2 = @import("h2.zig");
+const response = @import("../http/response.zig");
+const pool_mod = @import("../os/buffer_pool.zig");
+const Conn = @import("../transport/connection.zig").Conn;
+const h2 = @import("../http2/session.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -30,7 +30,7 @@ pub const out_bytes_high = 64 * 1024;
 /// Why a connection closes when a frame or message cannot be allocated (logged).
 const out_of_memory = "out of memory for a WebSocket frame or message";
 /// The 101 response head fits in one pooled buffer.
-const head_bytes_max = @import("pool.zig").buffer_bytes;
+const head_bytes_max = @import("../os/buffer_pool.zig").buffer_bytes;
 /// Frames are copied into the output, which grows on the heap up to this.
 const frames_bytes_max = std.math.maxInt(u32);
 

@@ -1,8 +1,8 @@
 //! A stream: one request/response exchange on a connection, whichever protocol carries it.
 //!
-//! The connection (`conn.zig`) is the transport: socket, TLS, read buffer, output queue,
-//! timers. A protocol drives streams over it: HTTP/1.1 (`h1.zig`) one at a time, in
-//! order; HTTP/2 will drive many at once. The side that runs apps (`pystream.zig`)
+//! The connection (`transport/connection.zig`) is the transport: socket, TLS, read buffer, output queue,
+//! timers. A protocol drives streams over it: HTTP/1.1 (`http1/session.zig`) one at a time, in
+//! order; HTTP/2 will drive many at once. The side that runs apps (`python/stream_type.zig`)
 //! only ever holds a `*Stream` and calls the verbs below; it never sees the connection.
 //!
 //! Life: a protocol creates the stream when a request head is complete, hands it to the
@@ -10,12 +10,12 @@
 //! drives it until `finish` or `abort`. After that the protocol owns it until its queued
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
-const http1 = @import("http1.zig");
-const h1 = @import("h1.zig");
-const h2 = @import("h2.zig");
-const wsconn = @import("wsconn.zig");
-const Conn = @import("conn.zig").Conn;
-const outq = @import("outq.zig");
+const http1 = @import("../http1/parser.zig");
+const h1 = @import("../http1/session.zig");
+const h2 = @import("../http2/session.zig");
+const wsconn = @import("../websocket/session.zig");
+const Conn = @import("connection.zig").Conn;
+const outq = @import("output_queue.zig");
 
 pub const Header = http1.Header;
 
@@ -285,12 +285,12 @@ pub const Stream = struct {
     }
 
     /// The client's address (for the scope's `client`).
-    pub fn peer(self: *const Stream) *const @import("conn.zig").Peer {
+    pub fn peer(self: *const Stream) *const @import("connection.zig").Peer {
         return &self.conn.peer;
     }
 
     /// The connection's TLS session (HTTPS), for the scope's scheme and TLS extension.
-    pub fn tlsSession(self: *const Stream) ?*@import("tls.zig").SSL {
+    pub fn tlsSession(self: *const Stream) ?*@import("openssl.zig").SSL {
         return self.conn.session();
     }
 };

@@ -7,9 +7,9 @@
 //!
 //! OpenSSL moves ciphertext through a BIO of ours (`transport`), not its socket BIO:
 //! its reads and writes call back into the connection, which uses the engine's I/O
-//! backend (`io.zig`). On epoll that is the socket call, so no bytes are copied between
+//! backend (`os/io.zig`). On epoll that is the socket call, so no bytes are copied between
 //! buffers; a completion-based backend hands over the bytes its completions brought
-//! instead. WANT_READ / WANT_WRITE become the connection's interest in conn.zig.
+//! instead. WANT_READ / WANT_WRITE become the connection's interest in transport/connection.zig.
 const std = @import("std");
 
 pub const SSL_CTX = opaque {};

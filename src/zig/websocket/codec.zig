@@ -1,9 +1,9 @@
 //! Sans-IO WebSocket codec (RFC 6455): the opening handshake's checks, frame headers,
 //! unmasking, incremental UTF-8 validation, close payloads, and the
 //! permessage-deflate offer (RFC 7692). Nothing here reads a socket or allocates;
-//! `wsconn.zig` drives it for a live connection.
+//! `websocket/session.zig` drives it for a live connection.
 const std = @import("std");
-const http1 = @import("http1.zig");
+const http1 = @import("../http1/parser.zig");
 
 /// RFC 6455 1.3: appended to the client's key before hashing.
 const accept_guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";

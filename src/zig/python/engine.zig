@@ -1,15 +1,15 @@
 //! The `Engine` Python type: one Server (sockets, epoll, connections) driven by the
 //! asyncio loop. Python watches `fileno()` with one `add_reader` and calls `poll()`.
 const std = @import("std");
-const py = @import("py.zig");
+const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const server_mod = @import("server.zig");
+const server_mod = @import("../transport/server.zig");
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
-const tls_setup = @import("tls_setup.zig");
-const pystream = @import("pystream.zig");
+const tls_setup = @import("tls_context.zig");
+const pystream = @import("stream_type.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -35,7 +35,7 @@ pub const EngineObjectCore = struct {
     close_requested: bool = false,
     /// Attached to zigcorn's own loop: `settle` runs at the end of its pass, not via call_soon.
     loop_driven: bool = false,
-    trust: @import("proxy.zig").Trust = .{},
+    trust: @import("../http/forwarded.zig").Trust = .{},
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
     health_path: ?*Object = null,
@@ -238,7 +238,7 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     var st: linux.sockaddr.storage = undefined;
     var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
     if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
-    const peer = @import("conn.zig").Peer.fromStorage(&st);
+    const peer = @import("../transport/connection.zig").Peer.fromStorage(&st);
     const self = asEngine(obj);
     if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
         // A Unix socket: like uvicorn, the scope's `server` is None.

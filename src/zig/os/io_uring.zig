@@ -1,4 +1,4 @@
-//! The io_uring backend: the same interface as epoll's (`io.zig`), completion-based.
+//! The io_uring backend: the same interface as epoll's (`os/io.zig`), completion-based.
 //!
 //! - **Receiving**: every connection that wants to read has one multishot receive in
 //!   the ring, drawing buffers from a provided-buffer ring. The kernel takes a buffer

@@ -4,7 +4,7 @@
 //! after ALPN chose "h2" or on a plain port (h2c with prior knowledge). From then on
 //! the connection's bytes are frames, read here as they arrive (a frame may be larger
 //! than the read buffer: payloads are consumed in pieces), and each request is a
-//! `Stream` (`stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
+//! `Stream` (`transport/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
@@ -22,20 +22,20 @@
 //! control-frame acks bounded by the output queue. Each ends the connection with
 //! GOAWAY (ENHANCE_YOUR_CALM) rather than grow.
 const std = @import("std");
-const sys = @import("sys.zig");
+const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
-const response = @import("response.zig");
-const outq = @import("outq.zig");
-const conn_mod = @import("conn.zig");
+const response = @import("../http/response.zig");
+const outq = @import("../transport/output_queue.zig");
+const conn_mod = @import("../transport/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("stream.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("server.zig").Server;
-const h1 = @import("h1.zig");
-const http1 = @import("http1.zig");
-const ws = @import("ws.zig");
-const wsconn = @import("wsconn.zig");
-const deflate = @import("deflate.zig");
+const Server = @import("../transport/server.zig").Server;
+const h1 = @import("../http1/session.zig");
+const http1 = @import("../http1/parser.zig");
+const ws = @import("../websocket/codec.zig");
+const wsconn = @import("../websocket/session.zig");
+const deflate = @import("../websocket/deflate.zig");
 
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -296,8 +296,8 @@ fn sessionOf(conn: *Conn) *Session {
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-var decoded_bytes: [@import("options.zig").request_head_bytes_max]u8 = undefined;
-var decoded_fields: [@import("options.zig").request_fields_max + 8]hpack.Header = undefined;
+var decoded_bytes: [@import("../python/options.zig").request_head_bytes_max]u8 = undefined;
+var decoded_fields: [@import("../python/options.zig").request_fields_max + 8]hpack.Header = undefined;
 var encode_scratch: [512]u8 = undefined;
 
 // ---- starting -------------------------------------------------------------------------
@@ -990,7 +990,7 @@ fn findField(fields: []const http1.Header, name: []const u8) ?usize {
 }
 
 /// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("options.zig").request_head_bytes_max]u8 = undefined;
+var cookie_scratch: [@import("../python/options.zig").request_head_bytes_max]u8 = undefined;
 var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {
@@ -1495,7 +1495,7 @@ fn rearm(conn: *Conn) void {
     }
     // A window stall runs on the connection's own timer (`stall_timeouts`, the write
     // timeout's length); `write_timeouts` holds the Active's timer for a socket that does not drain.
-    const want: ?*@import("timer.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and conn.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
+    const want: ?*@import("../os/deadlines.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and conn.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
     if (want) |q| {
         if (!conn.timer.in(q)) q.arm(&conn.timer, srv.now_ms);
     } else conn.timer.disarm();

@@ -13,7 +13,7 @@
 //!
 //! Two backends sit behind it, chosen at start (`--io-backend`): epoll, where each
 //! operation is the system call done now and `.err = .AGAIN` means "wait for the
-//! interest you set"; and io_uring (`uring.zig`), where receives and accepts complete
+//! interest you set"; and io_uring (`os/io_uring.zig`), where receives and accepts complete
 //! into the backend ahead of time and `recv`/`accept` hand over what arrived, so the
 //! connection code above is the same for both. TLS runs over this interface too:
 //! OpenSSL's reads and writes call the connection's `recv`/`sendv` through a BIO of
@@ -24,7 +24,7 @@
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
-const uring_mod = @import("uring.zig");
+const uring_mod = @import("io_uring.zig");
 
 pub const Interest = struct {
     readable: bool = true,
@@ -52,7 +52,7 @@ pub const Config = struct {
 pub const Backend = struct {
     /// The descriptor the asyncio loop watches: the epoll set, or the ring.
     fd: i32,
-    /// Set when the backend is io_uring (`uring.zig`); every operation goes there.
+    /// Set when the backend is io_uring (`os/io_uring.zig`); every operation goes there.
     uring: ?*uring_mod.Uring = null,
     /// io_uring was asked for and the kernel refused it: why (epoll serves instead).
     fallback: ?anyerror = null,

@@ -3,14 +3,14 @@
 //! subclass it; the engine creates one instance per stream and hands it to the
 //! dispatcher (`hooks`, below). No Python object lives as long as an idle connection.
 const std = @import("std");
-const py = @import("py.zig");
+const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const http1 = @import("http1.zig");
+const http1 = @import("../http1/parser.zig");
 const scope = @import("scope.zig");
-const stream_mod = @import("stream.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const wsconn = @import("wsconn.zig");
+const wsconn = @import("../websocket/session.zig");
 const engine_mod = @import("engine.zig");
 const EngineObjectCore = engine_mod.EngineObjectCore;
 const asEngine = engine_mod.asEngine;
@@ -409,7 +409,7 @@ fn streamWsClose(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize
     if (nargs != 2) return py.typeError("ws_close() takes code and reason");
     const code = c.PyLong_AsLong(args[0]);
     if (code == -1 and c.PyErr_Occurred() != null) return null;
-    if (code != 1000 and (code < 1000 or code > 4999 or !@import("ws.zig").validCloseCode(@intCast(code)))) {
+    if (code != 1000 and (code < 1000 or code > 4999 or !@import("../websocket/codec.zig").validCloseCode(@intCast(code)))) {
         c.PyErr_SetString(c.PyExc_ValueError, "invalid WebSocket close code");
         return null;
     }
@@ -560,7 +560,7 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
 }
 
 /// The engine's own log lines (a connection it dropped, accepting paused) on `zigcorn.error`.
-pub fn hookLog(_: *anyopaque, level: @import("server.zig").LogLevel, message: []const u8) void {
+pub fn hookLog(_: *anyopaque, level: @import("../transport/server.zig").LogLevel, message: []const u8) void {
     const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logging);
     const logger = c.PyObject_CallMethod(logging, "getLogger", "s", "zigcorn.error") orelse return c.PyErr_WriteUnraisable(null);

@@ -9,7 +9,7 @@
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("sys.zig");
-const outq = @import("outq.zig");
+const outq = @import("../transport/output_queue.zig");
 
 /// Jobs in flight at once; past this the Python thread writes inline as before.
 pub const jobs_max = 1024;

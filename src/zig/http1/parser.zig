@@ -30,7 +30,7 @@ pub const Limits = struct {
 };
 
 /// Generous limits for the parser's own tests and the fuzzer. The server's limits come
-/// from `Config` through the engine's options (options.zig), never from here.
+/// from `Config` through the engine's options (python/options.zig), never from here.
 pub const test_limits = Limits{ .head_bytes_max = 16 * 1024, .target_bytes_max = 8 * 1024, .headers_count_max = 100 };
 
 pub const ParseError = error{

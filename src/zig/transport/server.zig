@@ -4,22 +4,22 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
-const metrics = @import("metrics.zig");
+const metrics = @import("../http/metrics.zig");
 const linux = std.os.linux;
-const sys = @import("sys.zig");
-const http1 = @import("http1.zig");
-const io = @import("io.zig");
+const sys = @import("../os/sys.zig");
+const http1 = @import("../http1/parser.zig");
+const io = @import("../os/io.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
-const Pool = @import("pool.zig").Pool;
-const timer = @import("timer.zig");
-const response = @import("response.zig");
-const conn_mod = @import("conn.zig");
+const Pool = @import("../os/buffer_pool.zig").Pool;
+const timer = @import("../os/deadlines.zig");
+const response = @import("../http/response.zig");
+const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
-const wsconn = @import("wsconn.zig");
-const deflate = @import("deflate.zig");
-const tls = @import("tls.zig");
-const writer_mod = @import("writer.zig");
+const wsconn = @import("../websocket/session.zig");
+const deflate = @import("../websocket/deflate.zig");
+const tls = @import("openssl.zig");
+const writer_mod = @import("../os/writer_thread.zig");
 
 pub const LogLevel = enum { warning, err };
 
@@ -70,7 +70,7 @@ pub const Hooks = struct {
     }
 };
 
-/// Everything the server runs with, all given explicitly (options.zig reads them from
+/// Everything the server runs with, all given explicitly (python/options.zig reads them from
 /// the dict `Config.engine_options()` builds): the engine keeps no defaults of its own.
 pub const Options = struct {
     /// An idle keep-alive connection is closed after this long.
@@ -153,7 +153,7 @@ pub const Server = struct {
     wake_fd: i32 = -1,
     wake_signalled: bool = false,
     hooks: Hooks,
-    /// What the server runs with, as given (options.zig reads it from Config's dict).
+    /// What the server runs with, as given (python/options.zig reads it from Config's dict).
     opts: Options,
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
     tls_ctx: ?*tls.SSL_CTX = null,
@@ -755,7 +755,7 @@ pub const Server = struct {
             it = c.next;
             if (c.state == .websocket) wsconn.goingAway(c);
             // HTTP/2: GOAWAY; streams in flight finish, then the connection closes.
-            if (c.state == .h2) @import("h2.zig").goAway(c);
+            if (c.state == .h2) @import("../http2/session.zig").goAway(c);
         }
     }
 

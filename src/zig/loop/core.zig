@@ -18,11 +18,11 @@
 //! callback warnings, thread checks): the queues take any handle-like object.
 const std = @import("std");
 const linux = std.os.linux;
-const py = @import("py.zig");
+const py = @import("../python/capi.zig");
 const c = py.c;
 const Object = py.Object;
-const sys = @import("sys.zig");
-const engine_mod = @import("engine.zig");
+const sys = @import("../os/sys.zig");
+const engine_mod = @import("../python/engine.zig");
 
 const allocator = std.heap.c_allocator;
 
@@ -1081,7 +1081,7 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
     return true;
 }
 
-const Server = @import("server.zig").Server;
+const Server = @import("../transport/server.zig").Server;
 
 fn engineServer(core: *Core) ?*Server {
     const e = core.engine orelse return null;

@@ -1,10 +1,10 @@
 //! HTTPS set-up from Python: loading OpenSSL (`tls_load`) and building the server's
 //! TLS context from the options, so a bad certificate, key or password fails at start-up.
 const std = @import("std");
-const py = @import("py.zig");
+const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const tls = @import("tls.zig");
+const tls = @import("../transport/openssl.zig");
 const scope = @import("scope.zig");
 const options = @import("options.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;

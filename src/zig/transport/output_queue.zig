@@ -12,7 +12,7 @@
 //! Sans-IO: the queue never touches a socket. The connection asks it for an iovec
 //! (`fillIov`) and tells it how much was written (`advance`).
 const std = @import("std");
-const pool_mod = @import("pool.zig");
+const pool_mod = @import("../os/buffer_pool.zig");
 
 /// Segments queued at once; past this a writer must wait for the queue to drain.
 pub const segments_max = 8;

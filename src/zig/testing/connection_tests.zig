@@ -6,12 +6,12 @@
 const std = @import("std");
 const linux = std.os.linux;
 const testing = std.testing;
-const server_mod = @import("server.zig");
+const server_mod = @import("../transport/server.zig");
 const Server = server_mod.Server;
-const conn_mod = @import("conn.zig");
-const stream_mod = @import("stream.zig");
+const conn_mod = @import("../transport/connection.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const sys = @import("sys.zig");
+const sys = @import("../os/sys.zig");
 
 /// The server, hooks and recorder live in test_server.zig (shared with fuzz_h2.zig).
 const test_server = @import("test_server.zig");
@@ -238,7 +238,7 @@ test "trailers: sent after the last chunk when the client takes them, checked ei
 
 // ---- HTTP/2 ------------------------------------------------------------------------------
 
-const h2 = @import("h2.zig");
+const h2 = @import("../http2/session.zig");
 
 fn frame(buf: []u8, typ: u8, flags: u8, stream: u32, payload: []const u8) []const u8 {
     std.mem.writeInt(u24, buf[0..3], @intCast(payload.len), .big);

@@ -2,12 +2,12 @@
 //! only the objects the app can see. Keys, common values and common header names
 //! are created once and shared by every request.
 const std = @import("std");
-const py = @import("py.zig");
-const http1 = @import("http1.zig");
-const Request = @import("stream.zig").Request;
-const Peer = @import("conn.zig").Peer;
-const proxy = @import("proxy.zig");
-const tls = @import("tls.zig");
+const py = @import("capi.zig");
+const http1 = @import("../http1/parser.zig");
+const Request = @import("../transport/stream.zig").Request;
+const Peer = @import("../transport/connection.zig").Peer;
+const proxy = @import("../http/forwarded.zig");
+const tls = @import("../transport/openssl.zig");
 const Object = py.Object;
 const c = py.c;
 

@@ -6,15 +6,15 @@
 //! one instance per request, hands it to `on_request`, and forgets it when `finish()`
 //! is called. No Python object lives as long as an idle connection.
 const std = @import("std");
-const py = @import("py.zig");
+const py = @import("python/capi.zig");
 const c = py.c;
 const Object = py.Object;
-const scope = @import("scope.zig");
-const metrics = @import("metrics.zig");
-const sys = @import("sys.zig");
-const engine_mod = @import("engine.zig");
-const pystream = @import("pystream.zig");
-const tls_setup = @import("tls_setup.zig");
+const scope = @import("python/scope.zig");
+const metrics = @import("http/metrics.zig");
+const sys = @import("os/sys.zig");
+const engine_mod = @import("python/engine.zig");
+const pystream = @import("python/stream_type.zig");
+const tls_setup = @import("python/tls_context.zig");
 
 /// set_parent_death_signal(signum): the kernel sends signum to this process when its
 /// parent exits, so workers never outlive a master that was SIGKILLed.
@@ -90,15 +90,15 @@ export fn PyInit__core() ?*Object {
     engine_mod.engine_type = @ptrCast(et);
     if (c.PyModule_AddObject(m, "Engine", et) != 0) return fail(m);
     if (!addLimits(m)) return fail(m);
-    if (!@import("loop.zig").init(m)) return fail(m);
+    if (!@import("loop/core.zig").init(m)) return fail(m);
     return m;
 }
 
 /// `LIMITS`: the engine's own bounds of some options, {name: (low, high)}, which
 /// `Config` validates against, so the two can never disagree.
 fn addLimits(m: *Object) bool {
-    const options = @import("options.zig");
-const uring = @import("uring.zig");
+    const options = @import("python/options.zig");
+const uring = @import("os/io_uring.zig");
     const d = c.PyDict_New() orelse return false;
     const limits = .{
         .{ "limit_request_head", options.request_head_bytes_min, options.request_head_bytes_max },
@@ -125,15 +125,4 @@ const uring = @import("uring.zig");
 fn fail(m: *Object) ?*Object {
     py.decref(m);
     return null;
-}
-
-test {
-    _ = @import("http1.zig");
-    _ = @import("pool.zig");
-    _ = @import("timer.zig");
-    _ = @import("tls.zig");
-    _ = @import("response.zig");
-    _ = @import("proxy.zig");
-    _ = @import("ws.zig");
-    _ = @import("deflate.zig");
 }

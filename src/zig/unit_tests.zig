@@ -1,0 +1,32 @@
+//! The one root of the engine's Zig unit tests: every file with `test` blocks is named
+//! here, so one compile runs them all (a file below this folder cannot be a test root of
+//! its own: Zig keeps imports inside the root file's folder).
+//!
+//!     python -m ziglang test -lc -I "$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/zig/unit_tests.zig
+//!
+//! `--test-filter` picks some (e.g. "fuzz:" for the parser's corpus, "h2 windows").
+//! `ZIGCORN_IO_BACKEND=io_uring` runs the connection tests on the io_uring backend.
+test {
+    // os: system calls, the I/O backends, buffers, deadlines
+    _ = @import("os/buffer_pool.zig");
+    _ = @import("os/deadlines.zig");
+    // transport: connections, output queues, TLS
+    _ = @import("transport/openssl.zig");
+    _ = @import("transport/output_queue.zig");
+    // HTTP shared by the protocols
+    _ = @import("http/forwarded.zig");
+    _ = @import("http/metrics.zig");
+    _ = @import("http/response.zig");
+    // the protocols
+    _ = @import("http1/parser.zig");
+    _ = @import("http1/session.zig");
+    _ = @import("http2/hpack.zig");
+    _ = @import("http2/session.zig");
+    _ = @import("websocket/codec.zig");
+    _ = @import("websocket/deflate.zig");
+    // zigcorn's event loop
+    _ = @import("loop/core.zig");
+    // whole connections over a socketpair, and the fuzz targets' fixed runs
+    _ = @import("testing/connection_tests.zig");
+    _ = @import("testing/fuzz_http1.zig");
+}
