@@ -10,16 +10,16 @@ const sys = @import("../os/sys.zig");
 const http1 = @import("parser.zig");
 const response = @import("../http/response.zig");
 const metrics = @import("../http/metrics.zig");
-const ws = @import("../websocket/codec.zig");
-const wsconn = @import("../websocket/session.zig");
-const deflate = @import("../websocket/deflate.zig");
+const ws = @import("../websocket/codec.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
+const wsconn = @import("../websocket/session.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
+const deflate = @import("../websocket/deflate.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../transport/connection.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h2 = @import("../http2/session.zig");
+const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;

@@ -31,11 +31,11 @@ const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h1 = @import("../http1/session.zig");
-const http1 = @import("../http1/parser.zig");
-const ws = @import("../websocket/codec.zig");
-const wsconn = @import("../websocket/session.zig");
-const deflate = @import("../websocket/deflate.zig");
+const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
+const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -296,8 +296,8 @@ fn sessionOf(conn: *Conn) *Session {
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-var decoded_bytes: [@import("../python/options.zig").request_head_bytes_max]u8 = undefined;
-var decoded_fields: [@import("../python/options.zig").request_fields_max + 8]hpack.Header = undefined;
+var decoded_bytes: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
+var decoded_fields: [@import("../transport/server.zig").request_fields_max + 8]hpack.Header = undefined;
 var encode_scratch: [512]u8 = undefined;
 
 // ---- starting -------------------------------------------------------------------------
@@ -990,7 +990,7 @@ fn findField(fields: []const http1.Header, name: []const u8) ?usize {
 }
 
 /// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("../python/options.zig").request_head_bytes_max]u8 = undefined;
+var cookie_scratch: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
 var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {

@@ -227,11 +227,10 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
     };
 }
 
-/// The engine's own limits, which `Config` validates against (`_core.LIMITS`): a request
-/// head must fit one pooled read buffer, its fields the server's header storage.
-pub const request_head_bytes_max = @import("../os/buffer_pool.zig").buffer_bytes;
+/// The engine's own limits, which `Config` validates against (`_core.LIMITS`).
+pub const request_head_bytes_max = server_mod.request_head_bytes_max;
 pub const request_head_bytes_min = 256;
-pub const request_fields_max = @typeInfo(@FieldType(server_mod.Server, "headers_storage")).array.len;
+pub const request_fields_max = server_mod.request_fields_max;
 /// A busy poll is a short spin: longer than a second would be a hang.
 pub const busy_poll_us_max = 1_000_000;
 

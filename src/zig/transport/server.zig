@@ -4,22 +4,22 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
-const metrics = @import("../http/metrics.zig");
+const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const http1 = @import("../http1/parser.zig");
+const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const io = @import("../os/io.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const Pool = @import("../os/buffer_pool.zig").Pool;
 const timer = @import("../os/deadlines.zig");
-const response = @import("../http/response.zig");
+const response = @import("../http/response.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
-const wsconn = @import("../websocket/session.zig");
-const deflate = @import("../websocket/deflate.zig");
+const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const deflate = @import("../websocket/deflate.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const tls = @import("openssl.zig");
-const writer_mod = @import("../os/writer_thread.zig");
+const writer_mod = @import("writer_thread.zig");
 
 pub const LogLevel = enum { warning, err };
 
@@ -144,6 +144,11 @@ const token_listen: usize = 1;
 const token_timer: usize = 2;
 const token_wake: usize = 3;
 
+/// A request head must fit one pooled read buffer...
+pub const request_head_bytes_max = @import("../os/buffer_pool.zig").buffer_bytes;
+/// ...and its fields the server's header storage (`Config` validates against both).
+pub const request_fields_max = 128;
+
 pub const Server = struct {
     allocator: std.mem.Allocator,
     /// The I/O backend: the event source and every socket operation.
@@ -158,7 +163,7 @@ pub const Server = struct {
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
     tls_ctx: ?*tls.SSL_CTX = null,
     pool: Pool = .{},
-    headers_storage: [128]http1.Header = undefined,
+    headers_storage: [request_fields_max]http1.Header = undefined,
     batch: io.Backend.Batch = .{},
     date: response.DateCache = .{},
     metrics: ?*metrics.Slot,

@@ -10,10 +10,10 @@
 //! drives it until `finish` or `abort`. After that the protocol owns it until its queued
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
-const http1 = @import("../http1/parser.zig");
-const h1 = @import("../http1/session.zig");
-const h2 = @import("../http2/session.zig");
-const wsconn = @import("../websocket/session.zig");
+const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const Conn = @import("connection.zig").Conn;
 const outq = @import("output_queue.zig");
 

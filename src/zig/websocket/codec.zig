@@ -3,7 +3,7 @@
 //! permessage-deflate offer (RFC 7692). Nothing here reads a socket or allocates;
 //! `websocket/session.zig` drives it for a live connection.
 const std = @import("std");
-const http1 = @import("../http1/parser.zig");
+const http1 = @import("../http1/parser.zig"); // the opening handshake is an HTTP/1.1 request (RFC 6455 4.2.1)
 
 /// RFC 6455 1.3: appended to the client's key before hashing.
 const accept_guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";

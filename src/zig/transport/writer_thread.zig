@@ -8,8 +8,8 @@
 //! until then nobody modifies its output, closes its descriptor or frees it.
 const std = @import("std");
 const linux = std.os.linux;
-const sys = @import("sys.zig");
-const outq = @import("../transport/output_queue.zig");
+const sys = @import("../os/sys.zig");
+const outq = @import("output_queue.zig");
 
 /// Jobs in flight at once; past this the Python thread writes inline as before.
 pub const jobs_max = 1024;
