@@ -21,6 +21,8 @@ test {
     _ = @import("http1/parser.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");
+    _ = @import("http2/frames.zig");
+    _ = @import("http2/request.zig");
     _ = @import("http2/session.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");

@@ -37,6 +37,26 @@ const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTT
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 
+const frames = @import("frames.zig");
+const ErrorCode = frames.ErrorCode;
+const FrameType = frames.FrameType;
+const FrameHeader = frames.FrameHeader;
+const windowGrow = frames.windowGrow;
+const windowUse = frames.windowUse;
+const flag_end_stream = frames.flag_end_stream;
+const flag_ack = frames.flag_ack;
+const flag_end_headers = frames.flag_end_headers;
+const flag_padded = frames.flag_padded;
+const flag_priority = frames.flag_priority;
+const setting_enable_push = frames.setting_enable_push;
+const setting_max_concurrent_streams = frames.setting_max_concurrent_streams;
+const setting_initial_window_size = frames.setting_initial_window_size;
+const setting_max_frame_size = frames.setting_max_frame_size;
+const setting_max_header_list_size = frames.setting_max_header_list_size;
+const setting_enable_connect_protocol = frames.setting_enable_connect_protocol;
+pub const window_max = frames.window_max;
+const request = @import("request.zig");
+
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 // ---- constants (documented in the README's HTTP/2 section) ----------------------------
@@ -67,98 +87,6 @@ pub const useless_frames_per_second_max: u32 = 10_000;
 const discard_bytes_max: u64 = 64 * 1024;
 /// Stream ids we reset recently, whose in-flight frames are dropped without an error.
 const recent_resets_len = 16;
-
-pub const ErrorCode = enum(u32) {
-    no_error = 0,
-    protocol = 1,
-    internal = 2,
-    flow_control = 3,
-    settings_timeout = 4,
-    stream_closed = 5,
-    frame_size = 6,
-    refused_stream = 7,
-    cancel = 8,
-    compression = 9,
-    connect = 10,
-    enhance_your_calm = 11,
-    inadequate_security = 12,
-    http_1_1_required = 13,
-};
-
-const FrameType = enum(u8) {
-    data = 0,
-    headers = 1,
-    priority = 2,
-    rst_stream = 3,
-    settings = 4,
-    push_promise = 5,
-    ping = 6,
-    goaway = 7,
-    window_update = 8,
-    continuation = 9,
-    _,
-};
-
-const flag_end_stream: u8 = 0x1;
-const flag_ack: u8 = 0x1;
-const flag_end_headers: u8 = 0x4;
-const flag_padded: u8 = 0x8;
-const flag_priority: u8 = 0x20;
-
-const setting_header_table_size = 1;
-const setting_enable_push = 2;
-const setting_max_concurrent_streams = 3;
-const setting_initial_window_size = 4;
-const setting_max_frame_size = 5;
-const setting_max_header_list_size = 6;
-const setting_enable_connect_protocol = 8;
-
-/// The largest flow-control window RFC 9113 6.9.1 allows: 2^31-1.
-pub const window_max: i64 = std.math.maxInt(i32);
-
-/// A flow-control window grown by `delta` (a WINDOW_UPDATE increment, or the change of
-/// SETTINGS_INITIAL_WINDOW_SIZE applied to an open stream, which may be negative).
-/// A window may go below zero after a SETTINGS decrease (RFC 9113 6.9.2) but never
-/// above `window_max`: past it is a FLOW_CONTROL_ERROR, and the window is unchanged.
-pub fn windowGrow(window: i64, delta: i64) error{FlowControl}!i64 {
-    // Contract: a window stays within ±window_max (we never send on a window <= 0, so
-    // the lowest is a window used to 0 then lowered by the largest setting).
-    std.debug.assert(window >= -window_max and window <= window_max);
-    std.debug.assert(delta >= -window_max and delta <= window_max);
-    const grown = window + delta;
-    if (grown > window_max) return error.FlowControl;
-    std.debug.assert(grown >= -window_max);
-    return grown;
-}
-
-/// A window after `n` bytes were sent or received on it (`n` never exceeds what it allowed).
-fn windowUse(window: i64, n: u64) i64 {
-    std.debug.assert(n <= window_max and @as(i64, @intCast(n)) <= window);
-    return window - @as(i64, @intCast(n));
-}
-
-pub const FrameHeader = struct {
-    len: u32,
-    type: FrameType,
-    flags: u8,
-    stream: u32,
-
-    pub fn parse(b: *const [9]u8) FrameHeader {
-        return .{
-            .len = std.mem.readInt(u24, b[0..3], .big),
-            .type = @enumFromInt(b[3]),
-            .flags = b[4],
-            .stream = std.mem.readInt(u32, b[5..9], .big) & 0x7fff_ffff,
-        };
-    }
-
-    pub fn write(self: FrameHeader, b: *[9]u8) void {
-        std.mem.writeInt(u24, b[0..3], @intCast(self.len), .big);
-        b[3] = @intFromEnum(self.type);
-        b[4] = self.flags;
-        std.mem.writeInt(u32, b[5..9], self.stream, .big);
-    }
-};
 
 // ---- a stream's HTTP/2 side ---------------------------------------------------------
 
@@ -361,7 +289,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
 fn withoutHopByHop(fields: []http1.Header) []http1.Header {
     var n: usize = 0;
     for (fields) |f| {
-        const hop = for (connection_specific ++ [_][]const u8{"http2-settings"}) |name| {
+        const hop = for (request.connection_specific ++ [_][]const u8{"http2-settings"}) |name| {
             if (std.mem.eql(u8, f.name, name)) break true;
         } else std.mem.eql(u8, f.name, "te") and !std.ascii.eqlIgnoreCase(f.value, "trailers");
         if (hop) continue;
@@ -905,113 +833,12 @@ fn trailersDone(s: *Session, id: u32, fields: []const hpack.Header) void {
     if (find(s, id)) |still| if (still.held) s.conn.server.hooks.wakeRead(&still.base);
 }
 
-const RequestHead = struct {
-    method: ?[]const u8 = null,
-    scheme: ?[]const u8 = null,
-    path: ?[]const u8 = null,
-    authority: ?[]const u8 = null,
-    protocol: ?[]const u8 = null,
-    host_seen: bool = false,
-    te_trailers: bool = false,
-    content_length: ?u64 = null,
-};
-
-/// Checks a request's fields (RFC 9113 8.2, 8.3) into `head` and the header list the
-/// app sees (cookies joined into one field, `host` from `:authority` when absent).
-fn checkRequest(s: *Session, fields: []const hpack.Header, head: *RequestHead, out: []http1.Header) error{ Malformed, TooMany, NoSpace }![]http1.Header {
-    var n: usize = 0;
-    var regular_seen = false;
-    for (fields) |f| {
-        if (f.name.len == 0) return error.Malformed;
-        for (f.name) |ch| if (ch >= 'A' and ch <= 'Z') return error.Malformed;
-        if (!response.validValue(f.value)) return error.Malformed;
-        if (f.value.len > 0 and (isSpace(f.value[0]) or isSpace(f.value[f.value.len - 1]))) return error.Malformed;
-        if (f.name[0] == ':') {
-            if (regular_seen) return error.Malformed;
-            const slot: *?[]const u8 = if (std.mem.eql(u8, f.name, ":method")) &head.method else if (std.mem.eql(u8, f.name, ":scheme")) &head.scheme else if (std.mem.eql(u8, f.name, ":path")) &head.path else if (std.mem.eql(u8, f.name, ":authority")) &head.authority else if (std.mem.eql(u8, f.name, ":protocol")) &head.protocol else return error.Malformed;
-            if (slot.* != null) return error.Malformed;
-            slot.* = f.value;
-            continue;
-        }
-        regular_seen = true;
-        if (!response.validName(f.name)) return error.Malformed;
-        for (connection_specific) |name| if (std.mem.eql(u8, f.name, name)) return error.Malformed;
-        if (std.mem.eql(u8, f.name, "te")) {
-            if (!std.mem.eql(u8, f.value, "trailers")) return error.Malformed;
-            head.te_trailers = true;
-        } else if (std.mem.eql(u8, f.name, "content-length")) {
-            const v = std.fmt.parseInt(u64, f.value, 10) catch return error.Malformed;
-            if (head.content_length) |prev| if (prev != v) return error.Malformed;
-            head.content_length = v;
-        } else if (std.mem.eql(u8, f.name, "host")) {
-            head.host_seen = true;
-        }
-        if (std.mem.eql(u8, f.name, "cookie")) {
-            // RFC 9113 8.2.3: split cookies are one field for an HTTP/1.1-minded app.
-            if (findField(out[0..n], "cookie")) |i| {
-                out[i].value = try joinCookie(out[i].value, f.value);
-                continue;
-            }
-        }
-        if (n == out.len) return error.TooMany;
-        out[n] = .{ .name = f.name, .value = f.value };
-        n += 1;
-    }
-    const method = head.method orelse return error.Malformed;
-    if (std.mem.eql(u8, method, "CONNECT")) {
-        // Only the extended CONNECT of RFC 8441 (WebSocket) is served.
-        if (head.protocol == null or head.scheme == null or head.path == null or head.authority == null) return error.Malformed;
-        if (!s.conn.server.opts.ws_enabled) return error.Malformed;
-    } else {
-        if (head.protocol != null) return error.Malformed;
-        if (head.scheme == null) return error.Malformed;
-        const path = head.path orelse return error.Malformed;
-        if (path.len == 0) return error.Malformed;
-    }
-    if (!head.host_seen) if (head.authority) |a| {
-        // `host` first, as an HTTP/1.1 request would carry it.
-        if (n == out.len) return error.TooMany;
-        std.mem.copyBackwards(http1.Header, out[1 .. n + 1], out[0..n]);
-        out[0] = .{ .name = "host", .value = a };
-        n += 1;
-    };
-    return out[0..n];
-}
-
-const connection_specific = [_][]const u8{ "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade" };
-
-fn isSpace(ch: u8) bool {
-    return ch == ' ' or ch == '\t';
-}
-
-fn findField(fields: []const http1.Header, name: []const u8) ?usize {
-    for (fields, 0..) |f, i| if (std.mem.eql(u8, f.name, name)) return i;
-    return null;
-}
-
-/// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
-var cookie_len: usize = 0;
-
-fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {
-    const need = a.len + 2 + b.len;
-    // `a` may already be the last join (at the end of the scratch): extend it in place.
-    const in_scratch = @intFromPtr(a.ptr) >= @intFromPtr(&cookie_scratch) and @intFromPtr(a.ptr) < @intFromPtr(&cookie_scratch) + cookie_scratch.len;
-    const start = if (in_scratch) @intFromPtr(a.ptr) - @intFromPtr(&cookie_scratch) else cookie_len;
-    if (start + need > cookie_scratch.len) return error.NoSpace;
-    if (!in_scratch) @memcpy(cookie_scratch[start..][0..a.len], a);
-    @memcpy(cookie_scratch[start + a.len ..][0..2], "; ");
-    @memcpy(cookie_scratch[start + a.len + 2 ..][0..b.len], b);
-    cookie_len = start + need;
-    return cookie_scratch[start..][0..need];
-}
-
 fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     const conn = s.conn;
     const srv = conn.server;
-    var head = RequestHead{};
-    cookie_len = 0;
-    const headers = checkRequest(s, fields, &head, srv.headers_storage[0..srv.opts.limits.headers_count_max]) catch |err| switch (err) {
+    var head = request.RequestHead{};
+    request.cookie_len = 0;
+    const headers = request.checkRequest(fields, &head, srv.headers_storage[0..srv.opts.limits.headers_count_max], srv.opts.ws_enabled) catch |err| switch (err) {
         error.Malformed => return streamErrorId(s, id, .protocol),
         error.TooMany, error.NoSpace => {
             const st = newStream(s, id) orelse return;
@@ -1049,7 +876,7 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
         .method = head.method.?,
         .path = if (q) |i| full[0..i] else full,
         .query = if (q) |i| full[i + 1 ..] else "",
-        .authority = head.authority orelse (if (findField(headers, "host")) |i| headers[i].value else null),
+        .authority = head.authority orelse (if (request.findField(headers, "host")) |i| headers[i].value else null),
         .scheme = head.scheme,
         .headers = headers,
         .version = .http2,
@@ -1680,7 +1507,7 @@ fn encodeResponseField(buf: []u8, name: []const u8, value: []const u8, st: *Stre
     if (!response.validName(name) or !response.validValue(value)) return error.InvalidHeader;
     if (name.len > encode_scratch.len) return error.HeadTooLarge;
     const lower = std.ascii.lowerString(encode_scratch[0..name.len], name);
-    for (connection_specific) |cs| if (std.mem.eql(u8, lower, cs)) return 0;
+    for (request.connection_specific) |cs| if (std.mem.eql(u8, lower, cs)) return 0;
     if (std.mem.eql(u8, lower, "content-length")) {
         if (st.resp_length != null) return error.InvalidHeader;
         st.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, value, " \t"), 10) catch return error.InvalidHeader;
@@ -1994,19 +1821,6 @@ fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {
 
 // ---- tests ------------------------------------------------------------------------------
 
-test "frame headers round-trip and the reserved bit is ignored" {
-    var b: [9]u8 = undefined;
-    (FrameHeader{ .len = 16384, .type = .headers, .flags = flag_end_headers | flag_end_stream, .stream = 0x7fff_ffff }).write(&b);
-    try std.testing.expectEqualSlices(u8, &.{ 0x00, 0x40, 0x00, 0x01, 0x05, 0x7f, 0xff, 0xff, 0xff }, &b);
-    b[5] |= 0x80;
-    const fh = FrameHeader.parse(&b);
-    try std.testing.expectEqual(@as(u32, 16384), fh.len);
-    try std.testing.expectEqual(FrameType.headers, fh.type);
-    try std.testing.expectEqual(@as(u32, 0x7fff_ffff), fh.stream);
-    b[3] = 0xee;
-    try std.testing.expectEqual(@as(u8, 0xee), @intFromEnum(FrameHeader.parse(&b).type));
-}
-
 test "the preface is recognised whole, in part, or not at all" {
     try std.testing.expectEqual(.yes, prefaceState(preface ++ "\x00\x00\x00\x04"));
     try std.testing.expectEqual(.partial, prefaceState("PRI * HTTP/2"));
@@ -2015,61 +1829,3 @@ test "the preface is recognised whole, in part, or not at all" {
     try std.testing.expectEqual(.no, prefaceState("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"));
 }
 
-test "split cookies are joined in the scratch, extending the last join in place" {
-    cookie_len = 0;
-    const ab = try joinCookie("a=1", "b=2");
-    try std.testing.expectEqualStrings("a=1; b=2", ab);
-    const abc = try joinCookie(ab, "c=3");
-    try std.testing.expectEqualStrings("a=1; b=2; c=3", abc);
-    try std.testing.expectEqual(ab.ptr, abc.ptr);
-    var big: [cookie_scratch.len]u8 = undefined;
-    @memset(&big, 'x');
-    try std.testing.expectError(error.NoSpace, joinCookie(abc, &big));
-}
-
-test "window arithmetic: up to 2^31-1 and not one more" {
-    const t = std.testing;
-    try t.expectEqual(@as(i64, 2147483647), window_max);
-    // Go and grpc-go open the connection window by 2^30 at start: 65535 + 2^30 fits.
-    try t.expectEqual(@as(i64, 65535 + (1 << 30)), try windowGrow(65535, 1 << 30));
-    // Exactly the maximum, from the default window and from zero.
-    try t.expectEqual(window_max, try windowGrow(65535, window_max - 65535));
-    try t.expectEqual(window_max, try windowGrow(0, window_max));
-    // One past it (2^31) is a flow-control error, whatever the route there.
-    try t.expectError(error.FlowControl, windowGrow(65535, window_max - 65535 + 1));
-    try t.expectError(error.FlowControl, windowGrow(window_max, 1));
-    try t.expectError(error.FlowControl, windowGrow(1, window_max));
-}
-
-test "window arithmetic: a SETTINGS decrease makes a window negative, updates bring it back" {
-    const t = std.testing;
-    // 65535 granted, 60000 sent, then SETTINGS_INITIAL_WINDOW_SIZE 65535 -> 0.
-    var w = windowUse(65535, 60000);
-    w = try windowGrow(w, 0 - 65535);
-    try t.expectEqual(@as(i64, -60000), w);
-    // The lowest a window can be: all of 2^31-1 used, then the setting to 0.
-    try t.expectEqual(-window_max, try windowGrow(windowUse(window_max, @intCast(window_max)), -window_max));
-    // Back up by the setting's increase, then by updates: negative windows add normally.
-    w = try windowGrow(w, 65535);
-    try t.expectEqual(@as(i64, 5535), w);
-    w = try windowGrow(-window_max, window_max);
-    try t.expectEqual(@as(i64, 0), w);
-    // From a negative window the largest increment fits; from a positive one it does not.
-    try t.expectEqual(window_max - 1, try windowGrow(-1, window_max));
-    try t.expectError(error.FlowControl, windowGrow(1, window_max));
-}
-
-test "window arithmetic: many small updates add up exactly and stop at the maximum" {
-    const t = std.testing;
-    var w: i64 = 0;
-    for (0..100_000) |_| w = try windowGrow(w, 1);
-    try t.expectEqual(@as(i64, 100_000), w);
-    // Updates of 2^20 from the default: the last that fits, then the first that does not.
-    w = 65535;
-    var updates: u32 = 0;
-    while (windowGrow(w, 1 << 20)) |grown| : (updates += 1) w = grown else |_| {}
-    try t.expectEqual(@as(u32, (window_max - 65535) >> 20), updates);
-    try t.expect(w <= window_max and w + (1 << 20) > window_max);
-    // Sending uses it down to zero exactly.
-    try t.expectEqual(@as(i64, 0), windowUse(w, @intCast(w)));
-}

@@ -1,0 +1,158 @@
+//! HTTP/2's wire format (RFC 9113 section 4, 6): frame headers, types, flags, settings
+//! identifiers, error codes, and the flow-control window arithmetic (section 6.9). Pure:
+//! no connection, no allocation.
+const std = @import("std");
+
+pub const ErrorCode = enum(u32) {
+    no_error = 0,
+    protocol = 1,
+    internal = 2,
+    flow_control = 3,
+    settings_timeout = 4,
+    stream_closed = 5,
+    frame_size = 6,
+    refused_stream = 7,
+    cancel = 8,
+    compression = 9,
+    connect = 10,
+    enhance_your_calm = 11,
+    inadequate_security = 12,
+    http_1_1_required = 13,
+};
+
+pub const FrameType = enum(u8) {
+    data = 0,
+    headers = 1,
+    priority = 2,
+    rst_stream = 3,
+    settings = 4,
+    push_promise = 5,
+    ping = 6,
+    goaway = 7,
+    window_update = 8,
+    continuation = 9,
+    _,
+};
+
+pub const flag_end_stream: u8 = 0x1;
+pub const flag_ack: u8 = 0x1;
+pub const flag_end_headers: u8 = 0x4;
+pub const flag_padded: u8 = 0x8;
+pub const flag_priority: u8 = 0x20;
+
+pub const setting_header_table_size = 1;
+pub const setting_enable_push = 2;
+pub const setting_max_concurrent_streams = 3;
+pub const setting_initial_window_size = 4;
+pub const setting_max_frame_size = 5;
+pub const setting_max_header_list_size = 6;
+pub const setting_enable_connect_protocol = 8;
+
+/// The largest flow-control window RFC 9113 6.9.1 allows: 2^31-1.
+pub const window_max: i64 = std.math.maxInt(i32);
+
+/// A flow-control window grown by `delta` (a WINDOW_UPDATE increment, or the change of
+/// SETTINGS_INITIAL_WINDOW_SIZE applied to an open stream, which may be negative).
+/// A window may go below zero after a SETTINGS decrease (RFC 9113 6.9.2) but never
+/// above `window_max`: past it is a FLOW_CONTROL_ERROR, and the window is unchanged.
+pub fn windowGrow(window: i64, delta: i64) error{FlowControl}!i64 {
+    // Contract: a window stays within ±window_max (we never send on a window <= 0, so
+    // the lowest is a window used to 0 then lowered by the largest setting).
+    std.debug.assert(window >= -window_max and window <= window_max);
+    std.debug.assert(delta >= -window_max and delta <= window_max);
+    const grown = window + delta;
+    if (grown > window_max) return error.FlowControl;
+    std.debug.assert(grown >= -window_max);
+    return grown;
+}
+
+/// A window after `n` bytes were sent or received on it (`n` never exceeds what it allowed).
+pub fn windowUse(window: i64, n: u64) i64 {
+    std.debug.assert(n <= window_max and @as(i64, @intCast(n)) <= window);
+    return window - @as(i64, @intCast(n));
+}
+
+pub const FrameHeader = struct {
+    len: u32,
+    type: FrameType,
+    flags: u8,
+    stream: u32,
+
+    pub fn parse(b: *const [9]u8) FrameHeader {
+        return .{
+            .len = std.mem.readInt(u24, b[0..3], .big),
+            .type = @enumFromInt(b[3]),
+            .flags = b[4],
+            .stream = std.mem.readInt(u32, b[5..9], .big) & 0x7fff_ffff,
+        };
+    }
+
+    pub fn write(self: FrameHeader, b: *[9]u8) void {
+        std.mem.writeInt(u24, b[0..3], @intCast(self.len), .big);
+        b[3] = @intFromEnum(self.type);
+        b[4] = self.flags;
+        std.mem.writeInt(u32, b[5..9], self.stream, .big);
+    }
+};
+
+// ---- tests ------------------------------------------------------------------------------
+
+test "frame headers round-trip and the reserved bit is ignored" {
+    var b: [9]u8 = undefined;
+    (FrameHeader{ .len = 16384, .type = .headers, .flags = flag_end_headers | flag_end_stream, .stream = 0x7fff_ffff }).write(&b);
+    try std.testing.expectEqualSlices(u8, &.{ 0x00, 0x40, 0x00, 0x01, 0x05, 0x7f, 0xff, 0xff, 0xff }, &b);
+    b[5] |= 0x80;
+    const fh = FrameHeader.parse(&b);
+    try std.testing.expectEqual(@as(u32, 16384), fh.len);
+    try std.testing.expectEqual(FrameType.headers, fh.type);
+    try std.testing.expectEqual(@as(u32, 0x7fff_ffff), fh.stream);
+    b[3] = 0xee;
+    try std.testing.expectEqual(@as(u8, 0xee), @intFromEnum(FrameHeader.parse(&b).type));
+}
+
+test "window arithmetic: up to 2^31-1 and not one more" {
+    const t = std.testing;
+    try t.expectEqual(@as(i64, 2147483647), window_max);
+    // Go and grpc-go open the connection window by 2^30 at start: 65535 + 2^30 fits.
+    try t.expectEqual(@as(i64, 65535 + (1 << 30)), try windowGrow(65535, 1 << 30));
+    // Exactly the maximum, from the default window and from zero.
+    try t.expectEqual(window_max, try windowGrow(65535, window_max - 65535));
+    try t.expectEqual(window_max, try windowGrow(0, window_max));
+    // One past it (2^31) is a flow-control error, whatever the route there.
+    try t.expectError(error.FlowControl, windowGrow(65535, window_max - 65535 + 1));
+    try t.expectError(error.FlowControl, windowGrow(window_max, 1));
+    try t.expectError(error.FlowControl, windowGrow(1, window_max));
+}
+
+test "window arithmetic: a SETTINGS decrease makes a window negative, updates bring it back" {
+    const t = std.testing;
+    // 65535 granted, 60000 sent, then SETTINGS_INITIAL_WINDOW_SIZE 65535 -> 0.
+    var w = windowUse(65535, 60000);
+    w = try windowGrow(w, 0 - 65535);
+    try t.expectEqual(@as(i64, -60000), w);
+    // The lowest a window can be: all of 2^31-1 used, then the setting to 0.
+    try t.expectEqual(-window_max, try windowGrow(windowUse(window_max, @intCast(window_max)), -window_max));
+    // Back up by the setting's increase, then by updates: negative windows add normally.
+    w = try windowGrow(w, 65535);
+    try t.expectEqual(@as(i64, 5535), w);
+    w = try windowGrow(-window_max, window_max);
+    try t.expectEqual(@as(i64, 0), w);
+    // From a negative window the largest increment fits; from a positive one it does not.
+    try t.expectEqual(window_max - 1, try windowGrow(-1, window_max));
+    try t.expectError(error.FlowControl, windowGrow(1, window_max));
+}
+
+test "window arithmetic: many small updates add up exactly and stop at the maximum" {
+    const t = std.testing;
+    var w: i64 = 0;
+    for (0..100_000) |_| w = try windowGrow(w, 1);
+    try t.expectEqual(@as(i64, 100_000), w);
+    // Updates of 2^20 from the default: the last that fits, then the first that does not.
+    w = 65535;
+    var updates: u32 = 0;
+    while (windowGrow(w, 1 << 20)) |grown| : (updates += 1) w = grown else |_| {}
+    try t.expectEqual(@as(u32, (window_max - 65535) >> 20), updates);
+    try t.expect(w <= window_max and w + (1 << 20) > window_max);
+    // Sending uses it down to zero exactly.
+    try t.expectEqual(@as(i64, 0), windowUse(w, @intCast(w)));
+}
