@@ -713,33 +713,8 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
     }
     if (len > st.recv_window) return streamError(s, st, .flow_control);
     st.recv_window = windowUse(st.recv_window, len);
-    if (st.ws) |session| if (!discarding(st)) {
-        // WebSocket frames: parsed as they come, credited back as they are parsed.
-        const padding = len - dataLenOf(fh, s);
-        if (padding > 0) creditStream(s, st, padding);
-        wsconn.processSession(session);
-        if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
-            // The client's side ended: after its frames, the session is over for the app.
-            remoteEnded(s, still);
-            if (find(s, fh.stream)) |again| if (again.ws) |w| w.wake();
-        };
-        return;
-    };
-    if (discarding(st)) {
-        creditStream(s, st, len);
-        if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
-        if (fh.flags & flag_end_stream != 0) {
-            if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
-            return remoteEnded(s, st);
-        }
-        if (st.base.body_received > discard_bytes_max) {
-            // A long upload nobody reads: the client is asked to stop (RFC 9113 8.1).
-            sendReset(s, st.id, .no_error);
-            st.remote_closed = true;
-            return freeStream(s, st);
-        }
-        return;
-    }
+    if (st.ws) |session| if (!discarding(st)) return wsDataEnd(s, st, session, fh);
+    if (discarding(st)) return discardedDataEnd(s, st, fh);
     // Padding is never read by the app: credited back at once.
     const padding = len - dataLenOf(fh, s);
     if (padding > 0) {
@@ -761,6 +736,35 @@ fn dataEnd(s: *Session, fh: FrameHeader) void {
         if (s.conn.timer.in(&s.conn.server.body_timeouts)) s.conn.timer.disarm();
     }
     if (st.held) s.conn.server.hooks.wakeRead(&st.base);
+}
+
+/// RFC 8441: a DATA frame of a WebSocket stream, its frames parsed as they come and
+/// credited back as they are parsed.
+fn wsDataEnd(s: *Session, st: *H2Stream, session: *wsconn.Session, fh: FrameHeader) void {
+    const padding = fh.len - dataLenOf(fh, s);
+    if (padding > 0) creditStream(s, st, padding);
+    wsconn.processSession(session);
+    if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
+        // The client's side ended: after its frames, the session is over for the app.
+        remoteEnded(s, still);
+        if (find(s, fh.stream)) |again| if (again.ws) |w| w.wake();
+    };
+}
+
+/// A DATA frame for a stream whose app is done: counted, checked and dropped.
+fn discardedDataEnd(s: *Session, st: *H2Stream, fh: FrameHeader) void {
+    creditStream(s, st, fh.len);
+    if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
+    if (fh.flags & flag_end_stream != 0) {
+        if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
+        return remoteEnded(s, st);
+    }
+    if (st.base.body_received > discard_bytes_max) {
+        // A long upload nobody reads: the client is asked to stop (RFC 9113 8.1).
+        sendReset(s, st.id, .no_error);
+        st.remote_closed = true;
+        return freeStream(s, st);
+    }
 }
 
 /// The data bytes of a DATA frame (its length without pad length byte and padding).
@@ -1172,67 +1176,23 @@ pub fn fill(conn: *Conn) void {
 
 /// One frame (or one whole header block) of the stream's first item. False when the
 /// windows stop it.
+/// What `emitOne` did with a stream's first item: the windows (or memory) stopped it,
+/// part of it went, or all of it did.
+const Emitted = enum { blocked, partial, done };
+
 fn emitOne(s: *Session, st: *H2Stream) bool {
-    const conn = s.conn;
     const item = &st.items.items[st.item_head];
-    switch (item.kind) {
-        .headers => {
-            writeBlock(s, st.id, item.bytes, item.end_stream) catch return false;
-        },
-        .file => if (item.file_left > 0) {
-            const window = @min(s.send_window, st.send_window);
-            if (window <= 0) return false;
-            const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
-            const space = conn.stageOut(9 + n, out_bytes_max) catch return outOfMemory(conn);
-            const got: usize = switch (sys.pread(item.fd, space[9..][0..n], item.file_pos)) {
-                .ok => |g| g,
-                .err => 0,
-            };
-            const out = &conn.a().out;
-            if (got == 0) {
-                out.dropStaged();
-                streamErrorFor(s, st, .internal, "pathsend: the file is shorter than it was when the response started (truncated while sent?): stream reset");
-                return true;
-            }
-            const last = item.end_stream and got == item.file_left;
-            (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..9]);
-            out.addStaged(9 + got);
-            out.commitStaged(null) catch return outOfMemory(conn);
-            item.file_pos += got;
-            item.file_left -= got;
-            if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
-            s.send_window = windowUse(s.send_window, got);
-            st.send_window = windowUse(st.send_window, got);
-            st.base.out.sent += got;
-            if (item.file_left > 0) return true;
-        } else {
-            var hdr: [9]u8 = undefined;
-            (FrameHeader{ .len = 0, .type = .data, .flags = flag_end_stream, .stream = st.id }).write(&hdr);
-            conn.queueCopy(&hdr, null, out_bytes_max) catch return outOfMemory(conn);
-        },
-        .data => {
-            const left = item.bytes.len - item.off;
-            var n: usize = left;
-            if (left > 0) {
-                const window = @min(s.send_window, st.send_window);
-                if (window <= 0) return false;
-                n = @min(left, @as(usize, @intCast(window)), s.peer_frame_size);
-            }
-            const last = item.end_stream and item.off + n == item.bytes.len;
-            var hdr: [9]u8 = undefined;
-            (FrameHeader{ .len = @intCast(n), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(&hdr);
-            conn.queueCopy(&hdr, null, out_bytes_max) catch return outOfMemory(conn);
-            conn.queueCopy(item.bytes[item.off..][0..n], null, out_bytes_max) catch return outOfMemory(conn);
-            item.off += n;
-            s.send_window = windowUse(s.send_window, n);
-            st.send_window = windowUse(st.send_window, n);
-            // Progress through the windows: a stall's deadline starts again.
-            if (n > 0 and conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
-            st.base.out.queued -= n;
-            st.base.out.sent += n;
-            if (item.off < item.bytes.len) return true;
-        },
+    const emitted: Emitted = switch (item.kind) {
+        .headers => if (writeBlock(s, st.id, item.bytes, item.end_stream)) .done else |_| .blocked,
+        .file => emitFile(s, st, item),
+        .data => emitData(s, st, item),
+    };
+    switch (emitted) {
+        .blocked => return false,
+        .partial => return true,
+        .done => {},
     }
+    const conn = s.conn;
     const ended = item.end_stream;
     releaseItem(s, item);
     st.item_head += 1;
@@ -1250,9 +1210,74 @@ fn emitOne(s: *Session, st: *H2Stream) bool {
     return true;
 }
 
-fn outOfMemory(conn: *Conn) bool {
+/// One DATA frame of a file (pathsend), read with pread into the output queue.
+fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
+    const conn = s.conn;
+    if (item.file_left == 0) {
+        var hdr: [9]u8 = undefined;
+        (FrameHeader{ .len = 0, .type = .data, .flags = flag_end_stream, .stream = st.id }).write(&hdr);
+        conn.queueCopy(&hdr, null, out_bytes_max) catch return blockedByMemory(conn);
+        return .done;
+    }
+    const window = @min(s.send_window, st.send_window);
+    if (window <= 0) return .blocked;
+    const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
+    const space = conn.stageOut(9 + n, out_bytes_max) catch return blockedByMemory(conn);
+    const got: usize = switch (sys.pread(item.fd, space[9..][0..n], item.file_pos)) {
+        .ok => |g| g,
+        .err => 0,
+    };
+    const out = &conn.a().out;
+    if (got == 0) {
+        out.dropStaged();
+        streamErrorFor(s, st, .internal, "pathsend: the file is shorter than it was when the response started (truncated while sent?): stream reset");
+        return .partial;
+    }
+    const last = item.end_stream and got == item.file_left;
+    (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..9]);
+    out.addStaged(9 + got);
+    out.commitStaged(null) catch return blockedByMemory(conn);
+    item.file_pos += got;
+    item.file_left -= got;
+    if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
+    s.send_window = windowUse(s.send_window, got);
+    st.send_window = windowUse(st.send_window, got);
+    st.base.out.sent += got;
+    return if (item.file_left > 0) .partial else .done;
+}
+
+/// One DATA frame of body bytes, as far as the windows and the peer's frame size allow.
+fn emitData(s: *Session, st: *H2Stream, item: *Item) Emitted {
+    const conn = s.conn;
+    const left = item.bytes.len - item.off;
+    var n: usize = left;
+    if (left > 0) {
+        const window = @min(s.send_window, st.send_window);
+        if (window <= 0) return .blocked;
+        n = @min(left, @as(usize, @intCast(window)), s.peer_frame_size);
+    }
+    const last = item.end_stream and item.off + n == item.bytes.len;
+    var hdr: [9]u8 = undefined;
+    (FrameHeader{ .len = @intCast(n), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(&hdr);
+    conn.queueCopy(&hdr, null, out_bytes_max) catch return blockedByMemory(conn);
+    conn.queueCopy(item.bytes[item.off..][0..n], null, out_bytes_max) catch return blockedByMemory(conn);
+    item.off += n;
+    s.send_window = windowUse(s.send_window, n);
+    st.send_window = windowUse(st.send_window, n);
+    // Progress through the windows: a stall's deadline starts again.
+    if (n > 0 and conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
+    st.base.out.queued -= n;
+    st.base.out.sent += n;
+    return if (item.off < item.bytes.len) .partial else .done;
+}
+
+fn blockedByMemory(conn: *Conn) Emitted {
+    outOfMemory(conn);
+    return .blocked;
+}
+
+fn outOfMemory(conn: *Conn) void {
     conn.closeFor("out of memory for HTTP/2 output");
-    return false;
 }
 
 /// A header block as HEADERS and, past the peer's frame size, CONTINUATION frames.
@@ -1268,11 +1293,11 @@ fn writeBlock(s: *Session, id: u32, block: []const u8, end_stream: bool) outq.Er
         var hdr: [9]u8 = undefined;
         (FrameHeader{ .len = @intCast(n), .type = if (first) .headers else .continuation, .flags = flags, .stream = id }).write(&hdr);
         conn.queueCopy(&hdr, null, out_bytes_max) catch |e| {
-            _ = outOfMemory(conn);
+            outOfMemory(conn);
             return e;
         };
         conn.queueCopy(rest[0..n], null, out_bytes_max) catch |e| {
-            _ = outOfMemory(conn);
+            outOfMemory(conn);
             return e;
         };
         rest = rest[n..];

@@ -605,46 +605,7 @@ pub const Uring = struct {
         const more = cqe.flags & linux.IORING_CQE_F_MORE != 0;
         switch (op) {
             .none, .cancel, .close, .send => {},
-            .recv => {
-                const bid: ?u16 = if (cqe.flags & linux.IORING_CQE_F_BUFFER != 0) @intCast(cqe.flags >> 16) else null;
-                if (bid != null) self.buffers_free -= 1;
-                const s = self.live(fd_, gen) orelse {
-                    if (bid) |b| self.giveBack(b);
-                    return;
-                };
-                if (!more) s.recv_armed = false;
-                if (cqe.res > 0) {
-                    const b = bid orelse return;
-                    self.segs[b] = .{ .off = 0, .len = @intCast(cqe.res) };
-                    if (s.held_tail == no_buf) s.held_head = b else self.segs[s.held_tail].next = b;
-                    s.held_tail = b;
-                    if (s.want_read) {
-                        self.queueRead(fd_, s);
-                        // The kernel ended the multishot (its completion queue overflowed).
-                        if (!more) self.armRecv(fd_, s);
-                    }
-                } else if (cqe.res == 0) {
-                    if (bid) |b| self.giveBack(b);
-                    s.eof = true;
-                    self.queueRead(fd_, s);
-                } else {
-                    if (bid) |b| self.giveBack(b);
-                    const e: sys.E = @enumFromInt(-cqe.res);
-                    switch (e) {
-                        // Cancelled when the connection stopped reading: it may want to
-                        // read again by now, before this completion came.
-                        .CANCELED => if (s.want_read) self.armRecv(fd_, s),
-                        .NOBUFS => {
-                            self.buffer_waits += 1;
-                            if (s.want_read) self.starved.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .read }) catch {};
-                        },
-                        else => {
-                            s.err = std.math.cast(u8, -cqe.res) orelse @intFromEnum(sys.E.IO);
-                            self.queueRead(fd_, s);
-                        },
-                    }
-                }
-            },
+            .recv => self.completeRecv(cqe, fd_, gen, more),
             .pollout => {
                 const s = self.live(fd_, gen) orelse return;
                 s.out_armed = false;
@@ -669,6 +630,49 @@ pub const Uring = struct {
                 if (!more) self.armPollable(i);
                 if (cqe.res > 0) self.queueToken(p.token);
             },
+        }
+    }
+
+    /// A multishot receive's completion: bytes into the slot's held buffers, the end of
+    /// the stream, or an error; a receive the kernel ended is armed again.
+    fn completeRecv(self: *Uring, cqe: linux.io_uring_cqe, fd_: i32, gen: u32, more: bool) void {
+        const bid: ?u16 = if (cqe.flags & linux.IORING_CQE_F_BUFFER != 0) @intCast(cqe.flags >> 16) else null;
+        if (bid != null) self.buffers_free -= 1;
+        const s = self.live(fd_, gen) orelse {
+            if (bid) |b| self.giveBack(b);
+            return;
+        };
+        if (!more) s.recv_armed = false;
+        if (cqe.res > 0) {
+            const b = bid orelse return;
+            self.segs[b] = .{ .off = 0, .len = @intCast(cqe.res) };
+            if (s.held_tail == no_buf) s.held_head = b else self.segs[s.held_tail].next = b;
+            s.held_tail = b;
+            if (s.want_read) {
+                self.queueRead(fd_, s);
+                // The kernel ended the multishot (its completion queue overflowed).
+                if (!more) self.armRecv(fd_, s);
+            }
+        } else if (cqe.res == 0) {
+            if (bid) |b| self.giveBack(b);
+            s.eof = true;
+            self.queueRead(fd_, s);
+        } else {
+            if (bid) |b| self.giveBack(b);
+            const e: sys.E = @enumFromInt(-cqe.res);
+            switch (e) {
+                // Cancelled when the connection stopped reading: it may want to
+                // read again by now, before this completion came.
+                .CANCELED => if (s.want_read) self.armRecv(fd_, s),
+                .NOBUFS => {
+                    self.buffer_waits += 1;
+                    if (s.want_read) self.starved.append(allocator, .{ .fd = fd_, .gen = gen, .kind = .read }) catch {};
+                },
+                else => {
+                    s.err = std.math.cast(u8, -cqe.res) orelse @intFromEnum(sys.E.IO);
+                    self.queueRead(fd_, s);
+                },
+            }
         }
     }
 
