@@ -48,3 +48,9 @@ def test_connection_tests_on_io_uring(tmp_path_factory):
     result = run_unit_tests(tmp_path_factory.getbasetemp() / "zig-cache", "--test-filter", "connection_tests",
                             env={**os.environ, "ZIGCORN_IO_BACKEND": "io_uring"})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_engine_is_formatted_by_zig_fmt():
+    result = subprocess.run([sys.executable, "-m", "ziglang", "fmt", "--check", str(ZIG_DIR)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"run `python -m ziglang fmt src/zig`; these differ:\n{result.stdout}{result.stderr}"

@@ -98,7 +98,7 @@ export fn PyInit__core() ?*Object {
 /// `Config` validates against, so the two can never disagree.
 fn addLimits(m: *Object) bool {
     const options = @import("python/options.zig");
-const uring = @import("os/io_uring.zig");
+    const uring = @import("os/io_uring.zig");
     const d = c.PyDict_New() orelse return false;
     const limits = .{
         .{ "limit_request_head", options.request_head_bytes_min, options.request_head_bytes_max },

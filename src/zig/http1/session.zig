@@ -19,7 +19,8 @@ const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const h2 = @import("../http2/session.zig");
+const scratch = @import("../http/scratch.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
@@ -159,6 +160,7 @@ fn decodeH2cSettings(encoded_in: []const u8) ?[]const u8 {
     const codec = std.base64.url_safe_no_pad.Decoder;
     const n = codec.calcSizeForSlice(encoded) catch return null;
     if (n > h2c_settings_bytes_max or n % 6 != 0) return null;
+    scratch.claim();
     codec.decode(h2c_settings_scratch[0..n], encoded) catch return null;
     return h2c_settings_scratch[0..n];
 }
@@ -234,6 +236,7 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer 
     } else if (is_metrics) {
         if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
         a.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        scratch.claim();
         a.body = metrics.render(&ops_body_scratch) catch "";
         if (a.body.len == 0) a.status = 500;
     }
@@ -247,6 +250,7 @@ fn answerOps(conn: *Conn, req: *const http1.Request) bool {
     const a = opsAnswer(srv, req.method, req.path) orelse return false;
     const st = streamOf(conn);
     if (st.http10 or srv.draining) st.keep_alive = false;
+    scratch.claim();
     var w = response.HeadWriter{ .buf = &ops_head_scratch };
     writeOpsHead(conn, &w, a.status, a.content_type, a.body.len, st.keep_alive) catch return false;
     st.status = a.status;

@@ -4,6 +4,7 @@
 const std = @import("std");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
+const scratch = @import("../http/scratch.zig");
 const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 
 pub const RequestHead = struct {
@@ -96,6 +97,7 @@ pub var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {
     const need = a.len + 2 + b.len;
+    scratch.claim();
     // `a` may already be the last join (at the end of the scratch): extend it in place.
     const in_scratch = @intFromPtr(a.ptr) >= @intFromPtr(&cookie_scratch) and @intFromPtr(a.ptr) < @intFromPtr(&cookie_scratch) + cookie_scratch.len;
     const start = if (in_scratch) @intFromPtr(a.ptr) - @intFromPtr(&cookie_scratch) else cookie_len;
@@ -120,7 +122,6 @@ test "split cookies are joined in the scratch, extending the last join in place"
     @memset(&big, 'x');
     try std.testing.expectError(error.NoSpace, joinCookie(abc, &big));
 }
-
 
 /// `checkRequest` over `fields` with room for `room` header fields; the cookie scratch reset.
 fn check(fields: []const hpack.Header, head: *RequestHead, out: []http1.Header, ws_enabled: bool) error{ Malformed, TooMany, NoSpace }![]http1.Header {

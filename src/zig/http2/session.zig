@@ -56,6 +56,7 @@ const setting_max_header_list_size = frames.setting_max_header_list_size;
 const setting_enable_connect_protocol = frames.setting_enable_connect_protocol;
 pub const window_max = frames.window_max;
 const request = @import("request.zig");
+const scratch = @import("../http/scratch.zig");
 
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -807,6 +808,7 @@ fn headerBlockDone(s: *Session) void {
     s.block_active = false;
     const id = s.block_stream;
     const limit = s.conn.server.opts.limits.head_bytes_max;
+    scratch.claim();
     const fields = s.decoder.decode(s.block.items, decoded_bytes[0..limit], &decoded_fields) catch |err| {
         // The decoder's table is out of step with the client's: the connection cannot go on.
         return connError(s, if (err == error.Compression) .compression else .enhance_your_calm);
@@ -1531,6 +1533,7 @@ fn encodeHeadStart(block: []u8, srv: *Server, status: u16) error{NoSpace}!usize 
 fn encodeResponseField(buf: []u8, name: []const u8, value: []const u8, st: *Stream) stream_mod.StartError!usize {
     if (!response.validName(name) or !response.validValue(value)) return error.InvalidHeader;
     if (name.len > encode_scratch.len) return error.HeadTooLarge;
+    scratch.claim();
     const lower = std.ascii.lowerString(encode_scratch[0..name.len], name);
     for (request.connection_specific) |cs| if (std.mem.eql(u8, lower, cs)) return 0;
     if (std.mem.eql(u8, lower, "content-length")) {
@@ -1638,6 +1641,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     if (st.gone()) return false;
     for (fields) |f| {
         if (f[0].len > encode_scratch.len) return error.InvalidHeader;
+        scratch.claim();
         const lower = std.ascii.lowerString(encode_scratch[0..f[0].len], f[0]);
         const at = h.trailer_block.items.len;
         h.trailer_block.ensureUnusedCapacity(std.heap.c_allocator, f[0].len + f[1].len + 12) catch return error.OutOfMemory;
@@ -1853,4 +1857,3 @@ test "the preface is recognised whole, in part, or not at all" {
     try std.testing.expectEqual(.no, prefaceState("GET / HTTP/1.1\r\n"));
     try std.testing.expectEqual(.no, prefaceState("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"));
 }
-

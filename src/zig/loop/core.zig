@@ -928,4 +928,3 @@ pub fn init(m: *Object) bool {
     const lt = c.PyType_FromSpec(&loop_spec) orelse return false;
     return c.PyModule_AddObject(m, "LoopCore", lt) == 0;
 }
-

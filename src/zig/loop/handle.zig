@@ -397,4 +397,3 @@ pub var timer_spec = c.PyType_Spec{
     .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_HAVE_GC,
     .slots = &timer_slots,
 };
-

@@ -126,7 +126,6 @@ pub const Heap = struct {
     }
 };
 
-
 // ----------------------------------------------------------------------------------
 // Tests (no interpreter needed: the items are never dereferenced).
 

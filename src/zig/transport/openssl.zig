@@ -275,7 +275,7 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     };
     api.SSL_CTX_set_verify(ctx, verify, null);
     // The callback's argument says whether "h2" is offered (any non-null pointer).
-    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @constCast(@ptrCast(&alpn_h2_on)) else null);
+    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @ptrCast(@constCast(&alpn_h2_on)) else null);
     return true;
 }
 
