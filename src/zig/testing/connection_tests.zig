@@ -449,3 +449,56 @@ test "h2 windows: a stream window made negative by SETTINGS sends nothing until 
     try testing.expectEqual(@as(usize, 5), got.data[1]);
     try testing.expectEqual(@as(u32, 0), f.server.streams);
 }
+
+const h2c_upgrade_head = "GET /up HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n" ++
+    // SETTINGS_INITIAL_WINDOW_SIZE = 10, base64url
+    "HTTP2-Settings: AAQAAAAK\r\n\r\n";
+
+test "h2c upgrade: 101, then the request is HTTP/2's stream 1 under the settings it carried" {
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send(h2c_upgrade_head);
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqualStrings("/up", rec.path(0));
+    try testing.expectEqual(stream_mod.Protocol.http2, rec.requests[0].protocol);
+    try respond(rec.requests[0], "a" ** 100);
+    var out: [8192]u8 = undefined;
+    var got = try f.receive(&out);
+    try testing.expect(std.mem.startsWith(u8, got, "HTTP/1.1 101 Switching Protocols\r\n"));
+    const frames_at = std.mem.indexOf(u8, got, "\r\n\r\n").? + 4;
+    // The window from HTTP2-Settings holds the response to 10 bytes until the client opens it.
+    try testing.expectEqual(@as(usize, 10), Frames.read(got[frames_at..]).data[1]);
+    var buf: [64]u8 = undefined;
+    try f.send(h2.preface);
+    try f.send(frame(&buf, 4, 0, 0, ""));
+    try f.send(windowUpdate(&buf, 1, 1000));
+    got = try f.receive(&out);
+    const rest = Frames.read(got);
+    try testing.expectEqual(@as(usize, 90), rest.data[1]);
+    try testing.expectEqual(@as(?u32, null), rest.goaway);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "h2c upgrade: a request with a body stays HTTP/1.1; after the 101 anything but the preface ends the connection" {
+    {
+        var f = try Fixture.init();
+        defer f.deinit();
+        try f.send("POST /b HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n" ++
+            "HTTP2-Settings: AAQAAAAK\r\nContent-Length: 2\r\n\r\nhi");
+        try testing.expectEqual(@as(usize, 1), rec.count);
+        try testing.expectEqual(stream_mod.Protocol.http1, rec.requests[0].protocol);
+        try respond(rec.requests[0], "ok");
+        var out: [4096]u8 = undefined;
+        try testing.expect(std.mem.startsWith(u8, try f.receive(&out), "HTTP/1.1 200 OK\r\n"));
+    }
+    var f = try Fixture.init();
+    defer f.deinit();
+    try f.send(h2c_upgrade_head);
+    try respond(rec.requests[0], "ok");
+    var out: [4096]u8 = undefined;
+    _ = try f.receive(&out);
+    try f.send("GET / HTTP/1.1\r\n\r\n");
+    const got = try f.receive(&out);
+    try testing.expectEqual(@as(?u32, 1), Frames.read(got).goaway);
+    try testing.expect(f.peerClosed());
+}
