@@ -66,9 +66,11 @@ pub fn windowGrow(window: i64, delta: i64) error{FlowControl}!i64 {
     return grown;
 }
 
-/// A window after `n` bytes were sent or received on it (`n` never exceeds what it allowed).
+/// A window after `n` bytes were sent or received on it (`n` never exceeds what it
+/// allowed). Nothing sent leaves any window as it is, a negative one too: an empty DATA
+/// frame that only ends a stream is not flow-controlled (RFC 9113 6.9).
 pub fn windowUse(window: i64, n: u64) i64 {
-    std.debug.assert(n <= window_max and @as(i64, @intCast(n)) <= window);
+    std.debug.assert(n == 0 or (n <= window_max and @as(i64, @intCast(n)) <= window));
     return window - @as(i64, @intCast(n));
 }
 
@@ -130,6 +132,8 @@ test "window arithmetic: a SETTINGS decrease makes a window negative, updates br
     var w = windowUse(65535, 60000);
     w = try windowGrow(w, 0 - 65535);
     try t.expectEqual(@as(i64, -60000), w);
+    // An empty DATA frame that only ends the stream uses nothing, even of a negative window.
+    try t.expectEqual(@as(i64, -60000), windowUse(w, 0));
     // The lowest a window can be: all of 2^31-1 used, then the setting to 0.
     try t.expectEqual(-window_max, try windowGrow(windowUse(window_max, @intCast(window_max)), -window_max));
     // Back up by the setting's increase, then by updates: negative windows add normally.

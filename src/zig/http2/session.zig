@@ -449,7 +449,7 @@ fn beginFrame(s: *Session, fh: FrameHeader) void {
         },
         .priority => {
             if (fh.stream == 0) return connError(s, .protocol);
-            if (fh.len != 5) return streamErrorId(s, fh.stream, .frame_size);
+            if (fh.len != 5) return streamErrorOn(s, fh.stream, .frame_size);
             s.fixed_need = 5;
         },
         .rst_stream => {
@@ -556,7 +556,7 @@ fn prefixDone(s: *Session, fh: FrameHeader) void {
         },
         .priority => {
             const dep = std.mem.readInt(u32, s.fixed[0..4], .big) & 0x7fff_ffff;
-            if (dep == fh.stream) return streamErrorId(s, fh.stream, .protocol);
+            if (dep == fh.stream) return streamErrorOn(s, fh.stream, .protocol);
             useless(s);
         },
         .rst_stream => onReset(s, fh.stream, std.mem.readInt(u32, s.fixed[0..4], .big)),
@@ -637,6 +637,8 @@ fn onWindowUpdate(s: *Session, id: u32, inc: u32) void {
         // A closed stream: frames in flight are expected, but many cost only work.
         return useless(s);
     };
+    // A stream we reset that its app still holds: its frames are ignored (RFC 9113 5.1).
+    if (st.base.reset) return useless(s);
     if (inc == 0) return streamError(s, st, .protocol);
     st.send_window = windowGrow(st.send_window, inc) catch return streamError(s, st, .flow_control);
 }
@@ -975,6 +977,14 @@ fn streamErrorId(s: *Session, id: u32, code: ErrorCode) void {
     sendReset(s, id, code);
 }
 
+/// A stream error on stream `id`, whether or not it is open: an open one is reset here
+/// too (its response stops, its app is told), not only on the wire.
+fn streamErrorOn(s: *Session, id: u32, code: ErrorCode) void {
+    const st = find(s, id) orelse return streamErrorId(s, id, code);
+    if (st.base.reset) return;
+    streamError(s, st, code);
+}
+
 fn streamError(s: *Session, st: *H2Stream, code: ErrorCode) void {
     sendReset(s, st.id, code);
     st.remote_closed = true;
@@ -1103,6 +1113,8 @@ fn creditStream(s: *Session, st: *H2Stream, n: usize) void {
 }
 
 fn sendWindowUpdate(s: *Session, id: u32, inc: u32) void {
+    // After a GOAWAY for an error only the close follows (RFC 9113 5.4.1).
+    if (s.dead) return;
     var buf: [13]u8 = undefined;
     (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = id }).write(buf[0..9]);
     std.mem.writeInt(u32, buf[9..13], inc, .big);
