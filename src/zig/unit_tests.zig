@@ -32,4 +32,5 @@ test {
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
+    _ = @import("testing/fuzz_http2.zig");
 }

@@ -2,7 +2,7 @@
 //! Server (epoll, timers, pool) serves one end of a socketpair; the test plays the
 //! client on the other end and the app through the stream verbs.
 //!
-//!     python -m ziglang test -lc src/zig/conn_test.zig
+//!     python -m ziglang test -lc -I <python include> src/zig/unit_tests.zig --test-filter connection_tests
 const std = @import("std");
 const linux = std.os.linux;
 const testing = std.testing;
@@ -13,7 +13,7 @@ const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const sys = @import("../os/sys.zig");
 
-/// The server, hooks and recorder live in test_server.zig (shared with fuzz_h2.zig).
+/// The server, hooks and recorder live in test_server.zig (shared with fuzz_http2.zig).
 const test_server = @import("test_server.zig");
 const Recorder = test_server.Recorder;
 const Fixture = test_server.Fixture;

@@ -61,6 +61,7 @@ import javax.net.ssl.TrustManagerFactory;
  *
  * <pre>
  *   java -cp DIR Interop CHECK --transport T --port PORT [--ca ca.pem] [--n N] [--size BYTES] [--timeout SECONDS]
+ *   java -cp DIR Interop serve    (many checks in one JVM: one line of such arguments per check on stdin)
  * </pre>
  *
  * HTTP checks (transports h2c, h2): reuse, concurrent, echo, download. WebSocket checks
@@ -297,7 +298,9 @@ public final class Interop {
                 int index = i;
                 String what = "request " + i + " of " + o.n() + " (GET " + path + ")";
                 waiting.add(index);
-                requests.add(client.sendAsync(request(path).build(), BodyHandlers.ofInputStream()).thenAcceptAsync(response -> {
+                CompletableFuture<HttpResponse<InputStream>> sent =
+                        client.sendAsync(request(path).build(), BodyHandlers.ofInputStream());
+                requests.add(sent.thenAcceptAsync(response -> {
                     try (InputStream body = expect(what, response).body()) {
                         waiting.remove(index);
                         if (waiting.isEmpty()) {
@@ -667,7 +670,8 @@ public final class Interop {
             if (e instanceof CompletionException || e instanceof ExecutionException) {
                 continue;
             }
-            text.append(text.length() > 0 ? " <- " : "").append(e instanceof Failure ? "" : e.getClass().getSimpleName() + ": ")
+            text.append(text.length() > 0 ? " <- " : "")
+                    .append(e instanceof Failure ? "" : e.getClass().getSimpleName() + ": ")
                     .append(e.getMessage());
         }
         return text.toString();
@@ -754,7 +758,8 @@ public final class Interop {
 
     static final String USAGE = "usage: java Interop " + String.join("|", HTTP_CHECKS) + "|"
             + String.join("|", WS_CHECKS) + " --transport h2c|h2|ws|wss --port PORT [--ca ca.pem] [--n N]"
-            + " [--size BYTES] [--timeout SECONDS]\n   or: java Interop serve (one such line of arguments per check on stdin)";
+            + " [--size BYTES] [--timeout SECONDS]\n"
+            + "   or: java Interop serve (one such line of arguments per check on stdin)";
 
     static void usage(String message) {
         throw new IllegalArgumentException(message);

@@ -53,7 +53,8 @@ class Target {
     this.session.on('goaway', (code, lastStreamID, data) =>
       this.events.push(`GOAWAY code ${code} last stream ${lastStreamID} ${data && data.length ? data.toString() : ''}`));
     this.session.on('error', (err) => this.events.push(`session error: ${err.message}`));
-    this.session.on('frameError', (type, code, id) => this.events.push(`frame error: type ${type} code ${code} stream ${id}`));
+    this.session.on('frameError', (type, code, id) =>
+      this.events.push(`frame error: type ${type} code ${code} stream ${id}`));
     await new Promise((resolve, reject) => {
       this.session.once('connect', resolve);
       this.session.once('error', reject);
@@ -75,7 +76,8 @@ class Target {
       this.localPorts.add(this.session.socket.localPort);
       const response = new Promise((resolve, reject) => {
         req.once('response', (head) =>
-          resolve({ status: head[':status'], headers: head, body: req, reused: this.localPorts.size === 1 }));
+          // Every stream after the session's first (id 1) reuses its connection.
+          resolve({ status: head[':status'], headers: head, body: req, reused: req.id > 1 }));
         req.once('error', reject);
         req.once('close', () => reject(new Error(`stream closed before the response (RST_STREAM code ${req.rstCode})`)));
       });
@@ -129,7 +131,8 @@ function readAll(body, onChunk) {
     body.once('error', reject);
     body.once('aborted', () => reject(new Error('the response was aborted')));
     body.once('close', () => {
-      if (!ended) reject(new Error(`the body closed before its end${body.rstCode ? ` (RST_STREAM code ${body.rstCode})` : ''}`));
+      const reset = body.rstCode ? ` (RST_STREAM code ${body.rstCode})` : '';
+      if (!ended) reject(new Error(`the body closed before its end${reset}`));
     });
   });
 }
@@ -181,7 +184,9 @@ async function checkConcurrent(t, o) {
     req.write(line);
     const res = await t.expect200(`request ${i + 1} of ${o.n}`, response);
     const echoed = await readExactly(res.body, line.length);
-    if (!echoed.equals(line)) fail(`request ${i + 1}: echo ${JSON.stringify(echoed.toString())}, want ${JSON.stringify(line.toString())}`);
+    if (!echoed.equals(line)) {
+      fail(`request ${i + 1}: echo ${JSON.stringify(echoed.toString())}, want ${JSON.stringify(line.toString())}`);
+    }
     if (++arrived === o.n) openGate();
     await gate;
     const rest = readAll(res.body);
@@ -193,7 +198,8 @@ async function checkConcurrent(t, o) {
   const results = await Promise.allSettled(Array.from({ length: o.n }, (_, i) => one(i)));
   const failed = results.filter((r) => r.status === 'rejected');
   if (failed.length) {
-    fail(`${failed.length} of ${o.n} requests failed, ${arrived} were open at once; first: ${failed[0].reason.message}${t.trail()}`);
+    fail(`${failed.length} of ${o.n} requests failed, ${arrived} were open at once; ` +
+      `first: ${failed[0].reason.message}${t.trail()}`);
   }
   // Over HTTP/1.1 one of them reuses the warm-up's idle connection.
   const connections = t.localPorts.size;
@@ -219,7 +225,9 @@ async function checkEcho(t, o) {
     received += chunk.length;
   }).catch((err) => fail(`POST /echo: after ${received} bytes: ${err.message}${t.trail()}`));
   const got = digest.digest('hex');
-  if (received !== o.size || got !== sent) fail(`POST /echo: got ${received} bytes with sha256 ${got}, sent ${o.size} with ${sent}`);
+  if (received !== o.size || got !== sent) {
+    fail(`POST /echo: got ${received} bytes with sha256 ${got}, sent ${o.size} with ${sent}`);
+  }
   return { bytes: received, sha256: got };
 }
 
@@ -295,7 +303,9 @@ class Socket {
     const event = this.received.length ? this.received.shift() : await new Promise((r) => this.waiting.push(r));
     if (event.kind === kind) return event;
     if (event.kind === 'error') fail(`waiting for a ${kind}: ${event.err.message}`);
-    if (event.kind === 'close') fail(`waiting for a ${kind}: the server closed with ${event.code} ${JSON.stringify(event.reason)}`);
+    if (event.kind === 'close') {
+      fail(`waiting for a ${kind}: the server closed with ${event.code} ${JSON.stringify(event.reason)}`);
+    }
     fail(`waiting for a ${kind}, got a ${event.kind}`);
   }
 
@@ -314,7 +324,9 @@ async function checkWsText(s) {
   const text = 'hello ünïcødé ✓ 𝄞';
   s.ws.send(text);
   const { data, isBinary } = await s.next('message');
-  if (isBinary || data.toString() !== text) fail(`echo of text ${JSON.stringify(text)}: ${isBinary ? 'binary' : 'text'} ${JSON.stringify(data.toString())}`);
+  if (isBinary || data.toString() !== text) {
+    fail(`echo of text ${JSON.stringify(text)}: ${isBinary ? 'binary' : 'text'} ${JSON.stringify(data.toString())}`);
+  }
   await s.close();
   return { text: data.toString() };
 }
@@ -351,7 +363,8 @@ const WS_CHECKS = { 'ws-text': checkWsText, 'ws-binary': checkWsBinary, 'ws-ping
 const DEFAULTS = { reuse: { n: 5 }, concurrent: { n: 50 }, echo: { size: 4 * MIB }, download: { size: 32 * MIB } };
 
 function usage(message) {
-  process.stderr.write(`${message}\nusage: node client.js ${[...Object.keys(HTTP_CHECKS), ...Object.keys(WS_CHECKS)].join('|')}` +
+  const checks = [...Object.keys(HTTP_CHECKS), ...Object.keys(WS_CHECKS)].join('|');
+  process.stderr.write(`${message}\nusage: node client.js ${checks}` +
     ' --transport h2c|h2|https|ws|wss --port PORT [--ca ca.pem] [--n N] [--size BYTES] [--timeout SECONDS]\n');
   process.exit(2);
 }
@@ -372,12 +385,14 @@ function options() {
   const { positionals, values } = parsed;
   const check = positionals[0];
   const ws = check in WS_CHECKS;
-  if (positionals.length !== 1 || !(ws || check in HTTP_CHECKS)) usage(`unknown check ${JSON.stringify(positionals.join(' '))}`);
+  if (positionals.length !== 1 || !(ws || check in HTTP_CHECKS)) {
+    usage(`unknown check ${JSON.stringify(positionals.join(' '))}`);
+  }
   const transports = ws ? ['ws', 'wss'] : ['h2c', 'h2', 'https'];
   if (!transports.includes(values.transport)) usage(`${check} runs over ${transports.join(', ')}, not ${values.transport}`);
   if (!/^\d+$/.test(values.port || '')) usage('--port is required');
   const tls = ['h2', 'https', 'wss'].includes(values.transport);
-  if (tls !== Boolean(values.ca)) usage(tls ? `--ca is required over ${values.transport}` : `--ca is for TLS transports only`);
+  if (tls !== Boolean(values.ca)) usage(tls ? `--ca is required over ${values.transport}` : '--ca is for TLS transports only');
   const defaults = DEFAULTS[check] || {};
   return {
     check,

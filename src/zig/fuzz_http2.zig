@@ -1,8 +1,8 @@
-//! Time-bounded runner of the HTTP/2 session fuzzer (`fuzz_h2.zig`); the CI runner.
+//! Time-bounded runner of the HTTP/2 session fuzzer (`testing/fuzz_http2.zig`); the CI runner.
 //!
-//!   python -m ziglang build-exe -OReleaseSafe -lc src/zig/fuzz_h2_main.zig -femit-bin=fuzz_h2_main
-//!   ./fuzz_h2_main --seconds 60 [--seed N] [--out fuzz_h2-failure.txt]
-//!   ./fuzz_h2_main --replay CASE_SEED      (one case, every frame and app action printed)
+//!   python -m ziglang build-exe -OReleaseSafe -lc src/zig/fuzz_http2.zig -femit-bin=fuzz_http2
+//!   ./fuzz_http2 --seconds 60 [--seed N] [--out fuzz_h2-failure.txt]
+//!   ./fuzz_http2 --replay CASE_SEED      (one case, every frame and app action printed)
 //!
 //! Case `i` of a run is `fuzz_h2.caseSeed(seed, i)`: the seed and the iteration reproduce
 //! it, and so does the case seed alone (`--replay`). ReleaseSafe keeps every safety check:
@@ -11,7 +11,7 @@
 //! fatal signal, or a case that runs past the watchdog (a spin in `poll`).
 //! Exit status: 0 clean, 1 invariant violated, abort/signal on panic or hang.
 const std = @import("std");
-const fuzz_h2 = @import("fuzz_h2.zig");
+const fuzz_h2 = @import("testing/fuzz_http2.zig");
 
 pub const panic = std.debug.FullPanic(onPanic);
 pub const std_options: std.Options = .{ .enable_segfault_handler = false };
@@ -38,7 +38,7 @@ fn saveFailure(reason: []const u8) void {
         \\iteration {d}
         \\case seed {d}
         \\invariant: {s}
-        \\replay: fuzz_h2_main --replay {d}
+        \\replay: fuzz_http2 --replay {d}
         \\
     , .{ reason, run_seed, iteration, case_seed, fuzz_h2.last_failure, case_seed }) catch "fuzz_h2: report too long\n";
     std.fs.cwd().writeFile(.{ .sub_path = out_path, .data = text }) catch |err| {
@@ -83,7 +83,7 @@ const Args = struct {
 };
 
 fn usage() noreturn {
-    std.debug.print("usage: fuzz_h2_main [--seconds S] [--seed N] [--out FILE] [--tolerate-known 0|1] | --replay CASE_SEED\n", .{});
+    std.debug.print("usage: fuzz_http2 [--seconds S] [--seed N] [--out FILE] [--tolerate-known 0|1] | --replay CASE_SEED\n", .{});
     std.process.exit(2);
 }
 

@@ -1,4 +1,4 @@
-//! Fuzz target for the HTTP/2 session (`h2.zig`): sequences of frames over the
+//! Fuzz target for the HTTP/2 session (`http2/session.zig`): sequences of frames over the
 //! connection state machine, with an app driving the streams it is handed.
 //!
 //! One case (`runCase`, everything drawn from one seed) is a real `Server` over a
@@ -23,16 +23,16 @@
 //! come), the bound is the largest value it may be using.
 //!
 //! Runners: the `test` below (a fixed seed, a fixed number of cases) and
-//! `fuzz_h2_main.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
+//! `fuzz_http2.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
 const std = @import("std");
 const builtin = @import("builtin");
 const linux = std.os.linux;
-const h2 = @import("h2.zig");
-const hpack = @import("hpack.zig");
-const sys = @import("sys.zig");
-const stream_mod = @import("stream.zig");
+const h2 = @import("../http2/session.zig");
+const hpack = @import("../http2/hpack.zig");
+const sys = @import("../os/sys.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const server_mod = @import("server.zig");
+const server_mod = @import("../transport/server.zig");
 const test_server = @import("test_server.zig");
 const Recorder = test_server.Recorder;
 const rec = &test_server.rec;
@@ -101,7 +101,7 @@ const quiet_rounds_max = 20_000;
 const sync_rounds_max = 2_000;
 const finish_rounds_max = 2_000;
 const close_rounds_max = 200;
-/// Writes above this many bytes are borrowed by the server (h2.zig copies smaller ones).
+/// Writes above this many bytes are borrowed by the server (http2/session.zig copies smaller ones).
 const copied_body_max = 4096;
 /// A released body is overwritten with this: a DATA byte sent from it after its release
 /// fails the pattern check.
@@ -129,20 +129,20 @@ pub fn tolerateFromEnv() void {
 /// Bugs found and reported, not fixed yet. Each is checked where it shows; with
 /// `tolerate_known` its check lets it pass.
 const KnownBug = enum {
-    /// h2.zig `connError` resets every stream after queueing GOAWAY; `resetLocal` credits
+    /// http2/session.zig `connError` resets every stream after queueing GOAWAY; `resetLocal` credits
     /// the unread body back (`creditConnection`), which can queue a WINDOW_UPDATE after
     /// the GOAWAY (RFC 9113 5.4.1: after a GOAWAY for an error, the connection closes).
     window_update_after_goaway,
-    /// h2.zig `onWindowUpdate` does not ignore a stream it already reset (one an app
+    /// http2/session.zig `onWindowUpdate` does not ignore a stream it already reset (one an app
     /// still holds is still found): an update of 0, or one past 2^31-1, is answered by
     /// another RST_STREAM (RFC 9113 5.1: frames on a stream the endpoint reset MUST be
     /// ignored).
     reset_again_on_window_update,
-    /// h2.zig answers a PRIORITY frame of the wrong length or on itself with
+    /// http2/session.zig answers a PRIORITY frame of the wrong length or on itself with
     /// `streamErrorId` (RST_STREAM only) even when the stream is open: its response goes
     /// on after the RST_STREAM (DATA on a reset stream) and its app is not told.
     priority_reset_keeps_stream,
-    /// h2.zig `emitOne` skips the window check for an empty DATA item (the END_STREAM of
+    /// http2/session.zig `emitOne` skips the window check for an empty DATA item (the END_STREAM of
     /// a final empty body message, or of trailers without fields) but still calls
     /// `windowUse(st.send_window, 0)`, whose contract (0 <= window) fails when a client
     /// SETTINGS lowered SETTINGS_INITIAL_WINDOW_SIZE below what the stream had sent: a
@@ -2403,7 +2403,7 @@ test "fuzz_h2: the generator's header blocks decode to the fields it meant" {
 
 // ---- the bugs the fuzzer found, each at its smallest (see `KnownBug`) ---------------------
 
-/// These fail until h2.zig is fixed; ZIGCORN_FUZZ_TOLERATE_KNOWN=1 skips them.
+/// These fail until http2/session.zig is fixed; ZIGCORN_FUZZ_TOLERATE_KNOWN=1 skips them.
 fn skipIfTolerated() error{SkipZigTest}!void {
     tolerateFromEnv();
     if (tolerate_known) return error.SkipZigTest;

@@ -2,16 +2,16 @@
 //! socketpair, the caller plays the client on the other end and the app through the
 //! stream verbs. The hooks record what the engine handed out in `rec`.
 //!
-//! Used by conn_test.zig (connection and stream state machines) and fuzz_h2.zig (the
+//! Used by testing/connection_tests.zig (connection and stream state machines) and fuzz_http2.zig (the
 //! HTTP/2 session fuzzer). Holds no tests itself.
 const std = @import("std");
 const linux = std.os.linux;
-const server_mod = @import("server.zig");
+const server_mod = @import("../transport/server.zig");
 const Server = server_mod.Server;
-const conn_mod = @import("conn.zig");
-const stream_mod = @import("stream.zig");
+const conn_mod = @import("../transport/connection.zig");
+const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
-const sys = @import("sys.zig");
+const sys = @import("../os/sys.zig");
 
 /// What the hooks saw. One at a time: the tests run serially.
 pub const Recorder = struct {
