@@ -21,17 +21,16 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, Server, zigcorn_only
+from tests.harness import ROOT, zigcorn_only
+from tests.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
 
-trustme = pytest.importorskip("trustme")
 
 GO_SOURCES = ROOT / "tests" / "interop" / "go"
-BUILD_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
+BUILD_CACHE = CLIENT_CACHE
 BUILD_TIMEOUT = 600  # the first build downloads the gRPC module and compiles it
 TIMEOUT = 60
 MB = 1024 * 1024
@@ -67,11 +66,6 @@ def build(go: str, binary: Path) -> None:
     os.replace(partial, binary)
 
 
-def text(output: str | bytes | None) -> str:
-    """A subprocess's captured output, which TimeoutExpired hands over as bytes."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
-
-
 @pytest.fixture(scope="session")
 def go_client() -> Path:
     """The built Go program, from the cache when its sources have not changed."""
@@ -82,37 +76,6 @@ def go_client() -> Path:
     if not binary.exists():
         build(go, binary)
     return binary
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict:
-    """A CA and a certificate for localhost it signed, as PEM files."""
-    root = tmp_path_factory.mktemp("gocerts")
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    files = {"certfile": root / "server.pem", "keyfile": root / "server.key", "ca": root / "ca.pem"}
-    files["certfile"].write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    files["keyfile"].write_bytes(cert.private_key_pem.bytes())
-    files["ca"].write_bytes(ca.cert_pem.bytes())
-    return {name: str(path) for name, path in files.items()}
-
-
-@pytest.fixture(scope="module")
-def plain_server():
-    server = Server("interop:app")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
-
-
-@pytest.fixture(scope="module")
-def tls_server(certs):
-    server = Server("interop:app", "--ssl-certfile", certs["certfile"], "--ssl-keyfile", certs["keyfile"])
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
 
 
 @pytest.fixture
@@ -137,11 +100,6 @@ def go(request, go_client):
         return json.loads(done.stdout.splitlines()[-1])
 
     return run
-
-
-def pattern_sha256(n: int) -> str:
-    """SHA-256 of the app's /download body: bytes(i % 251 for i in range(n))."""
-    return hashlib.sha256((bytes(range(251)) * (n // 251 + 1))[:n]).hexdigest()
 
 
 @pytest.mark.parametrize("transport", HTTP_TRANSPORTS)

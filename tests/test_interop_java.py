@@ -37,12 +37,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, Server, zigcorn_only
+from tests.harness import ROOT, zigcorn_only
+from tests.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
 
-trustme = pytest.importorskip("trustme")
 
 JAVA_SOURCES = ROOT / "tests" / "interop" / "java"
-BUILD_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
+BUILD_CACHE = CLIENT_CACHE
 BUILD_TIMEOUT = 120
 TIMEOUT = 60
 MB = 1024 * 1024
@@ -54,11 +54,6 @@ TLS = {"h2", "wss"}
 # The JIT's first tier and the serial collector: a JVM that runs a handful of short checks
 # on a small machine is ready sooner. Neither changes what the clients do.
 JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-
-
-def text(output: str | bytes | None) -> str:
-    """A subprocess's captured output, which TimeoutExpired hands over as bytes."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def source_hash(javac: str) -> str:
@@ -106,37 +101,6 @@ def java_client() -> tuple[str, Path]:
     if not folder.is_dir():
         build(javac, folder)
     return java, folder
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict:
-    """A CA and a certificate for localhost it signed, as PEM files."""
-    root = tmp_path_factory.mktemp("javacerts")
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    files = {"certfile": root / "server.pem", "keyfile": root / "server.key", "ca": root / "ca.pem"}
-    files["certfile"].write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    files["keyfile"].write_bytes(cert.private_key_pem.bytes())
-    files["ca"].write_bytes(ca.cert_pem.bytes())
-    return {name: str(path) for name, path in files.items()}
-
-
-@pytest.fixture(scope="module")
-def plain_server():
-    server = Server("interop:app")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
-
-
-@pytest.fixture(scope="module")
-def tls_server(certs):
-    server = Server("interop:app", "--ssl-certfile", certs["certfile"], "--ssl-keyfile", certs["keyfile"])
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
 
 
 class Worker:
@@ -218,11 +182,6 @@ def java(request, worker):
         return answer
 
     return run
-
-
-def pattern_sha256(n: int) -> str:
-    """SHA-256 of the app's /download body: bytes(i % 251 for i in range(n))."""
-    return hashlib.sha256((bytes(range(251)) * (n // 251 + 1))[:n]).hexdigest()
 
 
 # ---- HttpClient over HTTP/2 -------------------------------------------------------------

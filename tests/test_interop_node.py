@@ -24,18 +24,17 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, Server, zigcorn_only
+from tests.harness import ROOT, zigcorn_only
+from tests.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
 
-trustme = pytest.importorskip("trustme")
 
 NODE_SOURCES = ROOT / "tests" / "interop" / "node"
 SOURCE_FILES = ["client.js", "package.json", "package-lock.json", ".npmrc"]
-INSTALL_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
+INSTALL_CACHE = CLIENT_CACHE
 INSTALL_TIMEOUT = 300  # the first install fetches `ws` from the registry
 TIMEOUT = 60
 MB = 1024 * 1024
@@ -50,11 +49,6 @@ ALPN = {"h2c": "h2c", "h2": "h2"}  # http2 session.alpnProtocol
 CONCURRENT = {"h2c": 50, "h2": 50, "https": 10}
 ECHO_BYTES = {"h2c": 4 * MB, "h2": 4 * MB, "https": 1 * MB}
 DOWNLOAD_BYTES = {"h2c": 32 * MB, "h2": 32 * MB, "https": 4 * MB}
-
-
-def text(output: str | bytes | None) -> str:
-    """A subprocess's captured output, which TimeoutExpired hands over as bytes."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def source_hash(node: str) -> str:
@@ -107,37 +101,6 @@ def node_client() -> tuple[str, Path]:
     return node, folder
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict:
-    """A CA and a certificate for localhost it signed, as PEM files."""
-    root = tmp_path_factory.mktemp("nodecerts")
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    files = {"certfile": root / "server.pem", "keyfile": root / "server.key", "ca": root / "ca.pem"}
-    files["certfile"].write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    files["keyfile"].write_bytes(cert.private_key_pem.bytes())
-    files["ca"].write_bytes(ca.cert_pem.bytes())
-    return {name: str(path) for name, path in files.items()}
-
-
-@pytest.fixture(scope="module")
-def plain_server():
-    server = Server("interop:app")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
-
-
-@pytest.fixture(scope="module")
-def tls_server(certs):
-    server = Server("interop:app", "--ssl-certfile", certs["certfile"], "--ssl-keyfile", certs["keyfile"])
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
-
-
 @pytest.fixture
 def node(request, node_client):
     """``node(check, transport, *flags) -> dict``: runs one check of the client against the
@@ -161,11 +124,6 @@ def node(request, node_client):
         return json.loads(done.stdout.splitlines()[-1])
 
     return run
-
-
-def pattern_sha256(n: int) -> str:
-    """SHA-256 of the app's /download body: bytes(i % 251 for i in range(n))."""
-    return hashlib.sha256((bytes(range(251)) * (n // 251 + 1))[:n]).hexdigest()
 
 
 def check_protocol(result: dict, transport: str) -> None:
