@@ -8,7 +8,9 @@
 //! it, and so does the case seed alone (`--replay`). ReleaseSafe keeps every safety check:
 //! an overflow, an out-of-bounds index or an `unreachable` in the engine panics, and the
 //! panic handler below writes the case to `--out` first; so does a violated invariant, a
-//! fatal signal, or a case that runs past the watchdog (a spin in `poll`).
+//! fatal signal, or a case that runs past the watchdog (a spin in `poll`). The runner
+//! restarts itself with glibc's thread cache off so that the leak check (the C heap as
+//! large after a case as before it) is exact.
 //! Exit status: 0 clean, 1 invariant violated, abort/signal on panic or hang.
 const std = @import("std");
 const fuzz_h2 = @import("testing/fuzz_http2.zig");
@@ -118,11 +120,26 @@ fn runOne() void {
     _ = alarm(0);
 }
 
+/// The leak check needs glibc's thread cache off (see `fuzz_h2.tcache_count_off`), which
+/// only the environment at start can do: the runner starts itself again with it.
+fn execWithExactHeap(arena: std.mem.Allocator) !void {
+    const old = std.posix.getenv("GLIBC_TUNABLES");
+    if (old) |t| if (std.mem.indexOf(u8, t, fuzz_h2.tcache_count_off) != null) return;
+    var env = try std.process.getEnvMap(arena);
+    const tunables = if (old) |t| try std.fmt.allocPrint(arena, "{s}:{s}", .{ t, fuzz_h2.tcache_count_off }) else fuzz_h2.tcache_count_off;
+    try env.put("GLIBC_TUNABLES", tunables);
+    const argv = try std.process.argsAlloc(arena);
+    argv[0] = try arena.dupeZ(u8, "/proc/self/exe");
+    return std.process.execve(arena, argv, &env);
+}
+
 pub fn main() !void {
-    installSignalHandlers();
-    fuzz_h2.tolerateFromEnv();
     var arena_state = std.heap.ArenaAllocator.init(std.heap.page_allocator);
     defer arena_state.deinit();
+    try execWithExactHeap(arena_state.allocator());
+    installSignalHandlers();
+    fuzz_h2.tolerateFromEnv();
+    fuzz_h2.heapCheckFromEnv();
     const args = parseArgs(try std.process.argsAlloc(arena_state.allocator()));
 
     if (args.replay) |seed| {
@@ -151,8 +168,9 @@ fn printStats() void {
     std.debug.print(
         \\fuzz_h2: {d} cases, {d} mutated, {d} closed early by the client, {d} with every completed response checked to arrive
         \\fuzz_h2: {d} streams handed out, {d} responses ended, {d} DATA frames ({d} bytes), {d} exhausting a window, {d} while a window setting was in flight, {d} CONTINUATION
+        \\fuzz_h2: {d} h2c upgrades, {d} bodies sent from files
         \\
-    , .{ s.cases, s.mutated, s.early_close, s.liveness_checked, s.streams_handed_out, s.responses_ended, s.data_frames, s.data_bytes, s.window_exhausted, s.data_settings_in_flight, s.continuation_frames });
+    , .{ s.cases, s.mutated, s.early_close, s.liveness_checked, s.streams_handed_out, s.responses_ended, s.data_frames, s.data_bytes, s.window_exhausted, s.data_settings_in_flight, s.continuation_frames, s.h2c_upgrades, s.files_sent });
     std.debug.print("fuzz_h2: GOAWAY by error code:", .{});
     for (s.goaway_by_code, 0..) |n, code| if (n > 0) std.debug.print(" {d}:{d}", .{ code, n });
     std.debug.print("\nfuzz_h2: RST_STREAM by error code:", .{});
