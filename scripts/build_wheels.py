@@ -2,7 +2,7 @@
 engine for each target, against each CPython's headers, with glibc pinned to 2.17
 (manylinux2014) or against musl (musllinux_1_2).
 
-    python scripts/build_wheels.py                      # every target, every CPython 3.11-3.13 found
+    python scripts/build_wheels.py                      # every target, every CPython 3.11-3.15 found
     python scripts/build_wheels.py --targets manylinux_x86_64 --pythons 3.12 --out dist
 
 The headers come from the interpreters on PATH or under pyenv (the C API's headers are
@@ -41,32 +41,60 @@ TARGETS = {
     "manylinux_aarch64": ("aarch64-linux-gnu.2.17", "manylinux_2_17_aarch64.manylinux2014_aarch64", "aarch64-linux-gnu"),
     "musllinux_x86_64": ("x86_64-linux-musl", "musllinux_1_2_x86_64", "x86_64-linux-musl"),
 }
-PYTHONS = ("3.11", "3.12", "3.13")
+PYTHONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 
 
-def find_include(version: str) -> str | None:
-    """The C headers of a CPython `version` on this machine (PATH, then pyenv)."""
+_INCLUDE_QUERY = ("import sysconfig; print(sysconfig.get_paths()['include']); "
+                  "print(sysconfig.get_config_var('MULTIARCH') or '')")
+
+
+def find_include(version: str, scratch: Path) -> list[str] | None:
+    """The C header folders of a CPython `version` on this machine (PATH, then pyenv): its
+    include folder, and where its pyconfig.h is a multiarch wrapper (Debian's packages:
+    `#include <x86_64-linux-gnu/python3.14/pyconfig.h>` chosen by the compiler's target
+    macros), a folder in which every target's triple leads to this interpreter's own
+    pyconfig.h, so that a cross-compiled target finds one (LP64 little-endian Linux: the
+    same values)."""
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return sysconfig.get_paths()["include"]
-    candidates = [shutil.which(f"python{version}")]
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += sorted(str(p) for p in pyenv.glob(f"{version}*/bin/python{version}"))
+        candidates = [sys.executable]
+    else:
+        candidates = [shutil.which(f"python{version}")]
+        pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+        candidates += sorted(str(p) for p in pyenv.glob(f"{version}*/bin/python{version}"))
     for python in filter(None, candidates):
-        out = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-                             capture_output=True, text=True)
-        if out.returncode == 0 and Path(out.stdout.strip(), "Python.h").exists():
-            return out.stdout.strip()
+        out = subprocess.run([python, "-c", _INCLUDE_QUERY], capture_output=True, text=True)
+        if out.returncode != 0:
+            continue
+        include, multiarch = (out.stdout.splitlines() + ["", ""])[:2]
+        if Path(include, "Python.h").exists():
+            return [include, *multiarch_shim(include, multiarch, version, scratch)]
     return None
+
+
+def multiarch_shim(include: str, multiarch: str, version: str, scratch: Path) -> list[str]:
+    """[a folder with `<triple>/python<version>/pyconfig.h` for every target] when the
+    interpreter's pyconfig.h lives in a multiarch folder, else []."""
+    real = Path(include).parent / multiarch / f"python{version}" / "pyconfig.h"
+    if not multiarch or not real.exists():
+        return []
+    shim = scratch / f"pyconfig-{version}"
+    shutil.rmtree(shim, ignore_errors=True)
+    for triple in {t[2].replace("-musl", "-gnu") for t in TARGETS.values()}:
+        folder = shim / triple / f"python{version}"
+        folder.mkdir(parents=True)
+        (folder / "pyconfig.h").symlink_to(real)
+    return [str(shim)]
 
 
 def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def build_engine(target: str, include: str, out: Path, cache: Path) -> None:
+def build_engine(target: str, includes: list[str], out: Path, cache: Path) -> None:
     mode = os.environ.get("ZIGCORN_OPTIMIZE", "ReleaseSafe")
+    flags = [arg for include in includes for arg in ("-I", include)]
     subprocess.run([sys.executable, "-m", "ziglang", "build-lib", "-dynamic", "-fPIC", "-lc", f"-O{mode}",
-                    "-target", target, "-I", include, "--cache-dir", str(cache), "--name", "_core",
+                    "-target", target, *flags, "--cache-dir", str(cache), "--name", "_core",
                     str(ENGINE), f"-femit-bin={out}"], check=True)
 
 
@@ -137,8 +165,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="zigcorn-wheels-") as tmp:
         cache = Path(tmp) / "zig-cache"
         for version in args.pythons.split(","):
-            include = find_include(version)
-            if include is None:
+            includes = find_include(version, Path(tmp))
+            if includes is None:
                 print(f"CPython {version}: no headers on this machine, skipped", file=sys.stderr)
                 continue
             abi = "cp" + version.replace(".", "")
@@ -148,7 +176,7 @@ def main(argv=None) -> int:
                 engine = Path(tmp) / f"{abi}-{name}" / engine_name
                 engine.parent.mkdir()
                 print(f"building {abi} {name} ...", file=sys.stderr, flush=True)
-                build_engine(zig_target, include, engine, cache)
+                build_engine(zig_target, includes, engine, cache)
                 if "musl" in zig_target:
                     musl_soname(engine, triple.split("-")[0])
                 built.append(write_wheel(out_dir, meta, f"{abi}-{abi}-{platform}", engine, engine_name))

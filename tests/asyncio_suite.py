@@ -58,8 +58,10 @@ def _add_zigcorn_battery(module) -> None:
     from zigcorn.loop import Loop
 
     utils = sys.modules["test.test_asyncio.utils"]
+    # 3.14 folded the Unix-only tests (UnixEventLoopTestsMixin) into EventLoopTestsMixin.
+    battery = getattr(module, "UnixEventLoopTestsMixin", module.EventLoopTestsMixin)
 
-    class ZigcornEventLoopTests(module.UnixEventLoopTestsMixin, module.SubprocessTestsMixin, utils.TestCase):
+    class ZigcornEventLoopTests(battery, module.SubprocessTestsMixin, utils.TestCase):
         def create_event_loop(self):
             return Loop()
 

@@ -18,10 +18,11 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import pytest
 
-from tests.harness import ROOT
+from tests.harness import ROOT, zigcorn_only
 from zigcorn.loop import EventLoopPolicy, Handle, Loop, TimerHandle, new_event_loop
 
 
@@ -338,16 +339,62 @@ def test_runs_as_asyncios_event_loop_through_the_policy_and_runner():
     async def which():
         return type(asyncio.get_running_loop())
 
-    asyncio.set_event_loop_policy(EventLoopPolicy())
-    try:
-        made = asyncio.new_event_loop()
-        assert type(made) is Loop
-        made.close()
-        assert asyncio.run(which()) is Loop
-    finally:
-        asyncio.set_event_loop_policy(None)
+    with warnings.catch_warnings():
+        # asyncio's own policy functions warn from 3.14 (policies go in 3.16); ours must not.
+        if sys.version_info >= (3, 14):
+            warnings.filterwarnings("ignore", "'asyncio.set_event_loop_policy' is deprecated", DeprecationWarning)
+        asyncio.set_event_loop_policy(EventLoopPolicy())
+        try:
+            made = asyncio.new_event_loop()
+            assert type(made) is Loop
+            made.close()
+            assert asyncio.run(which()) is Loop
+        finally:
+            asyncio.set_event_loop_policy(None)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        assert runner.run(which()) is Loop
     if sys.version_info >= (3, 12):
         assert asyncio.run(which(), loop_factory=new_event_loop) is Loop
+
+
+def test_no_deprecation_warning_from_zigcorn_itself():
+    """Under ``-W error::DeprecationWarning``: importing the server and the loop, running a
+    loop through the new-style entry points, and serving a request through the CLI path."""
+    script = textwrap.dedent("""
+        import asyncio, zigcorn, zigcorn.loop, zigcorn.main
+        async def main():
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(asyncio.sleep(0))
+            await task
+            fut = loop.run_in_executor(None, sum, (1, 2))
+            return type(loop).__name__, await fut
+        with asyncio.Runner(loop_factory=zigcorn.loop.new_event_loop) as runner:
+            print(*runner.run(main()))
+    """)
+    out = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", script],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["Loop", "3"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="create_task passes other keywords to the Task from 3.14")
+def test_create_task_passes_eager_start_to_the_task(loop):
+    order = []
+
+    async def child():
+        order.append("child ran")
+
+    async def main():
+        task = loop.create_task(child(), eager_start=True, name="eager")
+        order.append("after create_task")
+        await task
+        assert task.get_name() == "eager"
+        lazy = loop.create_task(child(), eager_start=False)
+        order.append("after the lazy one")
+        await lazy
+
+    loop.run_until_complete(main())
+    assert order == ["child ran", "after create_task", "after the lazy one", "child ran"]
 
 
 def test_handles_and_contexts_are_released(loop):
@@ -419,3 +466,19 @@ def test_millions_of_callbacks_and_timers_leave_rss_flat(tmp_path):
     samples = [int(x) for x in out.stdout.split()]
     growth_kib = samples[-1] - samples[0]
     assert growth_kib < 1024, f"RSS grew by {growth_kib} KiB over the last 2.5 million callbacks: {samples}"
+
+
+@zigcorn_only
+@pytest.mark.parametrize("loop_args", [(), ("--loop", "asyncio")], ids=["default", "asyncio"])
+def test_a_server_runs_and_stops_with_deprecation_warnings_as_errors(start_server, loop_args):
+    """The whole serving path (CLI, lifespan, requests, shutdown) under
+    ``PYTHONWARNINGS=error::DeprecationWarning``: a warning raised anywhere in zigcorn would
+    fail start-up, a request or the exit status."""
+    import httpx
+
+    server = start_server("hello:app", *loop_args, env={"PYTHONWARNINGS": "error::DeprecationWarning"})
+    for _ in range(3):
+        assert httpx.get(server.url + "/", timeout=10).status_code == 200
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=10) == 0
+    assert "DeprecationWarning" not in server.output()

@@ -275,8 +275,11 @@ def test_idle_tls_connections_cost_little_memory(start_server, certs):
     finally:
         for conn in conns + warm:
             conn.close()
-    # About 11 KiB measured (OpenSSL's session state; its I/O buffers are released).
-    assert per_conn < 20 * 1024, f"{per_conn:.0f} bytes per idle TLS connection"
+    # About 11 KiB measured with OpenSSL 3.0 (its session state; its I/O buffers are
+    # released), about 28.6 KiB with OpenSSL 3.6 (Debian unstable, CPython 3.14/3.15 runs),
+    # whose per-connection state grew; the bound follows the library the engine loads.
+    limit = 20 * 1024 if ssl.OPENSSL_VERSION_INFO < (3, 5) else 36 * 1024
+    assert per_conn < limit, f"{per_conn:.0f} bytes per idle TLS connection ({ssl.OPENSSL_VERSION})"
 
 
 # ---- the scope -------------------------------------------------------------------

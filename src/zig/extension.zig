@@ -70,28 +70,89 @@ var module_methods = [_]c.PyMethodDef{
     std.mem.zeroes(c.PyMethodDef),
 };
 
+/// Multi-phase initialisation (PEP 489): `PyInit__core` hands back the definition and
+/// `moduleExec` fills the module, so the module can carry the slots newer CPythons read:
+/// - `Py_mod_multiple_interpreters` (3.12+): not supported. The engine keeps its types,
+///   interned names and freelists in globals, so it belongs to one interpreter;
+/// - `Py_mod_gil` (3.13+): the GIL is used. The engine is not thread-safe without it
+///   (module-level scratch buffers, unlocked freelists, borrowed references held across
+///   calls): a free-threaded CPython keeps the GIL on while this module is loaded;
+/// - `Py_mod_abi` (3.15+): the ABI this was compiled for (version, GIL or free-threaded),
+///   checked by the interpreter before anything runs, so a build loaded into the wrong
+///   kind of interpreter is refused with an error rather than crashing.
+const slot_count: usize = 2 + @as(usize, @intFromBool(@hasDecl(c, "Py_mod_multiple_interpreters"))) +
+    @intFromBool(@hasDecl(c, "Py_mod_gil")) + @intFromBool(@hasDecl(c, "Py_mod_abi"));
+
+var abi_info = if (@hasDecl(c, "Py_mod_abi")) c.PyABIInfo{
+    .abiinfo_major_version = 1,
+    .abiinfo_minor_version = 0,
+    .flags = if (@hasDecl(c, "Py_GIL_DISABLED")) c.PyABIInfo_FREETHREADED else c.PyABIInfo_GIL,
+    .build_version = c.PY_VERSION_HEX,
+    .abi_version = c.PY_VERSION_HEX,
+} else {};
+
+var module_slots: [slot_count]c.PyModuleDef_Slot = blk: {
+    var slots: [slot_count]c.PyModuleDef_Slot = undefined;
+    var i: usize = 0;
+    if (@hasDecl(c, "Py_mod_abi")) {
+        slots[i] = .{ .slot = c.Py_mod_abi, .value = @ptrCast(&abi_info) };
+        i += 1;
+    }
+    slots[i] = .{ .slot = c.Py_mod_exec, .value = @ptrCast(@constCast(&moduleExec)) };
+    i += 1;
+    if (@hasDecl(c, "Py_mod_multiple_interpreters")) {
+        // Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED, ((void *)0) in moduleobject.h.
+        slots[i] = .{ .slot = c.Py_mod_multiple_interpreters, .value = null };
+        i += 1;
+    }
+    if (@hasDecl(c, "Py_mod_gil")) {
+        // Py_MOD_GIL_USED, ((void *)0) in moduleobject.h.
+        slots[i] = .{ .slot = c.Py_mod_gil, .value = null };
+        i += 1;
+    }
+    slots[i] = .{ .slot = 0, .value = null };
+    break :blk slots;
+};
+
 var module_def: c.PyModuleDef = std.mem.zeroes(c.PyModuleDef);
 
+/// The first module's namespace: the engine's globals (its types, interned names) are
+/// made once per process, so a module made again (after `del sys.modules[...]`) gets
+/// the same objects, as a single-phase module's copied namespace did.
+var first_namespace: ?*Object = null;
+
 export fn PyInit__core() ?*Object {
-    // PyModuleDef_HEAD_INIT: the refcount is the object's first word on every
-    // supported version (3.12 wraps it in an anonymous union, so no field name works).
-    @as(*c.Py_ssize_t, @ptrCast(&module_def.m_base.ob_base)).* = 1;
+    // PyModuleDef_HEAD_INIT (a C initialiser the translation does not carry): the
+    // definition is a static object handed to the import machinery, whose refcount is
+    // the object's first word on every supported version (3.12 wraps it in an anonymous
+    // union). It must never reach zero: a count in the immortal range of 3.12+ (a
+    // negative 32-bit value), which 3.11 just counts from.
+    @as(*c.Py_ssize_t, @ptrCast(&module_def.m_base.ob_base)).* = 0xC000_0000;
     module_def.m_name = "zigcorn._core";
     module_def.m_doc = "The zigcorn engine: sockets, epoll, HTTP/1.1 parsing and framing.";
-    module_def.m_size = -1;
+    module_def.m_size = 0;
     module_def.m_methods = &module_methods;
-    const m = c.PyModule_Create(&module_def) orelse return null;
-    if (!scope.init()) return fail(m);
-    const st = c.PyType_FromSpec(&pystream.stream_spec) orelse return fail(m);
+    module_def.m_slots = &module_slots;
+    return c.PyModuleDef_Init(&module_def);
+}
+
+fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
+    const m = m_opt.?;
+    const ns = c.PyModule_GetDict(m) orelse return -1;
+    if (first_namespace) |first| return c.PyDict_Merge(ns, first, 0);
+    if (!scope.init()) return -1;
+    const st = c.PyType_FromSpec(&pystream.stream_spec) orelse return -1;
     pystream.stream_type = @ptrCast(st);
-    if (c.PyModule_AddObject(m, "Stream", st) != 0) return fail(m);
+    if (c.PyModule_AddObject(m, "Stream", st) != 0) return -1;
     py.incref(st);
-    const et = c.PyType_FromSpec(&engine_mod.engine_spec) orelse return fail(m);
+    const et = c.PyType_FromSpec(&engine_mod.engine_spec) orelse return -1;
     engine_mod.engine_type = @ptrCast(et);
-    if (c.PyModule_AddObject(m, "Engine", et) != 0) return fail(m);
-    if (!addLimits(m)) return fail(m);
-    if (!@import("loop/core.zig").init(m)) return fail(m);
-    return m;
+    if (c.PyModule_AddObject(m, "Engine", et) != 0) return -1;
+    if (!addLimits(m)) return -1;
+    if (!@import("loop/core.zig").init(m)) return -1;
+    py.incref(ns);
+    first_namespace = ns;
+    return 0;
 }
 
 /// `LIMITS`: the engine's own bounds of some options, {name: (low, high)}, which
@@ -120,9 +181,4 @@ fn addLimits(m: *Object) bool {
         }
     }
     return c.PyModule_AddObject(m, "LIMITS", d) == 0;
-}
-
-fn fail(m: *Object) ?*Object {
-    py.decref(m);
-    return null;
 }

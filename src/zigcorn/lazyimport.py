@@ -18,6 +18,10 @@ HTTPS client, a database driver) or an inspect-backed helper goes through one of
 lookups first, so it works exactly as with an eager import, one import later. An
 ``import ssl`` or ``import inspect`` anywhere else is untouched: ``sys.modules`` is
 restored as soon as asyncio is imported.
+
+From CPython 3.14, ``logging`` itself imports ``inspect`` (through ``traceback``,
+``_colorize`` and ``dataclasses``), so there it is already loaded and only ``ssl`` is
+deferred; a module already in ``sys.modules`` is never replaced.
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ behaves as asyncio does. Debug mode uses asyncio's Python handles, with their so
 tracebacks and slow-callback warnings.
 
 Use it outside the server like uvloop: ``asyncio.run(main(), loop_factory=zigcorn.loop.new_event_loop)``
-(3.12+), or ``asyncio.set_event_loop_policy(zigcorn.loop.EventLoopPolicy())``.
+(3.12+) or ``asyncio.Runner(loop_factory=zigcorn.loop.new_event_loop)`` (3.11+). The
+policy, ``asyncio.set_event_loop_policy(zigcorn.loop.EventLoopPolicy())``, is there for
+3.11-3.13 code: event loop policies are deprecated from 3.14 (to go in 3.16), where
+``set_event_loop_policy`` warns. Importing this module touches none of asyncio's
+deprecated names (it subclasses the class behind ``asyncio.DefaultEventLoopPolicy``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import selectors
-from asyncio import base_events, events, format_helpers, futures, tasks
+from asyncio import base_events, events, format_helpers, futures, tasks, unix_events
 from asyncio.log import logger
 
 from zigcorn._core import Handle, LoopCore, TimerHandle
@@ -106,6 +110,22 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
     # A partial adds no Python frame: the source traceback's depth stays right.
     _zc_call_soon_threadsafe_debug = functools.partialmethod(_zc_call_soon_debug, method="call_soon_threadsafe")
 
+    if hasattr(events, "_ThreadSafeHandle"):  # 3.14+, and 3.12/3.13 patch releases
+
+        def call_soon_threadsafe(self, callback, *args, context=None):
+            """As asyncio's: the handle is an ``asyncio.events._ThreadSafeHandle``, whose
+            lock makes a ``cancel()`` from another thread wait for a callback already
+            running, and keeps one that lost the race from running at all."""
+            self._check_closed()
+            if self.get_debug():
+                self._check_callback(callback, "call_soon_threadsafe")
+            handle = events._ThreadSafeHandle(callback, args, self, context)
+            if handle._source_traceback:  # this frame and _ThreadSafeHandle.__init__'s
+                del handle._source_traceback[-2:]
+            self._add_callback(handle)
+            self._write_to_self()
+            return handle
+
     def _zc_call_at_debug(self, when, callback, args, context):
         self._check_thread()
         self._check_callback(callback, "call_at")
@@ -135,8 +155,9 @@ def new_event_loop() -> Loop:
     return Loop()
 
 
-class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """asyncio's default policy, making zigcorn loops."""
+class EventLoopPolicy(unix_events._UnixDefaultEventLoopPolicy):
+    """asyncio's default policy, making zigcorn loops. Policies are deprecated from Python
+    3.14 (asyncio.set_event_loop_policy warns there): use ``loop_factory=new_event_loop``."""
 
     def _loop_factory(self) -> Loop:  # type: ignore[override]
         return Loop()

@@ -716,12 +716,25 @@ fn loopIsClosed(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.boolean(coreOf(self.?).closed);
 }
 
+/// Whether every keyword is one the native create_task passes itself (name, context).
+fn onlyNameAndContext(kwnames: ?*Object) bool {
+    const kw = kwnames orelse return true;
+    const nk: usize = @intCast(c.PyTuple_Size(kw));
+    for (0..nk) |i| {
+        const key = c.PyTuple_GetItem(kw, @intCast(i)).?;
+        if (c.PyUnicode_CompareWithASCIIString(key, "name") != 0 and
+            c.PyUnicode_CompareWithASCIIString(key, "context") != 0) return false;
+    }
+    return true;
+}
+
 /// create_task(coro, *, name=None, context=None): `Task(coro, loop=self, name=name,
-/// context=context)`; with a task factory or in debug mode, asyncio's own method.
+/// context=context)`; with a task factory, in debug mode or with other keywords (3.14
+/// passes any to the Task, e.g. eager_start), asyncio's own method.
 fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnames: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(self.?);
     const n = nargsf & ~vectorcall_offset;
-    if (core.task_factory != null or core.debug or core.task_type == null) {
+    if (core.task_factory != null or core.debug or core.task_type == null or !onlyNameAndContext(kwnames)) {
         const name = py.intern("_zc_create_task") orelse return null;
         defer py.decref(name);
         const method = c.PyObject_GetAttr(self.?, name) orelse return null;
@@ -738,9 +751,9 @@ fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnam
             const key = c.PyTuple_GetItem(kw, @intCast(i)).?;
             if (c.PyUnicode_CompareWithASCIIString(key, "name") == 0) {
                 task_name = args[n + i].?;
-            } else if (c.PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+            } else {
                 context = args[n + i].?;
-            } else return py.typeError("create_task() got an unexpected keyword argument");
+            }
         }
     }
     var argv = [_]?*Object{ null, args[0], self.?, task_name, context };
