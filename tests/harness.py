@@ -23,6 +23,10 @@ zigcorn_only = pytest.mark.skipif(not IS_ZIGCORN, reason=f"zigcorn-only behaviou
 # uvicorn is pinned to its h11 protocol, the strictest reference (httptools accepts a
 # missing Host, for instance). Override with ZIGCORN_TEST_UVICORN_HTTP=httptools.
 SERVER_ARGS = [] if IS_ZIGCORN else ["--http", os.environ.get("ZIGCORN_TEST_UVICORN_HTTP", "h11")]
+# ZIGCORN_TEST_LOOP=asyncio|uvloop runs every server on that event loop (a test that picks
+# its own --loop still gets its own: the last flag wins).
+if os.environ.get("ZIGCORN_TEST_LOOP"):
+    SERVER_ARGS += ["--loop", os.environ["ZIGCORN_TEST_LOOP"]]
 
 # Exit status after a graceful SIGTERM shutdown. uvicorn re-raises the captured signal
 # once it has shut down, so it dies "by SIGTERM"; zigcorn exits 0.
