@@ -6,9 +6,10 @@ the deferral applies: neither module is imported after startup (nor uvloop); an 
 (``open_connection(ssl=...)``, ``start_tls``) gets working ones, and asyncio's
 inspect-backed helpers answer as usual. Also checked in a fresh interpreter.
 
-From CPython 3.14 ``logging`` imports ``traceback``, which imports ``_colorize``, then
-``dataclasses`` and ``inspect``: every process that logs has ``inspect`` (and ``ast``,
-``dis``) before asyncio is imported, so only the ``ssl`` deferral is checked there.
+From CPython 3.14 asyncio needs ``inspect`` while it imports (``asyncio.graph`` uses
+``dataclasses``, which uses ``inspect``; 3.14's ``logging`` imports it as well): every
+process with asyncio has ``inspect`` (and ``ast``, ``dis``), so only the ``ssl`` deferral
+is checked there.
 """
 
 import signal
@@ -27,7 +28,7 @@ trustme = pytest.importorskip("trustme")
 pytestmark = zigcorn_only
 # The default (zigcorn's own loop, no flag) and asyncio's loop: both defer ssl and inspect.
 LOOPS = pytest.mark.parametrize("loop_args", [(), ("--loop", "asyncio")], ids=["default", "asyncio"])
-#: Whether ``inspect`` can be kept out at all: 3.14's ``logging`` imports it (see above).
+#: Whether ``inspect`` can be kept out at all: 3.14's asyncio needs it (see above).
 INSPECT_DEFERRED = sys.version_info < (3, 14)
 
 
@@ -117,7 +118,7 @@ from zigcorn.lazyimport import deferred, import_asyncio
 
 asyncio = import_asyncio()
 assert "ssl" not in sys.modules and deferred("ssl")
-INSPECT_DEFERRED = sys.version_info < (3, 14)  # 3.14's logging imports inspect
+INSPECT_DEFERRED = sys.version_info < (3, 14)  # 3.14's asyncio uses inspect as it imports
 assert ("inspect" not in sys.modules and deferred("inspect")) or not INSPECT_DEFERRED
 from asyncio import base_events, coroutines, selector_events, sslproto, tasks
 

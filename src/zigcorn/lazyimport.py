@@ -19,9 +19,9 @@ lookups first, so it works exactly as with an eager import, one import later. An
 ``import ssl`` or ``import inspect`` anywhere else is untouched: ``sys.modules`` is
 restored as soon as asyncio is imported.
 
-From CPython 3.14, ``logging`` itself imports ``inspect`` (through ``traceback``,
-``_colorize`` and ``dataclasses``), so there it is already loaded and only ``ssl`` is
-deferred; a module already in ``sys.modules`` is never replaced.
+From CPython 3.14 asyncio itself needs ``inspect`` while it imports (``asyncio.graph``
+uses ``dataclasses``, which uses ``inspect``; 3.14's ``logging`` imports it too), so
+there the real module is loaded at once and only ``ssl`` is deferred.
 """
 
 from __future__ import annotations
@@ -104,10 +104,14 @@ def import_asyncio() -> ModuleType:
         stand_in = _STAND_INS[name]
         # ``ssl`` was None to asyncio (its modules catch the ImportError); ``inspect`` was the stand-in.
         held = None if name == "ssl" else stand_in
+        # Used while asyncio was importing (3.14+: asyncio.graph's dataclasses uses inspect):
+        # the real module is loaded already, and what held the stand-in gets it now.
+        loaded = sys.modules.get(name) if name != "ssl" else None
         for module in imported:
             if isinstance(module, ModuleType) and name in vars(module) and vars(module)[name] is held:
-                setattr(module, name, stand_in)
-                stand_in.bindings.append((module, name))
+                setattr(module, name, loaded or stand_in)
+                if loaded is None:
+                    stand_in.bindings.append((module, name))
         if name == "ssl" and stand_in.bindings:
             _set_ssl_again_errors(None)
     return asyncio
