@@ -22,6 +22,13 @@ def parse(text: str) -> dict[str, float]:
     return values
 
 
+def total(values: dict[str, float], name: str, **labels: str) -> float:
+    """A labelled series summed over the labels not given (e.g. every method and status class)."""
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(v for key, v in values.items()
+               if key.split("{", 1)[0] == name and all(w in key for w in want))
+
+
 def scrape(server) -> dict[str, float]:
     r = httpx.get(server.url + "/metrics")
     assert r.status_code == 200
@@ -42,8 +49,15 @@ def test_metrics_move_with_traffic_and_never_reach_the_app(start_server):
     assert after['zigcorn_requests_total{status_class="2xx"}'] - before['zigcorn_requests_total{status_class="2xx"}'] >= 22
     assert after["zigcorn_received_bytes_total"] - before["zigcorn_received_bytes_total"] > 5000
     assert after["zigcorn_sent_bytes_total"] > before["zigcorn_sent_bytes_total"]
-    assert after["zigcorn_request_duration_seconds_count"] >= 22
-    assert after['zigcorn_request_duration_seconds_bucket{le="+Inf"}'] == after["zigcorn_request_duration_seconds_count"]
+    count = total(after, "zigcorn_request_duration_seconds_count")
+    assert count >= 22
+    assert total(after, "zigcorn_request_duration_seconds_bucket", le="+Inf") == count
+    assert total(after, "zigcorn_request_duration_seconds_count", method="GET", status_class="2xx") >= 21
+    assert total(after, "zigcorn_request_duration_seconds_count", method="POST", status_class="2xx") == 1
+    # The echo's 5000 bytes are in the POST cell's size histogram, above 1000 and at most 10000.
+    assert total(after, "zigcorn_response_size_bytes_bucket", method="POST", le="1000") == 0
+    assert total(after, "zigcorn_response_size_bytes_bucket", method="POST", le="10000") == 1
+    assert total(after, "zigcorn_response_size_bytes_sum", method="POST") == 5000
     assert after["zigcorn_resident_memory_bytes"] > 1_000_000
     assert after["zigcorn_workers"] == 1
     assert after["zigcorn_connections_open"] >= 1  # this scrape's own connection
@@ -61,7 +75,9 @@ def test_in_flight_and_5xx_are_counted(start_server):
     t.join(10)
     values = scrape(server)
     assert values['zigcorn_requests_total{status_class="5xx"}'] >= 1
-    assert values['zigcorn_request_duration_seconds_bucket{le="0.5"}'] < values['zigcorn_request_duration_seconds_bucket{le="2.5"}']
+    assert (total(values, "zigcorn_request_duration_seconds_bucket", le="0.5")
+            < total(values, "zigcorn_request_duration_seconds_bucket", le="2.5"))
+    assert total(values, "zigcorn_request_duration_seconds_count", status_class="5xx") >= 1
 
 
 def test_metrics_are_summed_across_workers_and_count_restarts(start_server):
@@ -102,3 +118,30 @@ def test_health_path_answers_200_then_503_while_draining(start_server):
     assert reply.startswith(b"HTTP/1.1 503 "), reply
     assert b"connection: close" in reply and reply.endswith(b"draining\n")
     assert server.wait() == 0
+
+
+def test_histogram_buckets_are_set_by_flag_and_labelled_by_method_and_status(start_server):
+    server = start_server("basic:app", "--metrics-path", "/metrics", "--no-access-log",
+                          "--metrics-buckets", "0.2,0.75,3")
+    with httpx.Client(base_url=server.url) as client:
+        assert client.get("/sleep", params={"s": "0.3"}).status_code == 200
+        assert client.get("/status/404").status_code == 404
+        assert client.request("BREW", "/hello").status_code == 200
+        assert client.delete("/hello").status_code == 200
+    values = scrape(server)
+    les = {key.split('le="')[1].split('"')[0] for key in values if key.startswith("zigcorn_request_duration_seconds_bucket")}
+    assert les == {"0.2", "0.75", "3", "+Inf"}
+    sleepy = dict(method="GET", status_class="2xx")
+    assert total(values, "zigcorn_request_duration_seconds_bucket", le="0.2", **sleepy) == 0
+    assert total(values, "zigcorn_request_duration_seconds_bucket", le="0.75", **sleepy) == 1
+    assert total(values, "zigcorn_request_duration_seconds_count", method="GET", status_class="4xx") == 1
+    # A method outside the table counts as "other": clients cannot grow the label set.
+    assert total(values, "zigcorn_request_duration_seconds_count", method="other") == 1
+    assert total(values, "zigcorn_request_duration_seconds_count", method="DELETE") == 1
+    assert "BREW" not in httpx.get(server.url + "/metrics").text
+
+
+def test_bad_histogram_buckets_are_refused_at_start(start_server):
+    for bad in ("0.5,0.1", "0,1", "x", ",".join(["1"] * 3)):
+        server = start_server("basic:app", "--metrics-path", "/metrics", "--metrics-buckets", bad, wait=False)
+        assert server.proc.wait(20) != 0

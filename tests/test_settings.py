@@ -54,6 +54,9 @@ NON_DEFAULT = {
     "metrics_path": "/m",
     "health_path": "/h",
     "root_path": "/api",
+    "request_id_header": "x-req",
+    "trace_context": True,
+    "server_timing": True,
 }
 
 
@@ -91,6 +94,9 @@ def expected(config: Config) -> dict:
         "metrics_path": config.metrics_path or "",
         "health_path": config.health_path or "",
         "root_path": config.root_path,
+        "request_id_header": config.request_id_header or "",
+        "trace_context": config.trace_context,
+        "server_timing": config.server_timing,
     }
 
 

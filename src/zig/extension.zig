@@ -15,6 +15,7 @@ const sys = @import("os/sys.zig");
 const engine_mod = @import("python/engine.zig");
 const pystream = @import("python/stream_type.zig");
 const tls_setup = @import("python/tls_context.zig");
+const options = @import("python/options.zig");
 
 /// set_parent_death_signal(signum): the kernel sends signum to this process when its
 /// parent exits, so workers never outlive a master that was SIGKILLed.
@@ -30,12 +31,16 @@ fn setParentDeathSignal(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
-/// metrics_init(slots): map the shared counters; the master calls it before forking.
-fn metricsInit(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
-    const n = c.PyLong_AsLong(arg);
+/// metrics_init(slots, options): map the shared counters; the master calls it before
+/// forking, with the engine options (their `metrics_buckets`).
+fn metricsInit(_: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    if (nargs != 2) return py.typeError("metrics_init(slots, options)");
+    const n = c.PyLong_AsLong(args[0]);
     if (n == -1 and c.PyErr_Occurred() != null) return null;
     if (n < 1 or n > metrics.slots_max) return py.typeError("slots must be 1..2048");
-    metrics.init(@intCast(n)) catch {
+    var bounds: [metrics.buckets_max]u64 = undefined;
+    const count = options.bucketBounds(args[1].?, &bounds) orelse return null;
+    metrics.init(@intCast(n), bounds[0..count]) catch {
         c.PyErr_SetString(c.PyExc_OSError, "could not map the metrics counters");
         return null;
     };
@@ -62,7 +67,7 @@ fn trimMemory(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 var module_methods = [_]c.PyMethodDef{
     .{ .ml_name = "trim_memory", .ml_meth = @ptrCast(&trimMemory), .ml_flags = c.METH_NOARGS, .ml_doc = "Return the C heap's free pages to the OS (malloc_trim)." },
-    .{ .ml_name = "metrics_init", .ml_meth = @ptrCast(&metricsInit), .ml_flags = c.METH_O, .ml_doc = "Map the shared metrics counters (before forking workers)." },
+    .{ .ml_name = "metrics_init", .ml_meth = @ptrCast(&metricsInit), .ml_flags = c.METH_FASTCALL, .ml_doc = "Map the shared metrics counters (before forking workers)." },
     .{ .ml_name = "metrics_retire", .ml_meth = @ptrCast(&metricsRetire), .ml_flags = c.METH_FASTCALL, .ml_doc = "A worker's slot stops counting gauges." },
     .{ .ml_name = "set_parent_death_signal", .ml_meth = @ptrCast(&setParentDeathSignal), .ml_flags = c.METH_O, .ml_doc = "Have the kernel signal this process when its parent dies." },
     .{ .ml_name = "tls_load", .ml_meth = @ptrCast(&tls_setup.moduleTlsLoad), .ml_flags = c.METH_O, .ml_doc = "Load OpenSSL 3 from this library; returns its version." },
@@ -158,7 +163,6 @@ fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
 /// `LIMITS`: the engine's own bounds of some options, {name: (low, high)}, which
 /// `Config` validates against, so the two can never disagree.
 fn addLimits(m: *Object) bool {
-    const options = @import("python/options.zig");
     const uring = @import("os/io_uring.zig");
     const d = c.PyDict_New() orelse return false;
     const limits = .{

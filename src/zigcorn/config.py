@@ -123,6 +123,10 @@ _RING_BUFFER_SIZE_MIN, _RING_BUFFER_SIZE_MAX = _engine_limit("io_uring_buffer_si
 _U32 = 2**32 - 1
 _SECONDS_MAX = 10**9
 
+# The request-duration histogram's default bounds, in seconds (Prometheus' defaults from 1 ms).
+METRICS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+METRICS_BUCKETS_MAX = 24
+
 _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # Server
@@ -194,6 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="PATH", shown="off"),
     _S("health_path", None, "answer 200 here without the app, 503 while draining", "Metrics and health",
        metavar="PATH", shown="off"),
+    _S("metrics_buckets", None, "upper bounds of the request-duration histogram, comma-separated, rising",
+       "Metrics and health", metavar="SECONDS,...", shown=",".join(f"{b:g}" for b in METRICS_BUCKETS)),
+    _S("request_id_header", None, "keep a sane incoming request id in this header, else make one (128 random "
+       "bits); the app sees it, the response carries it", "Metrics and health", metavar="NAME", shown="off"),
+    _S("trace_context", False, "W3C Trace Context: drop an invalid traceparent/tracestate, start a trace when "
+       "none came", "Metrics and health", kind="switch"),
+    _S("server_timing", False, "add server-timing: app;dur=<ms> (request head to response head)",
+       "Metrics and health", kind="switch"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -303,6 +315,12 @@ class Config:
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
+        self.metrics_bucket_seconds = _bucket_seconds(self.metrics_buckets)
+        if self.request_id_header is not None:
+            name = str(self.request_id_header).strip().lower()
+            if not name or len(name) > 64 or any(ch not in _TOKEN_CHARS for ch in name):
+                raise ValueError(f"request_id_header must be a header name, not {self.request_id_header!r}")
+            self.request_id_header = name
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
         self.busy_poll = int(self.busy_poll)
@@ -413,6 +431,10 @@ class Config:
             "forwarded_allow_ips": self.forwarded_allow_ips if self.proxy_headers else None,
             "metrics_path": self.metrics_path,
             "health_path": self.health_path,
+            "metrics_buckets": list(self.metrics_bucket_seconds),
+            "request_id_header": self.request_id_header,
+            "trace_context": bool(self.trace_context),
+            "server_timing": bool(self.server_timing),
             "ws": ws_on,
             "ws_max_size": self.ws_max_size,
             "ws_max_queue": self.ws_max_queue,
@@ -541,6 +563,27 @@ def _split_header(header: HeaderSpec) -> tuple[str, str]:
     if not name or any(c in name for c in " \t:") or any(c in name + value for c in "\r\n\0"):
         raise ValueError(f"invalid header {header!r}")
     return name, value
+
+
+# RFC 9110 5.6.2's token characters: what a header name may hold.
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _bucket_seconds(value) -> tuple[float, ...]:
+    """``"0.01,0.1,1"`` or a sequence of numbers -> rising bounds (the defaults for None)."""
+    if value is None:
+        return METRICS_BUCKETS
+    items = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        bounds = tuple(float(item) for item in items)
+    except (TypeError, ValueError):
+        raise ValueError(f"metrics_buckets must be numbers of seconds, not {value!r}") from None
+    if not 1 <= len(bounds) <= METRICS_BUCKETS_MAX:
+        raise ValueError(f"metrics_buckets takes 1 to {METRICS_BUCKETS_MAX} bounds, not {len(bounds)}")
+    micros = [round(b * 1e6) for b in bounds]
+    if not all(0 < b <= 1e6 for b in bounds) or any(b <= a for a, b in zip(micros, micros[1:])) or micros[0] <= 0:
+        raise ValueError(f"metrics_buckets must rise, each above 0 and at most 1e6 seconds (microsecond steps): {value!r}")
+    return bounds
 
 
 def _check_networks(entries: list[str]) -> None:

@@ -92,7 +92,7 @@ class Master:
             return STARTUP_FAILURE
         if config.metrics_path:
             # Shared counters, mapped before the fork: any worker can answer a scrape for all.
-            _core.metrics_init(METRICS_SLOTS_MAX)
+            _core.metrics_init(METRICS_SLOTS_MAX, {"metrics_buckets": config.metrics_bucket_seconds})
         if self.listener is not None:
             where = self.listener.description
         else:

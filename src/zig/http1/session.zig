@@ -32,7 +32,7 @@ const copy_body_bytes_max = 4096;
 const discard_bytes_max = 1024 * 1024;
 /// Scratch for engine-made answers (health, metrics): used and copied out within one call.
 var ops_head_scratch: [512]u8 = undefined;
-var ops_body_scratch: [8192]u8 = undefined;
+var ops_body_scratch: [metrics.render_bytes_max]u8 = undefined;
 
 fn streamOf(conn: *Conn) *Stream {
     return &conn.a().h1_stream;
@@ -111,9 +111,9 @@ fn parseHead(conn: *Conn) void {
     }
     conn.state = .request;
     conn.requests_count += 1;
-    if (srv.metrics != null) st.started_us = sys.monotonicUs();
+    var view = stream_mod.Request.fromHttp1(&head.request);
+    st.prepare(&view);
     if (answerOps(conn, &head.request)) return;
-    const view = stream_mod.Request.fromHttp1(&head.request);
     act.stream = st;
     srv.streamStarted();
     if (!srv.hooks.onRequest(st, &view)) {
@@ -287,7 +287,7 @@ fn observe(conn: *Conn, status: u16) void {
     const m = conn.server.metrics orelse return;
     const st = streamOf(conn);
     const now = sys.monotonicUs();
-    m.observe(status, if (st.started_us != 0 and now > st.started_us) now - st.started_us else 0);
+    m.observe(st.method_class, status, if (st.started_us != 0 and now > st.started_us) now - st.started_us else 0, st.resp_body_bytes);
     st.started_us = 0;
 }
 

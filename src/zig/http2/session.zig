@@ -272,7 +272,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
     for (req.headers) |f| if (std.mem.eql(u8, f.name, "te") and http1.connectionHas(f.value, "trailers")) {
         st.base.te_trailers = true;
     };
-    const view = stream_mod.Request{
+    var view = stream_mod.Request{
         .method = req.method,
         .path = req.path,
         .query = req.query,
@@ -880,7 +880,7 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     }
     const full = head.path.?;
     const q = std.mem.indexOfScalar(u8, full, '?');
-    const view = stream_mod.Request{
+    var view = stream_mod.Request{
         .method = head.method.?,
         .path = if (q) |i| full[0..i] else full,
         .query = if (q) |i| full[i + 1 ..] else "",
@@ -894,11 +894,11 @@ fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
 
 /// A stream's request goes to the app (or is answered by the engine: `ops` lets a health
 /// or metrics path be one).
-fn dispatch(s: *Session, st: *H2Stream, view: *const stream_mod.Request, ops: bool) void {
+fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool) void {
     const conn = s.conn;
     const srv = conn.server;
     conn.requests_count +|= 1;
-    if (srv.metrics != null) st.base.started_us = sys.monotonicUs();
+    st.base.prepare(view);
     if (ops) {
         if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
@@ -1084,7 +1084,7 @@ fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
 fn observe(s: *Session, st: *H2Stream, status: u16) void {
     const m = s.conn.server.metrics orelse return;
     const now = sys.monotonicUs();
-    m.observe(status, if (st.base.started_us != 0 and now > st.base.started_us) now - st.base.started_us else 0);
+    m.observe(st.base.method_class, status, if (st.base.started_us != 0 and now > st.base.started_us) now - st.base.started_us else 0, st.base.resp_body_bytes);
     st.base.started_us = 0;
 }
 

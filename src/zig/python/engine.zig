@@ -39,6 +39,8 @@ pub const EngineObjectCore = struct {
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
     health_path: ?*Object = null,
+    /// --request-id-header (a lower-case str), held while the server runs.
+    request_id_header: ?*Object = null,
 
     pub fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -114,7 +116,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -158,6 +160,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.extra_storage);
         py.xdecref(self.metrics_path);
         py.xdecref(self.health_path);
+        py.xdecref(self.request_id_header);
         eo.core = null;
         allocator.destroy(self);
     }

@@ -101,8 +101,11 @@ pub fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) 
         }
     }
     const index = optInt(opts, "metrics_slot", usize, 0, metrics.slots_max - 1) orelse return false;
+    var bounds: [metrics.buckets_max]u64 = undefined;
+    const n = bucketBounds(opts, &bounds) orelse return false;
     if (self.metrics_path == null) return true;
-    metrics.init(1) catch {
+    // A no-op under --workers: the master mapped the counters, with the same bounds.
+    metrics.init(1, bounds[0..n]) catch {
         c.PyErr_SetString(c.PyExc_OSError, "could not map the metrics counters");
         return false;
     };
@@ -112,6 +115,54 @@ pub fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) 
         return false;
     };
     out.metrics = slot;
+    return true;
+}
+
+/// metrics_buckets: rising seconds (1 to `metrics.buckets_max` of them) as microseconds.
+pub fn bucketBounds(opts: *Object, out: *[metrics.buckets_max]u64) ?usize {
+    const v = required(opts, "metrics_buckets") orelse return null;
+    const seq = c.PySequence_Fast(v, "metrics_buckets must be a list of seconds") orelse return null;
+    defer py.decref(seq);
+    const n: usize = @intCast(py.seqLen(seq));
+    if (n > out.len) {
+        c.PyErr_SetString(c.PyExc_ValueError, "metrics_buckets: at most 24 bounds");
+        return null;
+    }
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const f = c.PyFloat_AsDouble(items[i].?);
+        if (f == -1.0 and c.PyErr_Occurred() != null) return null;
+        if (!(f > 0) or f > 1e6) {
+            c.PyErr_SetString(c.PyExc_ValueError, "metrics_buckets: each bound is above 0 and at most 1e6 seconds");
+            return null;
+        }
+        out[i] = @intFromFloat(@round(f * 1e6));
+    }
+    if (!metrics.validBounds(out[0..n])) {
+        c.PyErr_SetString(c.PyExc_ValueError, "metrics_buckets must rise, with at least one bound (microsecond precision)");
+        return null;
+    }
+    return n;
+}
+
+/// request_id_header (a lower-case str or None), trace_context, server_timing.
+pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    out.tracing.trace_context = optBool(opts, "trace_context") orelse return false;
+    out.tracing.server_timing = optBool(opts, "server_timing") orelse return false;
+    const name = required(opts, "request_id_header") orelse return false;
+    if (py.isNone(name)) return true;
+    const text = py.strView(name) orelse return false;
+    if (text.len == 0 or text.len > 64 or !response.validName(text)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "request_id_header must be a header name (a token of at most 64 bytes)");
+        return false;
+    }
+    for (text) |ch| if (std.ascii.isUpper(ch)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "request_id_header must be lower-case");
+        return false;
+    };
+    py.incref(name);
+    self.request_id_header = name;
+    out.tracing.request_id_header = text;
     return true;
 }
 
@@ -274,6 +325,8 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "ws_per_message_deflate", s.opts.ws_deflate },
         .{ "http2", s.opts.http2 },
         .{ "proxy_headers", self.info.trust != null },
+        .{ "trace_context", s.opts.tracing.trace_context },
+        .{ "server_timing", s.opts.tracing.server_timing },
     };
     inline for (bools) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.boolean(f[1]))) return fail(d);
@@ -282,6 +335,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "metrics_path", s.opts.metrics_path },
         .{ "health_path", s.opts.health_path },
         .{ "root_path", self.info.root_path_utf8 },
+        .{ "request_id_header", s.opts.tracing.request_id_header },
         // What was asked for (`Engine.backend()` says what serves).
         .{ "io_backend", @tagName(s.opts.io.kind) },
     };

@@ -180,18 +180,43 @@ fn headerName(name: []const u8) ?*Object {
 
 /// `forwarded_host`, from a trusted proxy, replaces the Host header's value.
 fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
-    const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
-    for (req.headers, 0..) |h, i| {
-        const pair = c.PyTuple_New(2) orelse return fail(list);
-        // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
-        _ = c.PyList_SetItem(list, @intCast(i), pair);
-        const name = headerName(h.name) orelse return fail(list);
-        _ = c.PyTuple_SetItem(pair, 0, name);
-        const raw = if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value;
-        const value = py.bytes(raw) orelse return fail(list);
-        _ = c.PyTuple_SetItem(pair, 1, value);
+    const added = &req.added;
+    if (!added.any()) {
+        const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
+        for (req.headers, 0..) |h, i| {
+            if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
+        }
+        return list;
+    }
+    // The request id and trace context replace incoming fields of their names, and come last.
+    var extra: [2][2][]const u8 = undefined;
+    const appended = added.appended(&extra);
+    var kept: usize = 0;
+    for (req.headers) |h| kept += @intFromBool(!added.drops(h.name));
+    const list = c.PyList_New(@intCast(kept + appended.len)) orelse return null;
+    var i: usize = 0;
+    for (req.headers) |h| {
+        if (added.drops(h.name)) continue;
+        if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
+        i += 1;
+    }
+    for (appended) |f| {
+        if (!setHeader(list, i, f[0], f[1])) return fail(list);
+        i += 1;
     }
     return list;
+}
+
+/// list[i] = (name, value) as bytes; false with a Python error set.
+fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
+    const pair = c.PyTuple_New(2) orelse return false;
+    // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
+    _ = c.PyList_SetItem(list, @intCast(i), pair);
+    const name = headerName(name_text) orelse return false;
+    _ = c.PyTuple_SetItem(pair, 0, name);
+    const value = py.bytes(value_text) orelse return false;
+    _ = c.PyTuple_SetItem(pair, 1, value);
+    return true;
 }
 
 fn fail(o: *Object) ?*Object {

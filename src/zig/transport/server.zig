@@ -4,6 +4,7 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
+const tracing = @import("../http/tracing.zig");
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -116,6 +117,8 @@ pub const Options = struct {
     h2_max_streams: u32,
     /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
     io: io.Config,
+    /// Request ids, trace context and server-timing (all off by default).
+    tracing: tracing.Options = .{},
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response

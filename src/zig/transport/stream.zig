@@ -16,6 +16,9 @@ const h2 = @import("../http2/session.zig"); // against the layers until the prot
 const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const Conn = @import("connection.zig").Conn;
 const outq = @import("output_queue.zig");
+const tracing = @import("../http/tracing.zig"); // against the layers: `prepare` and `startResponse` decide what every protocol adds for operators, once
+const metrics = @import("../http/metrics.zig"); // against the layers: the method label, noted once for every protocol
+const sys = @import("../os/sys.zig");
 
 pub const Header = http1.Header;
 
@@ -37,6 +40,9 @@ pub const Request = struct {
     /// Lower-case names, in order as received.
     headers: []const Header,
     version: Version,
+    /// What the engine changes in `headers` before the app sees them (request id, trace
+    /// context): set by `Stream.prepare`.
+    added: tracing.Added = .{},
 
     /// The view of a parsed HTTP/1.x head.
     pub fn fromHttp1(req: *const http1.Request) Request {
@@ -120,8 +126,13 @@ pub const Stream = struct {
     out: outq.Account = .{},
     /// `writeBody` told the writer to wait: wake it once the queue drains below the mark.
     write_blocked: bool = false,
-    /// When the request head was parsed, for the duration histogram (metrics only).
+    /// When the request head was parsed, for the duration histogram and server-timing
+    /// (0 when neither is on).
     started_us: u64 = 0,
+    /// The request's method for the metrics' labels (`metrics.MethodClass`).
+    method_class: u8 = 0,
+    /// `--request-id-header`: the id the response carries.
+    request_id: tracing.RequestId = .{},
 
     /// A fresh exchange on `conn`, for a request whose head was just parsed.
     pub fn init(conn: *Conn, protocol: Protocol) Stream {
@@ -154,13 +165,45 @@ pub const Stream = struct {
         }
     }
 
-    /// The response head. `extra` are the server's own headers (--header). `trailers`:
-    /// trailer fields follow the body (`writeTrailers`).
+    /// The response head. `extra` are the server's own headers (--header); the request
+    /// id and server-timing join them when on. `trailers`: trailer fields follow the
+    /// body (`writeTrailers`).
     pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
+        const opts = self.conn.server.opts.tracing;
+        if (opts.request_id_header.len == 0 and !opts.server_timing) return self.startResponseWith(status, headers, extra, trailers);
+        var own: [2][2][]const u8 = undefined;
+        var timing: [40]u8 = undefined;
+        const elapsed: ?u64 = if (self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
+        const added = tracing.responseFields(opts, &self.request_id, elapsed, headers, &own, &timing);
+        if (added.len == 0) return self.startResponseWith(status, headers, extra, trailers);
+        // --header fields are few; the rare long list is copied to the heap.
+        var stack: [32][2][]const u8 = undefined;
+        const total = extra.len + added.len;
+        const all = if (total <= stack.len) stack[0..total] else std.heap.c_allocator.alloc([2][]const u8, total) catch return error.OutOfMemory;
+        defer if (total > stack.len) std.heap.c_allocator.free(all);
+        @memcpy(all[0..extra.len], extra);
+        @memcpy(all[extra.len..], added);
+        return self.startResponseWith(status, headers, all, trailers);
+    }
+
+    fn startResponseWith(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
         return switch (self.protocol) {
             .http1 => h1.startResponse(self, status, headers, extra, trailers),
             .http2 => h2.startResponse(self, status, headers, extra, trailers),
         };
+    }
+
+    /// A request head is complete and about to reach the app (or the engine's own
+    /// answer): the clock for the metrics and server-timing starts, the method is noted
+    /// for the metrics' labels, and the request id and trace context are decided.
+    pub fn prepare(self: *Stream, req: *Request) void {
+        const srv = self.conn.server;
+        const opts = srv.opts.tracing;
+        if (srv.metrics != null or opts.server_timing) self.started_us = sys.monotonicUs();
+        self.method_class = @intFromEnum(metrics.MethodClass.of(req.method));
+        if (opts.request_id_header.len > 0 or opts.trace_context) {
+            req.added = tracing.prepare(opts, req.headers, &self.request_id);
+        }
     }
 
     /// A `103 Early Hints` with one `link` field per entry, before the response starts.

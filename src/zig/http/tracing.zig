@@ -1,0 +1,405 @@
+//! What the engine adds to a request and its response for operators, off unless asked:
+//! request ids (`--request-id-header`), W3C Trace Context (`--trace-context`), and
+//! `server-timing` (`--server-timing`). Protocol-neutral: both sessions call `prepare`
+//! before the request reaches the app, `python/scope.zig` applies `Added` to the headers
+//! the app sees, and `responseFields` gives the fields the response head carries.
+const std = @import("std");
+
+/// An incoming request id longer than this is not kept (a fresh one replaces it).
+pub const request_id_bytes_max = 64;
+/// A generated id: 128 random bits as lower-case hex.
+pub const generated_id_len = 32;
+/// `00-` trace-id `-` parent-id `-` flags (W3C Trace Context, version 00).
+pub const traceparent_len = 55;
+/// Trace Context caps `tracestate` at 32 list members; 512 bytes is what every vendor
+/// must propagate (longer values may be cut): longer ones are dropped here.
+pub const tracestate_bytes_max = 512;
+pub const tracestate_members_max = 32;
+
+/// What the engine changes in the request's headers before the app sees them. Slices
+/// point at the stream's own id or at this thread's scratch: valid during `on_request`.
+pub const Added = struct {
+    /// The request id the app sees under `request_id_name` ("" = the feature is off);
+    /// incoming fields of that name are replaced by it.
+    request_id: []const u8 = "",
+    request_id_name: []const u8 = "",
+    /// A traceparent that replaces the incoming one ("" = keep what came).
+    traceparent: []const u8 = "",
+    drop_traceparent: bool = false,
+    drop_tracestate: bool = false,
+
+    pub fn any(self: *const Added) bool {
+        return self.request_id.len > 0 or self.traceparent.len > 0 or self.drop_traceparent or self.drop_tracestate;
+    }
+
+    /// Whether an incoming header (a lower-case name) is replaced or dropped.
+    pub fn drops(self: *const Added, name: []const u8) bool {
+        if (self.request_id.len > 0 and std.mem.eql(u8, name, self.request_id_name)) return true;
+        if (self.drop_traceparent and std.mem.eql(u8, name, "traceparent")) return true;
+        if (self.drop_tracestate and std.mem.eql(u8, name, "tracestate")) return true;
+        return false;
+    }
+
+    /// The fields appended after the kept ones, in order (at most two).
+    pub fn appended(self: *const Added, out: *[2][2][]const u8) []const [2][]const u8 {
+        var n: usize = 0;
+        if (self.request_id.len > 0) {
+            out[n] = .{ self.request_id_name, self.request_id };
+            n += 1;
+        }
+        if (self.traceparent.len > 0) {
+            out[n] = .{ "traceparent", self.traceparent };
+            n += 1;
+        }
+        return out[0..n];
+    }
+};
+
+pub const Options = struct {
+    /// Lower-case field name; "" = no request ids.
+    request_id_header: []const u8 = "",
+    trace_context: bool = false,
+    server_timing: bool = false,
+};
+
+pub const Header = struct { name: []const u8, value: []const u8 };
+
+/// The request id a stream keeps for its response.
+pub const RequestId = struct {
+    bytes: [request_id_bytes_max]u8 = undefined,
+    len: u8 = 0,
+
+    pub fn get(self: *const RequestId) []const u8 {
+        return self.bytes[0..self.len];
+    }
+};
+
+threadlocal var traceparent_scratch: [traceparent_len]u8 = undefined;
+
+/// Decides what the request gains. `headers` are the request's (lower-case names);
+/// `id` is where the stream keeps its request id.
+pub fn prepare(opts: Options, headers: anytype, id: *RequestId) Added {
+    var added = Added{};
+    if (opts.request_id_header.len > 0) {
+        var incoming: ?[]const u8 = null;
+        var count: usize = 0;
+        for (headers) |h| {
+            if (std.mem.eql(u8, h.name, opts.request_id_header)) {
+                incoming = h.value;
+                count += 1;
+            }
+        }
+        if (count == 1 and saneRequestId(incoming.?)) {
+            @memcpy(id.bytes[0..incoming.?.len], incoming.?);
+            id.len = @intCast(incoming.?.len);
+        } else {
+            generateId(id.bytes[0..generated_id_len]);
+            id.len = generated_id_len;
+        }
+        added.request_id = id.get();
+        added.request_id_name = opts.request_id_header;
+    }
+    if (opts.trace_context) {
+        var parent: ?[]const u8 = null;
+        var parents: usize = 0;
+        var state_bytes: usize = 0;
+        var state_members: usize = 0;
+        var state_ok = true;
+        for (headers) |h| {
+            if (std.mem.eql(u8, h.name, "traceparent")) {
+                parent = h.value;
+                parents += 1;
+            } else if (std.mem.eql(u8, h.name, "tracestate")) {
+                // Several fields are one list (RFC 9110 5.3): every one must be valid.
+                state_bytes += h.value.len;
+                state_members += countMembers(h.value) orelse {
+                    state_ok = false;
+                    continue;
+                };
+            }
+        }
+        if (parents != 1 or !validTraceparent(parent.?)) {
+            // A new trace starts here; a tracestate without its traceparent means nothing.
+            newTraceparent(&traceparent_scratch);
+            added.traceparent = &traceparent_scratch;
+            added.drop_traceparent = parents > 0;
+            added.drop_tracestate = true;
+        } else if (!state_ok or state_bytes > tracestate_bytes_max or state_members > tracestate_members_max) {
+            added.drop_tracestate = true;
+        }
+    }
+    return added;
+}
+
+/// An incoming id is kept when it is 1 to 64 bytes of letters, digits and `-_.:+/=@`
+/// (UUIDs, ULIDs, base64 and hex ids, what load balancers send); anything else could
+/// smuggle text into logs, and is replaced.
+pub fn saneRequestId(value: []const u8) bool {
+    if (value.len == 0 or value.len > request_id_bytes_max) return false;
+    for (value) |ch| {
+        const ok = std.ascii.isAlphanumeric(ch) or switch (ch) {
+            '-', '_', '.', ':', '+', '/', '=', '@' => true,
+            else => false,
+        };
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/// 128 random bits as hex, from the CSPRNG (ids must not be guessable or collide).
+pub fn generateId(out: *[generated_id_len]u8) void {
+    var raw: [16]u8 = undefined;
+    std.crypto.random.bytes(&raw);
+    hex(&raw, out);
+}
+
+fn hex(raw: []const u8, out: []u8) void {
+    const digits = "0123456789abcdef";
+    std.debug.assert(out.len == raw.len * 2);
+    for (raw, 0..) |b, i| {
+        out[2 * i] = digits[b >> 4];
+        out[2 * i + 1] = digits[b & 15];
+    }
+}
+
+/// A fresh `00-<trace-id>-<parent-id>-01`: the trace is sampled, so that the app's
+/// tracer (parent-based sampling, OpenTelemetry's default) records it.
+pub fn newTraceparent(out: *[traceparent_len]u8) void {
+    var raw: [24]u8 = undefined;
+    while (true) {
+        std.crypto.random.bytes(&raw);
+        // All-zero ids are invalid; 2^-64 odds, but the check costs nothing.
+        if (!allZero(raw[0..16]) and !allZero(raw[16..24])) break;
+    }
+    out[0..3].* = "00-".*;
+    hex(raw[0..16], out[3..35]);
+    out[35] = '-';
+    hex(raw[16..24], out[36..52]);
+    out[52..55].* = "-01".*;
+}
+
+fn allZero(b: []const u8) bool {
+    for (b) |x| if (x != 0) return false;
+    return true;
+}
+
+fn isLowerHex(s: []const u8) bool {
+    for (s) |ch| {
+        if (!((ch >= '0' and ch <= '9') or (ch >= 'a' and ch <= 'f'))) return false;
+    }
+    return true;
+}
+
+/// W3C Trace Context `traceparent`: version, trace-id, parent-id and flags in lower-case
+/// hex; version ff and all-zero ids are invalid; a later version may append fields
+/// after a `-`, version 00 may not.
+pub fn validTraceparent(v: []const u8) bool {
+    if (v.len < traceparent_len) return false;
+    if (v[2] != '-' or v[35] != '-' or v[52] != '-') return false;
+    const version = v[0..2];
+    if (!isLowerHex(version) or std.mem.eql(u8, version, "ff")) return false;
+    if (!isLowerHex(v[3..35]) or !isLowerHex(v[36..52]) or !isLowerHex(v[53..55])) return false;
+    if (std.mem.allEqual(u8, v[3..35], '0') or std.mem.allEqual(u8, v[36..52], '0')) return false;
+    if (v.len == traceparent_len) return true;
+    return !std.mem.eql(u8, version, "00") and v[55] == '-';
+}
+
+/// The list members of a `tracestate` value, or null when one is malformed
+/// (`key=value`, keys `[a-z0-9][a-z0-9_\-*/]*` with an optional `@vendor`, values of
+/// printable ASCII but `,` and `=`, not ending in a space). Empty members are allowed.
+pub fn countMembers(v: []const u8) ?usize {
+    var n: usize = 0;
+    var it = std.mem.splitScalar(u8, v, ',');
+    while (it.next()) |raw| {
+        const m = std.mem.trim(u8, raw, " \t");
+        if (m.len == 0) continue;
+        const eq = std.mem.indexOfScalar(u8, m, '=') orelse return null;
+        if (!validKey(m[0..eq])) return null;
+        const value = m[eq + 1 ..];
+        if (value.len == 0 or value.len > 256 or value[value.len - 1] == ' ') return null;
+        for (value) |ch| if (ch < 0x20 or ch > 0x7e or ch == ',' or ch == '=') return null;
+        n += 1;
+    }
+    return n;
+}
+
+fn validKey(k: []const u8) bool {
+    if (k.len == 0 or k.len > 256) return false;
+    const at = std.mem.indexOfScalar(u8, k, '@');
+    const tenant = if (at) |i| k[0..i] else k;
+    if (tenant.len == 0 or !keyChars(tenant, true)) return false;
+    if (at) |i| {
+        const vendor = k[i + 1 ..];
+        if (vendor.len == 0 or vendor.len > 14 or !keyChars(vendor, false)) return false;
+    }
+    return true;
+}
+
+fn keyChars(s: []const u8, digit_first: bool) bool {
+    if (!(std.ascii.isLower(s[0]) or (digit_first and std.ascii.isDigit(s[0])))) return false;
+    for (s[1..]) |ch| {
+        const ok = std.ascii.isLower(ch) or std.ascii.isDigit(ch) or switch (ch) {
+            '_', '-', '*', '/' => true,
+            else => false,
+        };
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/// `app;dur=<ms>` with microsecond precision: the time from the request head to the
+/// response head.
+pub fn serverTiming(buf: *[40]u8, elapsed_us: u64) []const u8 {
+    return std.fmt.bufPrint(buf, "app;dur={d}.{d:0>3}", .{ elapsed_us / 1000, elapsed_us % 1000 }) catch unreachable;
+}
+
+/// The fields the engine adds to a response head: the request id (unless the app set
+/// that field itself) and server-timing. `app_headers` are the app's (any case).
+pub fn responseFields(
+    opts: Options,
+    id: *const RequestId,
+    elapsed_us: ?u64,
+    app_headers: []const [2][]const u8,
+    out: *[2][2][]const u8,
+    timing_buf: *[40]u8,
+) []const [2][]const u8 {
+    var n: usize = 0;
+    if (opts.request_id_header.len > 0 and id.len > 0) {
+        const set_by_app = for (app_headers) |h| {
+            if (std.ascii.eqlIgnoreCase(h[0], opts.request_id_header)) break true;
+        } else false;
+        if (!set_by_app) {
+            out[n] = .{ opts.request_id_header, id.get() };
+            n += 1;
+        }
+    }
+    if (opts.server_timing) {
+        if (elapsed_us) |us| {
+            out[n] = .{ "server-timing", serverTiming(timing_buf, us) };
+            n += 1;
+        }
+    }
+    return out[0..n];
+}
+
+// ---- tests ---------------------------------------------------------------------------
+
+const testing = std.testing;
+const H = Header;
+
+test "tracing: a sane incoming request id is kept, anything else replaced" {
+    const opts = Options{ .request_id_header = "x-request-id" };
+    var id = RequestId{};
+    const kept = prepare(opts, &[_]H{.{ .name = "x-request-id", .value = "3f2a-ULID_01:ab+c/d=@x" }}, &id);
+    try testing.expectEqualStrings("3f2a-ULID_01:ab+c/d=@x", kept.request_id);
+    try testing.expectEqualStrings("x-request-id", kept.request_id_name);
+    try testing.expect(kept.drops("x-request-id"));
+    try testing.expect(!kept.drops("x-other"));
+
+    const bad = [_][]const u8{ "", "a b", "a\"b", "line\nbreak", "é", "x" ** 65 };
+    for (bad) |v| {
+        var id2 = RequestId{};
+        const a = prepare(opts, &[_]H{.{ .name = "x-request-id", .value = v }}, &id2);
+        try testing.expectEqual(generated_id_len, a.request_id.len);
+        try testing.expect(isLowerHex(a.request_id));
+    }
+    // Exactly 64 bytes is kept.
+    var id3 = RequestId{};
+    try testing.expectEqualStrings("y" ** 64, prepare(opts, &[_]H{.{ .name = "x-request-id", .value = "y" ** 64 }}, &id3).request_id);
+    // Two incoming ids: which one would the app trust? Neither.
+    var id4 = RequestId{};
+    const two = prepare(opts, &[_]H{ .{ .name = "x-request-id", .value = "a" }, .{ .name = "x-request-id", .value = "b" } }, &id4);
+    try testing.expectEqual(generated_id_len, two.request_id.len);
+    // Absent: generated.
+    var id5 = RequestId{};
+    try testing.expectEqual(generated_id_len, prepare(opts, &[_]H{}, &id5).request_id.len);
+}
+
+test "tracing: generated ids differ" {
+    var seen = std.StringHashMap(void).init(testing.allocator);
+    defer {
+        var it = seen.keyIterator();
+        while (it.next()) |k| testing.allocator.free(k.*);
+        seen.deinit();
+    }
+    for (0..1000) |_| {
+        var b: [generated_id_len]u8 = undefined;
+        generateId(&b);
+        const r = try seen.getOrPut(try testing.allocator.dupe(u8, &b));
+        try testing.expect(!r.found_existing);
+    }
+}
+
+test "tracing: traceparent validation at its edges" {
+    const ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    try testing.expect(validTraceparent(ok));
+    try testing.expect(!validTraceparent(ok[0..54]));
+    try testing.expect(!validTraceparent(ok ++ "-x")); // version 00 takes nothing more
+    try testing.expect(validTraceparent("01" ++ ok[2..] ++ "-later")); // a later version may
+    try testing.expect(!validTraceparent("01" ++ ok[2..] ++ "xlater"));
+    try testing.expect(!validTraceparent("ff" ++ ok[2..]));
+    try testing.expect(!validTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"));
+    try testing.expect(!validTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
+    try testing.expect(!validTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"));
+    try testing.expect(!validTraceparent("00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+    try testing.expect(!validTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g"));
+    var fresh: [traceparent_len]u8 = undefined;
+    newTraceparent(&fresh);
+    try testing.expect(validTraceparent(&fresh));
+}
+
+test "tracing: trace context kept, restarted or its state dropped" {
+    const opts = Options{ .trace_context = true };
+    var id = RequestId{};
+    const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // Valid: nothing changes.
+    const a = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = "congo=t61rcWkgMzE, rojo=00f067aa0ba902b7" } }, &id);
+    try testing.expect(!a.any());
+    // Absent: a new trace, nothing dropped from the request but a stray tracestate.
+    const b = prepare(opts, &[_]H{.{ .name = "tracestate", .value = "a=b" }}, &id);
+    try testing.expect(validTraceparent(b.traceparent));
+    try testing.expect(!b.drop_traceparent and b.drop_tracestate);
+    // Invalid or doubled parent: replaced, with its state.
+    const c = prepare(opts, &[_]H{.{ .name = "traceparent", .value = "garbage" }}, &id);
+    try testing.expect(c.drop_traceparent and c.drop_tracestate and c.traceparent.len == traceparent_len);
+    const d = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "traceparent", .value = parent } }, &id);
+    try testing.expect(d.drop_traceparent);
+    // A valid parent with a bad state keeps the parent, drops the state.
+    const e = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = "Bad=1" } }, &id);
+    try testing.expect(e.traceparent.len == 0 and !e.drop_traceparent and e.drop_tracestate);
+}
+
+test "tracing: tracestate members and bounds" {
+    try testing.expectEqual(@as(?usize, 2), countMembers("a=1,b@vendor=2"));
+    try testing.expectEqual(@as(?usize, 1), countMembers(" a=1 , ,"));
+    try testing.expectEqual(@as(?usize, null), countMembers("a"));
+    try testing.expectEqual(@as(?usize, null), countMembers("a="));
+    try testing.expectEqual(@as(?usize, null), countMembers("A=1"));
+    try testing.expectEqual(@as(?usize, null), countMembers("a@=1"));
+    try testing.expectEqual(@as(?usize, null), countMembers("a@vendorvendorvendor=1"));
+    try testing.expectEqual(@as(?usize, null), countMembers("a=b=c"));
+    const opts = Options{ .trace_context = true };
+    var id = RequestId{};
+    const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const members = "k=v," ** 32;
+    try testing.expect(!prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = members } }, &id).drop_tracestate);
+    try testing.expect(prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = members ++ "z=1" } }, &id).drop_tracestate);
+}
+
+test "tracing: response fields" {
+    var id = RequestId{};
+    @memcpy(id.bytes[0..3], "abc");
+    id.len = 3;
+    var out: [2][2][]const u8 = undefined;
+    var tb: [40]u8 = undefined;
+    const opts = Options{ .request_id_header = "x-request-id", .server_timing = true };
+    const f = responseFields(opts, &id, 12_345, &.{}, &out, &tb);
+    try testing.expectEqual(@as(usize, 2), f.len);
+    try testing.expectEqualStrings("abc", f[0][1]);
+    try testing.expectEqualStrings("app;dur=12.345", f[1][1]);
+    // The app's own id stands.
+    const g = responseFields(opts, &id, 7, &.{.{ "X-Request-ID", "mine" }}, &out, &tb);
+    try testing.expectEqual(@as(usize, 1), g.len);
+    try testing.expectEqualStrings("app;dur=0.007", g[0][1]);
+    try testing.expectEqual(@as(usize, 0), responseFields(.{}, &id, 7, &.{}, &out, &tb).len);
+}
