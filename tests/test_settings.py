@@ -57,6 +57,13 @@ NON_DEFAULT = {
     "request_id_header": "x-req",
     "trace_context": True,
     "server_timing": True,
+    "tcp_nodelay": False,
+    "tcp_keepalive_idle": 30,
+    "tcp_keepalive_interval": 5,
+    "tcp_keepalive_count": 3,
+    "tcp_user_timeout": 9000,
+    "tcp_fastopen": 16,
+    "hsts": 600,
 }
 
 
@@ -97,6 +104,13 @@ def expected(config: Config) -> dict:
         "request_id_header": config.request_id_header or "",
         "trace_context": config.trace_context,
         "server_timing": config.server_timing,
+        "tcp_nodelay": config.tcp_nodelay,
+        "tcp_keepalive_idle": config.tcp_keepalive_idle or 0,
+        "tcp_keepalive_interval": config.tcp_keepalive_interval or 0,
+        "tcp_keepalive_count": config.tcp_keepalive_count or 0,
+        "tcp_user_timeout": config.tcp_user_timeout or 0,
+        "tcp_fastopen": config.tcp_fastopen or 0,
+        "hsts": f"max-age={config.hsts}" if config.hsts is not None else "",
     }
 
 

@@ -244,6 +244,28 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="N"),
     _S("ssl_ca_certs", None, "CA certificates (PEM) that verify client certificates", "TLS (HTTPS)", metavar="PATH"),
     _S("ssl_ciphers", "TLSv1", "TLS 1.2 ciphers", "TLS (HTTPS)", metavar="LIST"),
+    _S("ssl_min_version", None, "the lowest TLS version accepted (raises --ssl-version's)", "TLS (HTTPS)",
+       choices=("TLSv1.2", "TLSv1.3"), shown="TLSv1.2"),
+    _S("hsts", None, "HTTPS responses carry strict-transport-security: max-age=SECONDS (unless the app sets it)",
+       "TLS (HTTPS)", type=int, metavar="SECONDS", low=0, high=2**31 - 1, shown="off"),
+    _S("hsts_include_subdomains", False, "--hsts: add includeSubDomains", "TLS (HTTPS)", kind="switch"),
+    _S("hsts_preload", False, "--hsts: add preload (needs a max-age of a year or more and includeSubDomains)",
+       "TLS (HTTPS)", kind="switch"),
+    # TCP
+    _S("tcp_nodelay", True, "TCP_NODELAY on accepted connections: small responses leave at once", "TCP",
+       kind="onoff"),
+    _S("tcp_keepalive_idle", None, "TCP keepalive: probe a connection idle this long (any of the three turns "
+       "keepalive on)", "TCP", type=int, metavar="SECONDS", low=1, high=32767, shown="off"),
+    _S("tcp_keepalive_interval", None, "TCP keepalive: seconds between unanswered probes", "TCP", type=int,
+       metavar="SECONDS", low=1, high=32767, shown="the kernel's"),
+    _S("tcp_keepalive_count", None, "TCP keepalive: unanswered probes before the connection is dropped", "TCP",
+       type=int, metavar="N", low=1, high=127, shown="the kernel's"),
+    _S("tcp_user_timeout", None, "TCP_USER_TIMEOUT: drop a connection whose data stays unacknowledged this long",
+       "TCP", type=int, metavar="MS", low=1, high=2**31 - 1, shown="off"),
+    _S("tcp_fastopen", None, "TCP Fast Open with a queue of N pending requests (the kernel's net.ipv4.tcp_fastopen "
+       "must allow servers)", "TCP", type=int, metavar="N", low=1, high=65535, shown="off"),
+    _S("auto_raise_nofile", False, "raise the soft open-files limit to the hard limit at start (logged)", "TCP",
+       kind="switch"),
     # Limits
     _S("limit_concurrency", None, "answer 503 past N requests in flight", "Limits", type=int, metavar="N",
        shown="off"),
@@ -316,6 +338,10 @@ class Config:
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.metrics_bucket_seconds = _bucket_seconds(self.metrics_buckets)
+        self.hsts_value = ""
+        if self.hsts is not None:
+            self.hsts_value = f"max-age={int(self.hsts)}" + "; includeSubDomains" * bool(self.hsts_include_subdomains) \
+                + "; preload" * bool(self.hsts_preload)
         if self.request_id_header is not None:
             name = str(self.request_id_header).strip().lower()
             if not name or len(name) > 64 or any(ch not in _TOKEN_CHARS for ch in name):
@@ -380,12 +406,16 @@ class Config:
             raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
         if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
             raise ValueError("ssl_keyfile_password must be a str")
+        if self.ssl_min_version == "TLSv1.3" and SSL_VERSIONS[version][1] < _TLS13:
+            raise ValueError("ssl_min_version TLSv1.3 is above what ssl_version 5 (TLS 1.2 only) allows")
 
     def engine_tls_options(self) -> dict[str, Any]:
         """The engine's TLS options: empty for plain HTTP. Holds the password: never log it."""
         if not self.is_ssl:
             return {}
         low, high = SSL_VERSIONS[self.ssl_version]
+        if self.ssl_min_version == "TLSv1.3":
+            low = _TLS13
         password = self.ssl_keyfile_password
         return {
             "ssl_certfile": self.ssl_certfile,
@@ -435,6 +465,13 @@ class Config:
             "request_id_header": self.request_id_header,
             "trace_context": bool(self.trace_context),
             "server_timing": bool(self.server_timing),
+            "tcp_nodelay": bool(self.tcp_nodelay),
+            "tcp_keepalive_idle": self.tcp_keepalive_idle or 0,
+            "tcp_keepalive_interval": self.tcp_keepalive_interval or 0,
+            "tcp_keepalive_count": self.tcp_keepalive_count or 0,
+            "tcp_user_timeout": self.tcp_user_timeout or 0,
+            "tcp_fastopen": self.tcp_fastopen or 0,
+            "hsts": self.hsts_value,
             "ws": ws_on,
             "ws_max_size": self.ws_max_size,
             "ws_max_queue": self.ws_max_queue,

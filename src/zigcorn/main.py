@@ -6,6 +6,7 @@ when the command line is parsed, so programs calling `run()` never load it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import zigcorn
 from zigcorn.config import SETTING, SETTINGS, STARTUP_FAILURE, Config, Setting
+
+logger = logging.getLogger("zigcorn.error")
 
 if TYPE_CHECKING:
     import argparse
@@ -30,12 +33,37 @@ def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
     serve(Config(app, **kwargs))
 
 
+def raise_nofile() -> None:
+    """--auto-raise-nofile: the soft RLIMIT_NOFILE up to the hard one (workers inherit it)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        # Linux refuses an infinite soft limit for descriptors: nr_open is the real ceiling.
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                hard = int(f.read())
+        except (OSError, ValueError):
+            hard = 1 << 20
+    if soft >= hard:
+        logger.info("Open files limit: %d (already the hard limit).", soft)
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    except (OSError, ValueError) as exc:
+        logger.warning("Could not raise the open files limit from %d to %d: %s", soft, hard, exc)
+        return
+    logger.info("Open files limit raised from %d to %d.", soft, hard)
+
+
 def serve(config: Config) -> None:
     """Run a server for `config` until it stops; exit 3 if it never started.
 
     With ``reload`` a supervisor restarts a fresh server process on code changes; with
     ``workers`` > 1 a master forks and tends the workers; else this process serves.
     """
+    if config.auto_raise_nofile:
+        raise_nofile()
     if config.reload:
         from zigcorn.reload import run_reloader
 

@@ -112,8 +112,8 @@ async def app(scope, receive, send):
     elif path == "/events":
         await respond(send, body=",".join(EVENTS).encode())
 
-    elif path == "/own-request-id":  # the app sets X-Request-ID itself
-        await respond(send, body=b"mine", headers=[(b"X-Request-ID", b"app-made")])
+    elif path == "/set-header":  # ?name=N&value=V: the app sets that response header itself
+        await respond(send, body=b"set", headers=[(query["name"].encode(), query["value"].encode())])
 
     else:  # echo the path, so pipelined responses can be told apart
         await respond(send, body=path.encode(), headers=[(b"content-type", b"text/plain")])

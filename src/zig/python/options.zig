@@ -166,6 +166,28 @@ pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Optio
     return true;
 }
 
+/// The TCP options (0 = the kernel's default) and the HSTS value ("" = none).
+pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    out.tcp = .{
+        .nodelay = optBool(opts, "tcp_nodelay") orelse return false,
+        .keepalive_idle_s = optInt(opts, "tcp_keepalive_idle", u32, 0, 32767) orelse return false,
+        .keepalive_interval_s = optInt(opts, "tcp_keepalive_interval", u32, 0, 32767) orelse return false,
+        .keepalive_count = optInt(opts, "tcp_keepalive_count", u32, 0, 127) orelse return false,
+        .user_timeout_ms = optInt(opts, "tcp_user_timeout", u32, 0, std.math.maxInt(i32)) orelse return false,
+        .fastopen = optInt(opts, "tcp_fastopen", u32, 0, 65535) orelse return false,
+    };
+    const hsts = required(opts, "hsts") orelse return false;
+    const text = py.strView(hsts) orelse return false;
+    if (!response.validValue(text)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "hsts is not a valid header value");
+        return false;
+    }
+    py.incref(hsts);
+    self.hsts = hsts;
+    out.hsts = text;
+    return true;
+}
+
 /// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
 /// (proxy headers off).
 pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
@@ -314,6 +336,11 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
         .{ "io_uring_buffers", s.opts.io.uring.buffers },
         .{ "io_uring_buffer_size", s.opts.io.uring.buffer_bytes },
+        .{ "tcp_keepalive_idle", s.opts.tcp.keepalive_idle_s },
+        .{ "tcp_keepalive_interval", s.opts.tcp.keepalive_interval_s },
+        .{ "tcp_keepalive_count", s.opts.tcp.keepalive_count },
+        .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
+        .{ "tcp_fastopen", s.opts.tcp.fastopen },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
@@ -326,6 +353,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "http2", s.opts.http2 },
         .{ "proxy_headers", self.info.trust != null },
         .{ "trace_context", s.opts.tracing.trace_context },
+        .{ "tcp_nodelay", s.opts.tcp.nodelay },
         .{ "server_timing", s.opts.tracing.server_timing },
     };
     inline for (bools) |f| {
@@ -336,6 +364,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "health_path", s.opts.health_path },
         .{ "root_path", self.info.root_path_utf8 },
         .{ "request_id_header", s.opts.tracing.request_id_header },
+        .{ "hsts", s.opts.hsts },
         // What was asked for (`Engine.backend()` says what serves).
         .{ "io_backend", @tagName(s.opts.io.kind) },
     };

@@ -119,6 +119,46 @@ pub const Options = struct {
     io: io.Config,
     /// Request ids, trace context and server-timing (all off by default).
     tracing: tracing.Options = .{},
+    /// Socket options of the TCP listener, which accepted connections inherit.
+    tcp: TcpOptions = .{},
+    /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
+    hsts: []const u8 = "",
+};
+
+/// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies
+/// keepalive, its timers and the user timeout into every connection accepted from it.
+pub const TcpOptions = struct {
+    nodelay: bool = true,
+    /// Keepalive is on when any of the three is set.
+    keepalive_idle_s: u32 = 0,
+    keepalive_interval_s: u32 = 0,
+    keepalive_count: u32 = 0,
+    user_timeout_ms: u32 = 0,
+    /// TCP Fast Open: the listener's queue of pending TFO requests.
+    fastopen: u32 = 0,
+
+    /// Applies the options to a listening socket; a Unix socket takes none. The name of
+    /// the option the kernel refused, if one was.
+    pub fn apply(self: TcpOptions, fd: i32) ?[]const u8 {
+        var domain: c_int = 0;
+        var len: linux.socklen_t = @sizeOf(c_int);
+        if (sys.E.init(linux.getsockopt(fd, linux.SOL.SOCKET, linux.SO.DOMAIN, std.mem.asBytes(&domain), &len)) != .SUCCESS) return null;
+        if (domain != linux.AF.INET and domain != linux.AF.INET6) return null;
+        const keepalive = self.keepalive_idle_s != 0 or self.keepalive_interval_s != 0 or self.keepalive_count != 0;
+        const tcp = linux.IPPROTO.TCP;
+        const settings = [_]struct { []const u8, i32, u32, u32, bool }{
+            .{ "SO_KEEPALIVE", linux.SOL.SOCKET, linux.SO.KEEPALIVE, 1, keepalive },
+            .{ "TCP_KEEPIDLE", tcp, linux.TCP.KEEPIDLE, self.keepalive_idle_s, self.keepalive_idle_s != 0 },
+            .{ "TCP_KEEPINTVL", tcp, linux.TCP.KEEPINTVL, self.keepalive_interval_s, self.keepalive_interval_s != 0 },
+            .{ "TCP_KEEPCNT", tcp, linux.TCP.KEEPCNT, self.keepalive_count, self.keepalive_count != 0 },
+            .{ "TCP_USER_TIMEOUT", tcp, linux.TCP.USER_TIMEOUT, self.user_timeout_ms, self.user_timeout_ms != 0 },
+            .{ "TCP_FASTOPEN", tcp, linux.TCP.FASTOPEN, self.fastopen, self.fastopen != 0 },
+        };
+        for (settings) |o| {
+            if (o[4] and !sys.setIntOption(fd, o[1], o[2], @intCast(o[3]))) return o[0];
+        }
+        return null;
+    }
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -170,6 +210,8 @@ pub const Server = struct {
     batch: io.Backend.Batch = .{},
     date: response.DateCache = .{},
     metrics: ?*metrics.Slot,
+    /// The socket option the kernel refused in `adopt`, for the error message.
+    refused_option: []const u8 = "",
     ws_ping_enabled: bool,
     zlib: deflate.Shared = .{},
     writer_mode: WriterMode,
@@ -350,6 +392,10 @@ pub const Server = struct {
         if (sys.E.init(flags) != .SUCCESS) return error.BadSocket;
         const nonblock: usize = @as(u32, @bitCast(linux.O{ .NONBLOCK = true }));
         if (sys.E.init(linux.fcntl(fd, linux.F.SETFL, flags | nonblock)) != .SUCCESS) return error.BadSocket;
+        if (self.opts.tcp.apply(fd)) |name| {
+            self.refused_option = name;
+            return error.SocketOption;
+        }
         if (!self.io.registerListener(fd, token_listen)) return error.RegisterFailed;
         self.listen_fd = fd;
     }
@@ -430,7 +476,7 @@ pub const Server = struct {
                 sys.close(fd);
                 continue;
             }
-            _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
+            if (self.opts.tcp.nodelay) _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
             _ = self.addConnection(fd, conn_mod.Peer.fromStorage(&st));
         }
     }

@@ -169,12 +169,20 @@ pub const Stream = struct {
     /// id and server-timing join them when on. `trailers`: trailer fields follow the
     /// body (`writeTrailers`).
     pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
-        const opts = self.conn.server.opts.tracing;
-        if (opts.request_id_header.len == 0 and !opts.server_timing) return self.startResponseWith(status, headers, extra, trailers);
-        var own: [2][2][]const u8 = undefined;
+        const srv = self.conn.server;
+        const opts = srv.opts.tracing;
+        // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP).
+        const hsts = srv.opts.hsts.len > 0 and self.tlsSession() != null;
+        if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts) return self.startResponseWith(status, headers, extra, trailers);
+        var own: [3][2][]const u8 = undefined;
         var timing: [40]u8 = undefined;
         const elapsed: ?u64 = if (self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
-        const added = tracing.responseFields(opts, &self.request_id, elapsed, headers, &own, &timing);
+        var n = tracing.responseFields(opts, &self.request_id, elapsed, headers, own[0..2], &timing).len;
+        if (hsts and !tracing.hasField(headers, "strict-transport-security")) {
+            own[n] = .{ "strict-transport-security", srv.opts.hsts };
+            n += 1;
+        }
+        const added = own[0..n];
         if (added.len == 0) return self.startResponseWith(status, headers, extra, trailers);
         // --header fields are few; the rare long list is copied to the heap.
         var stack: [32][2][]const u8 = undefined;
