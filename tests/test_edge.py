@@ -183,3 +183,49 @@ def test_auto_raise_nofile_lifts_the_soft_limit_to_the_hard_one(start_server):
     plain = start_server("basic:app", preexec=lower)
     with open(f"/proc/{plain.proc.pid}/limits") as f:
         assert next(line for line in f if line.startswith("Max open files")).split()[3] == "1024"
+
+
+def _served(sock: socket.socket) -> bool:
+    """Whether the server answers a request on this connection (False: closed at accept)."""
+    try:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        return sock.recv(4096).startswith(b"HTTP/1.1 200")
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+def test_connections_per_ip_are_capped_at_accept(start_server):
+    server = start_server("basic:app", "--limit-connections-per-ip", "3", "--metrics-path", "/metrics",
+                          "--no-access-log")
+    address = ("127.0.0.1", server.port)
+    held: list[socket.socket] = []
+
+    def a_place_is_free() -> bool:
+        s = socket.create_connection(address)
+        if _served(s):
+            held.append(s)
+            return True
+        s.close()
+        return False
+
+    # The harness's readiness probe counts until the server reads its close.
+    for _ in range(3):
+        assert wait_for(a_place_is_free, 5)
+    with socket.create_connection(address) as over:
+        assert not _served(over)
+    # Another address has its own count (all of 127/8 is loopback).
+    with socket.create_connection(address, source_address=("127.0.0.2", 0)) as other:
+        assert _served(other)
+    # A closed connection frees its place once the server reads its end.
+    held.pop().close()
+    assert wait_for(a_place_is_free, 5)
+    with socket.create_connection(address) as over:
+        assert not _served(over)
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3")) as client:
+        text = client.get(server.url + "/metrics").text
+    rejected = float(text.split('zigcorn_connections_rejected_total{cause="limit_per_ip"} ')[1].split()[0])
+    assert rejected >= 2
+    assert 'zigcorn_connections_rejected_total{cause="limit_connections"} 0' in text
+    for s in held:
+        s.close()
+    assert "over --limit-connections-per-ip" in server.output()

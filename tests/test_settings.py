@@ -64,6 +64,7 @@ NON_DEFAULT = {
     "tcp_user_timeout": 9000,
     "tcp_fastopen": 16,
     "hsts": 600,
+    "limit_connections_per_ip": 50,
 }
 
 
@@ -111,6 +112,7 @@ def expected(config: Config) -> dict:
         "tcp_user_timeout": config.tcp_user_timeout or 0,
         "tcp_fastopen": config.tcp_fastopen or 0,
         "hsts": f"max-age={config.hsts}" if config.hsts is not None else "",
+        "limit_connections_per_ip": config.limit_connections_per_ip or 0,
     }
 
 

@@ -13,6 +13,7 @@ test {
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");
     _ = @import("transport/output_queue.zig");
+    _ = @import("transport/per_ip.zig");
     // HTTP shared by the protocols
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");

@@ -176,6 +176,7 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
         .user_timeout_ms = optInt(opts, "tcp_user_timeout", u32, 0, std.math.maxInt(i32)) orelse return false,
         .fastopen = optInt(opts, "tcp_fastopen", u32, 0, 65535) orelse return false,
     };
+    out.connections_per_ip_max = optInt(opts, "limit_connections_per_ip", u32, 0, std.math.maxInt(u32)) orelse return false;
     const hsts = required(opts, "hsts") orelse return false;
     const text = py.strView(hsts) orelse return false;
     if (!response.validValue(text)) {
@@ -341,6 +342,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "tcp_keepalive_count", s.opts.tcp.keepalive_count },
         .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
         .{ "tcp_fastopen", s.opts.tcp.fastopen },
+        .{ "limit_connections_per_ip", s.opts.connections_per_ip_max },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);

@@ -5,6 +5,7 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const tracing = @import("../http/tracing.zig");
+const per_ip = @import("per_ip.zig");
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -121,6 +122,8 @@ pub const Options = struct {
     tracing: tracing.Options = .{},
     /// Socket options of the TCP listener, which accepted connections inherit.
     tcp: TcpOptions = .{},
+    /// Connections past this many open from one address are closed at accept (0 = no limit).
+    connections_per_ip_max: u32 = 0,
     /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
     hsts: []const u8 = "",
 };
@@ -179,6 +182,10 @@ const offload_above_ns: u64 = 30_000;
 const offload_below_ns: u64 = 20_000;
 const busy_above_pct: u64 = 80;
 const busy_below_pct: u64 = 50;
+
+/// Why a connection was closed at accept (the label of `/metrics`' rejections).
+pub const RejectCause = metrics.RejectCause;
+const Rejected = struct { limit_connections: u64 = 0, limit_per_ip: u64 = 0 };
 
 /// At most one "accepting paused" warning per this long.
 const accept_warning_interval_ms: u64 = 60_000;
@@ -271,6 +278,12 @@ pub const Server = struct {
     accept_paused: bool = false,
     accept_pauses: u64 = 0,
     accept_warned_ms: u64 = 0,
+    /// Open connections per address (`--limit-connections-per-ip`), made on first use.
+    per_ip_table: ?per_ip.Table = null,
+    /// Connections closed at accept, by cause, and when that was last logged.
+    rejected: Rejected = .{},
+    rejected_logged: Rejected = .{},
+    rejected_warned_ms: u64 = 0,
 
     connections: u32 = 0,
     streams: u32 = 0,
@@ -474,6 +487,7 @@ pub const Server = struct {
             };
             if (self.connections >= self.opts.connections_max) {
                 sys.close(fd);
+                self.reject(.limit_connections);
                 continue;
             }
             if (self.opts.tcp.nodelay) _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
@@ -484,13 +498,28 @@ pub const Server = struct {
     /// Serves a connected socket (non-blocking): a new Conn, watched, with its first
     /// request head due within the header timeout. On failure the socket is closed.
     pub fn addConnection(self: *Server, fd: i32, peer: conn_mod.Peer) ?*Conn {
+        // --limit-connections-per-ip: every connection with an address is counted here,
+        // and uncounted in `connectionClosed` (or below, if it never opens).
+        const key = if (self.opts.connections_per_ip_max != 0) per_ip.keyOf(&peer) else null;
+        if (key) |k| {
+            if (self.per_ip_table == null) self.per_ip_table = per_ip.Table.init(self.allocator);
+            // Out of memory for the table refuses the connection, as for the Conn itself.
+            const admitted = self.per_ip_table.?.acquire(k, self.opts.connections_per_ip_max) catch false;
+            if (!admitted) {
+                sys.close(fd);
+                self.reject(.limit_per_ip);
+                return null;
+            }
+        }
         const c = self.newConn(fd, peer) orelse {
             sys.close(fd);
+            if (key) |k| self.per_ip_table.?.release(k);
             self.hooks.logError("out of memory for a new connection: closed");
             return null;
         };
         if (!self.io.register(fd, @intFromPtr(c), c.interest)) {
             sys.close(fd);
+            if (key) |k| self.per_ip_table.?.release(k);
             self.destroyConn(c);
             return null;
         }
@@ -609,8 +638,30 @@ pub const Server = struct {
         c.next = null;
     }
 
+    /// A connection closed at accept: counted (`/metrics`), and logged at most once a
+    /// minute with the counts since the last line.
+    fn reject(self: *Server, cause: RejectCause) void {
+        switch (cause) {
+            inline else => |tag| @field(self.rejected, @tagName(tag)) += 1,
+        }
+        if (self.metrics) |m| m.rejected[@intFromEnum(cause)] += 1;
+        if (self.now_ms < self.rejected_warned_ms + accept_warning_interval_ms and self.rejected_warned_ms != 0) return;
+        self.rejected_warned_ms = @max(self.now_ms, 1);
+        const since = Rejected{
+            .limit_connections = self.rejected.limit_connections - self.rejected_logged.limit_connections,
+            .limit_per_ip = self.rejected.limit_per_ip - self.rejected_logged.limit_per_ip,
+        };
+        self.rejected_logged = self.rejected;
+        var buf: [200]u8 = undefined;
+        const text = std.fmt.bufPrint(&buf, "Connections closed at accept since the last report: {d} over --limit-connections, {d} over --limit-connections-per-ip.", .{ since.limit_connections, since.limit_per_ip }) catch return;
+        self.hooks.logWarning(text);
+    }
+
     /// Called by a connection as its socket closes.
     pub fn connectionClosed(self: *Server, c: *Conn) void {
+        if (self.opts.connections_per_ip_max != 0) {
+            if (per_ip.keyOf(&c.peer)) |k| self.per_ip_table.?.release(k);
+        }
         self.unlink(c);
         self.connections -= 1;
         if (self.metrics) |m| m.connections_open = self.connections;
@@ -856,6 +907,7 @@ pub const Server = struct {
         self.io.deinit();
         self.pool.deinit();
         self.zlib.deinit();
+        if (self.per_ip_table) |*t| t.deinit();
         if (self.tls_ctx) |ctx| tls.freeContext(ctx);
         self.allocator.destroy(self);
     }
