@@ -8,6 +8,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -229,3 +230,42 @@ def test_connections_per_ip_are_capped_at_accept(start_server):
     for s in held:
         s.close()
     assert "over --limit-connections-per-ip" in server.output()
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_request_rate_is_limited_per_client_with_429_from_the_engine(start_server, http2):
+    server = start_server("basic:app", "--limit-request-rate", "1", "--limit-request-burst", "5",
+                          "--metrics-path", "/metrics", "--forwarded-allow-ips", "127.0.0.1", "--no-access-log")
+    with httpx.Client(base_url=server.url, http1=not http2, http2=http2) as client:
+        statuses = [client.get("/hello").status_code for _ in range(8)]
+        # The burst, then 429s (one token a second may refill one on a slow machine).
+        assert statuses[:5] == [200] * 5 and statuses.count(429) >= 2, statuses
+        r = client.get("/hello")
+        if r.status_code == 429:
+            assert r.headers["retry-after"] == "1" and r.text == "Too Many Requests\n"
+        # Each HTTP/2 stream, each pipelined HTTP/1.1 request counts: other clients named by the
+        # trusted proxy (this test's own address) have their own buckets.
+        for i in range(3):
+            assert client.get("/hello", headers={"x-forwarded-for": f"10.0.0.{i + 1}"}).status_code == 200
+        time.sleep(1.1)
+        assert client.get("/hello").status_code == 200
+        # The app never saw the refused ones: the scrape (itself limited by now) comes from a second address.
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+        text = other.get(server.url + "/metrics").text
+    limited = float(text.split("\nzigcorn_requests_rate_limited_total ")[1].split()[0])
+    assert limited >= 3
+    assert 'status_class="4xx"' in text
+
+
+def test_an_untrusted_peer_cannot_escape_the_limit_with_forwarded_headers(start_server):
+    server = start_server("basic:app", "--limit-request-rate", "1", "--limit-request-burst", "2",
+                          "--forwarded-allow-ips", "192.0.2.1", "--no-access-log")
+    with httpx.Client(base_url=server.url) as client:
+        statuses = [client.get("/hello", headers={"x-forwarded-for": f"10.1.1.{i}"}).status_code for i in range(6)]
+    assert statuses.count(429) >= 3, statuses
+
+
+def test_rate_limit_needs_both_or_neither(start_server):
+    server = start_server("basic:app", "--limit-request-burst", "5", wait=False)
+    assert server.proc.wait(20) != 0
+    assert "limit_request_burst needs limit_request_rate" in server.output()

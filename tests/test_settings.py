@@ -65,6 +65,9 @@ NON_DEFAULT = {
     "tcp_fastopen": 16,
     "hsts": 600,
     "limit_connections_per_ip": 50,
+    "limit_request_rate": 20,
+    "limit_request_burst": 40,
+    "limit_request_table": 1024,
 }
 
 
@@ -113,6 +116,10 @@ def expected(config: Config) -> dict:
         "tcp_fastopen": config.tcp_fastopen or 0,
         "hsts": f"max-age={config.hsts}" if config.hsts is not None else "",
         "limit_connections_per_ip": config.limit_connections_per_ip or 0,
+        "limit_request_rate": config.limit_request_rate or 0,
+        "limit_request_burst": (config.limit_request_burst or config.limit_request_rate or 0)
+        if config.limit_request_rate else 0,
+        "limit_request_table": config.limit_request_table,
     }
 
 

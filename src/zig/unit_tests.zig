@@ -19,6 +19,7 @@ test {
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
     _ = @import("http/tracing.zig");
+    _ = @import("http/rate_limit.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http1/session.zig");

@@ -276,6 +276,13 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="N", low=1, high=_U32),
     _S("limit_connections_per_ip", None, "close at accept a client address's connections past N open at once",
        "Limits", type=int, metavar="N", low=1, high=_U32, shown="off"),
+    _S("limit_request_rate", None, "requests a second per client address (after proxy headers); past it and "
+       "--limit-request-burst: 429 with retry-after, from the engine", "Limits", type=int, metavar="N", low=1,
+       high=1_000_000, shown="off"),
+    _S("limit_request_burst", None, "requests a client may send at once before --limit-request-rate applies",
+       "Limits", type=int, metavar="N", low=1, high=1_000_000, shown="the rate"),
+    _S("limit_request_table", 8192, "clients the rate limit tracks at once (a power of two; 32 bytes each, "
+       "allocated when the limit is on)", "Limits", type=int, metavar="N", low=4, high=1 << 24),
     _S("limit_keep_alive_requests", 10_000, "close a connection after N requests", "Limits", type=int, metavar="N",
        low=1, high=_U32),
     _S("limit_request_body", 1 << 30, "413 for request bodies over N bytes", "Limits", type=int, metavar="N",
@@ -340,6 +347,10 @@ class Config:
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.metrics_bucket_seconds = _bucket_seconds(self.metrics_buckets)
+        if self.limit_request_table & (self.limit_request_table - 1):
+            raise ValueError(f"limit_request_table must be a power of two, not {self.limit_request_table}")
+        if self.limit_request_burst is not None and self.limit_request_rate is None:
+            raise ValueError("limit_request_burst needs limit_request_rate")
         self.hsts_value = ""
         if self.hsts is not None:
             self.hsts_value = f"max-age={int(self.hsts)}" + "; includeSubDomains" * bool(self.hsts_include_subdomains) \
@@ -474,6 +485,10 @@ class Config:
             "tcp_user_timeout": self.tcp_user_timeout or 0,
             "tcp_fastopen": self.tcp_fastopen or 0,
             "limit_connections_per_ip": self.limit_connections_per_ip or 0,
+            "limit_request_rate": self.limit_request_rate or 0,
+            "limit_request_burst": (self.limit_request_burst or self.limit_request_rate or 0)
+            if self.limit_request_rate else 0,
+            "limit_request_table": self.limit_request_table,
             "hsts": self.hsts_value,
             "ws": ws_on,
             "ws_max_size": self.ws_max_size,

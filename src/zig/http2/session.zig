@@ -898,7 +898,7 @@ fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool) vo
     const conn = s.conn;
     const srv = conn.server;
     conn.requests_count +|= 1;
-    st.base.prepare(view);
+    if (st.base.prepare(view)) |wait| return answerOps(s, st, h1.tooManyRequests(wait));
     if (ops) {
         if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
@@ -1058,13 +1058,17 @@ fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
     st.base.refused = true;
     st.base.status = a.status;
     const block = std.heap.c_allocator.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
-    // Bounded: the status, server, date and these three fit the block.
+    // Bounded: the status, server, date and these four fit the block.
     var n = encodeHeadStart(block, srv, a.status) catch unreachable;
     var len_buf: [20]u8 = undefined;
     const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{a.body.len}) catch unreachable;
     const fields = [_][2][]const u8{ .{ "content-type", a.content_type }, .{ "cache-control", "no-store" }, .{ "content-length", len_text } };
     for (fields) |f| n += hpack.encodeField(block[n..], f[0], f[1]) catch unreachable;
-    const body_too = !a.head_only and a.body.len > 0;
+    if (a.retry_after != 0) {
+        var wait_buf: [10]u8 = undefined;
+        n += hpack.encodeField(block[n..], "retry-after", std.fmt.bufPrint(&wait_buf, "{d}", .{a.retry_after}) catch unreachable) catch unreachable;
+    }
+    const body_too = !a.head_only and !st.base.is_head_method and a.body.len > 0;
     pushItem(st, .{ .kind = .headers, .end_stream = !body_too, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
         std.heap.c_allocator.free(block);
         return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");

@@ -177,6 +177,17 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
         .fastopen = optInt(opts, "tcp_fastopen", u32, 0, 65535) orelse return false,
     };
     out.connections_per_ip_max = optInt(opts, "limit_connections_per_ip", u32, 0, std.math.maxInt(u32)) orelse return false;
+    out.rate_limit = .{
+        .rate = optInt(opts, "limit_request_rate", u32, 0, 1_000_000) orelse return false,
+        .burst = optInt(opts, "limit_request_burst", u32, 0, 1_000_000) orelse return false,
+        .table_entries = optPowerOfTwo(opts, "limit_request_table", u32, 4, 1 << 24) orelse return false,
+    };
+    if ((out.rate_limit.rate == 0) != (out.rate_limit.burst == 0)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "limit_request_rate and limit_request_burst are both 0 or both set");
+        return false;
+    }
+    // After setTrust: the rate limit counts the client the trusted proxies name.
+    out.trust = self.info.trust;
     const hsts = required(opts, "hsts") orelse return false;
     const text = py.strView(hsts) orelse return false;
     if (!response.validValue(text)) {
@@ -343,6 +354,9 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
         .{ "tcp_fastopen", s.opts.tcp.fastopen },
         .{ "limit_connections_per_ip", s.opts.connections_per_ip_max },
+        .{ "limit_request_rate", s.opts.rate_limit.rate },
+        .{ "limit_request_burst", s.opts.rate_limit.burst },
+        .{ "limit_request_table", s.opts.rate_limit.table_entries },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);

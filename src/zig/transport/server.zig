@@ -6,6 +6,8 @@
 const std = @import("std");
 const tracing = @import("../http/tracing.zig");
 const per_ip = @import("per_ip.zig");
+const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
+const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -124,6 +126,11 @@ pub const Options = struct {
     tcp: TcpOptions = .{},
     /// Connections past this many open from one address are closed at accept (0 = no limit).
     connections_per_ip_max: u32 = 0,
+    /// Requests a second per client address, and the burst (`rate` 0 = no limit).
+    rate_limit: rate_limit.Options = .{},
+    /// The proxies that may name the client (`--forwarded-allow-ips`), for the rate limit;
+    /// owned by the caller, null when proxy headers are off.
+    trust: ?*const forwarded.Trust = null,
     /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
     hsts: []const u8 = "",
 };
@@ -280,6 +287,8 @@ pub const Server = struct {
     accept_warned_ms: u64 = 0,
     /// Open connections per address (`--limit-connections-per-ip`), made on first use.
     per_ip_table: ?per_ip.Table = null,
+    /// `--limit-request-rate`: the token buckets, made on first use.
+    limiter: ?rate_limit.Limiter = null,
     /// Connections closed at accept, by cause, and when that was last logged.
     rejected: Rejected = .{},
     rejected_logged: Rejected = .{},
@@ -638,6 +647,17 @@ pub const Server = struct {
         c.next = null;
     }
 
+    /// `--limit-request-rate`: null when the request may go on, else the seconds its
+    /// client must wait (`retry-after`); counted in `/metrics` when refused.
+    pub fn rateLimited(self: *Server, peer: *const conn_mod.Peer, headers: []const http1.Header) ?u32 {
+        if (self.opts.rate_limit.rate == 0) return null;
+        const key = rate_limit.clientKey(self.opts.trust, peer, headers) orelse return null;
+        if (self.limiter == null) self.limiter = rate_limit.Limiter.init(self.allocator, self.opts.rate_limit);
+        const wait = self.limiter.?.take(key, self.now_ms) orelse return null;
+        if (self.metrics) |m| m.rate_limited += 1;
+        return wait;
+    }
+
     /// A connection closed at accept: counted (`/metrics`), and logged at most once a
     /// minute with the counts since the last line.
     fn reject(self: *Server, cause: RejectCause) void {
@@ -908,6 +928,7 @@ pub const Server = struct {
         self.pool.deinit();
         self.zlib.deinit();
         if (self.per_ip_table) |*t| t.deinit();
+        if (self.limiter) |*l| l.deinit();
         if (self.tls_ctx) |ctx| tls.freeContext(ctx);
         self.allocator.destroy(self);
     }

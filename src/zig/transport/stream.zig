@@ -204,7 +204,9 @@ pub const Stream = struct {
     /// A request head is complete and about to reach the app (or the engine's own
     /// answer): the clock for the metrics and server-timing starts, the method is noted
     /// for the metrics' labels, and the request id and trace context are decided.
-    pub fn prepare(self: *Stream, req: *Request) void {
+    /// Returns the seconds to wait when the client is over `--limit-request-rate` (the
+    /// protocol then answers 429 itself), else null.
+    pub fn prepare(self: *Stream, req: *Request) ?u32 {
         const srv = self.conn.server;
         const opts = srv.opts.tracing;
         if (srv.metrics != null or opts.server_timing) self.started_us = sys.monotonicUs();
@@ -212,6 +214,7 @@ pub const Stream = struct {
         if (opts.request_id_header.len > 0 or opts.trace_context) {
             req.added = tracing.prepare(opts, req.headers, &self.request_id);
         }
+        return srv.rateLimited(&self.conn.peer, req.headers);
     }
 
     /// A `103 Early Hints` with one `link` field per entry, before the response starts.
