@@ -269,3 +269,72 @@ def test_rate_limit_needs_both_or_neither(start_server):
     server = start_server("basic:app", "--limit-request-burst", "5", wait=False)
     assert server.proc.wait(20) != 0
     assert "limit_request_burst needs limit_request_rate" in server.output()
+
+
+# TLS 1.2 clients get AEAD suites (the default list, uvicorn's, offers them CBC-SHA1 only).
+AEAD = "ECDHE+AESGCM"
+
+
+def _resumed(port: int, ctx: ssl.SSLContext, session) -> tuple[bool, object]:
+    """One TLS connection offering `session`; whether it resumed, and the session to offer next."""
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
+            tls.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            data = b""
+            while chunk := tls.recv(65536):  # reading lets TLS 1.3's tickets arrive
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 200")
+            return tls.session_reused, tls.session
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+def test_session_tickets_resume_on_every_worker(start_server, certs, version):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--workers", "2", "--ssl-ciphers", AEAD, "--no-access-log"))
+    ctx = certs.client_context(maximum_version=getattr(ssl.TLSVersion, version))
+    reused, session = _resumed(server.port, ctx, None)
+    assert not reused
+    results = []
+    for _ in range(12):  # new connections land on either worker
+        reused, session = _resumed(server.port, ctx, session)
+        results.append(reused)
+    assert all(results), results
+
+
+def test_no_session_tickets_means_no_resumption_unless_a_cache(start_server, certs):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--no-ssl-session-tickets", "--ssl-ciphers", AEAD,
+                                                          "--no-access-log"))
+    ctx = certs.client_context(maximum_version=ssl.TLSVersion.TLSv1_2)
+    _, session = _resumed(server.port, ctx, None)
+    assert _resumed(server.port, ctx, session)[0] is False
+    cached = start_server("basic:app", *certs.server_args("--no-ssl-session-tickets", "--ssl-session-cache", "64",
+                                                          "--ssl-ciphers", AEAD, "--no-access-log"))
+    _, session = _resumed(cached.port, ctx, None)
+    assert _resumed(cached.port, ctx, session)[0] is True
+
+
+def test_a_revoked_client_certificate_is_refused(start_server, certs, tmp_path):  # noqa: F811
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    revoked = certs.ca.issue_cert("revoked@example.org")
+    ca_key = serialization.load_pem_private_key(certs.ca.private_key_pem.bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate(certs.ca.cert_pem.bytes())
+    leaf = x509.load_pem_x509_certificate(revoked.cert_chain_pems[0].bytes())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    crl = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+           .last_update(now - datetime.timedelta(days=1)).next_update(now + datetime.timedelta(days=1))
+           .add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(leaf.serial_number)
+                                    .revocation_date(now - datetime.timedelta(hours=1)).build())
+           .sign(ca_key, hashes.SHA256()))
+    crl_file = tmp_path / "ca.crl.pem"
+    crl_file.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    server = start_server("basic:app", *certs.server_args("--ssl-cert-reqs", "2", "--ssl-ca-certs", certs.ca_file,
+                                                          "--ssl-crl", str(crl_file), "--no-access-log"))
+    url = f"https://127.0.0.1:{server.port}/hello"
+    assert httpx.get(url, verify=certs.client_context(certs.client)).status_code == 200
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url, verify=certs.client_context(revoked))
+    # And the server goes on.
+    assert httpx.get(url, verify=certs.client_context(certs.client)).status_code == 200

@@ -246,6 +246,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("ssl_ciphers", "TLSv1", "TLS 1.2 ciphers", "TLS (HTTPS)", metavar="LIST"),
     _S("ssl_min_version", None, "the lowest TLS version accepted (raises --ssl-version's)", "TLS (HTTPS)",
        choices=("TLSv1.2", "TLSv1.3"), shown="TLSv1.2"),
+    _S("ssl_session_tickets", True, "issue TLS session tickets (resumption without a server cache; the keys are "
+       "shared by the workers and change at each start)", "TLS (HTTPS)", kind="onoff"),
+    _S("ssl_session_cache", 0, "sessions a server-side cache holds per worker, 0 for none (about 1 KiB each)",
+       "TLS (HTTPS)", type=int, metavar="N", low=0, high=1 << 20),
+    _S("ssl_crl", None, "certificate revocation lists (PEM) that client certificates are checked against",
+       "TLS (HTTPS)", metavar="PATH"),
     _S("hsts", None, "HTTPS responses carry strict-transport-security: max-age=SECONDS (unless the app sets it)",
        "TLS (HTTPS)", type=int, metavar="SECONDS", low=0, high=2**31 - 1, shown="off"),
     _S("hsts_include_subdomains", False, "--hsts: add includeSubDomains", "TLS (HTTPS)", kind="switch"),
@@ -368,6 +374,9 @@ class Config:
         self.ssl_certfile = os.fspath(ssl_certfile) if ssl_certfile is not None else None
         self.ssl_ca_certs = os.fspath(ssl_ca_certs) if ssl_ca_certs is not None else None
         self._check_tls()
+        # One set of ticket keys for the master and every worker it forks, so a ticket
+        # resumes whichever worker accepts the client's next connection.
+        self.ssl_ticket_keys = os.urandom(80) if self.is_ssl and self.ssl_session_tickets else None
 
         # Extra response headers for the engine, ready to copy into each response.
         # `server` and `date` are not here: the engine adds them itself.
@@ -419,6 +428,10 @@ class Config:
             raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
         if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
             raise ValueError("ssl_keyfile_password must be a str")
+        if self.ssl_crl is not None:
+            self.ssl_crl = os.fspath(self.ssl_crl)
+            if not self.ssl_ca_certs:
+                raise ValueError("ssl_crl checks client certificates: it needs ssl_ca_certs and ssl_cert_reqs")
         if self.ssl_min_version == "TLSv1.3" and SSL_VERSIONS[version][1] < _TLS13:
             raise ValueError("ssl_min_version TLSv1.3 is above what ssl_version 5 (TLS 1.2 only) allows")
 
@@ -437,6 +450,10 @@ class Config:
             "ssl_min_version": low,
             "ssl_max_version": high,
             "ssl_cert_reqs": self.ssl_cert_reqs,
+            "ssl_session_tickets": bool(self.ssl_session_tickets),
+            "ssl_session_cache": self.ssl_session_cache,
+            "ssl_crl": self.ssl_crl,
+            "ssl_ticket_keys": self.ssl_ticket_keys,
             "ssl_ca_certs": self.ssl_ca_certs,
             # Never anonymous or unencrypted suites, whatever the list says ("TLSv1" has both).
             "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
