@@ -146,6 +146,14 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reload_excludes", (".*", ".py[cod]", ".sw.*", "~*"), "ignore files matching this; repeatable", "Processes",
        kind="append", flag="--reload-exclude", metavar="GLOB"),
     _S("reload_delay", 0.25, "debounce", "Processes", type=float, metavar="SECONDS"),
+    _S("pid_file", None, "write the server's pid here once the socket is bound (the master's with --workers); "
+       "removed at exit", "Processes", metavar="PATH", shown="none"),
+    _S("user", None, "switch to this user (name or uid) once the socket is bound", "Processes", metavar="USER",
+       shown="unchanged"),
+    _S("group", None, "switch to this group (name or gid) once the socket is bound; default the user's group",
+       "Processes", metavar="GROUP", shown="unchanged"),
+    _S("umask", None, "the process umask, set once the socket is bound (e.g. 027)", "Processes", type="octal",
+       metavar="MODE", low=0, high=0o777, shown="unchanged"),
     # Application
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
@@ -287,6 +295,10 @@ class Config:
             setattr(self, name, value)
         self.app = app
         self._check_choices()
+        if self.user is not None or self.group is not None:
+            from zigcorn.process import Identity
+
+            Identity(self.user, self.group)  # an unknown user or group is a configuration error
         if self.workers is None:
             concurrency = os.environ.get("WEB_CONCURRENCY")
             self.workers = int(concurrency) if concurrency and concurrency.isdigit() else 1

@@ -6,6 +6,7 @@ when the command line is parsed, so programs calling `run()` never load it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -47,13 +48,29 @@ def serve(config: Config) -> None:
         run_master(config)
         return
     config.loop_factory()  # before zigcorn.server imports asyncio: the loop decides how
+    from zigcorn.process import wants_privilege_drop
     from zigcorn.server import Server
 
-    server = Server(config)
+    listener = pid_file = None
+    if wants_privilege_drop(config):
+        # Bound before the app starts, so that only binding runs with root's privileges.
+        from zigcorn.process import after_bind
+        from zigcorn.sockets import bind
+
+        try:
+            listener = bind(config)
+            pid_file = after_bind(config)
+        except OSError as exc:
+            logging.getLogger("zigcorn.error").error("%s", exc.strerror or exc)
+            sys.exit(STARTUP_FAILURE)
+    server = Server(config, listener, owns_listener=listener is not None, pid_file=pid_file)
     try:
         server.run()
     except KeyboardInterrupt:
         pass  # Ctrl+C before signal handlers were installed: nothing to report
+    finally:
+        if pid_file is not None:
+            pid_file.remove()
     if not server.started:
         sys.exit(STARTUP_FAILURE)
 

@@ -18,6 +18,7 @@ import signal
 
 from zigcorn import _core
 from zigcorn.http import Dispatcher, HTTPCycle, wake
+from zigcorn.process import after_bind
 from zigcorn.sockets import Listener, bind
 from zigcorn.tls import load_openssl
 from zigcorn.websocket import WebSocketCycle
@@ -56,9 +57,14 @@ class Server:
     """One serving process. `listener` comes from a master or reload supervisor; without
     one the server binds its own socket. `on_ready` is called once it accepts."""
 
-    def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0) -> None:
+    def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0,
+                 owns_listener: bool = False, pid_file=None) -> None:  # fmt: skip
         self.config = config
         self.listener = listener
+        # True when this process bound `listener` for itself (before dropping privileges):
+        # it then announces it, writes the pid file and removes a Unix socket's file.
+        self.owns_listener = owns_listener or listener is None
+        self.pid_file = pid_file
         self.on_ready = on_ready
         self.metrics_slot = metrics_slot
         self.started = False
@@ -136,9 +142,14 @@ class Server:
         _, refused = engine.backend()
         if refused:
             logger.info("io_uring is not available here (%s): serving with epoll", refused)
-        own_listener = self.listener is None
+        own_listener = self.owns_listener
+        pid_file = self.pid_file
         try:
-            listener = bind(config) if own_listener else self.listener
+            if self.listener is None:
+                listener = bind(config)
+                pid_file = after_bind(config)
+            else:
+                listener = self.listener
             engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
@@ -164,6 +175,8 @@ class Server:
         finally:
             if own_listener:
                 listener.remove_uds()
+            if pid_file is not None:
+                pid_file.remove()
         logger.info("Finished server process [%d]", os.getpid())
 
     def _new_engine(self, dispatcher):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from zigcorn import _core
 from zigcorn.config import STARTUP_FAILURE
+from zigcorn.process import drop_privileges, set_title, wants_privilege_drop, write_pid_file
 from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
@@ -72,6 +73,8 @@ class Master:
     stopping: bool = False
     stop_deadline: float | None = None
     exit_code: int = 0
+    pid_file: object = None
+    per_worker_sockets: bool = False
 
     def run(self) -> int:
         config = self.config
@@ -79,12 +82,25 @@ class Master:
         per_worker_sockets = config.reuse_port and config.uds is None and config.fd is None and not systemd_fds()
         if config.reuse_port and not per_worker_sockets:
             logger.warning("--reuse-port applies to TCP sockets the workers bind themselves: ignored here.")
-        if not per_worker_sockets:
-            try:
+        set_title("zigcorn: master")
+        self.per_worker_sockets = per_worker_sockets
+        try:
+            if not per_worker_sockets:
                 self.listener = bind(config)
-            except OSError as exc:
-                logger.error("%s", exc.strerror or exc)
-                return STARTUP_FAILURE
+            self.pid_file = write_pid_file(config.pid_file)
+        except OSError as exc:
+            logger.error("%s", exc.strerror or exc)
+            if self.listener is not None:
+                self.listener.close()
+            return STARTUP_FAILURE
+        try:
+            return self._run()
+        finally:
+            if self.pid_file is not None:
+                self.pid_file.remove()
+
+    def _run(self) -> int:
+        config = self.config
         try:
             self._preload()
         except OSError as exc:  # OpenSSL missing or too old
@@ -116,14 +132,19 @@ class Master:
     def _preload(self) -> None:
         """Import what every worker needs, once, so the pages are shared."""
         config = self.config
-        config.load()
         config.loop_factory()  # imports the loop (zigcorn's, asyncio or uvloop) here, not in each worker
         if config.is_ssl:  # OpenSSL's pages are shared too; a missing library stops us here
             from zigcorn.tls import load_openssl
 
             load_openssl()
+        import zigcorn.lifespan  # noqa: F401
         import zigcorn.server  # noqa: F401  (and with it http, websocket, sockets)
 
+        if not self.per_worker_sockets and wants_privilege_drop(config):
+            # Root's privileges end here, once the server's own modules are loaded: the
+            # app is imported as --user. (With --reuse-port each worker drops them after binding.)
+            drop_privileges(config.user, config.group, config.umask)
+        config.load()
         gc.collect()
         gc.freeze()  # the collector never touches (and so never copies) the master's objects
 
@@ -263,9 +284,17 @@ class Master:
         _answer_pings(ping_r, ready_w)
         from zigcorn.server import Server
 
+        set_title(f"zigcorn: worker [{slot + 1}]")
         listener = self.listener
         if listener is None:  # --reuse-port: each worker binds its own socket
             listener = bind(self.config, reuse_port=True)
+            config = self.config
+            if wants_privilege_drop(config):
+                try:
+                    drop_privileges(config.user, config.group, config.umask)
+                except OSError as exc:
+                    logger.error("%s", exc)
+                    return STARTUP_FAILURE
         server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot)
         try:
             server.run()
