@@ -137,3 +137,91 @@ def test_switching_user_without_root_is_refused(start_server):
     server = start_server("basic:app", "--user", "0", wait=False)
     assert server.wait() == 3
     assert "need root" in server.output()
+
+
+# ---- --config FILE ---------------------------------------------------------------------
+
+
+def run_cli(*args: str, timeout: float = 20) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "zigcorn", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+
+
+def test_config_file_sets_options_and_the_command_line_wins(start_server, tmp_path):
+    config = tmp_path / "zigcorn.toml"
+    config.write_text(
+        'headers = ["x-from-file:1", "x-second:2"]\n'
+        "server_header = false\n"
+        "date_header = false\n"
+        "timeout_keep_alive = 7.5\n"
+        'metrics_path = "/file-metrics"\n'
+        'log_level = "warning"\n'
+    )
+    # The command line: the app, --date-header back on, another header list, the log level.
+    server = start_server("basic:app", "--config", str(config), "--date-header", "--header", "x-cli:3",
+                          "--log-level", "info")  # fmt: skip
+    r = httpx.get(server.url + "/pid")
+    assert "server" not in r.headers  # from the file
+    assert "date" in r.headers  # the command line wins
+    assert r.headers.get("x-cli") == "3" and "x-from-file" not in r.headers  # a repeatable flag replaces the list
+    assert httpx.get(server.url + "/file-metrics").text.startswith("# HELP")
+    assert "Application startup complete." in server.output()  # --log-level info beat the file's warning
+
+
+def test_config_file_may_name_the_app(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.harness import free_port, port_open
+
+    port = free_port()
+    config = tmp_path / "zigcorn.toml"
+    config.write_text(f'app = "tests.apps.hello:app"\nport = {port}\nworkers = 1\n')
+    proc = subprocess.Popen([sys.executable, "-m", "zigcorn", "--config", str(config)],  # no APP, no --port
+                            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert wait_for(lambda: port_open(port), 10)
+        assert httpx.get(f"http://127.0.0.1:{port}/").text == "Hello, world!"
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("prot = 8000\n", "unknown key 'prot'"),
+        ("timeout-keep-alive = 5\n", "unknown key 'timeout-keep-alive' (did you mean 'timeout_keep_alive'?)"),
+        ('port = "8000"\n', "'port': expected an integer, not '8000' (str)"),
+        ("http2 = 1\n", "'http2': expected true or false, not 1 (int)"),
+        ("backlog = 0\n", "'backlog': backlog must be a number from 1 to 65535, not 0"),
+        ('loop = "tokio"\n', "'loop': loop must be one of"),
+        ("headers = [1]\n", "'headers': expected a string or an array of strings"),
+        ("port = \n", "not valid TOML"),
+    ],
+)
+def test_config_file_errors_name_the_file_and_the_key(tmp_path, text, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    result = run_cli("tests.apps.hello:app", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert f"{config}: " in result.stderr and message in result.stderr, result.stderr
+
+
+def test_config_keys_are_the_settings_and_runs_arguments():
+    import inspect
+
+    from zigcorn.config import SETTINGS
+    from zigcorn.main import _FILE_ONLY_KEYS, run
+
+    parameters = set(inspect.signature(run).parameters) - {"kwargs"}
+    assert parameters <= set(_FILE_ONLY_KEYS)  # app, app_dir: run()'s own
+    for setting in SETTINGS:  # every setting a file may set, with the value the table holds
+        from zigcorn.main import _file_value
+
+        if setting.default is not None and setting.name not in ("log_config", "reload_includes", "reload_excludes"):
+            assert _file_value(setting, setting.default) == setting.default, setting.name
