@@ -225,3 +225,77 @@ def test_config_keys_are_the_settings_and_runs_arguments():
 
         if setting.default is not None and setting.name not in ("log_config", "reload_includes", "reload_excludes"):
             assert _file_value(setting, setting.default) == setting.default, setting.name
+
+
+# ---- --workers-max-rss -----------------------------------------------------------------
+
+
+class Load(threading.Thread):
+    """Requests without pause from a thread, a new connection each time; counts failures."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.ok, self.failures, self.pids = url, 0, [], set()
+        self.running = True
+
+    def run(self):
+        while self.running:
+            try:
+                with httpx.Client(timeout=10) as client:
+                    r = client.get(self.url + "/pid")
+                if r.status_code == 200:
+                    self.ok += 1
+                    self.pids.add(int(r.text))
+                else:
+                    self.failures.append(r.status_code)
+            except httpx.HTTPError as exc:
+                self.failures.append(repr(exc))
+
+    def stop(self):
+        self.running = False
+        self.join(15)
+
+
+def test_worker_past_max_rss_is_replaced_gracefully_under_load(start_server):
+    server = start_workers(start_server, 2, "--workers-max-rss", "80")
+    first = set(_children(server.proc.pid))
+    load = Load(server.url)
+    load.start()
+    try:
+        assert wait_for(lambda: load.ok > 20)
+        # One keep-alive connection: /grow, then at once a slow request on the same connection,
+        # so it is in flight on the worker being recycled, and must still finish.
+        results: list = []
+
+        def grow_then_sleep():
+            with httpx.Client(timeout=20) as client:
+                results.append(client.get(server.url + "/grow", params={"mb": 120}))
+                results.append(client.get(server.url + "/sleep", params={"s": 2}))
+
+        slow = threading.Thread(target=grow_then_sleep)
+        slow.start()
+        assert wait_for(lambda: results, 10)
+        grown = int(results[0].text)
+        assert grown in first
+        draining = f"worker [{grown}] drains and exits."
+        assert wait_for(lambda: len(results) == 2 or draining in server.output(), 15), server.output()
+        assert len(results) == 1, "the slow request finished before the worker was retired: nothing was tested"
+        assert wait_for(lambda: grown not in _children(server.proc.pid), 15), server.output()
+        slow.join(20)
+        children = set(_children(server.proc.pid))
+        assert len(children) == 2 and children - first, (children, first)
+        seen = load.ok
+        assert wait_for(lambda: load.ok > seen + 50, 15)
+    finally:
+        load.stop()
+    assert load.failures == []
+    assert [r.status_code for r in results] == [200, 200] and results[1].text == "slept"
+    assert load.pids & (children - first), "the new worker served requests"
+    assert f"Worker [{grown}] uses" in server.output() and "past --workers-max-rss 80" in server.output()
+    assert f"Worker [{grown}] stopped." in server.output()
+
+
+def test_max_rss_runs_a_master_for_one_worker(start_server):
+    server = start_server("basic:app", "--workers-max-rss", "1000")
+    assert wait_for(lambda: len(_children(server.proc.pid)) == 1, 10)
+    assert int(httpx.get(server.url + "/pid").text) != server.proc.pid

@@ -146,6 +146,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reload_excludes", (".*", ".py[cod]", ".sw.*", "~*"), "ignore files matching this; repeatable", "Processes",
        kind="append", flag="--reload-exclude", metavar="GLOB"),
     _S("reload_delay", 0.25, "debounce", "Processes", type=float, metavar="SECONDS"),
+    _S("workers_max_rss", None, "replace a worker whose resident memory passes this, gracefully (a new one starts "
+       "first); runs a master even for one worker", "Processes", type=int, metavar="MIB", low=1, high=2**20,
+       shown="off"),
     _S("pid_file", None, "write the server's pid here once the socket is bound (the master's with --workers); "
        "removed at exit", "Processes", metavar="PATH", shown="none"),
     _S("user", None, "switch to this user (name or uid) once the socket is bound", "Processes", metavar="USER",

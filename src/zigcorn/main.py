@@ -42,7 +42,7 @@ def serve(config: Config) -> None:
 
         run_reloader(config)
         return
-    if config.workers > 1:
+    if config.workers > 1 or config.workers_max_rss is not None:
         from zigcorn.workers import run_master
 
         run_master(config)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from zigcorn import _core
 from zigcorn.config import STARTUP_FAILURE
-from zigcorn.process import drop_privileges, set_title, wants_privilege_drop, write_pid_file
+from zigcorn.process import drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
 from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
@@ -44,6 +44,9 @@ METRICS_SLOTS_MAX = 2048
 KILL_GRACE_SECONDS = 5.0
 # A serving worker is pinged this often; --timeout-worker-healthcheck bounds its answer.
 PING_INTERVAL_SECONDS = 1.0
+# --workers-max-rss: how often each worker's resident memory is read (/proc/<pid>/statm).
+RSS_CHECK_SECONDS = 1.0
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -58,6 +61,10 @@ class Worker:
     last_pong: float = 0.0
     ready: bool = False
     retiring: bool = False
+    # --workers-max-rss: the pid of the worker this one replaces (retired once this one accepts),
+    # and, on that worker, that its successor is on its way.
+    replaces: int | None = None
+    recycling: bool = False
 
 
 @dataclass
@@ -74,6 +81,7 @@ class Master:
     stop_deadline: float | None = None
     exit_code: int = 0
     pid_file: object = None
+    next_rss_check: float = 0.0
     per_worker_sockets: bool = False
 
     def run(self) -> int:
@@ -174,6 +182,7 @@ class Master:
                     self.respawn_at = None
                     self._top_up()
                 self._health_check()
+                self._memory_check()
             fds = [wakeup_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd >= 0]
             try:
                 readable, _, _ = select.select(fds, [], [], 0.5)
@@ -229,12 +238,32 @@ class Master:
     def _serving(self) -> list[Worker]:
         return [w for w in self.workers.values() if not w.retiring]
 
-    def _spawn(self) -> None:
+    def _memory_check(self) -> None:
+        """--workers-max-rss: a serving worker past the limit gets a successor; once that one
+        accepts, the old one drains (its requests in flight finish) and exits."""
+        limit = self.config.workers_max_rss
+        now = time.monotonic()
+        if limit is None or now < self.next_rss_check:
+            return
+        self.next_rss_check = now + RSS_CHECK_SECONDS
+        for worker in list(self.workers.values()):
+            if not worker.ready or worker.retiring or worker.recycling or worker.generation != self.generation:
+                continue
+            rss = rss_bytes(worker.pid)
+            if rss is None or rss <= limit * MIB:
+                continue
+            logger.info("Worker [%d] uses %.0f MiB, past --workers-max-rss %d: replacing it.", worker.pid,
+                        rss / MIB, limit)  # fmt: skip
+            worker.recycling = True
+            if self._spawn(replaces=worker.pid) is None:
+                worker.recycling = False  # no successor (yet): checked again next time
+
+    def _spawn(self, replaces: int | None = None) -> int | None:
         used = {w.slot for w in self.workers.values()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
         if len(used) >= METRICS_SLOTS_MAX:
             logger.error("Not starting a worker: %d are already running.", len(used))
-            return
+            return None
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         ping_r, ping_w = os.pipe2(os.O_CLOEXEC)
         # Signals stay blocked across the fork until the child has dropped the master's
@@ -248,7 +277,7 @@ class Master:
                 os.close(fd)
             logger.error("Could not start a worker: %s; retrying in %.0fs.", exc, BACKOFF_MAX_SECONDS)
             self.respawn_at = time.monotonic() + BACKOFF_MAX_SECONDS
-            return
+            return None
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         if pid == 0:  # the worker
@@ -263,7 +292,9 @@ class Master:
                 os._exit(code)
         os.close(ready_w)
         os.close(ping_r)
-        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w)
+        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w,
+                                   replaces=replaces)  # fmt: skip
+        return pid
 
     def _worker_main(self, slot: int, ready_w: int, ping_r: int) -> int:
         master_pid = os.getppid()
@@ -320,6 +351,13 @@ class Master:
         if worker.ready or b"r" not in data:
             return
         worker.ready = True
+        if worker.replaces is not None:
+            old = self.workers.get(worker.replaces)
+            worker.replaces = None
+            if old is not None and not old.retiring:
+                logger.info("Worker [%d] accepts: worker [%d] drains and exits.", worker.pid, old.pid)
+                self._retire([old])
+            return
         if all(w.ready for w in self.workers.values() if w.generation == self.generation):
             self._retire([w for w in self._serving() if w.generation < self.generation])
 
@@ -344,6 +382,8 @@ class Master:
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
+            if worker.replaces is not None and worker.replaces in self.workers:
+                self.workers[worker.replaces].recycling = False  # it died first: the old one serves on
             for fd in (worker.ready_fd, worker.ping_fd):
                 if fd >= 0:
                     os.close(fd)

@@ -10,6 +10,7 @@ MB = 1024 * 1024
 EVENTS = []  # what /hold observed, served by /events
 BARRIERS = {}  # key -> [arrived, asyncio.Event] for /barrier
 LEAKED = []  # tasks /leak left running
+HELD = []  # what /grow allocated
 
 
 async def read_body(receive) -> bytes:
@@ -107,6 +108,10 @@ async def app(scope, receive, send):
         await respond(send, body=str(len(LEAKED)).encode())
 
     elif path == "/pid":  # which worker process answered
+        await respond(send, body=str(os.getpid()).encode())
+
+    elif path == "/grow":  # ?mb=N: keep N MiB more, touched, for as long as the process lives; answers its pid
+        HELD.append(b"g" * (int(query.get("mb", 10)) * MB))
         await respond(send, body=str(os.getpid()).encode())
 
     elif path == "/events":
