@@ -299,3 +299,116 @@ def test_max_rss_runs_a_master_for_one_worker(start_server):
     server = start_server("basic:app", "--workers-max-rss", "1000")
     assert wait_for(lambda: len(_children(server.proc.pid)) == 1, 10)
     assert int(httpx.get(server.url + "/pid").text) != server.proc.pid
+
+
+# ---- access log: format, exclusions, file and rotation -----------------------------------
+
+
+def access_lines(server, marker: str) -> list[str]:
+    return [line for line in server.output().splitlines() if marker in line]
+
+
+def test_access_log_format_with_gunicorn_atoms(start_server):
+    fmt = ('%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s %(B)s "%(f)s" "%(a)s" D=%(D)s T=%(T)s M=%(M)s L=%(L)s '
+           '%(m)s %(U)s q=%(q)s %(H)s %(p)s in=%({X-Test}i)s out=%({content-type}o)s env=%({ZC_ENV_ATOM}e)s')
+    server = start_server("basic:app", "--access-log-format", fmt, env={"ZC_ENV_ATOM": "from-env"})
+    r = httpx.get(server.url + "/sleep", params={"s": "0.05"}, headers={"x-test": "hi", "referer": "http://r/",
+                  "user-agent": "ua/1"}, auth=("bob", "pw"))  # fmt: skip
+    assert r.status_code == 200
+    httpx.get(server.url + "/status/204")
+    assert wait_for(lambda: len(access_lines(server, '"GET /')) == 2), server.output()
+    line, empty = access_lines(server, '"GET /')
+    import re
+
+    pattern = (r'127\.0\.0\.1 - bob \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /sleep\?s=0\.05 HTTP/1\.1" '
+               r'200 (\d+) \1 "http://r/" "ua/1" D=(\d+) T=0 M=(\d+) L=(0\.\d{6}) GET /sleep q=s=0\.05 HTTP/1\.1 '
+               rf"<{server.proc.pid}> in=hi out=- env=from-env$")  # fmt: skip
+    match = re.match(pattern, line)
+    assert match, line
+    size, micros, millis, seconds = match.groups()
+    assert int(size) >= len("slept") and 50_000 <= int(micros) < 10_000_000
+    assert int(millis) == int(micros) // 1000 and abs(float(seconds) - int(micros) / 1e6) < 1e-5
+    assert " 204 " in empty and ' "-" "python-httpx/' in empty  # no referer: '-'
+    assert "INFO:" not in line  # the line is the format, nothing added
+
+
+def test_access_log_response_header_atom(start_server):
+    server = start_server("basic:app", "--access-log-format", "%(s)s ct=%({Content-Type}o)s")
+    httpx.get(server.url + "/stream")
+    assert wait_for(lambda: access_lines(server, "ct=")), server.output()
+    assert access_lines(server, "ct=") == ["200 ct=text/plain"]
+
+
+def test_access_log_json(start_server):
+    import json
+
+    server = start_server("basic:app", "--access-log-format", "json")
+    httpx.get(server.url + "/pid", params={"a": "b\"c"}, headers={"user-agent": 'we"ird\\'})
+    assert wait_for(lambda: access_lines(server, '"method"')), server.output()
+    (line,) = access_lines(server, '"method"')
+    entry = json.loads(line)
+    assert entry["method"] == "GET" and entry["path"] == "/pid" and entry["query"] == "a=b%22c"
+    assert entry["status"] == 200 and entry["bytes"] > 0 and entry["duration_ms"] >= 0
+    assert entry["user_agent"] == 'we"ird\\' and entry["referer"] == "-" and entry["protocol"] == "HTTP/1.1"
+    assert entry["client"].startswith("127.0.0.1:") and entry["time"].endswith("Z")
+
+
+def test_access_log_exclude(start_server):
+    server = start_server("basic:app", "--access-log-exclude", "/pid", "--access-log-exclude", "/status/204")
+    for path in ("/pid", "/status/204", "/stream", "/pid"):
+        httpx.get(server.url + path)
+    assert wait_for(lambda: access_lines(server, '"GET /stream')), server.output()
+    time.sleep(0.2)
+    assert access_lines(server, '"GET /') == access_lines(server, '"GET /stream')
+
+
+def test_access_log_format_errors_are_clear():
+    result = run_cli("tests.apps.hello:app", "--access-log-format", "%(h)s %(zz)s")
+    assert result.returncode == 2 and "unknown atom %(zz)" in result.stderr, result.stderr
+
+
+def test_access_log_file_rotation_under_load_loses_and_splits_no_line(start_server, tmp_path):
+    import json
+
+    log = tmp_path / "access.log"
+    server = start_workers(start_server, 2, "--access-log-file", str(log), "--access-log-format", "json")
+    load = Load(server.url)
+    load.start()
+    try:
+        assert wait_for(lambda: load.ok > 50)
+        rotated = tmp_path / "access.log.1"
+        log.rename(rotated)  # what logrotate does, then it signals the server
+        server.proc.send_signal(signal.SIGUSR1)
+        assert wait_for(log.exists, 5), server.output()
+        seen = load.ok
+        assert wait_for(lambda: load.ok > seen + 100, 15)
+        size = rotated.stat().st_size
+        time.sleep(0.5)
+        assert rotated.stat().st_size == size, "the old file still grows after SIGUSR1"
+    finally:
+        load.stop()
+    time.sleep(0.3)
+    assert server.stop() == 0
+    old, new = rotated.read_text().splitlines(), log.read_text().splitlines()
+    assert old and new
+    entries = [json.loads(line) for line in old + new]  # no split or interleaved line
+    assert sum(1 for entry in entries if entry["path"] == "/pid") == load.ok
+    assert load.failures == []
+    assert "SIGUSR1: reopening log files." in server.output()
+    assert '"path":"/pid"' not in server.output()  # nothing on stdout
+
+
+def test_access_log_file_single_server_reopens_on_sigusr1(start_server, tmp_path):
+    log = tmp_path / "access.log"
+    server = start_server("basic:app", "--access-log-file", str(log))
+    httpx.get(server.url + "/first")
+    assert wait_for(lambda: log.exists() and "/first" in log.read_text())
+    log.rename(tmp_path / "old.log")
+    server.proc.send_signal(signal.SIGUSR1)
+    assert wait_for(log.exists, 5), server.output()
+    httpx.get(server.url + "/second")
+    assert wait_for(lambda: "/second" in log.read_text())
+    assert "/second" not in (tmp_path / "old.log").read_text()
+    line = log.read_text().splitlines()[0]
+    assert line.startswith("INFO:     127.0.0.1:") and '"GET /second HTTP/1.1" 200' in line  # uvicorn's line, no colour
+    assert server.stop() == 0

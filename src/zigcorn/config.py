@@ -174,6 +174,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
        metavar="PATH", shown="zigcorn's own"),
     _S("access_log", True, "log each request", "Logging", kind="onoff"),
+    _S("access_log_format", None, "access line format: gunicorn's atoms (%%(h)s %%(r)s %%(s)s %%(b)s %%(D)s "
+       "%%({header}i)s ...) or json", "Logging", metavar="FORMAT", shown="uvicorn's line"),
+    _S("access_log_file", None, "write access lines to this file (reopened on SIGUSR1) instead of stdout",
+       "Logging", metavar="PATH", shown="stdout"),
+    _S("access_log_exclude", None, "log no line for requests to this path; repeatable", "Logging", kind="append",
+       metavar="PATH", shown="none"),
     _S("use_colors", None, "colour the logs", "Logging", kind="onoff", shown="on a terminal"),
     # HTTP
     _S("headers", None, "add this header to every response; repeatable", "HTTP", kind="append", flag="--header",
@@ -319,6 +325,12 @@ class Config:
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
+        self.access_log_exclude = frozenset(_as_list(self.access_log_exclude))
+        self.access_format = None
+        if self.access_log_format is not None:
+            from zigcorn.accesslog import AccessFormat
+
+            self.access_format = AccessFormat(self.access_log_format)
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
@@ -482,6 +494,35 @@ class Config:
             access_logger = logging.getLogger("zigcorn.access")
             access_logger.handlers = []
             access_logger.propagate = False
+        elif self.access_log_file is not None or self.access_log_format is not None:
+            self._configure_access_output(is_default_logging(log_config))
+
+    def _configure_access_output(self, default_logging: bool) -> None:
+        """--access-log-file replaces the access logger's handlers with the file; a custom
+        --access-log-format is the whole line (no level prefix) on zigcorn's own handlers."""
+        from zigcorn.accesslog import ReopenableFileHandler
+        from zigcorn.logging import AccessFormatter
+
+        access_logger = logging.getLogger("zigcorn.access")
+        if self.access_log_format is not None:
+            formatter = logging.Formatter("%(message)s")
+        else:
+            formatter = AccessFormatter(fmt="%(levelprefix)s %(message)s", use_colors=False)
+        if self.access_log_file is not None:
+            for old in access_logger.handlers[:]:
+                access_logger.removeHandler(old)
+                if isinstance(old, ReopenableFileHandler):
+                    old.close()
+            try:
+                handler = ReopenableFileHandler(self.access_log_file)
+            except OSError as exc:
+                raise ValueError(f"access_log_file {self.access_log_file!r}: {exc.strerror or exc}") from None
+            handler.setFormatter(formatter)
+            access_logger.addHandler(handler)
+            access_logger.propagate = False
+        elif default_logging:
+            for handler in access_logger.handlers:
+                handler.setFormatter(formatter)
 
     def load(self) -> None:
         """Import the app (and call its factory), pick the lifespan runner.

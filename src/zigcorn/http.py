@@ -20,6 +20,11 @@ from zigcorn._core import Stream
 logger = logging.getLogger("zigcorn.error")
 access_logger = logging.getLogger("zigcorn.access")
 
+# Set by the server from its Config: the compiled --access-log-format (None: uvicorn's
+# line) and the --access-log-exclude paths. Read only when an access line is due.
+access_format = None
+access_exclude: frozenset = frozenset()
+
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 _ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 _EAGER_TASKS = sys.version_info >= (3, 12)
@@ -93,11 +98,16 @@ class HTTPCycle(Stream):
 
     async def run(self, app, access_log: bool, timeout: float | None) -> None:
         started_at = time.perf_counter() if access_log else 0.0
+        send = self.send
+        response_headers = None
+        if access_log and access_format is not None and access_format.response_headers:
+            response_headers = []  # %({name}o)s: the headers the app sends, seen on their way
+            send = _recording_send(send, response_headers)
         timer = None
         if timeout is not None:
             timer = asyncio.get_running_loop().call_later(timeout, _expire, asyncio.current_task())
         try:
-            result = await app(self.scope, self.receive, self.send)
+            result = await app(self.scope, self.receive, send)
         except asyncio.CancelledError as exc:
             if exc.args != (_TIMEOUT_MESSAGE,):
                 self._fail()
@@ -126,7 +136,7 @@ class HTTPCycle(Stream):
             if timer is not None:
                 timer.cancel()
         if access_log:
-            self._log_access(started_at)
+            self._log_access(started_at, response_headers)
 
     def _fail(self, status: int = 500) -> None:
         """An error status if nothing was sent yet; a complete response stands; otherwise the connection is cut."""
@@ -142,8 +152,16 @@ class HTTPCycle(Stream):
         else:
             self.abort()
 
-    def _log_access(self, started_at: float) -> None:
+    def _log_access(self, started_at: float, response_headers=None) -> None:
         scope = self.scope
+        if access_exclude and scope["path"] in access_exclude:
+            return
+        if access_format is not None:
+            from zigcorn.accesslog import Request
+
+            request = Request(scope, self.status, self.bytes_sent, time.perf_counter() - started_at, response_headers)
+            access_logger.info(access_format.line(request))
+            return
         client_addr, path = access_fields(scope)
         access_logger.info(
             '%s - "%s %s HTTP/%s" %d %d %.1fms',
@@ -155,6 +173,15 @@ class HTTPCycle(Stream):
             self.bytes_sent,
             (time.perf_counter() - started_at) * 1000,
         )
+
+
+def _recording_send(send, headers: list):
+    async def recording_send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            headers.extend(message.get("headers", ()))
+        await send(message)
+
+    return recording_send
 
 
 class Dispatcher:

@@ -17,6 +17,8 @@ import signal
 
 
 from zigcorn import _core
+from zigcorn import http as http_module
+from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
 from zigcorn.process import after_bind
 from zigcorn.sockets import Listener, bind
@@ -120,6 +122,8 @@ class Server:
         if announce:
             logger.info("Application startup complete.")
 
+        http_module.access_format = getattr(config, "access_format", None)
+        http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
         dispatcher = Dispatcher(
             config.loaded_app,
             loop,
@@ -231,9 +235,17 @@ class Server:
             except RuntimeError:  # the loop is closed: serving is over
                 pass
 
+        def on_reopen(sig: int, frame) -> None:
+            try:
+                loop.call_soon_threadsafe(reopen_log_files)
+            except RuntimeError:
+                pass
+
         try:
             for sig in HANDLED_SIGNALS:
                 self._previous_handlers[sig] = signal.signal(sig, on_signal)
+            if has_log_files():  # --access-log-file: SIGUSR1 reopens it (logrotate)
+                self._previous_handlers[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_reopen)
         except ValueError:  # not the main thread: whoever runs us handles signals
             self._restore_signal_handlers()
 

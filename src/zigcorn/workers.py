@@ -27,13 +27,15 @@ import time
 from dataclasses import dataclass, field
 
 from zigcorn import _core
+from zigcorn.accesslog import reopen_log_files
 from zigcorn.config import STARTUP_FAILURE
 from zigcorn.process import drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
 from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
 
-MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+                  signal.SIGUSR1)  # fmt: skip
 # A worker that dies younger than this counts as a crash; repeated crashes back off.
 CRASH_AGE_SECONDS = 10.0
 BACKOFF_FIRST_SECONDS = 0.5
@@ -201,6 +203,11 @@ class Master:
                 self._stop(sig)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
+            elif sig == signal.SIGUSR1:
+                logger.info("SIGUSR1: reopening log files.")
+                reopen_log_files()
+                for worker in self.workers.values():
+                    _signal(worker.pid, signal.SIGUSR1)
             elif sig == signal.SIGTTIN and not self.stopping:
                 self.target += 1
                 logger.info("SIGTTIN: %d workers", self.target)
@@ -304,8 +311,9 @@ class Master:
         signal.set_wakeup_fd(-1)
         for sig in MASTER_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
-        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
-            signal.signal(sig, signal.SIG_IGN)  # meant for the master
+        # Meant for the master; SIGUSR1 until the server installs its own (to reopen log files).
+        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         for other in self.workers.values():
             for fd in (other.ready_fd, other.ping_fd):
