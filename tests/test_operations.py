@@ -412,3 +412,27 @@ def test_access_log_file_single_server_reopens_on_sigusr1(start_server, tmp_path
     line = log.read_text().splitlines()[0]
     assert line.startswith("INFO:     127.0.0.1:") and '"GET /second HTTP/1.1" 200' in line  # uvicorn's line, no colour
     assert server.stop() == 0
+
+
+# ---- --warmup-path ---------------------------------------------------------------------
+
+
+def test_warmup_request_runs_before_accepting_then_freezes(start_server):
+    server = start_server("basic:app", "--warmup-path", "/warm")
+    output = server.output()
+    assert "Warm-up GET /warm: 200 in" in output, output
+    assert output.index("Warm-up GET /warm") < output.index("Zigcorn running on")
+    warmed, frozen = httpx.get(server.url + "/warmed").text.split()
+    assert warmed == "zigcorn-warmup"  # once, before any client
+    assert int(frozen) > 1000
+
+
+def test_warmup_in_every_worker(start_server):
+    server = start_workers(start_server, 2, "--warmup-path", "/warm")
+    assert wait_for(lambda: server.output().count("Warm-up GET /warm: 200") == 2), server.output()
+
+
+def test_failing_warmup_does_not_stop_the_server(start_server):
+    server = start_server("errors:app", "--warmup-path", "/raise-before")
+    assert "Warm-up GET /raise-before failed: RuntimeError('boom-before-start')" in server.output()
+    assert httpx.get(server.url + "/ok").status_code == 200

@@ -158,6 +158,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("umask", None, "the process umask, set once the socket is bound (e.g. 027)", "Processes", type="octal",
        metavar="MODE", low=0, high=0o777, shown="unchanged"),
     # Application
+    _S("warmup_path", None, "after lifespan startup, GET this path through the app once (in-process) before "
+       "accepting, then freeze what is left (gc.freeze)", "Application", metavar="PATH", shown="off"),
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
@@ -320,7 +322,7 @@ class Config:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
         _check_networks(self.forwarded_allow_ips)
-        for name in ("metrics_path", "health_path"):
+        for name in ("metrics_path", "health_path", "warmup_path"):
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")

@@ -121,6 +121,10 @@ class Server:
             return
         if announce:
             logger.info("Application startup complete.")
+        if getattr(config, "warmup_path", None) is not None:
+            from zigcorn.warmup import warm_up
+
+            await warm_up(config, lifespan.state)
 
         http_module.access_format = getattr(config, "access_format", None)
         http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
