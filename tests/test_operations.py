@@ -436,3 +436,41 @@ def test_failing_warmup_does_not_stop_the_server(start_server):
     server = start_server("errors:app", "--warmup-path", "/raise-before")
     assert "Warm-up GET /raise-before failed: RuntimeError('boom-before-start')" in server.output()
     assert httpx.get(server.url + "/ok").status_code == 200
+
+
+# ---- --drain-path with --admin-token --------------------------------------------------------
+
+TOKEN = "s3cret-token-0123456789"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_drain_path_needs_the_token_and_drains_gracefully(start_server, workers):
+    args = ("--drain-path", "/admin/drain", "--admin-token", TOKEN, "--health-path", "/healthz")
+    server = start_workers(start_server, workers, *args) if workers > 1 else start_server("basic:app", *args)
+    url = server.url + "/admin/drain"
+    assert httpx.post(url).status_code == 403
+    assert httpx.post(url, headers={"authorization": "Bearer wrong-token-0123456789"}).status_code == 403
+    assert httpx.post(url, headers={"authorization": TOKEN}).status_code == 403  # not a bearer token
+    assert httpx.get(url).status_code == 403
+    r = httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert TOKEN not in server.output()
+    assert server.proc.poll() is None and httpx.get(server.url + "/pid").status_code == 200
+    # A request in flight when the drain starts still finishes.
+    results: list = []
+    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1", timeout=10)))
+    slow.start()
+    time.sleep(0.3)
+    r = httpx.post(url, headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 202 and r.text == "draining\n"
+    slow.join(10)
+    assert [x.status_code for x in results] == [200]
+    assert server.wait(15) == 0
+    assert "Drain requested by 127.0.0.1:" in server.output()
+
+
+def test_drain_path_without_token_is_refused():
+    result = run_cli("tests.apps.hello:app", "--drain-path", "/drain")
+    assert result.returncode == 2 and "drain_path needs admin_token" in result.stderr, result.stderr
+    result = run_cli("tests.apps.hello:app", "--drain-path", "/drain", "--admin-token", "short")
+    assert result.returncode == 2 and "at least 16 characters" in result.stderr, result.stderr

@@ -213,6 +213,10 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="PATH", shown="off"),
     _S("health_path", None, "answer 200 here without the app, 503 while draining", "Metrics and health",
        metavar="PATH", shown="off"),
+    _S("drain_path", None, "a POST here with the --admin-token starts the graceful shutdown (of every worker); "
+       "other requests get 403", "Metrics and health", metavar="PATH", shown="off"),
+    _S("admin_token", None, "the bearer token --drain-path asks for (or $ZIGCORN_ADMIN_TOKEN)", "Metrics and health",
+       metavar="TOKEN", shown="none"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -322,7 +326,11 @@ class Config:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
         _check_networks(self.forwarded_allow_ips)
-        for name in ("metrics_path", "health_path", "warmup_path"):
+        if self.drain_path is not None and not self.admin_token:
+            raise ValueError("drain_path needs admin_token (the bearer token a drain request must carry)")
+        if self.admin_token is not None and (len(self.admin_token) < 16 or any(c in self.admin_token for c in " \t\r\n")):
+            raise ValueError("admin_token must be at least 16 characters, without spaces")
+        for name in ("metrics_path", "health_path", "warmup_path", "drain_path"):
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")

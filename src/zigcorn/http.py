@@ -175,6 +175,19 @@ class HTTPCycle(Stream):
         )
 
 
+_DRAIN_ANSWERS = {
+    202: b"draining\n",
+    403: b"Forbidden\n",
+    405: b"Method Not Allowed\n",
+}
+
+
+def _drain_answer(stream, status: int, extra=()) -> None:
+    stream.start(status, [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"), *extra])
+    stream.write(_DRAIN_ANSWERS[status], False)
+    stream.finish()
+
+
 def _recording_send(send, headers: list):
     async def recording_send(message: dict) -> None:
         if message["type"] == "http.response.start":
@@ -189,13 +202,16 @@ class Dispatcher:
 
     __slots__ = (
         "app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "timeout_request",
-        "requests", "on_limit", "engine", "reset_contextvars",
+        "requests", "on_limit", "engine", "reset_contextvars", "drain_path", "admin_token", "on_drain",
     )  # fmt: skip
 
     def __init__(
         self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit,
-        reset_contextvars: bool = False,
+        reset_contextvars: bool = False, drain_path: str | None = None, admin_token: str | None = None, on_drain=None,
     ) -> None:
+        self.drain_path = drain_path
+        self.admin_token = f"Bearer {admin_token}".encode() if admin_token else b""
+        self.on_drain = on_drain
         self.reset_contextvars = reset_contextvars
         self.timeout_request = timeout_request
         self.app = app
@@ -208,6 +224,9 @@ class Dispatcher:
         self.engine = None
 
     def __call__(self, stream: HTTPCycle) -> None:
+        if self.drain_path is not None and stream.scope["path"] == self.drain_path and stream.scope["type"] == "http":
+            self._drain_request(stream)
+            return
         if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
             # Like uvicorn: past the limit the app is not called at all.
             stream.start(503, _ERROR_HEADERS)
@@ -226,3 +245,25 @@ class Dispatcher:
             asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
         else:
             self.loop.create_task(coro, context=context)
+
+    def _drain_request(self, stream: HTTPCycle) -> None:
+        """--drain-path: the app never sees it. A POST carrying ``Authorization: Bearer
+        <--admin-token>`` (compared in constant time) starts the graceful shutdown; any
+        request without the token gets 403, one with it but not a POST 405."""
+        import hmac
+
+        scope = stream.scope
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value
+        if not hmac.compare_digest(given, self.admin_token):
+            logger.warning("Drain request refused: no valid admin token (from %s).", access_fields(scope)[0])
+            _drain_answer(stream, 403)
+            return
+        if scope["method"] != "POST":
+            _drain_answer(stream, 405, [(b"allow", b"POST")])
+            return
+        logger.info("Drain requested by %s: shutting down gracefully.", access_fields(scope)[0])
+        _drain_answer(stream, 202)
+        self.on_drain()

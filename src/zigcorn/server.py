@@ -60,13 +60,15 @@ class Server:
     one the server binds its own socket. `on_ready` is called once it accepts."""
 
     def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0,
-                 owns_listener: bool = False, pid_file=None) -> None:  # fmt: skip
+                 owns_listener: bool = False, pid_file=None, on_drain=None) -> None:  # fmt: skip
         self.config = config
         self.listener = listener
         # True when this process bound `listener` for itself (before dropping privileges):
         # it then announces it, writes the pid file and removes a Unix socket's file.
         self.owns_listener = owns_listener or listener is None
         self.pid_file = pid_file
+        # --drain-path: what an authorised drain request does (a worker asks its master).
+        self.on_drain = on_drain
         self.on_ready = on_ready
         self.metrics_slot = metrics_slot
         self.started = False
@@ -137,6 +139,9 @@ class Server:
             reset_contextvars=config.reset_contextvars,
             timeout_request=config.timeout_request,
             on_limit=self.handle_exit_request,
+            drain_path=getattr(config, "drain_path", None),
+            admin_token=getattr(config, "admin_token", None),
+            on_drain=self.on_drain or self.handle_exit_request,
         )
         try:
             engine = self._new_engine(dispatcher)

@@ -334,7 +334,9 @@ class Master:
                 except OSError as exc:
                     logger.error("%s", exc)
                     return STARTUP_FAILURE
-        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot)
+        # --drain-path: a drain request to any worker stops the whole server, through the master.
+        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot,
+                        on_drain=lambda: _signal(master_pid, signal.SIGTERM))  # fmt: skip
         try:
             server.run()
         except KeyboardInterrupt:
