@@ -497,3 +497,14 @@ def test_drain_path_without_token_is_refused():
     assert result.returncode == 2 and "drain_path needs admin_token" in result.stderr, result.stderr
     result = run_cli("tests.apps.hello:app", "--drain-path", "/drain", "--admin-token", "short")
     assert result.returncode == 2 and "at least 16 characters" in result.stderr, result.stderr
+
+
+def test_gunicorn_spellings_of_the_flags():
+    from zigcorn.config import Config
+    from zigcorn.main import build_parser
+
+    options = vars(build_parser().parse_args(["app:app", "--pid", "/tmp/x.pid", "--access-logfile", "-",
+                                              "--access-logformat", "%(h)s %(s)s"]))  # fmt: skip
+    assert options["pid_file"] == "/tmp/x.pid" and options["access_log_format"] == "%(h)s %(s)s"
+    config = Config("tests.apps.hello:app", access_log_file=options["access_log_file"])
+    assert config.access_log_file is None  # "-": stdout, as in gunicorn

@@ -70,10 +70,10 @@ class Setting:
     """
 
     __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "also", "note", "metavar",
-                 "low", "high", "shown")  # fmt: skip
+                 "low", "high", "shown", "aliases")  # fmt: skip
 
     def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None, also=None,
-                 note=None, metavar=None, low=None, high=None, shown=None):  # fmt: skip
+                 note=None, metavar=None, low=None, high=None, shown=None, aliases=()):  # fmt: skip
         self.name = name
         self.default = default
         self.help = help
@@ -92,6 +92,8 @@ class Setting:
         self.high = high
         # How --help shows the default, where the value itself would mislead.
         self.shown = shown
+        # Other projects' spellings of the same flag (gunicorn's), accepted too.
+        self.aliases = aliases
 
     def check(self, value) -> None:
         """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
@@ -150,7 +152,7 @@ SETTINGS: tuple[Setting, ...] = (
        "first); runs a master even for one worker", "Processes", type=int, metavar="MIB", low=1, high=2**20,
        shown="off"),
     _S("pid_file", None, "write the server's pid here once the socket is bound (the master's with --workers); "
-       "removed at exit", "Processes", metavar="PATH", shown="none"),
+       "removed at exit", "Processes", metavar="PATH", shown="none", aliases=("--pid",)),
     _S("user", None, "switch to this user (name or uid) once the socket is bound", "Processes", metavar="USER",
        shown="unchanged"),
     _S("group", None, "switch to this group (name or gid) once the socket is bound; default the user's group",
@@ -177,9 +179,10 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="PATH", shown="zigcorn's own"),
     _S("access_log", True, "log each request", "Logging", kind="onoff"),
     _S("access_log_format", None, "access line format: gunicorn's atoms (%%(h)s %%(r)s %%(s)s %%(b)s %%(D)s "
-       "%%({header}i)s ...) or json", "Logging", metavar="FORMAT", shown="uvicorn's line"),
+       "%%({header}i)s ...) or json", "Logging", metavar="FORMAT", shown="uvicorn's line",
+       aliases=("--access-logformat",)),
     _S("access_log_file", None, "write access lines to this file (reopened on SIGUSR1) instead of stdout",
-       "Logging", metavar="PATH", shown="stdout"),
+       "Logging", metavar="PATH", shown="stdout", aliases=("--access-logfile",)),
     _S("access_log_exclude", None, "log no line for requests to this path; repeatable", "Logging", kind="append",
        metavar="PATH", shown="none"),
     _S("use_colors", None, "colour the logs", "Logging", kind="onoff", shown="on a terminal"),
@@ -336,6 +339,8 @@ class Config:
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
         self.access_log_exclude = frozenset(_as_list(self.access_log_exclude))
+        if self.access_log_file == "-":  # gunicorn's spelling of stdout
+            self.access_log_file = None
         self.access_format = None
         if self.access_log_format is not None:
             from zigcorn.accesslog import AccessFormat

@@ -125,7 +125,7 @@ def build_parser(file_values: dict[str, Any] | None = None) -> argparse.Argument
     groups: dict[str, argparse._ArgumentGroup] = {}
     for setting in SETTINGS:
         group = groups.get(setting.group) or groups.setdefault(setting.group, parser.add_argument_group(setting.group))
-        group.add_argument(setting.flag, **_argument(setting))
+        group.add_argument(setting.flag, *setting.aliases, **_argument(setting))
     if file_values:
         for action in parser._actions:
             if action.dest in file_values and not (action.dest == "app" and action.default):
