@@ -214,7 +214,7 @@ def test_command_line_defaults_are_configs():
             assert setting.kind == "append" or isinstance(setting.default, dict), setting.name
         if setting.default is not None and setting.kind != "append" and not isinstance(setting.default, dict):
             assert action.default == setting.default, setting.name
-    assert set(flags) - {"help", "version", "app", "app_dir"} == SETTING.keys()
+    assert set(flags) - {"help", "version", "app", "app_dir", "config"} == SETTING.keys()
 
 
 def test_command_line_and_config_agree_on_what_not_giving_an_option_means(monkeypatch):

@@ -70,10 +70,10 @@ class Setting:
     """
 
     __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "also", "note", "metavar",
-                 "low", "high", "shown")  # fmt: skip
+                 "low", "high", "shown", "aliases")  # fmt: skip
 
     def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None, also=None,
-                 note=None, metavar=None, low=None, high=None, shown=None):  # fmt: skip
+                 note=None, metavar=None, low=None, high=None, shown=None, aliases=()):  # fmt: skip
         self.name = name
         self.default = default
         self.help = help
@@ -92,6 +92,8 @@ class Setting:
         self.high = high
         # How --help shows the default, where the value itself would mislead.
         self.shown = shown
+        # Other projects' spellings of the same flag (gunicorn's), accepted too.
+        self.aliases = aliases
 
     def check(self, value) -> None:
         """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
@@ -150,7 +152,20 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reload_excludes", (".*", ".py[cod]", ".sw.*", "~*"), "ignore files matching this; repeatable", "Processes",
        kind="append", flag="--reload-exclude", metavar="GLOB"),
     _S("reload_delay", 0.25, "debounce", "Processes", type=float, metavar="SECONDS"),
+    _S("workers_max_rss", None, "replace a worker whose resident memory passes this, gracefully (a new one starts "
+       "first); runs a master even for one worker", "Processes", type=int, metavar="MIB", low=1, high=2**20,
+       shown="off"),
+    _S("pid_file", None, "write the server's pid here once the socket is bound (the master's with --workers); "
+       "removed at exit", "Processes", metavar="PATH", shown="none", aliases=("--pid",)),
+    _S("user", None, "switch to this user (name or uid) once the socket is bound", "Processes", metavar="USER",
+       shown="unchanged"),
+    _S("group", None, "switch to this group (name or gid) once the socket is bound; default the user's group",
+       "Processes", metavar="GROUP", shown="unchanged"),
+    _S("umask", None, "the process umask, set once the socket is bound (e.g. 027)", "Processes", type="octal",
+       metavar="MODE", low=0, high=0o777, shown="unchanged"),
     # Application
+    _S("warmup_path", None, "after lifespan startup, GET this path through the app once (in-process) before "
+       "accepting, then freeze what is left (gc.freeze)", "Application", metavar="PATH", shown="off"),
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
@@ -167,6 +182,13 @@ SETTINGS: tuple[Setting, ...] = (
     _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
        metavar="PATH", shown="zigcorn's own"),
     _S("access_log", True, "log each request", "Logging", kind="onoff"),
+    _S("access_log_format", None, "access line format: gunicorn's atoms (%%(h)s %%(r)s %%(s)s %%(b)s %%(D)s "
+       "%%({header}i)s ...) or json", "Logging", metavar="FORMAT", shown="uvicorn's line",
+       aliases=("--access-logformat",)),
+    _S("access_log_file", None, "write access lines to this file (reopened on SIGUSR1) instead of stdout",
+       "Logging", metavar="PATH", shown="stdout", aliases=("--access-logfile",)),
+    _S("access_log_exclude", None, "log no line for requests to this path; repeatable", "Logging", kind="append",
+       metavar="PATH", shown="none"),
     _S("use_colors", None, "colour the logs", "Logging", kind="onoff", shown="on a terminal"),
     # HTTP
     _S("headers", None, "add this header to every response; repeatable", "HTTP", kind="append", flag="--header",
@@ -206,6 +228,10 @@ SETTINGS: tuple[Setting, ...] = (
        "none came", "Metrics and health", kind="switch"),
     _S("server_timing", False, "add server-timing: app;dur=<ms> (request head to response head)",
        "Metrics and health", kind="switch"),
+    _S("drain_path", None, "a POST here with the --admin-token starts the graceful shutdown (of every worker); "
+       "other requests get 403", "Metrics and health", metavar="PATH", shown="off"),
+    _S("admin_token", None, "the bearer token --drain-path asks for (or $ZIGCORN_ADMIN_TOKEN)", "Metrics and health",
+       metavar="TOKEN", shown="none"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -336,6 +362,10 @@ class Config:
             setattr(self, name, value)
         self.app = app
         self._check_choices()
+        if self.user is not None or self.group is not None:
+            from zigcorn.process import Identity
+
+            Identity(self.user, self.group)  # an unknown user or group is a configuration error
         if self.workers is None:
             concurrency = os.environ.get("WEB_CONCURRENCY")
             self.workers = int(concurrency) if concurrency and concurrency.isdigit() else 1
@@ -348,7 +378,11 @@ class Config:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
         _check_networks(self.forwarded_allow_ips)
-        for name in ("metrics_path", "health_path"):
+        if self.drain_path is not None and not self.admin_token:
+            raise ValueError("drain_path needs admin_token (the bearer token a drain request must carry)")
+        if self.admin_token is not None and (len(self.admin_token) < 16 or any(c in self.admin_token for c in " \t\r\n")):
+            raise ValueError("admin_token must be at least 16 characters, without spaces")
+        for name in ("metrics_path", "health_path", "warmup_path", "drain_path"):
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
@@ -367,6 +401,14 @@ class Config:
                 raise ValueError(f"request_id_header must be a header name, not {self.request_id_header!r}")
             self.request_id_header = name
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
+        self.access_log_exclude = frozenset(_as_list(self.access_log_exclude))
+        if self.access_log_file == "-":  # gunicorn's spelling of stdout
+            self.access_log_file = None
+        self.access_format = None
+        if self.access_log_format is not None:
+            from zigcorn.accesslog import AccessFormat
+
+            self.access_format = AccessFormat(self.access_log_format)
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
@@ -561,6 +603,35 @@ class Config:
             access_logger = logging.getLogger("zigcorn.access")
             access_logger.handlers = []
             access_logger.propagate = False
+        elif self.access_log_file is not None or self.access_log_format is not None:
+            self._configure_access_output(is_default_logging(log_config))
+
+    def _configure_access_output(self, default_logging: bool) -> None:
+        """--access-log-file replaces the access logger's handlers with the file; a custom
+        --access-log-format is the whole line (no level prefix) on zigcorn's own handlers."""
+        from zigcorn.accesslog import ReopenableFileHandler
+        from zigcorn.logging import AccessFormatter
+
+        access_logger = logging.getLogger("zigcorn.access")
+        if self.access_log_format is not None:
+            formatter = logging.Formatter("%(message)s")
+        else:
+            formatter = AccessFormatter(fmt="%(levelprefix)s %(message)s", use_colors=False)
+        if self.access_log_file is not None:
+            for old in access_logger.handlers[:]:
+                access_logger.removeHandler(old)
+                if isinstance(old, ReopenableFileHandler):
+                    old.close()
+            try:
+                handler = ReopenableFileHandler(self.access_log_file)
+            except OSError as exc:
+                raise ValueError(f"access_log_file {self.access_log_file!r}: {exc.strerror or exc}") from None
+            handler.setFormatter(formatter)
+            access_logger.addHandler(handler)
+            access_logger.propagate = False
+        elif default_logging:
+            for handler in access_logger.handlers:
+                handler.setFormatter(formatter)
 
     def load(self) -> None:
         """Import the app (and call its factory), pick the lifespan runner.
