@@ -44,6 +44,12 @@ ATOMS = {
 }
 
 
+# Set by the server from --request-id-header and --trace-context: the json format then
+# carries the request's id and trace id (the engine put both in the request's headers).
+request_id_header: bytes | None = None
+trace_context = False
+
+
 class Request:
     """What one line may need: gathered once per logged request."""
 
@@ -165,7 +171,7 @@ def _json_line(r: Request) -> str:
     scope = r.scope
     client = scope.get("client")
     started = time.time() - r.duration
-    return json.dumps({
+    entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) + f".{int(started * 1000) % 1000:03d}Z",
         "client": f"{client[0]}:{client[1]}" if client else None,
         "method": scope["method"],
@@ -177,7 +183,13 @@ def _json_line(r: Request) -> str:
         "duration_ms": round(r.duration * 1000, 3),
         "referer": _header(scope["headers"], b"referer"),
         "user_agent": _header(scope["headers"], b"user-agent"),
-    }, separators=(",", ":"))  # fmt: skip
+    }  # fmt: skip
+    if request_id_header is not None:
+        entry["request_id"] = _header(scope["headers"], request_id_header)
+    if trace_context:
+        parent = _header(scope["headers"], b"traceparent")
+        entry["trace_id"] = parent[3:35] if len(parent) >= 55 else "-"
+    return json.dumps(entry, separators=(",", ":"))
 
 
 class ReopenableFileHandler(logging.Handler):

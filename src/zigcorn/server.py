@@ -129,6 +129,10 @@ class Server:
             await warm_up(config, lifespan.state)
 
         http_module.access_format = getattr(config, "access_format", None)
+        import zigcorn.accesslog as accesslog_module
+
+        accesslog_module.request_id_header = config.request_id_header.encode() if config.request_id_header else None
+        accesslog_module.trace_context = bool(config.trace_context)
         http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
         dispatcher = Dispatcher(
             config.loaded_app,
