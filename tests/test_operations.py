@@ -510,3 +510,14 @@ def test_gunicorn_spellings_of_the_flags():
     assert options["pid_file"] == "/tmp/x.pid" and options["access_log_format"] == "%(h)s %(s)s"
     config = Config("tests.apps.hello:app", access_log_file=options["access_log_file"])
     assert config.access_log_file is None  # "-": stdout, as in gunicorn
+
+
+def test_pid_file_under_reload_is_the_supervisors(start_server, tmp_path):
+    pid_file = tmp_path / "zigcorn.pid"
+    server = start_server("hello:app", "--reload", "--reload-dir", str(tmp_path), "--pid-file", str(pid_file))
+    assert wait_for(pid_file.exists)
+    assert pid_file.read_text() == f"{server.proc.pid}\n"
+    (child,) = _children(server.proc.pid)
+    assert httpx.get(server.url).text == "Hello, world!"
+    assert server.stop() == 0
+    assert not pid_file.exists()
