@@ -8,6 +8,7 @@ and its logger enabled (see `zigcorn.http.HTTPCycle.run`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -15,6 +16,7 @@ import time
 
 _ATOM = re.compile(r"%\(([^)]*)\)")
 _HEADER_ATOM = re.compile(r"\{([^}]*)\}([ioe])")
+_JSON = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with options makes one per call
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 # gunicorn's atoms and what each means (the README's table comes from the same words).
@@ -64,8 +66,18 @@ class Request:
 
 
 def _header(headers, name: bytes) -> str:
-    values = [value for key, value in headers or () if key.lower() == name]
-    return ", ".join(value.decode("latin-1") for value in values) if values else "-"
+    """A request header's value (scope names are lower case), repeated ones joined; '-' if absent."""
+    found = None
+    for key, value in headers:
+        if key == name:
+            text = value.decode("latin-1")
+            found = text if found is None else f"{found}, {text}"
+    return "-" if found is None else found
+
+
+def _response_header(headers, name: bytes) -> str:
+    """The same for the headers the app sent (any case, maybe none)."""
+    return _header([(key.lower(), value) for key, value in headers], name) if headers else "-"
 
 
 def _target(scope) -> str:
@@ -87,13 +99,29 @@ def _user(scope) -> str:
         return "-"
 
 
+_date_cache: list = [None, ""]  # [second, its text]: one formatting per second, not per line
+_iso_cache: list = [None, ""]
+
+
 def _date(started: float) -> str:
-    local = time.localtime(started)
+    second = int(started)
+    if _date_cache[0] == second:
+        return _date_cache[1]
+    local = time.localtime(second)
     offset = local.tm_gmtoff // 60
     sign = "-" if offset < 0 else "+"
     offset = abs(offset)
-    return (f"[{local.tm_mday:02d}/{_MONTHS[local.tm_mon - 1]}/{local.tm_year}:{local.tm_hour:02d}:"
+    text = (f"[{local.tm_mday:02d}/{_MONTHS[local.tm_mon - 1]}/{local.tm_year}:{local.tm_hour:02d}:"
             f"{local.tm_min:02d}:{local.tm_sec:02d} {sign}{offset // 60:02d}{offset % 60:02d}]")  # fmt: skip
+    _date_cache[0], _date_cache[1] = second, text
+    return text
+
+
+def _iso_time(started: float) -> str:
+    second = int(started)
+    if _iso_cache[0] != second:
+        _iso_cache[0], _iso_cache[1] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_iso_cache[1]}.{int(started * 1000) % 1000:03d}Z"
 
 
 _GETTERS = {
@@ -132,7 +160,7 @@ def _getter(key: str):
     encoded = name.lower().encode("latin-1")
     if kind == "i":
         return lambda r: _header(r.scope["headers"], encoded)
-    return lambda r: _header(r.response_headers, encoded)
+    return lambda r: _response_header(r.response_headers, encoded)
 
 
 class AccessFormat:
@@ -159,20 +187,20 @@ class AccessFormat:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"access_log_format {text!r} is not a valid %-format: {exc}") from None
 
-    def line(self, request: Request) -> str:
+    def format(self, scope, status: int, size: int, duration: float, response_headers=None) -> str:
+        """One request's line (`duration` in seconds)."""
+        request = Request(scope, status, size, duration, response_headers)
         if self.json:
             return _json_line(request)
         return self.text % {key: getter(request) for key, getter in self.getters}
 
 
 def _json_line(r: Request) -> str:
-    import json
-
     scope = r.scope
     client = scope.get("client")
     started = time.time() - r.duration
     entry = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) + f".{int(started * 1000) % 1000:03d}Z",
+        "time": _iso_time(started),
         "client": f"{client[0]}:{client[1]}" if client else None,
         "method": scope["method"],
         "path": scope["path"],
@@ -189,7 +217,7 @@ def _json_line(r: Request) -> str:
     if trace_context:
         parent = _header(scope["headers"], b"traceparent")
         entry["trace_id"] = parent[3:35] if len(parent) >= 55 else "-"
-    return json.dumps(entry, separators=(",", ":"))
+    return _JSON.encode(entry)
 
 
 class ReopenableFileHandler(logging.Handler):

@@ -157,10 +157,8 @@ class HTTPCycle(Stream):
         if access_exclude and scope["path"] in access_exclude:
             return
         if access_format is not None:
-            from zigcorn.accesslog import Request
-
-            request = Request(scope, self.status, self.bytes_sent, time.perf_counter() - started_at, response_headers)
-            access_logger.info(access_format.line(request))
+            duration = time.perf_counter() - started_at
+            access_logger.info(access_format.format(scope, self.status, self.bytes_sent, duration, response_headers))
             return
         client_addr, path = access_fields(scope)
         access_logger.info(
