@@ -71,10 +71,10 @@ pub const stream_window: u32 = 256 * 1024;
 /// ...and all of a connection's bodies together: the most request body one connection buffers.
 pub const connection_window: u32 = 1024 * 1024;
 /// `fill` stops moving frames into the output queue past this many queued bytes.
-const fill_target: usize = 64 * 1024;
+pub const fill_target: usize = 64 * 1024;
 /// A client that sends frames needing answers (PING, SETTINGS) faster than it reads
 /// them: past this much queued output its frames are not read until the queue drains.
-const read_pause_bytes: usize = 256 * 1024;
+pub const read_pause_bytes: usize = 256 * 1024;
 /// The output queue's buffer never grows past this (a header block plus `fill_target`).
 const out_bytes_max: usize = 2 * 1024 * 1024;
 /// Streams the client resets while their app runs, per second, before GOAWAY
