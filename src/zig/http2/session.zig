@@ -8,7 +8,7 @@
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
-//! connection's output queue, one frame per stream per round (fair interleaving), as
+//! connection's output queue, one frame per stream in turn (fair interleaving), as
 //! far as the peer's flow-control windows allow and only while the queue is short
 //! (`fill_target`), so a fast app never buffers more than a stream's mark. Control
 //! frames (SETTINGS and PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) go straight into
