@@ -8,7 +8,7 @@
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
-//! connection's output queue, one frame per stream per round (fair interleaving), as
+//! connection's output queue, one frame per stream in turn (fair interleaving), as
 //! far as the peer's flow-control windows allow and only while the queue is short
 //! (`fill_target`), so a fast app never buffers more than a stream's mark. Control
 //! frames (SETTINGS and PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) go straight into
@@ -71,10 +71,10 @@ pub const stream_window: u32 = 256 * 1024;
 /// ...and all of a connection's bodies together: the most request body one connection buffers.
 pub const connection_window: u32 = 1024 * 1024;
 /// `fill` stops moving frames into the output queue past this many queued bytes.
-const fill_target: usize = 64 * 1024;
+pub const fill_target: usize = 64 * 1024;
 /// A client that sends frames needing answers (PING, SETTINGS) faster than it reads
 /// them: past this much queued output its frames are not read until the queue drains.
-const read_pause_bytes: usize = 256 * 1024;
+pub const read_pause_bytes: usize = 256 * 1024;
 /// The output queue's buffer never grows past this (a header block plus `fill_target`).
 const out_bytes_max: usize = 2 * 1024 * 1024;
 /// Streams the client resets while their app runs, per second, before GOAWAY
@@ -1170,25 +1170,25 @@ fn dropItems(s: *Session, st: *H2Stream) void {
     st.trailer_block.clearAndFree(std.heap.c_allocator);
 }
 
-/// Moves frames from the streams' items into the connection's output, a frame per
-/// stream per round, while the output is short and the windows allow.
+/// Moves frames from the streams' items into the connection's output, one frame per
+/// stream in turn (round robin across calls: a stream that had its turn goes to the
+/// back of the list), while the output is shorter than `fill_target` and the windows
+/// allow. The target is checked before every frame, not once per round: with many
+/// streams a round would queue a frame for each of them (50 streams, 800 KiB), and
+/// output past `read_pause_bytes` stops the connection's reading.
 pub fn fill(conn: *Conn) void {
     const s = sessionOf(conn);
-    while (conn.outputLen() < fill_target and conn.state == .h2) {
-        var progressed = false;
-        var it = s.first;
-        while (it) |st| {
-            it = st.next;
-            if (!st.hasOutput()) continue;
-            if (emitOne(s, st)) progressed = true;
-            if (conn.state != .h2) return;
+    // Streams visited since the last one that moved a frame: a whole turn of the list
+    // without progress ends the fill (every stream waits on a window or its app).
+    var idle: u32 = 0;
+    while (conn.outputLen() < fill_target and conn.state == .h2 and idle < s.live) {
+        const st = s.first orelse break;
+        // Its turn is taken: it goes to the back before it emits (emitting may free it).
+        if (st.next != null) {
+            unlink(s, st);
+            append(s, st);
         }
-        if (!progressed) break;
-        // The first stream goes to the back: the next round starts with another.
-        if (s.first) |f| if (f.next != null) {
-            unlink(s, f);
-            append(s, f);
-        };
+        if (st.hasOutput() and emitOne(s, st)) idle = 0 else idle += 1;
     }
 }
 

@@ -625,7 +625,10 @@ pub const Server = struct {
             list = act.pending_next;
             act.pending_next = null;
             act.is_pending = false;
-            if (c.state == .head or c.state == .websocket) c.process();
+            // HTTP/2 too: frames read before its reading paused (its output was long)
+            // wait in the buffer, and nothing else makes it read them if the client,
+            // waiting on us, sends nothing more (a WINDOW_UPDATE, a request's HEADERS).
+            if (c.state == .head or c.state == .websocket or c.state == .h2) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
