@@ -2,6 +2,8 @@
 
     python benchmarks/ab.py --a /path/to/old/checkout --b . --rounds 3
     python benchmarks/ab.py --a ../baseline --b . --quick        # 1 s points, 1 round, no idle figure
+    python benchmarks/ab.py --a . --b . --b-args="--metrics-path /m --request-id-header x-request-id"
+                                                                 # the cost of options, one build
 
 Each tree is a checkout whose ``src/zigcorn`` holds its built engine (``pip install -e .``
 or a ``python -m ziglang build-lib`` into it); nothing is built here. The server runs with
@@ -16,8 +18,10 @@ round's B/A ratio and the median; ``--json`` keeps everything.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -28,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import idle_connection_cost, raise_nofile  # noqa: E402
-from servers import SERVERS, probe_env, start  # noqa: E402
+from servers import SERVERS, ServerSpec, probe_env, start  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POINTS = (("raw", 1), ("raw", 64), ("fastapi", 64))
@@ -50,13 +54,22 @@ def check_tree(tree: Path, python: str) -> None:
         raise SystemExit(f"{tree}: zigcorn is imported from {out.stdout.strip()} instead")
 
 
-def measure(tree: Path, python: str, seconds: int, warmup: int, idle: int) -> dict:
+def with_args(extra: list[str]) -> ServerSpec:
+    """run.py's zigcorn row with `extra` flags after its own."""
+    base = SERVERS["zigcorn"]
+    if not extra:
+        return base
+    return dataclasses.replace(base, command=lambda *a: base.command(*a) + extra)
+
+
+def measure(tree: Path, python: str, seconds: int, warmup: int, idle: int, extra: list[str]) -> dict:
     """Every point for one build: one server per app, stopped after its points."""
     os.environ["PYTHONPATH"] = str(tree / "src")
     env = probe_env(python)
+    spec = with_args(extra)
     result: dict = {}
     for app in ("raw", "fastapi"):
-        with start(SERVERS["zigcorn"], env, app) as server:
+        with start(spec, env, app) as server:
             server.wait_ready()
             server.validate()
             url = f"http://127.0.0.1:{server.port}/"
@@ -68,7 +81,7 @@ def measure(tree: Path, python: str, seconds: int, warmup: int, idle: int) -> di
                 result[f"{app} c{connections} req/s"] = point["rps"]
                 result[f"{app} c{connections} p99 ms"] = point["p99_ms"]
     if idle:
-        with start(SERVERS["zigcorn"], env, "raw") as server:
+        with start(spec, env, "raw") as server:
             server.wait_ready()
             cost = idle_connection_cost(server.pid, server.port, idle)
             result["raw bytes per idle conn"] = cost["bytes_per_connection"]
@@ -83,6 +96,8 @@ def main() -> None:
     p.add_argument("--seconds", type=int, default=5, help="per load point")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--idle-connections", type=int, default=2000, help="0 skips the idle figure")
+    p.add_argument("--a-args", default="", help="extra zigcorn flags for A (one string)")
+    p.add_argument("--b-args", default="", help="extra zigcorn flags for B (one string)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--quick", action="store_true", help="1 s points, 1 round, no idle figure")
     p.add_argument("--json", type=Path, default=RESULTS / "ab.json")
@@ -96,14 +111,15 @@ def main() -> None:
     for tree in trees.values():
         check_tree(tree, args.python)
     commits = {k: commit_of(t) for k, t in trees.items()}
-    print(f"A = {trees['A']} ({commits['A']})\nB = {trees['B']} ({commits['B']})", flush=True)
+    print(f"A = {trees['A']} ({commits['A']}) {args.a_args}\nB = {trees['B']} ({commits['B']}) {args.b_args}", flush=True)
     rounds = []
     for i in range(args.rounds):
         order = ("A", "B") if i % 2 == 0 else ("B", "A")
         got = {}
         for key in order:
             started = time.monotonic()
-            got[key] = measure(trees[key], args.python, args.seconds, args.warmup, args.idle_connections)
+            extra = shlex.split(args.a_args if key == "A" else args.b_args)
+            got[key] = measure(trees[key], args.python, args.seconds, args.warmup, args.idle_connections, extra)
             print(f"round {i + 1} {key}: {got[key]} ({time.monotonic() - started:.0f} s)", flush=True)
         rounds.append(got)
     report(rounds)
