@@ -486,3 +486,24 @@ def test_a_server_runs_and_stops_with_deprecation_warnings_as_errors(start_serve
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=10) == 0
     assert "DeprecationWarning" not in server.output()
+
+
+def test_an_interrupt_tripped_in_a_callback_is_not_slept_through(loop):
+    """`_thread.interrupt_main()` (or a signal that lands while callbacks run) leaves
+    SIGINT's Python handler pending with no EINTR to come: the pass must run it before it
+    waits, as asyncio's pure-Python pass does between bytecodes. CPython's test_runners
+    hung on this in CI (test_interrupt_wait)."""
+    import _thread
+
+    fut = loop.create_future()
+    # If the interrupt is slept through, this wakes the loop after 5 s (and the test fails).
+    rescue = threading.Timer(5, lambda: loop.call_soon_threadsafe(fut.cancel))
+    rescue.start()
+    loop.call_later(0.05, _thread.interrupt_main)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(fut)
+    finally:
+        rescue.cancel()
+    assert time.monotonic() - started < 2
