@@ -6,6 +6,11 @@
 //!   in their ring buffer ("held") until the connection's `recv` copies them into its own
 //!   read buffer, in the same pass as a rule; the ring buffer then goes straight back.
 //!   `recv` keeps its meaning: "give me what is there", `.AGAIN` when nothing is.
+//!   Readability is level-triggered, as epoll's: a connection given a read event whose
+//!   slot still has something to read after the pass (held bytes it did not take, or the
+//!   end of the stream or an error behind the bytes it took) gets the event again next
+//!   pass, whether or not it called `recv` (a TLS read served from OpenSSL's own buffer
+//!   does not), since no completion will come for what is already here.
 //! - **Readiness the connection still needs**: a connection that stops reading has its
 //!   receive cancelled and a one-shot poll for the peer's hang-up armed instead (the app
 //!   must still see `http.disconnect`); a connection that waits to write gets a one-shot
@@ -111,6 +116,8 @@ pub const Uring = struct {
     queue: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors given a writable event: POLLOUT is armed again next pass if still wanted.
     delivered_out: std.ArrayListUnmanaged(Pending) = .{},
+    /// Descriptors given a read event: reported again next pass if still readable.
+    delivered_in: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
     starved: std.ArrayListUnmanaged(Pending) = .{},
     listen_fd: i32 = -1,
@@ -174,6 +181,7 @@ pub const Uring = struct {
         allocator.free(self.slots);
         self.queue.deinit(allocator);
         self.delivered_out.deinit(allocator);
+        self.delivered_in.deinit(allocator);
         self.starved.deinit(allocator);
         allocator.destroy(self);
     }
@@ -323,7 +331,7 @@ pub const Uring = struct {
         if (readable and !s.want_read) {
             s.want_read = true;
             self.armRecv(fd_, s);
-            if (s.held_head != no_buf or s.eof or s.err != 0) self.queueRead(fd_, s);
+            if (hasInput(s)) self.queueRead(fd_, s);
         } else if (!readable and s.want_read) {
             s.want_read = false;
             self.cancelRecv(fd_, s);
@@ -436,14 +444,20 @@ pub const Uring = struct {
             }
         }
         if (n > 0) {
-            // Level-triggered: what did not fit is reported again next pass.
-            if (s.held_head != no_buf and s.want_read) self.queueRead(fd_, s);
+            // Level-triggered: what did not fit, or the end of the stream (or an error)
+            // that came behind these bytes, is reported again next pass.
+            if (hasInput(s) and s.want_read) self.queueRead(fd_, s);
             return .{ .ok = n };
         }
         if (s.err != 0) return .{ .err = @enumFromInt(s.err) };
         if (s.eof) return .{ .ok = 0 };
         if (s.want_read and !s.recv_armed) self.armRecv(fd_, s);
         return .{ .err = .AGAIN };
+    }
+
+    /// Something waits for `recv`: held bytes, the end of the stream, or an error.
+    fn hasInput(s: *const Slot) bool {
+        return s.held_head != no_buf or s.eof or s.err != 0;
     }
 
     /// A full socket arms POLLOUT for a connection that wants to write (and may not
@@ -498,6 +512,13 @@ pub const Uring = struct {
             if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
         }
         self.delivered_out.clearRetainingCapacity();
+        // Level-triggered reads: a connection that did not take everything (it read from a
+        // buffer of its own, or stopped at a limit) hears of the rest again.
+        for (self.delivered_in.items) |p| {
+            const s = &self.slots[@intCast(p.fd)];
+            if (s.gen == p.gen and s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
+        }
+        self.delivered_in.clearRetainingCapacity();
         if (self.starved.items.len != 0 and self.buffers_free > 0) {
             for (self.starved.items) |p| {
                 const s = &self.slots[@intCast(p.fd)];
@@ -549,6 +570,9 @@ pub const Uring = struct {
     }
 
     fn fill(self: *Uring, events: []Event) usize {
+        // Room for every read event of the batch up front: one that missed the list could
+        // leave its connection waiting for a completion that will not come.
+        self.delivered_in.ensureUnusedCapacity(allocator, events.len) catch {};
         var n: usize = 0;
         var i: usize = 0;
         while (i < self.queue.items.len and n < events.len) : (i += 1) {
@@ -570,6 +594,7 @@ pub const Uring = struct {
                 .read => {
                     s.queued_read = false;
                     if (!s.want_read) continue;
+                    self.delivered_in.append(allocator, p) catch {};
                     events[n] = .{ .token = @as(usize, s.token), .readable = true, .writable = false, .hangup = false };
                 },
                 .write => {
