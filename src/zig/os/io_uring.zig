@@ -530,6 +530,18 @@ pub const Uring = struct {
 
     /// Submits the queued work, collects completions, and fills `events` (never blocks).
     pub fn wait(self: *Uring, events: []Event) usize {
+        return self.waitFor(events, false);
+    }
+
+    /// `wait` at the end of a pass: only the `sent` events are handed out (their streams
+    /// finish in this pass); the rest wait for the next pass's `wait`, where epoll would
+    /// report them too. A request read here would reach its app only after that next
+    /// `wait`, behind events that came after it (a client's end of stream).
+    pub fn waitSent(self: *Uring, events: []Event) usize {
+        return self.waitFor(events, true);
+    }
+
+    fn waitFor(self: *Uring, events: []Event, sent_only: bool) usize {
         self.in_wait = true;
         defer self.in_wait = false;
         // A system call only when there is something for the kernel to do: entries to
@@ -544,7 +556,7 @@ pub const Uring = struct {
             for (cqes[0..n]) |cqe| self.complete(cqe);
             if (n < cqes.len) break;
         }
-        return self.fill(events);
+        return self.fill(events, sent_only);
     }
 
     /// Task work (completions to post) waits, or completions overflowed the queue and wait
@@ -569,7 +581,8 @@ pub const Uring = struct {
         return self.queue.items.len != 0;
     }
 
-    fn fill(self: *Uring, events: []Event) usize {
+    fn fill(self: *Uring, events: []Event, sent_only: bool) usize {
+        if (sent_only) return self.fillSent(events);
         // Room for every read event of the batch up front: one that missed the list could
         // leave its connection waiting for a completion that will not come.
         self.delivered_in.ensureUnusedCapacity(allocator, events.len) catch {};
@@ -611,6 +624,23 @@ pub const Uring = struct {
         const rest = self.queue.items.len - i;
         std.mem.copyForwards(Pending, self.queue.items[0..rest], self.queue.items[i..]);
         self.queue.shrinkRetainingCapacity(rest);
+        return n;
+    }
+
+    /// The `sent` events only; everything else stays queued, in order.
+    fn fillSent(self: *Uring, events: []Event) usize {
+        var n: usize = 0;
+        var kept: usize = 0;
+        for (self.queue.items) |p| {
+            if (p.kind == .sent and n < events.len) {
+                events[n] = .{ .token = p.token, .readable = false, .writable = false, .hangup = false, .sent = true, .result = p.result };
+                n += 1;
+            } else {
+                self.queue.items[kept] = p;
+                kept += 1;
+            }
+        }
+        self.queue.shrinkRetainingCapacity(kept);
         return n;
     }
 
