@@ -179,10 +179,6 @@ def test_ws_text_message_is_echoed(node, transport):
     assert node("ws-text", transport)["text"] == "hello ünïcødé ✓ 𝄞"
 
 
-# Open: on io_uring, a WebSocket message over TLS larger than about one TLS record waits
-# for the server's ping timer (an io_uring + TLS read path bug, also seen with `websockets`).
-@pytest.mark.xfail(os.environ.get("ZIGCORN_IO_BACKEND") == "io_uring", strict=False,
-                   reason="io_uring + TLS: large WebSocket messages wait for the ping timer (open engine bug)")
 @pytest.mark.parametrize("transport", WS_TRANSPORTS)
 def test_ws_one_mebibyte_binary_message_is_echoed(node, transport):
     """The client compares the bytes; its SHA-256 says what came back."""

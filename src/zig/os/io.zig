@@ -241,4 +241,15 @@ pub const Backend = struct {
         const rc = linux.epoll_wait(self.fd, &batch.raw, batch.raw.len, timeout_ms);
         batch.len = if (sys.E.init(rc) == .SUCCESS) rc else 0;
     }
+
+    /// io_uring, at the end of a pass: only the completed `sendAsync`s (`Uring.waitSent`);
+    /// epoll has none.
+    pub fn waitSent(self: *Backend, batch: *Batch) void {
+        const u = self.uring orelse {
+            batch.len = 0;
+            return;
+        };
+        batch.completions = true;
+        batch.len = u.waitSent(&batch.events);
+    }
 };

@@ -6,6 +6,11 @@
 //!   in their ring buffer ("held") until the connection's `recv` copies them into its own
 //!   read buffer, in the same pass as a rule; the ring buffer then goes straight back.
 //!   `recv` keeps its meaning: "give me what is there", `.AGAIN` when nothing is.
+//!   Readability is level-triggered, as epoll's: a connection given a read event whose
+//!   slot still has something to read after the pass (held bytes it did not take, or the
+//!   end of the stream or an error behind the bytes it took) gets the event again next
+//!   pass, whether or not it called `recv` (a TLS read served from OpenSSL's own buffer
+//!   does not), since no completion will come for what is already here.
 //! - **Readiness the connection still needs**: a connection that stops reading has its
 //!   receive cancelled and a one-shot poll for the peer's hang-up armed instead (the app
 //!   must still see `http.disconnect`); a connection that waits to write gets a one-shot
@@ -111,6 +116,8 @@ pub const Uring = struct {
     queue: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors given a writable event: POLLOUT is armed again next pass if still wanted.
     delivered_out: std.ArrayListUnmanaged(Pending) = .{},
+    /// Descriptors given a read event: reported again next pass if still readable.
+    delivered_in: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
     starved: std.ArrayListUnmanaged(Pending) = .{},
     listen_fd: i32 = -1,
@@ -174,6 +181,7 @@ pub const Uring = struct {
         allocator.free(self.slots);
         self.queue.deinit(allocator);
         self.delivered_out.deinit(allocator);
+        self.delivered_in.deinit(allocator);
         self.starved.deinit(allocator);
         allocator.destroy(self);
     }
@@ -323,7 +331,7 @@ pub const Uring = struct {
         if (readable and !s.want_read) {
             s.want_read = true;
             self.armRecv(fd_, s);
-            if (s.held_head != no_buf or s.eof or s.err != 0) self.queueRead(fd_, s);
+            if (hasInput(s)) self.queueRead(fd_, s);
         } else if (!readable and s.want_read) {
             s.want_read = false;
             self.cancelRecv(fd_, s);
@@ -436,14 +444,20 @@ pub const Uring = struct {
             }
         }
         if (n > 0) {
-            // Level-triggered: what did not fit is reported again next pass.
-            if (s.held_head != no_buf and s.want_read) self.queueRead(fd_, s);
+            // Level-triggered: what did not fit, or the end of the stream (or an error)
+            // that came behind these bytes, is reported again next pass.
+            if (hasInput(s) and s.want_read) self.queueRead(fd_, s);
             return .{ .ok = n };
         }
         if (s.err != 0) return .{ .err = @enumFromInt(s.err) };
         if (s.eof) return .{ .ok = 0 };
         if (s.want_read and !s.recv_armed) self.armRecv(fd_, s);
         return .{ .err = .AGAIN };
+    }
+
+    /// Something waits for `recv`: held bytes, the end of the stream, or an error.
+    fn hasInput(s: *const Slot) bool {
+        return s.held_head != no_buf or s.eof or s.err != 0;
     }
 
     /// A full socket arms POLLOUT for a connection that wants to write (and may not
@@ -498,6 +512,13 @@ pub const Uring = struct {
             if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
         }
         self.delivered_out.clearRetainingCapacity();
+        // Level-triggered reads: a connection that did not take everything (it read from a
+        // buffer of its own, or stopped at a limit) hears of the rest again.
+        for (self.delivered_in.items) |p| {
+            const s = &self.slots[@intCast(p.fd)];
+            if (s.gen == p.gen and s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
+        }
+        self.delivered_in.clearRetainingCapacity();
         if (self.starved.items.len != 0 and self.buffers_free > 0) {
             for (self.starved.items) |p| {
                 const s = &self.slots[@intCast(p.fd)];
@@ -509,6 +530,18 @@ pub const Uring = struct {
 
     /// Submits the queued work, collects completions, and fills `events` (never blocks).
     pub fn wait(self: *Uring, events: []Event) usize {
+        return self.waitFor(events, false);
+    }
+
+    /// `wait` at the end of a pass: only the `sent` events are handed out (their streams
+    /// finish in this pass); the rest wait for the next pass's `wait`, where epoll would
+    /// report them too. A request read here would reach its app only after that next
+    /// `wait`, behind events that came after it (a client's end of stream).
+    pub fn waitSent(self: *Uring, events: []Event) usize {
+        return self.waitFor(events, true);
+    }
+
+    fn waitFor(self: *Uring, events: []Event, sent_only: bool) usize {
         self.in_wait = true;
         defer self.in_wait = false;
         // A system call only when there is something for the kernel to do: entries to
@@ -523,7 +556,7 @@ pub const Uring = struct {
             for (cqes[0..n]) |cqe| self.complete(cqe);
             if (n < cqes.len) break;
         }
-        return self.fill(events);
+        return self.fill(events, sent_only);
     }
 
     /// Task work (completions to post) waits, or completions overflowed the queue and wait
@@ -548,7 +581,11 @@ pub const Uring = struct {
         return self.queue.items.len != 0;
     }
 
-    fn fill(self: *Uring, events: []Event) usize {
+    fn fill(self: *Uring, events: []Event, sent_only: bool) usize {
+        if (sent_only) return self.fillSent(events);
+        // Room for every read event of the batch up front: one that missed the list could
+        // leave its connection waiting for a completion that will not come.
+        self.delivered_in.ensureUnusedCapacity(allocator, events.len) catch {};
         var n: usize = 0;
         var i: usize = 0;
         while (i < self.queue.items.len and n < events.len) : (i += 1) {
@@ -570,6 +607,7 @@ pub const Uring = struct {
                 .read => {
                     s.queued_read = false;
                     if (!s.want_read) continue;
+                    self.delivered_in.append(allocator, p) catch {};
                     events[n] = .{ .token = @as(usize, s.token), .readable = true, .writable = false, .hangup = false };
                 },
                 .write => {
@@ -586,6 +624,23 @@ pub const Uring = struct {
         const rest = self.queue.items.len - i;
         std.mem.copyForwards(Pending, self.queue.items[0..rest], self.queue.items[i..]);
         self.queue.shrinkRetainingCapacity(rest);
+        return n;
+    }
+
+    /// The `sent` events only; everything else stays queued, in order.
+    fn fillSent(self: *Uring, events: []Event) usize {
+        var n: usize = 0;
+        var kept: usize = 0;
+        for (self.queue.items) |p| {
+            if (p.kind == .sent and n < events.len) {
+                events[n] = .{ .token = p.token, .readable = false, .writable = false, .hangup = false, .sent = true, .result = p.result };
+                n += 1;
+            } else {
+                self.queue.items[kept] = p;
+                kept += 1;
+            }
+        }
+        self.queue.shrinkRetainingCapacity(kept);
         return n;
     }
 

@@ -650,3 +650,112 @@ test "h2 output: with the connection window shut, a new stream's HEADERS still g
     try testing.expect(seen.ended[1] and seen.ended[3]);
     try testing.expectEqual(@as(u32, 0), f.server.streams);
 }
+
+// ---- io_uring: reads are level-triggered, as on epoll ------------------------------------
+//
+// These run on io_uring whatever ZIGCORN_IO_BACKEND says (skipped where the kernel refuses
+// it): a completion comes once, so whatever is already in the ring when a connection stops
+// reading must be reported again by the backend itself, or never.
+
+const uring_mod = @import("../os/io_uring.zig");
+
+/// A fixture whose server runs on io_uring; skipped where the server fell back to epoll.
+fn uringFixture() !Fixture {
+    var opts = testOptions();
+    opts.io.kind = .io_uring;
+    var f = try Fixture.initWith(opts);
+    if (f.server.io.uring == null) {
+        f.deinit();
+        return error.SkipZigTest;
+    }
+    return f;
+}
+
+/// The bytes and the end of the stream, both written before the server reads either (a
+/// half-close: the server's own writes still go through).
+fn sendThenHalfClose(f: *Fixture, bytes: []const u8) !void {
+    try testing.expectEqual(bytes.len, sys.writev(f.client, &.{.{ .base = bytes.ptr, .len = bytes.len }}).ok);
+    sys.shutdownWrite(f.client);
+}
+
+test "io_uring: an HTTP/2 client that half-closes right after its last bytes is seen gone" {
+    var f = try uringFixture();
+    defer f.deinit();
+    var buf: [256]u8 = undefined;
+    var request: [256]u8 = undefined;
+    var len: usize = 0;
+    for ([_][]const u8{ h2.preface, &[_]u8{ 0, 0, 0, 4, 0, 0, 0, 0, 0 }, frame(&buf, 1, 0x5, 1, &get_block) }) |part| {
+        @memcpy(request[len..][0..part.len], part);
+        len += part.len;
+    }
+    try sendThenHalfClose(&f, request[0..len]);
+    for (0..10) |_| f.server.poll();
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    const st = rec.requests[0];
+    // The end of the stream came behind the request's last bytes: it closes the connection.
+    try testing.expect(st.gone());
+    st.finish();
+    f.server.poll();
+    try testing.expectEqual(@as(u32, 0), f.server.connections);
+}
+
+test "io_uring: a head cut short by the client's end of stream closes the connection at once" {
+    var f = try uringFixture();
+    defer f.deinit();
+    try sendThenHalfClose(&f, "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (0..10) |_| f.server.poll();
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    // Not after the header timeout (30 s here): now.
+    try testing.expectEqual(@as(u32, 0), f.server.connections);
+    try testing.expect(f.peerClosed());
+}
+
+test "io_uring backend: a read event not read from comes again; an end of stream behind the last held bytes is reported" {
+    const u = uring_mod.Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    var fds: [2]i32 = undefined;
+    try testing.expectEqual(sys.E.SUCCESS, sys.E.init(linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds)));
+    defer sys.close(fds[1]);
+    var owner: u8 = 0;
+    const token = @intFromPtr(&owner);
+    try testing.expect(u.register(fds[0], token, true, false));
+    defer u.close(fds[0]);
+    try testing.expectEqual(@as(usize, 5), sys.writev(fds[1], &.{.{ .base = "hello", .len = 5 }}).ok);
+    sys.shutdownWrite(fds[1]);
+    var events: [8]uring_mod.Event = undefined;
+    // The bytes and then the end of the stream complete into the slot.
+    var reads: usize = 0;
+    var rounds: usize = 0;
+    while (!u.slots[@intCast(fds[0])].eof) : (rounds += 1) {
+        try testing.expect(rounds < 1000);
+        reads += countReads(events[0..u.wait(&events)], token);
+        u.rearm();
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+    try testing.expect(reads >= 1);
+    // The connection did not call `recv` (a TLS read served from OpenSSL's own buffer does
+    // not): what is held is reported again, as epoll reports a socket still readable.
+    for (0..3) |_| {
+        try testing.expectEqual(@as(usize, 1), countReads(events[0..u.wait(&events)], token));
+        u.rearm();
+    }
+    // It takes the bytes, the last held: the end of the stream behind them comes next pass.
+    var buf: [64]u8 = undefined;
+    try testing.expectEqual(@as(usize, 5), u.recv(fds[0], &buf).ok);
+    u.rearm();
+    try testing.expectEqual(@as(usize, 1), countReads(events[0..u.wait(&events)], token));
+    try testing.expectEqual(@as(usize, 0), u.recv(fds[0], &buf).ok);
+    // Nothing else is there, but the end of the stream stays readable (level-triggered).
+    u.rearm();
+    try testing.expectEqual(@as(usize, 1), countReads(events[0..u.wait(&events)], token));
+    // A connection that stops reading hears nothing more.
+    try testing.expect(u.update(fds[0], false, false));
+    u.rearm();
+    try testing.expectEqual(@as(usize, 0), countReads(events[0..u.wait(&events)], token));
+}
+
+fn countReads(events: []const uring_mod.Event, token: usize) usize {
+    var n: usize = 0;
+    for (events) |e| n += @intFromBool(e.token == token and e.readable);
+    return n;
+}

@@ -132,15 +132,11 @@ pub fn tolerateFromEnv() void {
 /// it while it is being fixed. The four HTTP/2 ones the fuzzer found first (a
 /// WINDOW_UPDATE after GOAWAY, a reset answered with another, a bad PRIORITY that left
 /// its stream open, a panic on an empty END_STREAM over a negative window) were fixed
-/// in 776da9b and are kept by the regression tests at the end of this file.
-const KnownBug = enum {
-    /// os/io_uring.zig `Uring.recv`: the call that takes a slot's last held bytes
-    /// returns them and queues no further read event, even when the peer's end of stream
-    /// (or a receive error) arrived behind them; no completion will come again, so the
-    /// connection never learns the client is gone (until a timeout: 2 s for a lingering
-    /// close, none for an app waiting on a half-closed client). Epoll reports it.
-    io_uring_lost_eof,
-};
+/// in 776da9b and are kept by the regression tests at the end of this file; io_uring's
+/// lost end of stream behind a connection's last held bytes is fixed (its reads are
+/// level-triggered now) and kept by the io_uring tests in testing/connection_tests.zig.
+/// None is open today.
+const KnownBug = enum {};
 
 /// What the cases reached, summed over a run (the runner prints it): a generator whose
 /// cases all die early would pass without testing much.
@@ -2310,10 +2306,6 @@ pub const Case = struct {
         const srv = self.fixture.server;
         var rounds: usize = 0;
         while (srv.connections != 0 or srv.graveyard != null or rec.count > self.app.count) : (rounds += 1) {
-            if (rounds == close_rounds_max / 2 and srv.io.uring != null and srv.live != null and knownBug(.io_uring_lost_eof)) {
-                // What the lost end-of-stream event would have done.
-                srv.live.?.close();
-            }
             try check(rounds < close_rounds_max, "the connection is not freed after the client left (connections {d}, graveyard {})", .{ srv.connections, srv.graveyard != null });
             srv.poll();
             _ = srv.settleBegin();
@@ -2642,30 +2634,4 @@ test "fuzz_h2: regression: a self-dependent PRIORITY on an open stream resets it
     try std.testing.expectEqual(@as(usize, 1), seen.count(.rst_stream, 1));
     try std.testing.expectEqual(@as(usize, 0), seen.count(.data, 1));
     try std.testing.expectEqual(@as(u32, 0), f.server.streams);
-}
-
-test "fuzz_h2: regression: a client that closes right after its last bytes is seen gone (io_uring too)" {
-    // Open on io_uring (`io_uring_lost_eof`): ZIGCORN_FUZZ_TOLERATE_KNOWN=1 skips it.
-    tolerateFromEnv();
-    if (tolerate_known) return error.SkipZigTest;
-    var f = try test_server.Fixture.init();
-    defer f.deinit();
-    var buf: [128]u8 = undefined;
-    var request: Bytes = .{};
-    defer request.deinit();
-    request.append(h2.preface);
-    request.append(frameBytes(&buf, .settings, 0, 0, ""));
-    request.append(frameBytes(&buf, .headers, flag_end_stream | flag_end_headers, 1, &get_block));
-    // The last bytes and the end of the stream arrive before the server reads either (a
-    // half-close: the server's own writes still go through).
-    try std.testing.expectEqual(request.items().len, sys.writev(f.client, &.{.{ .base = request.items().ptr, .len = request.items().len }}).ok);
-    sys.shutdownWrite(f.client);
-    for (0..10) |_| f.server.poll();
-    try std.testing.expectEqual(@as(usize, 1), rec.count);
-    const st = rec.requests[0];
-    // On epoll the readable end of stream closes the connection at the next pass.
-    try std.testing.expect(st.gone());
-    st.finish();
-    f.server.poll();
-    try std.testing.expectEqual(@as(u32, 0), f.server.connections);
 }

@@ -699,11 +699,16 @@ pub const Conn = struct {
         };
     }
 
-    /// Decrypted request bytes wait in OpenSSL while we still read: writable interest
-    /// (nearly always ready) stands in for the readiness the socket no longer signals.
+    /// Decrypted input waits in OpenSSL while we still read: writable interest (nearly
+    /// always ready) stands in for the readiness the socket no longer signals. WebSocket
+    /// too: a frame header cut by a record boundary leaves the next read less room than
+    /// a record, and the rest of a message's last record would wait for the peer's next.
     fn tlsPending(self: *const Conn) bool {
         const ssl = self.session() orelse return false;
-        if (self.state != .head and self.state != .request and self.state != .h2) return false;
+        switch (self.state) {
+            .head, .request, .h2, .websocket => {},
+            .lingering, .closed => return false,
+        }
         return tls.handshakeDone(ssl) and tls.hasPending(ssl);
     }
 

@@ -807,7 +807,14 @@ pub const Server = struct {
             self.io_submit_wanted = false;
             // Sends that completed inside the submission are handled now: their streams
             // finish in this pass (and the busy poll below can start), without a wake-up.
-            if (self.io.submit() and !self.in_poll) self.poll();
+            // Only those: a request read now would reach its app after the next pass's
+            // poll, behind what came after it (a half-closed client's end of stream
+            // would close the connection before the app could answer); epoll reads it at
+            // the next pass's start, and so does this.
+            if (self.io.submit() and !self.in_poll) {
+                self.io.waitSent(&self.batch);
+                self.process();
+            }
             // Events queued outside a poll (a connection that reads again finds bytes
             // already received): the loop must come back for them.
             if (self.io.hasBacklog()) self.signalWake();
