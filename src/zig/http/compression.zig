@@ -71,6 +71,20 @@ pub const Options = struct {
         return true;
     }
 
+    /// "zstd,br,gzip": `order` as --compression spells it.
+    pub fn orderText(self: *const Options, buf: *[16]u8) []const u8 {
+        var n: usize = 0;
+        for (self.order[0..self.count], 0..) |e, i| {
+            if (i > 0) {
+                buf[n] = ',';
+                n += 1;
+            }
+            @memcpy(buf[n..][0..e.token().len], e.token());
+            n += e.token().len;
+        }
+        return buf[0..n];
+    }
+
     pub fn level(self: *const Options, e: Encoding) u8 {
         return switch (e) {
             .gzip => self.gzip_level,
@@ -450,6 +464,8 @@ test "setOrder takes each known encoding once" {
     var o = Options{};
     try testing.expect(o.setOrder("zstd, br,gzip"));
     try testing.expectEqual(@as(u8, 3), o.count);
+    var buf: [16]u8 = undefined;
+    try testing.expectEqualStrings("zstd,br,gzip", o.orderText(&buf));
     try testing.expectEqual(Encoding.zstd, o.order[0]);
     try testing.expectEqual(Encoding.gzip, o.order[2]);
     try testing.expect(o.setOrder(""));
