@@ -225,25 +225,31 @@ pub const RequestInfo = struct {
 /// the app's `headers` are the response's; the body size is checked separately
 /// (`bodyLargeEnough`) once the first body message shows it.
 pub fn decide(opts: *const Options, req: RequestInfo, status: u16, headers: []const [2][]const u8) ?Encoding {
-    if (!opts.enabled() or req.head) return null;
-    if (status < 200 or status == 204 or status == 206 or status == 304) return null;
+    if (!opts.enabled()) return null;
     const enc = choose(opts, req.accept_encoding) orelse return null;
+    return if (mayCompress(opts, req.head, status, headers)) enc else null;
+}
+
+/// Whether a response with this head may be compressed: not for HEAD, 1xx, 204, 206 and
+/// 304, nor one already encoded, ranged, marked no-transform, or of a type not listed.
+pub fn mayCompress(opts: *const Options, head: bool, status: u16, headers: []const [2][]const u8) bool {
+    if (head) return false;
+    if (status < 200 or status == 204 or status == 206 or status == 304) return false;
     var typed = false;
     for (headers) |h| {
         const name = h[0];
         if (std.ascii.eqlIgnoreCase(name, "content-encoding")) {
-            return null;
+            return false;
         } else if (std.ascii.eqlIgnoreCase(name, "content-range")) {
-            return null;
+            return false;
         } else if (std.ascii.eqlIgnoreCase(name, "cache-control")) {
-            if (noTransform(h[1])) return null;
+            if (noTransform(h[1])) return false;
         } else if (std.ascii.eqlIgnoreCase(name, "content-type")) {
-            if (!typeCompressible(opts.types, h[1])) return null;
+            if (!typeCompressible(opts.types, h[1])) return false;
             typed = true;
         }
     }
-    if (!typed) return null;
-    return enc;
+    return typed;
 }
 
 /// A one-shot body (the whole body in one message) is compressed from `min_size` up.
