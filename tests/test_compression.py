@@ -3,6 +3,7 @@ against accept-encoding with q-values; the cases never compressed; vary, ETag an
 HTTP/2 and TLS. Every compressed body is decoded and compared with the app's bytes."""
 
 import gzip
+import zlib
 import socket
 import ssl
 
@@ -127,11 +128,46 @@ def test_vary_merged_etag_weakened_length_recomputed(server):
     assert fields["etag"] == 'W/"w"'
 
 
-def test_streamed_responses_are_sent_as_they_are(server):
-    # Streaming compression is not done yet: more_body responses keep identity.
-    _, fields, body = raw_get(server, "/?chunks=4", "accept-encoding: gzip")
-    assert "content-encoding" not in fields
-    assert fields["transfer-encoding"] == "chunked"
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_streamed_responses_are_compressed_chunked(server, encoding):
+    with httpx.Client() as client:
+        with client.stream("GET", server.url + "/?chunks=5&length=1&etag=%22s%22",
+                           headers={"accept-encoding": encoding}) as r:
+            assert r.headers["content-encoding"] == encoding
+            assert r.headers["transfer-encoding"] == "chunked"
+            assert "content-length" not in r.headers
+            assert r.headers["etag"] == 'W/"s"'
+            raw = b"".join(r.iter_raw())
+    assert len(raw) < len(DOC) // 3
+    assert DECODE[encoding](raw) == DOC
+
+
+def streaming_decoder(encoding):
+    if encoding == "gzip":
+        return zlib.decompressobj(wbits=31).decompress
+    if encoding == "br":
+        return brotli.Decompressor().process
+    return zstandard.ZstdDecompressor().decompressobj().decompress
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+@pytest.mark.parametrize("http2", [False, True])
+def test_sse_events_arrive_one_by_one_compressed(start_server, encoding, http2):
+    # The app sends event N+1 only after the client acknowledged event N: without a
+    # flush per message the first event would sit in the compressor and this would hang.
+    s = start_server("sse_app:app", "--compression", encoding)
+    with httpx.Client(http2=http2, http1=not http2, timeout=10) as client:
+        with client.stream("GET", s.url + "/events", headers={"accept-encoding": encoding}) as r:
+            assert r.headers["content-encoding"] == encoding
+            decode = streaming_decoder(encoding)
+            text = ""
+            raw = r.iter_raw()
+            for n in range(3):
+                while f"data: event {n}\n\n" not in text:
+                    text += decode(next(raw)).decode()
+                assert "no ack" not in text
+                client.get(s.url + f"/ack?n={n}")
+            assert text.count("data: event") == 3
 
 
 def test_keep_alive_after_compressed_responses(server):

@@ -351,13 +351,25 @@ const ZlibApi = struct {
 const BrotliApi = struct {
     BrotliEncoderCompress: *const fn (c_int, c_int, c_int, usize, [*]const u8, *usize, [*]u8) callconv(.c) c_int,
     BrotliEncoderMaxCompressedSize: *const fn (usize) callconv(.c) usize,
+    BrotliEncoderCreateInstance: *const fn (?*anyopaque, ?*anyopaque, ?*anyopaque) callconv(.c) ?*anyopaque,
+    BrotliEncoderSetParameter: *const fn (*anyopaque, c_int, u32) callconv(.c) c_int,
+    BrotliEncoderCompressStream: *const fn (*anyopaque, c_int, *usize, *[*]const u8, *usize, *[*]u8, ?*usize) callconv(.c) c_int,
+    BrotliEncoderHasMoreOutput: *const fn (*anyopaque) callconv(.c) c_int,
+    BrotliEncoderDestroyInstance: *const fn (*anyopaque) callconv(.c) void,
 };
 
 const ZstdApi = struct {
     ZSTD_compress: *const fn ([*]u8, usize, [*]const u8, usize, c_int) callconv(.c) usize,
     ZSTD_compressBound: *const fn (usize) callconv(.c) usize,
     ZSTD_isError: *const fn (usize) callconv(.c) c_uint,
+    ZSTD_createCCtx: *const fn () callconv(.c) ?*anyopaque,
+    ZSTD_freeCCtx: *const fn (*anyopaque) callconv(.c) usize,
+    ZSTD_CCtx_setParameter: *const fn (*anyopaque, c_int, c_int) callconv(.c) usize,
+    ZSTD_compressStream2: *const fn (*anyopaque, *ZstdOut, *ZstdIn, c_int) callconv(.c) usize,
 };
+
+const ZstdOut = extern struct { dst: [*]u8, size: usize, pos: usize };
+const ZstdIn = extern struct { src: [*]const u8, size: usize, pos: usize };
 
 var zlib: ZlibApi = undefined;
 var brotli: BrotliApi = undefined;
@@ -454,6 +466,127 @@ fn gzipOnce(level: u8, input: []const u8, out: []u8) CompressError!usize {
     if (zlib.deflate(&z, 4) != 1) return error.Failed;
     return out.len - z.avail_out;
 }
+
+// ---------------------------------------------------------------------------
+// Streaming: one encoder per streamed response, flushed after every app message
+
+/// Small windows keep a streamed response's state small (the figures are for the
+/// defaults; the README has them): gzip window 2^14 with memLevel 7, about 128 KiB;
+/// brotli window 2^16, a few hundred KiB at quality 4; zstd window 2^17 with hash and
+/// chain tables of 2^15, about 0.5 MiB at level 3. Created at the first body message of
+/// a compressed streamed response, destroyed with its last: no state for idle connections.
+pub const stream_gzip_window_bits = 14;
+pub const stream_gzip_mem_level = 7;
+pub const stream_brotli_lgwin = 16;
+pub const stream_zstd_window_log = 17;
+pub const stream_zstd_table_log = 15;
+
+pub const Encoder = struct {
+    enc: Encoding,
+    z: ZStream = .{},
+    state: ?*anyopaque = null,
+
+    pub fn create(e: Encoding, level: u8) ?*Encoder {
+        if (!load(e)) return null;
+        const self = std.heap.c_allocator.create(Encoder) catch return null;
+        self.* = .{ .enc = e };
+        const ok = switch (e) {
+            .gzip => zlib.deflateInit2_(&self.z, level, 8, stream_gzip_window_bits + 16, stream_gzip_mem_level, 0, zlib.zlibVersion(), @sizeOf(ZStream)) == 0,
+            .br => blk: {
+                const st = brotli.BrotliEncoderCreateInstance(null, null, null) orelse break :blk false;
+                self.state = st;
+                // BROTLI_PARAM_QUALITY 1, BROTLI_PARAM_LGWIN 2.
+                _ = brotli.BrotliEncoderSetParameter(st, 1, level);
+                _ = brotli.BrotliEncoderSetParameter(st, 2, stream_brotli_lgwin);
+                break :blk true;
+            },
+            .zstd => blk: {
+                const cc = zstd.ZSTD_createCCtx() orelse break :blk false;
+                self.state = cc;
+                // compressionLevel 100, windowLog 101, hashLog 102, chainLog 103.
+                _ = zstd.ZSTD_CCtx_setParameter(cc, 100, level);
+                _ = zstd.ZSTD_CCtx_setParameter(cc, 101, stream_zstd_window_log);
+                _ = zstd.ZSTD_CCtx_setParameter(cc, 102, stream_zstd_table_log);
+                _ = zstd.ZSTD_CCtx_setParameter(cc, 103, stream_zstd_table_log);
+                break :blk true;
+            },
+        };
+        if (!ok) {
+            std.heap.c_allocator.destroy(self);
+            return null;
+        }
+        return self;
+    }
+
+    pub fn destroy(self: *Encoder) void {
+        switch (self.enc) {
+            .gzip => _ = zlib.deflateEnd(&self.z),
+            .br => if (self.state) |st| brotli.BrotliEncoderDestroyInstance(st),
+            .zstd => if (self.state) |cc| {
+                _ = zstd.ZSTD_freeCCtx(cc);
+            },
+        }
+        std.heap.c_allocator.destroy(self);
+    }
+
+    /// Compresses `input` and flushes (so the client can decode everything so far), or
+    /// ends the stream when `last`; the output is appended to `out`.
+    pub fn feed(self: *Encoder, allocator: std.mem.Allocator, input: []const u8, last: bool, out: *std.ArrayListUnmanaged(u8)) CompressError!void {
+        const step = 16 * 1024;
+        switch (self.enc) {
+            .gzip => {
+                if (input.len > std.math.maxInt(c_uint)) return error.Failed;
+                self.z.next_in = input.ptr;
+                self.z.avail_in = @intCast(input.len);
+                // Z_SYNC_FLUSH 2, Z_FINISH 4: done when output room is left over.
+                const flush: c_int = if (last) 4 else 2;
+                while (true) {
+                    try out.ensureUnusedCapacity(allocator, step);
+                    const room = out.unusedCapacitySlice();
+                    const give: c_uint = @intCast(@min(room.len, std.math.maxInt(c_uint)));
+                    self.z.next_out = room.ptr;
+                    self.z.avail_out = give;
+                    const r = zlib.deflate(&self.z, flush);
+                    out.items.len += give - self.z.avail_out;
+                    if (r == 1) break; // Z_STREAM_END
+                    if (r != 0 and r != -5) return error.Failed;
+                    if (self.z.avail_out != 0 and !last) break;
+                }
+            },
+            .br => {
+                const st = self.state.?;
+                var avail_in = input.len;
+                var next_in: [*]const u8 = input.ptr;
+                // BROTLI_OPERATION_FLUSH 1, BROTLI_OPERATION_FINISH 2.
+                const op: c_int = if (last) 2 else 1;
+                while (true) {
+                    try out.ensureUnusedCapacity(allocator, step);
+                    const room = out.unusedCapacitySlice();
+                    var avail_out = room.len;
+                    var next_out: [*]u8 = room.ptr;
+                    if (brotli.BrotliEncoderCompressStream(st, op, &avail_in, &next_in, &avail_out, &next_out, null) == 0) return error.Failed;
+                    out.items.len += room.len - avail_out;
+                    if (avail_in == 0 and brotli.BrotliEncoderHasMoreOutput(st) == 0) break;
+                }
+            },
+            .zstd => {
+                const cc = self.state.?;
+                var in = ZstdIn{ .src = input.ptr, .size = input.len, .pos = 0 };
+                // ZSTD_e_flush 1, ZSTD_e_end 2: the return value is what is left to write.
+                const op: c_int = if (last) 2 else 1;
+                while (true) {
+                    try out.ensureUnusedCapacity(allocator, step);
+                    const room = out.unusedCapacitySlice();
+                    var o = ZstdOut{ .dst = room.ptr, .size = room.len, .pos = 0 };
+                    const left = zstd.ZSTD_compressStream2(cc, &o, &in, op);
+                    if (zstd.ZSTD_isError(left) != 0) return error.Failed;
+                    out.items.len += o.pos;
+                    if (left == 0 and in.pos == in.size) break;
+                }
+            },
+        }
+    }
+};
 
 // ---------------------------------------------------------------------------
 // Tests
@@ -647,4 +780,31 @@ test "codecs compress, and gzip and zstd decode back" {
         defer testing.allocator.free(one);
         try testing.expect(one.len > 0);
     }
+}
+
+test "streaming encoders flush each message and end the stream" {
+    var text: [30000]u8 = undefined;
+    for (&text, 0..) |*b, i| b.* = "data: {\"tick\": 1}\n\n"[i % 18];
+    inline for (.{ Encoding.gzip, Encoding.zstd, Encoding.br }) |e| if (load(e)) {
+        const enc = Encoder.create(e, 3).?;
+        defer enc.destroy();
+        var out: std.ArrayListUnmanaged(u8) = .empty;
+        defer out.deinit(testing.allocator);
+        try enc.feed(testing.allocator, text[0..100], false, &out);
+        // The flush put out something for the first message on its own.
+        try testing.expect(out.items.len > 0);
+        const first = out.items.len;
+        try enc.feed(testing.allocator, text[100..], false, &out);
+        try enc.feed(testing.allocator, "", true, &out);
+        try testing.expect(out.items.len > first and out.items.len < text.len / 5);
+        if (e == .gzip) {
+            var in_reader = std.Io.Reader.fixed(out.items);
+            var window: [std.compress.flate.max_window_len]u8 = undefined;
+            var d = std.compress.flate.Decompress.init(&in_reader, .gzip, &window);
+            var got: std.Io.Writer.Allocating = .init(testing.allocator);
+            defer got.deinit();
+            _ = try d.reader.streamRemaining(&got.writer);
+            try testing.expectEqualSlices(u8, &text, got.written());
+        }
+    };
 }

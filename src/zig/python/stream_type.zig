@@ -34,7 +34,15 @@ const StreamObject = extern struct {
     /// whether it is the whole body (the normalized header sequence), else null.
     pending_headers: ?*Object,
     pending_trailers: bool,
+    /// `--compression` of a streamed response: its encoder (`compression.Encoder`),
+    /// from its first body message to its last.
+    encoder: ?*compression.Encoder,
 };
+
+fn dropEncoder(self: *StreamObject) void {
+    if (self.encoder) |e| e.destroy();
+    self.encoder = null;
+}
 
 pub var stream_type: ?*c.PyTypeObject = null;
 
@@ -77,6 +85,7 @@ fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
         @field(self, f) = null;
         py.xdecref(o);
     }
+    dropEncoder(self);
     return 0;
 }
 
@@ -228,7 +237,7 @@ fn startError(err: stream_mod.StartError) ?*Object {
 /// whole body and large enough (returns the compressed body, a new reference, to write
 /// in its place), else as the app gave it (returns null). Null with an exception set
 /// and `failed` true on an error.
-fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, failed: *bool) ?*Object {
+fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, more: bool, failed: *bool) ?*Object {
     const seq = self.pending_headers.?;
     self.pending_headers = null;
     defer py.decref(seq);
@@ -245,7 +254,22 @@ fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, failed: *bo
     @memcpy(local[0..shared.len], shared);
     const pairs = local[0..shared.len];
     const opts = &st.conn.server.opts.compression;
-    if (body) |data| if (compression.bodyLargeEnough(opts, data.len)) compressed: {
+    if (body != null and more) streamed: {
+        // A streamed response: compressed message by message (`streamWrite`).
+        const enc = st.compress.?;
+        var rewritten: [max_headers + 2][2][]const u8 = undefined;
+        var scratch: [compression.value_bytes_max]u8 = undefined;
+        const n = compression.rewriteHead(enc, pairs, &rewritten, &scratch) orelse break :streamed;
+        const encoder = compression.Encoder.create(enc, opts.level(enc)) orelse break :streamed;
+        st.startResponse(status, rewritten[0..n], engine.extraHeaders(), false) catch |err| {
+            encoder.destroy();
+            failed.* = true;
+            return startError(err);
+        };
+        self.encoder = encoder;
+        return null;
+    }
+    if (body) |data| if (!more and compression.bodyLargeEnough(opts, data.len)) compressed: {
         const enc = st.compress.?;
         // The codec runs without the GIL: other Python threads go on meanwhile.
         const saved = py.releaseGil();
@@ -339,12 +363,27 @@ fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     defer py.xdecref(compressed);
     if (self.pending_headers != null) {
         var failed = false;
-        compressed = startPending(self, st, if (more == 0) data else null, &failed);
+        compressed = startPending(self, st, data, more != 0, &failed);
         if (failed) return null;
         if (compressed) |obj| {
             body_obj = obj;
             data = py.bytesView(obj).?;
         }
+    }
+    if (self.encoder) |encoder| {
+        // One app message in, its compressed bytes out, flushed: each event arrives whole.
+        var out: std.ArrayListUnmanaged(u8) = .empty;
+        defer out.deinit(std.heap.c_allocator);
+        const saved = py.releaseGil();
+        const r = encoder.feed(std.heap.c_allocator, data, more == 0, &out);
+        py.takeGil(saved);
+        if (more == 0) dropEncoder(self);
+        r catch return py.runtimeError("Response compression failed.");
+        const obj = c.PyBytes_FromStringAndSize(out.items.ptr, @intCast(out.items.len)) orelse return null;
+        py.xdecref(compressed);
+        compressed = obj;
+        body_obj = obj;
+        data = py.bytesView(obj).?;
     }
     const wait = st.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
         error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.body'."),
@@ -370,7 +409,7 @@ fn streamSendFile(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const st = self.stream orelse return py.none();
     if (self.pending_headers != null) {
         var failed = false;
-        _ = startPending(self, st, null, &failed);
+        _ = startPending(self, st, null, false, &failed);
         if (failed) return null;
     }
     st.sendFile(path_buf[0..path.len :0]) catch |err| return switch (err) {
@@ -405,9 +444,10 @@ fn detach(self: *StreamObject, abort: bool) void {
     if (self.pending_headers != null) {
         // Finished after start without a body: the head goes out as it was given.
         var failed = false;
-        _ = startPending(self, st, null, &failed);
+        _ = startPending(self, st, null, false, &failed);
         if (failed) c.PyErr_Clear();
     }
+    dropEncoder(self);
     self.bytes_sent = @intCast(st.bytesSentOrQueued());
     self.stream = null;
     self.finished = true;
