@@ -470,10 +470,11 @@ fn gzipOnce(level: u8, input: []const u8, out: []u8) CompressError!usize {
 // ---------------------------------------------------------------------------
 // Streaming: one encoder per streamed response, flushed after every app message
 
-/// Small windows keep a streamed response's state small (the figures are for the
-/// defaults; the README has them): gzip window 2^14 with memLevel 7, about 128 KiB;
-/// brotli window 2^16, a few hundred KiB at quality 4; zstd window 2^17 with hash and
-/// chain tables of 2^15, about 0.5 MiB at level 3. Created at the first body message of
+/// Small windows keep a streamed response's state small (resident per encoder after one
+/// 8 KiB message, at the default levels; the README has them): gzip window 2^14 with
+/// memLevel 7, 128 KiB allocated (about 85 KiB touched); brotli window 2^16, about
+/// 560 KiB at quality 4; zstd window 2^17 with hash and chain tables of 2^15, about
+/// 320 KiB at level 3. Created at the first body message of
 /// a compressed streamed response, destroyed with its last: no state for idle connections.
 pub const stream_gzip_window_bits = 14;
 pub const stream_gzip_mem_level = 7;
