@@ -98,6 +98,11 @@ def test_never_compressed(server, target):
         assert int(fields["content-length"]) == len(body)
 
 
+def test_several_accept_encoding_fields_are_one_list(server):
+    _, fields, body = raw_get(server, "/", "accept-encoding: deflate", "accept-encoding: gzip")
+    assert fields["content-encoding"] == "gzip" and gzip.decompress(body) == DOC
+
+
 def test_no_accept_encoding_no_compression(server):
     _, fields, body = raw_get(server, "/")
     assert "content-encoding" not in fields and body == DOC

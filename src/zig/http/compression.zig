@@ -165,7 +165,32 @@ fn parseAccept(value: []const u8) Accept {
 /// named. Identity is always acceptable to us as the fallback (no 406).
 pub fn choose(opts: *const Options, value: ?[]const u8) ?Encoding {
     const v = value orelse return null;
-    const acc = parseAccept(v);
+    return chooseFrom(opts, parseAccept(v));
+}
+
+/// `choose` over every accept-encoding field of a request (`headers` has lower-case
+/// `name` and `value`): several fields are one comma list (RFC 9110 5.3).
+pub fn chooseFields(opts: *const Options, headers: anytype) ?Encoding {
+    var acc = Accept{};
+    var seen = false;
+    for (headers) |h| {
+        if (!std.mem.eql(u8, h.name, "accept-encoding")) continue;
+        seen = true;
+        const one = parseAccept(h.value);
+        for (&acc.q, one.q) |*have, got| have.* = maxQ(have.*, got);
+        acc.star = maxQ(acc.star, one.star);
+        acc.identity = maxQ(acc.identity, one.identity);
+    }
+    return if (seen) chooseFrom(opts, acc) else null;
+}
+
+fn maxQ(a: ?u16, b: ?u16) ?u16 {
+    if (a == null) return b;
+    if (b == null) return a;
+    return @max(a.?, b.?);
+}
+
+fn chooseFrom(opts: *const Options, acc: Accept) ?Encoding {
     var best: ?Encoding = null;
     var best_q: u16 = 0;
     for (opts.order[0..opts.count]) |e| {
@@ -654,6 +679,17 @@ test "choose: server order breaks ties, the client's q decides" {
     try testing.expectEqual(@as(?Encoding, .gzip), choose(&g, "br, *;q=0.1"));
     const off = Options{};
     try testing.expectEqual(@as(?Encoding, null), choose(&off, "gzip"));
+}
+
+test "chooseFields merges several accept-encoding fields" {
+    const o = testOpts("zstd,br,gzip");
+    const H = struct { name: []const u8, value: []const u8 };
+    const two = [_]H{ .{ .name = "accept-encoding", .value = "gzip" }, .{ .name = "x", .value = "zstd" }, .{ .name = "accept-encoding", .value = "br;q=0.5" } };
+    try testing.expectEqual(@as(?Encoding, .gzip), chooseFields(&o, &two));
+    const none = [_]H{.{ .name = "accept", .value = "*/*" }};
+    try testing.expectEqual(@as(?Encoding, null), chooseFields(&o, &none));
+    const forbid = [_]H{ .{ .name = "accept-encoding", .value = "zstd;q=0" }, .{ .name = "accept-encoding", .value = "zstd, br;q=0.2" } };
+    try testing.expectEqual(@as(?Encoding, .zstd), chooseFields(&o, &forbid));
 }
 
 test "content types" {

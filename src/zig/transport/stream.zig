@@ -218,12 +218,7 @@ pub const Stream = struct {
         if (opts.request_id_header.len > 0 or opts.trace_context) {
             req.added = tracing.prepare(opts, req.headers, &self.request_id);
         }
-        if (srv.opts.compression.enabled()) {
-            for (req.headers) |h| if (std.mem.eql(u8, h.name, "accept-encoding")) {
-                self.compress = compression.choose(&srv.opts.compression, h.value);
-                break;
-            };
-        }
+        if (srv.opts.compression.enabled()) self.compress = compression.chooseFields(&srv.opts.compression, req.headers);
         return srv.rateLimited(&self.conn.peer, req.headers);
     }
 
