@@ -237,3 +237,15 @@ def test_custom_types(start_server):
     assert "content-encoding" not in fields
     _, fields, body = raw_get(s, "/?type=image/png", "accept-encoding: gzip")
     assert fields["content-encoding"] == "gzip" and gzip.decompress(body) == DOC
+
+
+@pytest.mark.parametrize("target", ["/?raise=1", "/?nobody=1"])
+def test_held_back_head_ends_as_without_compression(server, start_server, target):
+    # The head of a compressible response waits for its first body message; an app that
+    # fails or returns before one gets what it would get without --compression.
+    plain = start_server("compress_app:app")
+    got = raw_get(server, target, "accept-encoding: gzip")
+    want = raw_get(plain, target, "accept-encoding: gzip")
+    assert got[0] == want[0]
+    assert got[2] == want[2]
+    assert "content-encoding" not in got[1]

@@ -26,6 +26,10 @@ async def app(scope, receive, send):
         headers.append((b"content-length", str(len(body)).encode()))
     status = int(q.get("status", 200))
     await send({"type": "http.response.start", "status": status, "headers": headers})
+    if "raise" in q:
+        raise RuntimeError("failed after the response started")
+    if "nobody" in q:
+        return
     if "chunks" in q:
         n = int(q["chunks"])
         step = len(body) // n + 1
