@@ -58,6 +58,12 @@ NON_DEFAULT = {
     "trace_context": True,
     "server_timing": True,
     "tcp_nodelay": False,
+    "compression": "gzip,br",
+    "compression_min_size": 10,
+    "compression_gzip_level": 1,
+    "compression_brotli_level": 1,
+    "compression_zstd_level": 1,
+    "compression_types": "text/html",
     "tcp_keepalive_idle": 30,
     "tcp_keepalive_interval": 5,
     "tcp_keepalive_count": 3,
@@ -120,6 +126,12 @@ def expected(config: Config) -> dict:
         "limit_request_burst": (config.limit_request_burst or config.limit_request_rate or 0)
         if config.limit_request_rate else 0,
         "limit_request_table": config.limit_request_table,
+        "compression": ",".join(config.compression),
+        "compression_min_size": config.compression_min_size,
+        "compression_gzip_level": config.compression_gzip_level,
+        "compression_brotli_level": config.compression_brotli_level,
+        "compression_zstd_level": config.compression_zstd_level,
+        "compression_types": ",".join(config.compression_types),
     }
 
 

@@ -20,6 +20,7 @@ test {
     _ = @import("http/response.zig");
     _ = @import("http/tracing.zig");
     _ = @import("http/rate_limit.zig");
+    _ = @import("http/compression.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http1/session.zig");

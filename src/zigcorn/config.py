@@ -129,6 +129,10 @@ _SECONDS_MAX = 10**9
 METRICS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 METRICS_BUCKETS_MAX = 24
 
+# What --compression offers, and the content types compressed unless --compression-types says otherwise.
+COMPRESSION_ENCODINGS = ("zstd", "br", "gzip")
+COMPRESSION_TYPES = ("text/*,application/json,application/javascript,application/x-javascript,application/xml,"
+                     "image/svg+xml,application/wasm")
 _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # Server
@@ -205,6 +209,20 @@ SETTINGS: tuple[Setting, ...] = (
     _S("http", "auto", "HTTP/1.1 implementation; every choice is the engine's own parser (uvicorn's names)", "HTTP",
        choices=HTTP_CHOICES, note="zigcorn parses HTTP in its engine: a protocol class cannot be given"),
     _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
+    _S("compression", None, "compress responses with these encodings, in the server's order of preference "
+       "(a comma list of zstd, br, gzip), chosen against the request's accept-encoding", "Compression",
+       metavar="LIST", shown="off"),
+    _S("compression_min_size", 1024, "a one-shot response body smaller than this is sent as it is", "Compression",
+       type=int, metavar="BYTES", low=0, high=_U32),
+    _S("compression_gzip_level", 6, "gzip level (1 fastest .. 9 smallest)", "Compression", type=int, metavar="N",
+       low=1, high=9),
+    _S("compression_brotli_level", 4, "brotli quality (0 fastest .. 11 smallest)", "Compression", type=int,
+       metavar="N", low=0, high=11),
+    _S("compression_zstd_level", 3, "zstd level (1 fastest .. 19 smallest)", "Compression", type=int, metavar="N",
+       low=1, high=19),
+    _S("compression_types", COMPRESSION_TYPES, "content types compressed (a comma list; type/* matches a whole "
+       "type; +json and +xml suffixes always match)", "Compression", metavar="LIST", shown="text/*, json, "
+       "js, xml, svg, wasm"),
     _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
        type=int, metavar="N", low=1, high=2**31 - 1),
     _S("io_backend", None, "how the engine waits for sockets: epoll, io_uring (falls back to epoll where the "
@@ -410,6 +428,8 @@ class Config:
 
             self.access_format = AccessFormat(self.access_log_format)
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
+        self.compression = _compression_list(self.compression)
+        self.compression_types = _compression_types(self.compression_types)
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
         self.ssl_keyfile = os.fspath(ssl_keyfile) if ssl_keyfile is not None else None
@@ -556,6 +576,12 @@ class Config:
             "ws_ping_interval": float(self.ws_ping_interval or 0),
             "ws_ping_timeout": float(self.ws_ping_timeout if self.ws_ping_timeout is not None else _SECONDS_MAX),
             "ws_per_message_deflate": self.ws_per_message_deflate,
+            "compression": ",".join(self.compression),
+            "compression_min_size": self.compression_min_size,
+            "compression_gzip_level": self.compression_gzip_level,
+            "compression_brotli_level": self.compression_brotli_level,
+            "compression_zstd_level": self.compression_zstd_level,
+            "compression_types": ",".join(self.compression_types),
             "ssl_certfile": None,
             **self.engine_tls_options(),
         }
@@ -755,6 +781,34 @@ def _check_networks(entries: list[str]) -> None:
             raise ValueError(
                 f"forwarded_allow_ips: {entry!r} is not an IP address, a CIDR network, '*' or 'unix:'"
             ) from None
+
+
+def _comma_items(value) -> list[str]:
+    return [item.strip().lower() for item in _as_list(value) for item in item.split(",") if item.strip()]
+
+
+def _compression_list(value) -> list[str]:
+    """--compression: the encodings in the server's order, each once; empty is off."""
+    names = _comma_items(value)
+    for name in names:
+        if name not in COMPRESSION_ENCODINGS:
+            raise ValueError(f"compression takes {', '.join(COMPRESSION_ENCODINGS)}, not {name!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"compression names an encoding twice: {value!r}")
+    return names
+
+
+def _compression_types(value) -> list[str]:
+    """--compression-types: media types (type/subtype or type/*), without parameters."""
+    types = _comma_items(value)
+    for t in types:
+        main, _, sub = t.partition("/")
+        if not main or not sub or any(ch not in _TOKEN_CHARS for ch in main + sub.replace("*", "")) \
+                or ("*" in sub and sub != "*"):
+            raise ValueError(f"compression_types must be media types like text/html or text/*, not {t!r}")
+    if len(",".join(types)) > 4096:
+        raise ValueError("compression_types is longer than 4096 bytes")
+    return types
 
 
 def _as_list(value: Sequence[str] | str | None) -> list[str]:

@@ -43,6 +43,8 @@ pub const EngineObjectCore = struct {
     request_id_header: ?*Object = null,
     /// --hsts's header value (a str), held while the server runs.
     hsts: ?*Object = null,
+    /// --compression-types (a str), held while the server runs.
+    compression_types: ?*Object = null,
 
     pub fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -118,7 +120,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setCompression(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -164,6 +166,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.health_path);
         py.xdecref(self.request_id_header);
         py.xdecref(self.hsts);
+        py.xdecref(self.compression_types);
         eo.core = null;
         allocator.destroy(self);
     }

@@ -7,6 +7,7 @@ const Object = py.Object;
 const server_mod = @import("../transport/server.zig");
 const scope = @import("scope.zig");
 const response = @import("../http/response.zig");
+const compression = @import("../http/compression.zig");
 const metrics = @import("../http/metrics.zig");
 const io = @import("../os/io.zig");
 const uring = @import("../os/io_uring.zig");
@@ -200,6 +201,37 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
     return true;
 }
 
+/// compression ("zstd,br,gzip" or ""), its levels, minimum size and content types. Every
+/// encoding asked for must load (its library is opened here), else ValueError naming it.
+pub fn setCompression(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    const list = py.strView(required(opts, "compression") orelse return false) orelse return false;
+    var o = compression.Options{
+        .min_size = optInt(opts, "compression_min_size", u64, 0, std.math.maxInt(u32)) orelse return false,
+        .gzip_level = optInt(opts, "compression_gzip_level", u8, 1, 9) orelse return false,
+        .brotli_level = optInt(opts, "compression_brotli_level", u8, 0, 11) orelse return false,
+        .zstd_level = optInt(opts, "compression_zstd_level", u8, 1, 19) orelse return false,
+    };
+    if (!o.setOrder(list)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "compression must be a comma list of zstd, br and gzip, each at most once");
+        return false;
+    }
+    const types = required(opts, "compression_types") orelse return false;
+    const text = py.strView(types) orelse return false;
+    if (text.len > 4096) {
+        c.PyErr_SetString(c.PyExc_ValueError, "compression_types is longer than 4096 bytes");
+        return false;
+    }
+    if (compression.loadAll(&o)) |missing| {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "compression %s needs %s, which cannot be loaded", missing.token().ptr, compression.libraryName(missing).ptr);
+        return false;
+    }
+    py.incref(types);
+    self.compression_types = types;
+    o.types = text;
+    out.compression = o;
+    return true;
+}
+
 /// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
 /// (proxy headers off).
 pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
@@ -357,6 +389,10 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "limit_request_rate", s.opts.rate_limit.rate },
         .{ "limit_request_burst", s.opts.rate_limit.burst },
         .{ "limit_request_table", s.opts.rate_limit.table_entries },
+        .{ "compression_min_size", s.opts.compression.min_size },
+        .{ "compression_gzip_level", s.opts.compression.gzip_level },
+        .{ "compression_brotli_level", s.opts.compression.brotli_level },
+        .{ "compression_zstd_level", s.opts.compression.zstd_level },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
@@ -381,12 +417,15 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "root_path", self.info.root_path_utf8 },
         .{ "request_id_header", s.opts.tracing.request_id_header },
         .{ "hsts", s.opts.hsts },
+        .{ "compression_types", s.opts.compression.types },
         // What was asked for (`Engine.backend()` says what serves).
         .{ "io_backend", @tagName(s.opts.io.kind) },
     };
     inline for (strs) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.str(f[1]))) return fail(d);
     }
+    var order: [16]u8 = undefined;
+    if (!py.dictSetSteal(d, py.intern("compression") orelse return fail(d), py.str(s.opts.compression.orderText(&order)))) return fail(d);
     return d;
 }
 

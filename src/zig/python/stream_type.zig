@@ -11,6 +11,8 @@ const scope = @import("scope.zig");
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig");
+const compression = @import("../http/compression.zig");
+const response = @import("../http/response.zig");
 const engine_mod = @import("engine.zig");
 const EngineObjectCore = engine_mod.EngineObjectCore;
 const asEngine = engine_mod.asEngine;
@@ -28,7 +30,19 @@ const StreamObject = extern struct {
     bytes_sent: c_longlong,
     body_final: bool,
     finished: bool,
+    /// `--compression`: a response head held back until its first body message shows
+    /// whether it is the whole body (the normalized header sequence), else null.
+    pending_headers: ?*Object,
+    pending_trailers: bool,
+    /// `--compression` of a streamed response: its encoder (`compression.Encoder`),
+    /// from its first body message to its last.
+    encoder: ?*compression.Encoder,
 };
+
+fn dropEncoder(self: *StreamObject) void {
+    if (self.encoder) |e| e.destroy();
+    self.encoder = null;
+}
 
 pub var stream_type: ?*c.PyTypeObject = null;
 
@@ -55,7 +69,7 @@ fn streamDealloc(self_obj: ?*Object) callconv(.c) void {
 fn streamTraverse(self_obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c) c_int {
     const self = asStream(self_obj);
     const v = visit.?;
-    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter", "pending_headers" }) |f| {
         if (@field(self, f)) |o| {
             const r = v(o, arg);
             if (r != 0) return r;
@@ -66,11 +80,12 @@ fn streamTraverse(self_obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) call
 
 fn streamClear(self_obj: ?*Object) callconv(.c) c_int {
     const self = asStream(self_obj);
-    inline for (.{ "engine", "scope", "read_waiter", "write_waiter" }) |f| {
+    inline for (.{ "engine", "scope", "read_waiter", "write_waiter", "pending_headers" }) |f| {
         const o = @field(self, f);
         @field(self, f) = null;
         py.xdecref(o);
     }
+    dropEncoder(self);
     return 0;
 }
 
@@ -192,13 +207,95 @@ fn streamStart(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     const engine = asEngine(self.engine);
     self.status = status;
     const st = self.stream orelse return py.none();
-    st.startResponse(@intCast(status), pairs, engine.extraHeaders(), trailers != 0) catch |err| return switch (err) {
+    if (self.pending_headers != null) return py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'.");
+    if (st.compress != null and !st.resp_started and trailers == 0 and
+        compression.mayCompress(&st.conn.server.opts.compression, st.is_head_method, @intCast(status), pairs))
+    {
+        // Held back: the first body message decides (`startPending`). Nothing reaches
+        // the protocol yet; the header objects are immutable bytes, kept by `seq`.
+        for (pairs) |h| if (!response.validName(h[0]) or !response.validValue(h[1]))
+            return py.runtimeError("Invalid HTTP header name or value in the response.");
+        py.incref(seq.?);
+        self.pending_headers = seq;
+        self.pending_trailers = false;
+        return py.none();
+    }
+    st.startResponse(@intCast(status), pairs, engine.extraHeaders(), trailers != 0) catch |err| return startError(err);
+    return py.none();
+}
+
+fn startError(err: stream_mod.StartError) ?*Object {
+    return switch (err) {
         error.AlreadyStarted => py.runtimeError("Expected ASGI message 'http.response.body', but got 'http.response.start'."),
         error.InvalidHeader => py.runtimeError("Invalid HTTP header name or value in the response."),
         error.HeadTooLarge => py.runtimeError("Response headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the response head."),
     };
-    return py.none();
+}
+
+/// The held-back head goes to the protocol: compressed with `body` when `body` is the
+/// whole body and large enough (returns the compressed body, a new reference, to write
+/// in its place), else as the app gave it (returns null). Null with an exception set
+/// and `failed` true on an error.
+fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, more: bool, failed: *bool) ?*Object {
+    const seq = self.pending_headers.?;
+    self.pending_headers = null;
+    defer py.decref(seq);
+    const engine = asEngine(self.engine);
+    const status: u16 = @intCast(self.status);
+    var hold: ?*Object = null;
+    const shared = headerSlices(seq, &hold) orelse {
+        failed.* = true;
+        return null;
+    };
+    defer py.xdecref(hold);
+    // Off the shared scratch: another thread may use it while the GIL is released.
+    var local: [max_headers][2][]const u8 = undefined;
+    @memcpy(local[0..shared.len], shared);
+    const pairs = local[0..shared.len];
+    const opts = &st.conn.server.opts.compression;
+    if (body != null and more) streamed: {
+        // A streamed response: compressed message by message (`streamWrite`).
+        const enc = st.compress.?;
+        var rewritten: [max_headers + 2][2][]const u8 = undefined;
+        var scratch: [compression.value_bytes_max]u8 = undefined;
+        const n = compression.rewriteHead(enc, pairs, &rewritten, &scratch) orelse break :streamed;
+        const encoder = compression.Encoder.create(enc, opts.level(enc)) orelse break :streamed;
+        st.startResponse(status, rewritten[0..n], engine.extraHeaders(), false) catch |err| {
+            encoder.destroy();
+            failed.* = true;
+            return startError(err);
+        };
+        self.encoder = encoder;
+        return null;
+    }
+    if (body) |data| if (!more and compression.bodyLargeEnough(opts, data.len)) compressed: {
+        const enc = st.compress.?;
+        // The codec runs without the GIL: other Python threads go on meanwhile.
+        const saved = py.releaseGil();
+        const out = compression.compress(std.heap.c_allocator, enc, opts.level(enc), data);
+        py.takeGil(saved);
+        const bytes = out catch break :compressed;
+        defer std.heap.c_allocator.free(bytes);
+        var rewritten: [max_headers + 2][2][]const u8 = undefined;
+        var scratch: [compression.value_bytes_max]u8 = undefined;
+        const n = compression.rewriteHead(enc, pairs, &rewritten, &scratch) orelse break :compressed;
+        const obj = c.PyBytes_FromStringAndSize(bytes.ptr, @intCast(bytes.len)) orelse {
+            failed.* = true;
+            return null;
+        };
+        st.startResponse(status, rewritten[0..n], engine.extraHeaders(), false) catch |err| {
+            py.decref(obj);
+            failed.* = true;
+            return startError(err);
+        };
+        return obj;
+    };
+    st.startResponse(status, pairs, engine.extraHeaders(), self.pending_trailers) catch |err| {
+        failed.* = true;
+        return startError(err);
+    };
+    return null;
 }
 
 /// early_hint(links): a 103 Early Hints response, one `link` field per entry (bytes or str).
@@ -261,7 +358,33 @@ fn streamWrite(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t
     const more = c.PyObject_IsTrue(args[1].?);
     if (more < 0) return null;
     const st = self.stream orelse return py.boolean(false);
-    const data = py.bytesView(body_obj).?;
+    var data = py.bytesView(body_obj).?;
+    var compressed: ?*Object = null;
+    defer py.xdecref(compressed);
+    if (self.pending_headers != null) {
+        var failed = false;
+        compressed = startPending(self, st, data, more != 0, &failed);
+        if (failed) return null;
+        if (compressed) |obj| {
+            body_obj = obj;
+            data = py.bytesView(obj).?;
+        }
+    }
+    if (self.encoder) |encoder| {
+        // One app message in, its compressed bytes out, flushed: each event arrives whole.
+        var out: std.ArrayListUnmanaged(u8) = .empty;
+        defer out.deinit(std.heap.c_allocator);
+        const saved = py.releaseGil();
+        const r = encoder.feed(std.heap.c_allocator, data, more == 0, &out);
+        py.takeGil(saved);
+        if (more == 0) dropEncoder(self);
+        r catch return py.runtimeError("Response compression failed.");
+        const obj = c.PyBytes_FromStringAndSize(out.items.ptr, @intCast(out.items.len)) orelse return null;
+        py.xdecref(compressed);
+        compressed = obj;
+        body_obj = obj;
+        data = py.bytesView(obj).?;
+    }
     const wait = st.writeBody(data, more != 0, body_obj) catch |err| return switch (err) {
         error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.body'."),
         error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.body' sent, after response already completed."),
@@ -284,6 +407,11 @@ fn streamSendFile(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     @memcpy(path_buf[0..path.len], path);
     path_buf[path.len] = 0;
     const st = self.stream orelse return py.none();
+    if (self.pending_headers != null) {
+        var failed = false;
+        _ = startPending(self, st, null, false, &failed);
+        if (failed) return null;
+    }
     st.sendFile(path_buf[0..path.len :0]) catch |err| return switch (err) {
         error.NotStarted => py.runtimeError("Expected ASGI message 'http.response.start', but got 'http.response.pathsend'."),
         error.AlreadyComplete => py.runtimeError("Unexpected ASGI message 'http.response.pathsend' sent, after response already completed."),
@@ -313,6 +441,13 @@ fn streamAbort(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
 fn detach(self: *StreamObject, abort: bool) void {
     const st = self.stream orelse return;
+    if (self.pending_headers != null) {
+        // Finished after start without a body: the head goes out as it was given.
+        var failed = false;
+        _ = startPending(self, st, null, false, &failed);
+        if (failed) c.PyErr_Clear();
+    }
+    dropEncoder(self);
     self.bytes_sent = @intCast(st.bytesSentOrQueued());
     self.stream = null;
     self.finished = true;
@@ -342,7 +477,7 @@ fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object 
 fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const st = self.stream orelse return py.boolean(self.status != 0);
-    return py.boolean(st.resp_started);
+    return py.boolean(st.resp_started or self.pending_headers != null);
 }
 
 fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {

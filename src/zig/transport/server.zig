@@ -4,6 +4,7 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
+const compression = @import("../http/compression.zig");
 const tracing = @import("../http/tracing.zig");
 const per_ip = @import("per_ip.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
@@ -133,6 +134,8 @@ pub const Options = struct {
     trust: ?*const forwarded.Trust = null,
     /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
     hsts: []const u8 = "",
+    /// `--compression*` (off unless it names encodings).
+    compression: compression.Options = .{},
 };
 
 /// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies

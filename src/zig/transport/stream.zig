@@ -10,6 +10,7 @@
 //! drives it until `finish` or `abort`. After that the protocol owns it until its queued
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
+const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
 const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
@@ -133,6 +134,9 @@ pub const Stream = struct {
     method_class: u8 = 0,
     /// `--request-id-header`: the id the response carries.
     request_id: tracing.RequestId = .{},
+    /// `--compression`: the encoding the request's accept-encoding chose (the response
+    /// may still go uncompressed: `compression.mayCompress`).
+    compress: ?compression.Encoding = null,
 
     /// A fresh exchange on `conn`, for a request whose head was just parsed.
     pub fn init(conn: *Conn, protocol: Protocol) Stream {
@@ -214,6 +218,7 @@ pub const Stream = struct {
         if (opts.request_id_header.len > 0 or opts.trace_context) {
             req.added = tracing.prepare(opts, req.headers, &self.request_id);
         }
+        if (srv.opts.compression.enabled()) self.compress = compression.chooseFields(&srv.opts.compression, req.headers);
         return srv.rateLimited(&self.conn.peer, req.headers);
     }
 
