@@ -17,6 +17,7 @@ test {
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
+    _ = @import("http/static_files.zig");
     _ = @import("http/tracing.zig");
     // the protocols
     _ = @import("http1/parser.zig");

@@ -5,6 +5,7 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const tracing = @import("../http/tracing.zig");
+const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -46,6 +47,8 @@ pub const Hooks = struct {
     log: *const fn (ctx: *anyopaque, level: LogLevel, message: []const u8) void,
 
     pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
+        // --static: the engine answers what falls under a mount, the app the rest.
+        if (static_files.answer(st, req)) return true;
         return self.on_request(self.ctx, st, req);
     }
     pub fn wakeRead(self: Hooks, st: *Stream) void {
@@ -119,6 +122,8 @@ pub const Options = struct {
     io: io.Config,
     /// Request ids, trace context and server-timing (all off by default).
     tracing: tracing.Options = .{},
+    /// `--static` mounts answered by the engine (null: none); the caller owns them.
+    static: ?*const static_files.Config = null,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
