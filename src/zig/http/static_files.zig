@@ -32,6 +32,8 @@ pub const Config = struct {
     expires: ?u32 = null,
     /// `--static-dotfiles`: names starting with '.' are served too.
     dotfiles: bool = false,
+    /// How many mounts were allocated (python/options.zig frees them).
+    mounts_cap: usize = 0,
 };
 
 /// The decoded relative path past this is refused (PATH_MAX).

@@ -41,6 +41,8 @@ pub const EngineObjectCore = struct {
     health_path: ?*Object = null,
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
+    /// --static mounts (python/options.zig `setStatic`), freed after the server.
+    static_cfg: ?*@import("../http/static_files.zig").Config = null,
 
     pub fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -116,7 +118,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -161,6 +163,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.metrics_path);
         py.xdecref(self.health_path);
         py.xdecref(self.request_id_header);
+        options.freeStatic(self);
         eo.core = null;
         allocator.destroy(self);
     }
