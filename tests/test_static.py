@@ -327,3 +327,25 @@ def test_over_tls_http1_and_http2(tree, tmp_path):
                 assert client.get(f"https://localhost:{s.port}/static/out").status_code == 404
     finally:
         s.kill()
+
+
+def test_engine_answers_are_in_the_access_log(tree):
+    _, pub, _ = tree
+    s = Server("hello:app", "--static", f"/static={pub}").wait_ready()
+    try:
+        httpx.get(f"{s.url}/static/small.txt?v=1")
+        httpx.get(f"{s.url}/static/missing")
+        with httpx.Client(http1=False, http2=True) as client:
+            client.head(f"{s.url}/static/small.txt")
+        assert wait_for(lambda: '"GET /static/small.txt?v=1 HTTP/1.1" 200 19' in s.output())
+        assert wait_for(lambda: '"GET /static/missing HTTP/1.1" 404' in s.output())
+        assert wait_for(lambda: '"HEAD /static/small.txt HTTP/2" 200' in s.output())
+    finally:
+        s.kill()
+    quiet = Server("hello:app", "--static", f"/static={pub}", "--no-access-log").wait_ready()
+    try:
+        httpx.get(f"{quiet.url}/static/small.txt")
+        httpx.get(f"{quiet.url}/other")
+        assert "small.txt" not in quiet.output()
+    finally:
+        quiet.kill()

@@ -475,6 +475,8 @@ class Config:
             "static": list(self.static_mounts),
             "static_expires": self.static_expires,
             "static_dotfiles": bool(self.static_dotfiles),
+            # For the requests the engine answers itself (static files).
+            "access_log": bool(self.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             "ws": ws_on,
             "ws_max_size": self.ws_max_size,
             "ws_max_queue": self.ws_max_queue,

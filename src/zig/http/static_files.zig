@@ -420,9 +420,36 @@ pub fn answer(st: *Stream, req: *const stream_mod.Request) bool {
     const cfg = st.conn.server.opts.static orelse return false;
     if (st.isWebSocket()) return false;
     const m = match(cfg, req.path) orelse return false;
+    const srv = st.conn.server;
+    const started = if (srv.opts.access_log) sys.monotonicUs() else 0;
     serve(st, req, cfg, m.mount, m.rest);
+    if (srv.opts.access_log) logAccess(st, req, sys.monotonicUs() -| started);
     st.finish();
     return true;
+}
+
+/// The access log line the app's requests get (`zigcorn/http.py`), for an engine answer.
+fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) void {
+    var addr_buf: [64]u8 = undefined;
+    const peer = st.peer();
+    const addr = peer.format(&addr_buf);
+    var line: [1024]u8 = undefined;
+    const version = switch (req.version) {
+        .http10 => "1.0",
+        .http11 => "1.1",
+        .http2 => "2",
+    };
+    const path = req.path[0..@min(req.path.len, 600)];
+    const query = req.query[0..@min(req.query.len, 200)];
+    const text = std.fmt.bufPrint(&line, "{s}:{d} - \"{s} {s}{s}{s} HTTP/{s}\" {d} {d} {d}.{d}ms", .{
+        if (addr.len > 0) addr else "-",         peer.port,
+        req.method[0..@min(req.method.len, 32)], path,
+        if (query.len > 0) "?" else "",          query,
+        version,                                 st.status,
+        st.resp_body_bytes,                      elapsed_us / 1000,
+        (elapsed_us % 1000) / 100,
+    }) catch return;
+    st.conn.server.hooks.log(st.conn.server.hooks.ctx, .access, text);
 }
 
 fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount: *const Mount, rest: []const u8) void {

@@ -173,6 +173,7 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
     const list = required(opts, "static") orelse return false;
     const expires = required(opts, "static_expires") orelse return false;
     const dotfiles = optBool(opts, "static_dotfiles") orelse return false;
+    out.access_log = optBool(opts, "access_log") orelse return false;
     const seq = c.PySequence_Fast(list, "static must be a list of (route, directory)") orelse return false;
     defer py.decref(seq);
     const n: usize = @intCast(py.seqLen(seq));

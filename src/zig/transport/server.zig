@@ -23,7 +23,8 @@ const deflate = @import("../websocket/deflate.zig"); // against the layers until
 const tls = @import("openssl.zig");
 const writer_mod = @import("writer_thread.zig");
 
-pub const LogLevel = enum { warning, err };
+/// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
+pub const LogLevel = enum { warning, err, access };
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -124,6 +125,8 @@ pub const Options = struct {
     tracing: tracing.Options = .{},
     /// `--static` mounts answered by the engine (null: none); the caller owns them.
     static: ?*const static_files.Config = null,
+    /// The access log is on (and `zigcorn.access` takes INFO): the engine logs what it answers itself.
+    access_log: bool = false,
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
