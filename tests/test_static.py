@@ -349,3 +349,53 @@ def test_engine_answers_are_in_the_access_log(tree):
         assert "small.txt" not in quiet.output()
     finally:
         quiet.kill()
+
+
+def test_precompressed_siblings_by_accept_encoding(tmp_path):
+    import gzip
+
+    (tmp_path / "app.js").write_bytes(b"let x = 1;\n" * 100)
+    (tmp_path / "app.js.gz").write_bytes(gzip.compress((tmp_path / "app.js").read_bytes()))
+    (tmp_path / "app.js.br").write_bytes(b"BROTLI-BYTES")
+    (tmp_path / "app.js.zst").write_bytes(b"ZSTD-BYTES")
+    (tmp_path / "only.css").write_bytes(b"a{}")
+    (tmp_path / "only.css.gz").write_bytes(gzip.compress(b"a{}"))
+    s = Server("hello:app", "--static", f"/s={tmp_path}", "--static-precompressed").wait_ready()
+    off = Server("hello:app", "--static", f"/s={tmp_path}").wait_ready()
+    try:
+        def get(server, path, accept):
+            # httpx would decode gzip itself: the raw bytes are what is checked.
+            status, head, body = raw(server.port, path, headers=f"Accept-Encoding: {accept}\r\n" if accept else "")
+            fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+            return status, {k.decode().lower(): v.decode() for k, v in fields.items()}, body
+
+        status, h, body = get(s, "/s/app.js", "gzip, deflate, br, zstd")
+        assert status == 200 and body == b"BROTLI-BYTES" and h["content-encoding"] == "br"
+        assert h["vary"] == "accept-encoding" and h["content-type"] == "text/javascript; charset=utf-8"
+        status, h, body = get(s, "/s/app.js", "br;q=0.5, zstd;q=0.8")
+        assert body == b"ZSTD-BYTES" and h["content-encoding"] == "zstd"
+        status, h, body = get(s, "/s/app.js", "gzip")
+        assert gzip.decompress(body) == (tmp_path / "app.js").read_bytes() and h["content-encoding"] == "gzip"
+        gz_tag = h["etag"]
+        status, h, body = get(s, "/s/app.js", "identity")
+        assert body == (tmp_path / "app.js").read_bytes() and "content-encoding" not in h and h["vary"] == "accept-encoding"
+        assert h["etag"] != gz_tag
+        status, h, body = get(s, "/s/app.js", "br;q=0, gzip;q=0")
+        assert "content-encoding" not in h
+        status, h, body = get(s, "/s/only.css", "br, zstd, gzip;q=0.1")
+        assert h["content-encoding"] == "gzip" and gzip.decompress(body) == b"a{}"
+        status, h, _ = get(s, "/s/app.js", None)
+        assert "content-encoding" not in h
+        # Ranges and validators apply to the variant sent.
+        status, h, body = get(s, "/s/app.js", "br")
+        tag = h["etag"]
+        status, _, body = raw(s.port, "/s/app.js", headers=f"Accept-Encoding: br\r\nIf-None-Match: {tag}\r\n")
+        assert status == 304
+        status, _, body = raw(s.port, "/s/app.js", headers="Accept-Encoding: br\r\nRange: bytes=0-5\r\n")
+        assert status == 206 and body == b"BROTLI"
+        # Off by default: the file itself, no vary.
+        status, h, body = get(off, "/s/app.js", "br, gzip")
+        assert body == (tmp_path / "app.js").read_bytes() and "content-encoding" not in h and "vary" not in h
+    finally:
+        s.kill()
+        off.kill()

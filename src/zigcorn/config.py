@@ -217,6 +217,8 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="SECONDS", low=0, high=_U32, shown="no cache-control"),
     _S("static_dotfiles", False, "serve static files whose path has a name starting with '.'", "Static files",
        kind="switch"),
+    _S("static_precompressed", False, "send a static file's .br, .zst or .gz sibling to clients that accept "
+       "that coding", "Static files", kind="switch"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -475,6 +477,7 @@ class Config:
             "static": list(self.static_mounts),
             "static_expires": self.static_expires,
             "static_dotfiles": bool(self.static_dotfiles),
+            "static_precompressed": bool(self.static_precompressed),
             # For the requests the engine answers itself (static files).
             "access_log": bool(self.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             "ws": ws_on,

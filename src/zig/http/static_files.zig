@@ -32,6 +32,9 @@ pub const Config = struct {
     expires: ?u32 = null,
     /// `--static-dotfiles`: names starting with '.' are served too.
     dotfiles: bool = false,
+    /// `--static-precompressed`: a `.br`, `.zst` or `.gz` sibling is sent to a client
+    /// that accepts that coding.
+    precompressed: bool = false,
     /// How many mounts were allocated (python/options.zig frees them).
     mounts_cap: usize = 0,
 };
@@ -272,9 +275,11 @@ pub fn parseHttpDate(text_in: []const u8) ?u64 {
     return days * 86400 + @as(u64, hh) * 3600 + @as(u64, mm) * 60 + @min(ss, 59);
 }
 
-/// A strong validator from the file's size and modification time (nanoseconds).
-pub fn etag(buf: *[48]u8, size: u64, mtime_s: u64, mtime_ns: u64) []const u8 {
-    return std.fmt.bufPrint(buf, "\"{x}-{x}-{x}\"", .{ mtime_s, mtime_ns, size }) catch unreachable;
+/// A strong validator from the file's size and modification time (nanoseconds), and
+/// the content coding of a precompressed variant ("" for the file itself): each
+/// representation has its own.
+pub fn etag(buf: *[48]u8, size: u64, mtime_s: u64, mtime_ns: u64, coding: []const u8) []const u8 {
+    return std.fmt.bufPrint(buf, "\"{x}-{x}-{x}{s}{s}\"", .{ mtime_s, mtime_ns, size, if (coding.len > 0) "-" else "", coding[0..@min(coding.len, 4)] }) catch unreachable;
 }
 
 /// Whether an If-None-Match (`weak` comparison) or If-Match (strong) list names `tag`
@@ -459,7 +464,7 @@ fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount:
         return if (e == error.BadEncoding) plain(st, 400, "Bad Request\n", &.{}) else plain(st, 404, "Not Found\n", &.{});
     };
     var rel: [:0]const u8 = decoded.rel;
-    var fd = switch (openBeneath(mount.dir_fd, rel)) {
+    var fd: i32 = switch (openBeneath(mount.dir_fd, rel)) {
         .ok => |fd| fd,
         .err => |e| return openFailed(st, e),
     };
@@ -496,7 +501,126 @@ fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount:
         sys.close(fd);
         return plain(st, 404, "Not Found\n", &.{});
     }
-    sendRegular(st, req, cfg, fd, &stat, rel, get);
+    var coding: ?Encoding = null;
+    if (cfg.precompressed) if (findField(req.headers, "accept-encoding")) |accept| {
+        // The best precompressed sibling the client takes (`app.js.br`, `.zst`, `.gz`).
+        var order: [encodings.len]Encoding = undefined;
+        for (acceptable(accept, &order)) |enc| {
+            const suffix = enc.suffix();
+            if (rel.len + suffix.len + 1 > variant_scratch.len) break;
+            @memcpy(variant_scratch[0..rel.len], rel);
+            @memcpy(variant_scratch[rel.len..][0..suffix.len], suffix);
+            variant_scratch[rel.len + suffix.len] = 0;
+            const vfd = switch (openBeneath(mount.dir_fd, variant_scratch[0 .. rel.len + suffix.len :0])) {
+                .ok => |f| f,
+                .err => continue,
+            };
+            var vstat: linux.Stat = undefined;
+            if (sys.E.init(linux.fstat(vfd, &vstat)) != .SUCCESS or !linux.S.ISREG(vstat.mode)) {
+                sys.close(vfd);
+                continue;
+            }
+            sys.close(fd);
+            fd = vfd;
+            stat = vstat;
+            coding = enc;
+            break;
+        }
+    };
+    sendRegular(st, req, cfg, fd, &stat, rel, get, coding);
+}
+
+var variant_scratch: [path_bytes_max + 8]u8 = undefined;
+
+fn findField(headers: []const stream_mod.Header, name: []const u8) ?[]const u8 {
+    for (headers) |f| if (std.mem.eql(u8, f.name, name)) return f.value;
+    return null;
+}
+
+// ---- precompressed variants --------------------------------------------------------------
+
+/// The content codings a precompressed sibling may have, in the server's order of
+/// preference when the client weighs them alike.
+pub const Encoding = enum {
+    br,
+    zstd,
+    gzip,
+
+    pub fn token(self: Encoding) []const u8 {
+        return @tagName(self);
+    }
+
+    pub fn suffix(self: Encoding) []const u8 {
+        return switch (self) {
+            .br => ".br",
+            .zstd => ".zst",
+            .gzip => ".gz",
+        };
+    }
+};
+const encodings = [_]Encoding{ .br, .zstd, .gzip };
+
+/// A qvalue ("0", "0.5", "1", "1.000") in thousandths, or null when malformed.
+fn qvalue(text: []const u8) ?u16 {
+    if (text.len == 0 or text.len > 5) return null;
+    if (text[0] != '0' and text[0] != '1') return null;
+    var q: u16 = @as(u16, text[0] - '0') * 1000;
+    if (text.len == 1) return q;
+    if (text[1] != '.') return null;
+    var scale: u16 = 100;
+    for (text[2..]) |ch| {
+        if (!std.ascii.isDigit(ch)) return null;
+        q += @as(u16, ch - '0') * scale;
+        scale /= 10;
+    }
+    return if (q > 1000) null else q;
+}
+
+/// The codings of `encodings` an Accept-Encoding value accepts (q > 0, named or by `*`),
+/// best first: by weight, then in the server's order. Written into `out`.
+pub fn acceptable(value: []const u8, out: *[encodings.len]Encoding) []const Encoding {
+    var weight = [_]?u16{null} ** encodings.len;
+    var star: ?u16 = null;
+    var it = std.mem.splitScalar(u8, value, ',');
+    while (it.next()) |item_raw| {
+        var parts = std.mem.splitScalar(u8, item_raw, ';');
+        const name = std.mem.trim(u8, parts.first(), " \t");
+        if (name.len == 0) continue;
+        var q: u16 = 1000;
+        while (parts.next()) |param_raw| {
+            const param = std.mem.trim(u8, param_raw, " \t");
+            if (param.len >= 2 and (param[0] == 'q' or param[0] == 'Q') and param[1] == '=') {
+                q = qvalue(param[2..]) orelse 0;
+            }
+        }
+        if (std.mem.eql(u8, name, "*")) {
+            star = q;
+            continue;
+        }
+        for (encodings, 0..) |enc, i| {
+            const named = std.ascii.eqlIgnoreCase(name, enc.token()) or (enc == .gzip and std.ascii.eqlIgnoreCase(name, "x-gzip"));
+            if (named) weight[i] = q;
+        }
+    }
+    var n: usize = 0;
+    var taken = [_]bool{false} ** encodings.len;
+    while (true) {
+        var best: ?usize = null;
+        var best_q: u16 = 0;
+        for (encodings, 0..) |_, i| {
+            if (taken[i]) continue;
+            const q = weight[i] orelse star orelse 0;
+            if (q > best_q) {
+                best = i;
+                best_q = q;
+            }
+        }
+        const i = best orelse break;
+        taken[i] = true;
+        out[n] = encodings[i];
+        n += 1;
+    }
+    return out[0..n];
 }
 
 fn openFailed(st: *Stream, e: sys.E) void {
@@ -508,21 +632,26 @@ fn openFailed(st: *Stream, e: sys.E) void {
 }
 
 /// Owns `fd` from here: it goes with the body, or is closed.
-fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, fd: i32, stat: *const linux.Stat, rel: []const u8, get: bool) void {
+fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, fd: i32, stat: *const linux.Stat, rel: []const u8, get: bool, coding: ?Encoding) void {
     const size: u64 = @intCast(stat.size);
     const mt = stat.mtime();
     const mtime: u64 = @intCast(@max(mt.sec, 0));
     var tag_buf: [48]u8 = undefined;
-    const tag = etag(&tag_buf, size, mtime, @intCast(@max(mt.nsec, 0)));
+    const tag = etag(&tag_buf, size, mtime, @intCast(@max(mt.nsec, 0)), if (coding) |c| c.token() else "");
     var date_buf: [29]u8 = undefined;
     const modified = httpDate(&date_buf, mtime);
     var cc_buf: [40]u8 = undefined;
-    var fields: [8][2][]const u8 = undefined;
+    var fields: [12][2][]const u8 = undefined;
     var n: usize = 0;
     fields[n] = .{ "etag", tag };
     n += 1;
     fields[n] = .{ "last-modified", modified };
     n += 1;
+    if (cfg.precompressed) {
+        // The answer depends on Accept-Encoding, whichever representation it is.
+        fields[n] = .{ "vary", "accept-encoding" };
+        n += 1;
+    }
     if (cfg.expires) |secs| {
         fields[n] = .{ "cache-control", std.fmt.bufPrint(&cc_buf, "public, max-age={d}", .{secs}) catch unreachable };
         n += 1;
@@ -559,6 +688,10 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
     }
     fields[n] = .{ "content-type", contentType(rel) };
     n += 1;
+    if (coding) |c| {
+        fields[n] = .{ "content-encoding", c.token() };
+        n += 1;
+    }
     fields[n] = .{ "accept-ranges", "bytes" };
     n += 1;
     fields[n] = .{ "content-length", std.fmt.bufPrint(&len_buf, "{d}", .{len}) catch unreachable };
@@ -820,5 +953,38 @@ test "static: opening beneath DIR, with openat2 and with the checked walk" {
             },
             .err => try tt.expect(openat2_missing),
         }
+    }
+}
+
+test "static: Accept-Encoding picks codings by q-value, then br, zstd, gzip" {
+    var out: [encodings.len]Encoding = undefined;
+    const E = Encoding;
+    try tt.expectEqualSlices(E, &.{ .br, .zstd, .gzip }, acceptable("gzip, deflate, br, zstd", &out));
+    try tt.expectEqualSlices(E, &.{ .gzip, .br }, acceptable("br;q=0.5, gzip", &out));
+    try tt.expectEqualSlices(E, &.{.gzip}, acceptable("gzip, br;q=0", &out));
+    try tt.expectEqualSlices(E, &.{.gzip}, acceptable("x-gzip", &out));
+    try tt.expectEqualSlices(E, &.{ .br, .zstd, .gzip }, acceptable("*", &out));
+    try tt.expectEqualSlices(E, &.{ .gzip, .br, .zstd }, acceptable("gzip;q=1.0, *;q=0.1", &out));
+    try tt.expectEqualSlices(E, &.{.zstd}, acceptable("*;q=0, zstd", &out));
+    try tt.expectEqualSlices(E, &.{ .zstd, .gzip }, acceptable("ZSTD ; Q=0.9 , gzip;q=0.25", &out));
+    try tt.expectEqualSlices(E, &.{}, acceptable("", &out));
+    try tt.expectEqualSlices(E, &.{}, acceptable("identity", &out));
+    try tt.expectEqualSlices(E, &.{}, acceptable("deflate, compress", &out));
+    // A malformed weight counts as 0.
+    try tt.expectEqualSlices(E, &.{}, acceptable("br;q=2, gzip;q=abc, zstd;q=1.0001", &out));
+    try tt.expectEqualSlices(E, &.{.br}, acceptable("br;q=0.001", &out));
+}
+
+test "static: qvalues" {
+    try tt.expectEqual(@as(?u16, 1000), qvalue("1"));
+    try tt.expectEqual(@as(?u16, 1000), qvalue("1.000"));
+    try tt.expectEqual(@as(?u16, 0), qvalue("0"));
+    try tt.expectEqual(@as(?u16, 500), qvalue("0.5"));
+    try tt.expectEqual(@as(?u16, 123), qvalue("0.123"));
+    for ([_][]const u8{ "", "2", "1.5", "0.1234", ".5", "0,5", "1.", "-1" }) |bad| {
+        if (qvalue(bad)) |q| if (!std.mem.eql(u8, bad, "1.")) {
+            std.debug.print("{s} -> {d}\n", .{ bad, q });
+            return error.TestUnexpectedResult;
+        };
     }
 }

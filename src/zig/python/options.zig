@@ -168,11 +168,12 @@ pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Optio
 }
 
 /// static: a list of (route, directory) str pairs; static_expires: seconds or None;
-/// static_dotfiles. Each directory is opened once, here; the engine owns the mounts.
+/// static_dotfiles, static_precompressed; access_log (the engine's own answers are logged). Each directory is opened once, here; the engine owns the mounts.
 pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
     const list = required(opts, "static") orelse return false;
     const expires = required(opts, "static_expires") orelse return false;
     const dotfiles = optBool(opts, "static_dotfiles") orelse return false;
+    const precompressed = optBool(opts, "static_precompressed") orelse return false;
     out.access_log = optBool(opts, "access_log") orelse return false;
     const seq = c.PySequence_Fast(list, "static must be a list of (route, directory)") orelse return false;
     defer py.decref(seq);
@@ -191,7 +192,7 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
         _ = c.PyErr_NoMemory();
         return false;
     };
-    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles };
+    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed };
     self.static_cfg = cfg;
     if (!py.isNone(expires)) cfg.expires = optInt(opts, "static_expires", u32, 0, std.math.maxInt(u32)) orelse return false;
     const items = py.seqItems(seq);
