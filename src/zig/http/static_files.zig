@@ -427,10 +427,21 @@ pub fn answer(st: *Stream, req: *const stream_mod.Request) bool {
     const m = match(cfg, req.path) orelse return false;
     const srv = st.conn.server;
     const started = if (srv.opts.access_log) sys.monotonicUs() else 0;
+    aborted = false;
     serve(st, req, cfg, m.mount, m.rest);
     if (srv.opts.access_log) logAccess(st, req, sys.monotonicUs() -| started);
-    st.finish();
+    // `Stream.abort` finished the stream already.
+    if (!aborted) st.finish();
     return true;
+}
+
+/// The answer could not be made (out of memory for its head): the exchange is abandoned
+/// (HTTP/1.1 closes the connection, HTTP/2 resets the stream), and the stream finished.
+var aborted = false;
+
+fn abandon(st: *Stream) void {
+    aborted = true;
+    st.abort();
 }
 
 /// The access log line the app's requests get (`zigcorn/http.py`), for an engine answer.
@@ -698,10 +709,10 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
     n += 1;
     st.startResponse(status, fields[0..n], &.{}, false) catch {
         sys.close(fd);
-        return st.abort();
+        return abandon(st);
     };
     // The stream owns the descriptor from here (closed when sent, or when the client goes).
-    st.sendFd(fd, start, len) catch return st.abort();
+    st.sendFd(fd, start, len) catch return abandon(st);
 }
 
 fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u8) void {
@@ -712,8 +723,8 @@ fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u
 }
 
 fn respond(st: *Stream, status: u16, fields: []const [2][]const u8, body: []const u8) void {
-    st.startResponse(status, fields, &.{}, false) catch return st.abort();
-    _ = st.writeBody(body, false, null) catch return st.abort();
+    st.startResponse(status, fields, &.{}, false) catch return abandon(st);
+    _ = st.writeBody(body, false, null) catch return abandon(st);
 }
 
 // ---- tests -------------------------------------------------------------------------------
