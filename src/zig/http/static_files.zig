@@ -711,9 +711,26 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
         sys.close(fd);
         return abandon(st);
     };
+    if (len <= small_file_bytes and !st.is_head_method) {
+        // A small body is read at once and leaves with the head in one write.
+        defer sys.close(fd);
+        const got = switch (sys.pread(fd, small_scratch[0..@intCast(len)], start)) {
+            .ok => |g| g,
+            .err => 0,
+        };
+        // Shorter than its stat said (truncated meanwhile): the exchange cannot be completed.
+        if (got != len) return abandon(st);
+        _ = st.writeBody(small_scratch[0..got], false, null) catch return abandon(st);
+        return;
+    }
     // The stream owns the descriptor from here (closed when sent, or when the client goes).
     st.sendFd(fd, start, len) catch return abandon(st);
 }
+
+/// Files up to this size are read into the response next to its head (the protocols
+/// copy bodies this small) instead of being sent from the descriptor.
+const small_file_bytes = 4096;
+var small_scratch: [small_file_bytes]u8 = undefined;
 
 fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u8) void {
     var fields: [4][2][]const u8 = undefined;
