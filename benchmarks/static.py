@@ -145,7 +145,8 @@ def measure_mount(spec: ServerSpec, env, seconds: int) -> dict:
             if status != 200 or len(body) != size:
                 raise RuntimeError(f"{spec.name} /static/{file} -> {status}, {len(body)} bytes")
         idle = settle(server.pid).rss_kib
-        out: dict = {"server": spec.name, "command": server.command, "version": spec.version(env), "idle_rss_kib": idle}
+        out: dict = {"server": spec.name, "command": server.command, "version": spec.version(env), "idle_rss_kib": idle,
+                     "loadavg_before": round(os.getloadavg()[0], 2)}  # other work on a shared machine
         url = f"http://127.0.0.1:{server.port}/static/"
         run_wrk(url + "1k.bin", 64, 1)  # warm-up
         for file, key in (("1k.bin", "1k_c64"), ("256k.bin", "256k_c64")):
