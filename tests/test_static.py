@@ -399,3 +399,48 @@ def test_precompressed_siblings_by_accept_encoding(tmp_path):
     finally:
         s.kill()
         off.kill()
+
+
+def test_sixteen_parallel_downloads_cost_no_file_sized_memory(server, tree):
+    import threading
+    import time
+
+    _, _, blobs = tree
+    want = hashlib.sha256(blobs["big.bin"]).digest()
+    before = server.rss_kb()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], server.rss_kb())
+            time.sleep(0.02)
+
+    def download(results, i):
+        with httpx.Client(timeout=60) as client:
+            results[i] = hashlib.sha256(client.get(f"{server.url}/static/big.bin").content).digest()
+
+    results = [None] * 16
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    workers = [threading.Thread(target=download, args=(results, i)) for i in range(16)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    done.set()
+    sampler.join()
+    assert results == [want] * 16
+    # 16 x 8 MiB went out; the server grew by far less than one file.
+    assert peak[0] - before < 4 * 1024, (before, peak[0])
+
+
+def test_with_workers(tree):
+    _, pub, blobs = tree
+    s = Server("hello:app", "--static", f"/static={pub}", "--workers", "2").wait_ready()
+    try:
+        assert wait_for(lambda: httpx.get(f"{s.url}/static/small.txt").status_code == 200, timeout=20)
+        for _ in range(10):
+            assert httpx.get(f"{s.url}/static/small.txt").content == blobs["small.txt"]
+    finally:
+        s.stop()
