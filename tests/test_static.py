@@ -444,3 +444,19 @@ def test_with_workers(tree):
             assert httpx.get(f"{s.url}/static/small.txt").content == blobs["small.txt"]
     finally:
         s.stop()
+
+
+def test_pipelined_static_and_app_requests_are_answered_in_order(server):
+    import re
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /static/small.txt HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"POST /static/small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde"
+                     b"GET /other HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"GET /static/missing HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"GET /static/small.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-4\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert re.findall(rb"HTTP/1.1 (\d+)", data) == [b"200", b"405", b"200", b"404", b"206"]
+    assert data.endswith(b"\r\n\r\nhello")
