@@ -393,6 +393,67 @@ def test_split_cookies_reach_the_app_as_one_field(server):
         conn.close()
 
 
+
+def _stream_ends(sock, want: set[int], timeout: float) -> set[int]:
+    """Reads frames (no HPACK: headers may be larger than a client library takes) until
+    every stream in `want` has ended (END_STREAM on HEADERS or DATA) or `timeout` passes."""
+    ended: set[int] = set()
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not want <= ended and time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            data = sock.recv(1 << 16)
+        except TimeoutError:
+            continue
+        if not data:
+            break
+        buf += data
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            kind, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            if kind in (0, 1) and flags & 1:
+                ended.add(sid)
+            buf = buf[9 + length:]
+    return ended
+
+
+def test_a_request_read_while_the_output_is_long_is_answered_without_more_client_bytes(server):
+    """A client that reads slowly makes the server's output long; a request it sends then
+    is read but held (reading pauses past a mark). Once the client has read the output,
+    sending nothing more, the held request must still be served: it used to wait for the
+    client's next bytes (Java's HttpClient waited for response heads and for DATA after a
+    WINDOW_UPDATE, with 50 downloads on one connection)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", server.port))
+    try:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        # Windows open enough up front that the client never has to send again.
+        conn.local_settings = h2.settings.Settings(client=True, initial_values={
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 64 << 20})
+        conn.initiate_connection()
+        conn.increment_flow_control_window(64 << 20)
+        head = [(":method", "GET"), (":scheme", "http"), (":authority", "localhost")]
+        # A download the client does not read fills the socket's buffers...
+        conn.send_headers(1, [*head, (":path", f"/download?size={16 << 20}")], end_stream=True)
+        sock.sendall(conn.data_to_send())
+        time.sleep(0.5)
+        # ...so a 1 MB response head (several times the pause mark) stays in the server's queue...
+        conn.send_headers(3, [*head, (":path", "/big-head?n=1000000")], end_stream=True)
+        sock.sendall(conn.data_to_send())
+        time.sleep(0.5)
+        # ...and a request sent now is read, then held.
+        conn.send_headers(5, [*head, (":path", "/")], end_stream=True)
+        sock.sendall(conn.data_to_send())
+        time.sleep(0.3)
+        assert _stream_ends(sock, {1, 3, 5}, timeout=15) == {1, 3, 5}
+    finally:
+        sock.close()
+
 # ---- limits and attacks ----------------------------------------------------------------------
 
 

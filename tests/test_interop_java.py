@@ -196,11 +196,6 @@ def test_http_client_sends_sequential_requests_on_one_http2_connection(java, tra
     assert result["connections"] == 1
 
 
-# Open: with the client's 32 MiB connection window full, some response heads never come
-# and a connection-level WINDOW_UPDATE can go unanswered (found by this row; see the
-# interop issue's closing note). The row asserts the right behaviour; it must pass once fixed.
-@pytest.mark.xfail(reason="HTTP/2: response heads held and a WINDOW_UPDATE unanswered once the "
-                          "connection window is full (open engine bug)", strict=False)
 @pytest.mark.parametrize("transport", HTTP_TRANSPORTS)
 def test_http_client_holds_50_streams_open_at_once(java, transport):
     """50 x 1 MiB is more than HttpClient's 32 MiB connection window, which it reopens only

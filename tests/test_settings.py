@@ -57,6 +57,17 @@ NON_DEFAULT = {
     "request_id_header": "x-req",
     "trace_context": True,
     "server_timing": True,
+    "tcp_nodelay": False,
+    "tcp_keepalive_idle": 30,
+    "tcp_keepalive_interval": 5,
+    "tcp_keepalive_count": 3,
+    "tcp_user_timeout": 9000,
+    "tcp_fastopen": 16,
+    "hsts": 600,
+    "limit_connections_per_ip": 50,
+    "limit_request_rate": 20,
+    "limit_request_burst": 40,
+    "limit_request_table": 1024,
 }
 
 
@@ -97,6 +108,18 @@ def expected(config: Config) -> dict:
         "request_id_header": config.request_id_header or "",
         "trace_context": config.trace_context,
         "server_timing": config.server_timing,
+        "tcp_nodelay": config.tcp_nodelay,
+        "tcp_keepalive_idle": config.tcp_keepalive_idle or 0,
+        "tcp_keepalive_interval": config.tcp_keepalive_interval or 0,
+        "tcp_keepalive_count": config.tcp_keepalive_count or 0,
+        "tcp_user_timeout": config.tcp_user_timeout or 0,
+        "tcp_fastopen": config.tcp_fastopen or 0,
+        "hsts": f"max-age={config.hsts}" if config.hsts is not None else "",
+        "limit_connections_per_ip": config.limit_connections_per_ip or 0,
+        "limit_request_rate": config.limit_request_rate or 0,
+        "limit_request_burst": (config.limit_request_burst or config.limit_request_rate or 0)
+        if config.limit_request_rate else 0,
+        "limit_request_table": config.limit_request_table,
     }
 
 
@@ -191,7 +214,7 @@ def test_command_line_defaults_are_configs():
             assert setting.kind == "append" or isinstance(setting.default, dict), setting.name
         if setting.default is not None and setting.kind != "append" and not isinstance(setting.default, dict):
             assert action.default == setting.default, setting.name
-    assert set(flags) - {"help", "version", "app", "app_dir"} == SETTING.keys()
+    assert set(flags) - {"help", "version", "app", "app_dir", "config"} == SETTING.keys()
 
 
 def test_command_line_and_config_agree_on_what_not_giving_an_option_means(monkeypatch):

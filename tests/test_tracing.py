@@ -104,7 +104,8 @@ def test_server_timing_measures_the_app(client):
 
 def test_the_apps_own_request_id_header_is_not_doubled(start_server):
     server = start_server("basic:app", "--request-id-header", "x-request-id", "--no-access-log")
-    r = httpx.get(server.url + "/own-request-id", headers={"X-Request-ID": "abc"})
+    r = httpx.get(server.url + "/set-header", params={"name": "X-Request-ID", "value": "app-made"},
+                  headers={"X-Request-ID": "abc"})
     assert r.headers.get_list("x-request-id") == ["app-made"]
     r = httpx.get(server.url + "/hello", headers={"X-Request-ID": "abc"})
     assert r.headers.get_list("x-request-id") == ["abc"]
@@ -124,3 +125,19 @@ def test_a_bad_request_id_header_name_is_refused_at_start(start_server):
     server = start_server("basic:app", "--request-id-header", "bad name", wait=False)
     assert server.proc.wait(20) != 0
     assert "request_id_header" in server.output()
+
+
+def test_the_json_access_log_carries_the_request_id_and_trace_id(start_server):
+    import json
+    import time
+
+    server = start_server("basic:app", "--request-id-header", "x-request-id", "--trace-context",
+                          "--access-log-format", "json")
+    r = httpx.get(server.url + "/hello", headers={"traceparent": PARENT})
+    deadline = time.monotonic() + 5
+    while '"request_id"' not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (line,) = [line for line in server.output().splitlines() if '"request_id"' in line]
+    entry = json.loads(line[line.index("{"):])
+    assert entry["request_id"] == r.headers["x-request-id"]
+    assert entry["trace_id"] == PARENT.split("-")[1]

@@ -13,12 +13,14 @@ test {
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");
     _ = @import("transport/output_queue.zig");
+    _ = @import("transport/per_ip.zig");
     // HTTP shared by the protocols
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
     _ = @import("http/static_files.zig");
     _ = @import("http/tracing.zig");
+    _ = @import("http/rate_limit.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http1/session.zig");

@@ -70,10 +70,10 @@ class Setting:
     """
 
     __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "also", "note", "metavar",
-                 "low", "high", "shown")  # fmt: skip
+                 "low", "high", "shown", "aliases")  # fmt: skip
 
     def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None, also=None,
-                 note=None, metavar=None, low=None, high=None, shown=None):  # fmt: skip
+                 note=None, metavar=None, low=None, high=None, shown=None, aliases=()):  # fmt: skip
         self.name = name
         self.default = default
         self.help = help
@@ -92,6 +92,8 @@ class Setting:
         self.high = high
         # How --help shows the default, where the value itself would mislead.
         self.shown = shown
+        # Other projects' spellings of the same flag (gunicorn's), accepted too.
+        self.aliases = aliases
 
     def check(self, value) -> None:
         """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
@@ -150,7 +152,20 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reload_excludes", (".*", ".py[cod]", ".sw.*", "~*"), "ignore files matching this; repeatable", "Processes",
        kind="append", flag="--reload-exclude", metavar="GLOB"),
     _S("reload_delay", 0.25, "debounce", "Processes", type=float, metavar="SECONDS"),
+    _S("workers_max_rss", None, "replace a worker whose resident memory passes this, gracefully (a new one starts "
+       "first); runs a master even for one worker", "Processes", type=int, metavar="MIB", low=1, high=2**20,
+       shown="off"),
+    _S("pid_file", None, "write the server's pid here once the socket is bound (the master's with --workers); "
+       "removed at exit", "Processes", metavar="PATH", shown="none", aliases=("--pid",)),
+    _S("user", None, "switch to this user (name or uid) once the socket is bound", "Processes", metavar="USER",
+       shown="unchanged"),
+    _S("group", None, "switch to this group (name or gid) once the socket is bound; default the user's group",
+       "Processes", metavar="GROUP", shown="unchanged"),
+    _S("umask", None, "the process umask, set once the socket is bound (e.g. 027)", "Processes", type="octal",
+       metavar="MODE", low=0, high=0o777, shown="unchanged"),
     # Application
+    _S("warmup_path", None, "after lifespan startup, GET this path through the app once (in-process) before "
+       "accepting, then freeze what is left (gc.freeze)", "Application", metavar="PATH", shown="off"),
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
@@ -167,6 +182,13 @@ SETTINGS: tuple[Setting, ...] = (
     _S("log_config", LOGGING_CONFIG, "logging configuration file: .json, .yaml/.yml or .ini", "Logging",
        metavar="PATH", shown="zigcorn's own"),
     _S("access_log", True, "log each request", "Logging", kind="onoff"),
+    _S("access_log_format", None, "access line format: gunicorn's atoms (%%(h)s %%(r)s %%(s)s %%(b)s %%(D)s "
+       "%%({header}i)s ...) or json", "Logging", metavar="FORMAT", shown="uvicorn's line",
+       aliases=("--access-logformat",)),
+    _S("access_log_file", None, "write access lines to this file (reopened on SIGUSR1) instead of stdout",
+       "Logging", metavar="PATH", shown="stdout", aliases=("--access-logfile",)),
+    _S("access_log_exclude", None, "log no line for requests to this path; repeatable", "Logging", kind="append",
+       metavar="PATH", shown="none"),
     _S("use_colors", None, "colour the logs", "Logging", kind="onoff", shown="on a terminal"),
     # HTTP
     _S("headers", None, "add this header to every response; repeatable", "HTTP", kind="append", flag="--header",
@@ -206,6 +228,10 @@ SETTINGS: tuple[Setting, ...] = (
        "none came", "Metrics and health", kind="switch"),
     _S("server_timing", False, "add server-timing: app;dur=<ms> (request head to response head)",
        "Metrics and health", kind="switch"),
+    _S("drain_path", None, "a POST here with the --admin-token starts the graceful shutdown (of every worker); "
+       "other requests get 403", "Metrics and health", metavar="PATH", shown="off"),
+    _S("admin_token", None, "the bearer token --drain-path asks for (or $ZIGCORN_ADMIN_TOKEN)", "Metrics and health",
+       metavar="TOKEN", shown="none"),
     # Static files
     _S("static", None, "serve the files under DIR at ROUTE from the engine, without the app; repeatable",
        "Static files", kind="append", metavar="ROUTE=DIR", shown="none"),
@@ -257,6 +283,34 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="N"),
     _S("ssl_ca_certs", None, "CA certificates (PEM) that verify client certificates", "TLS (HTTPS)", metavar="PATH"),
     _S("ssl_ciphers", "TLSv1", "TLS 1.2 ciphers", "TLS (HTTPS)", metavar="LIST"),
+    _S("ssl_min_version", None, "the lowest TLS version accepted (raises --ssl-version's)", "TLS (HTTPS)",
+       choices=("TLSv1.2", "TLSv1.3"), shown="TLSv1.2"),
+    _S("ssl_session_tickets", True, "issue TLS session tickets (resumption without a server cache; the keys are "
+       "shared by the workers and change at each start)", "TLS (HTTPS)", kind="onoff"),
+    _S("ssl_session_cache", 0, "sessions a server-side cache holds per worker, 0 for none (about 1 KiB each)",
+       "TLS (HTTPS)", type=int, metavar="N", low=0, high=1 << 20),
+    _S("ssl_crl", None, "certificate revocation lists (PEM) that client certificates are checked against",
+       "TLS (HTTPS)", metavar="PATH"),
+    _S("hsts", None, "HTTPS responses carry strict-transport-security: max-age=SECONDS (unless the app sets it)",
+       "TLS (HTTPS)", type=int, metavar="SECONDS", low=0, high=2**31 - 1, shown="off"),
+    _S("hsts_include_subdomains", False, "--hsts: add includeSubDomains", "TLS (HTTPS)", kind="switch"),
+    _S("hsts_preload", False, "--hsts: add preload (needs a max-age of a year or more and includeSubDomains)",
+       "TLS (HTTPS)", kind="switch"),
+    # TCP
+    _S("tcp_nodelay", True, "TCP_NODELAY on accepted connections: small responses leave at once", "TCP",
+       kind="onoff"),
+    _S("tcp_keepalive_idle", None, "TCP keepalive: probe a connection idle this long (any of the three turns "
+       "keepalive on)", "TCP", type=int, metavar="SECONDS", low=1, high=32767, shown="off"),
+    _S("tcp_keepalive_interval", None, "TCP keepalive: seconds between unanswered probes", "TCP", type=int,
+       metavar="SECONDS", low=1, high=32767, shown="the kernel's"),
+    _S("tcp_keepalive_count", None, "TCP keepalive: unanswered probes before the connection is dropped", "TCP",
+       type=int, metavar="N", low=1, high=127, shown="the kernel's"),
+    _S("tcp_user_timeout", None, "TCP_USER_TIMEOUT: drop a connection whose data stays unacknowledged this long",
+       "TCP", type=int, metavar="MS", low=1, high=2**31 - 1, shown="off"),
+    _S("tcp_fastopen", None, "TCP Fast Open with a queue of N pending requests (the kernel's net.ipv4.tcp_fastopen "
+       "must allow servers)", "TCP", type=int, metavar="N", low=1, high=65535, shown="off"),
+    _S("auto_raise_nofile", False, "raise the soft open-files limit to the hard limit at start (logged)", "TCP",
+       kind="switch"),
     # Limits
     _S("limit_concurrency", None, "answer 503 past N requests in flight", "Limits", type=int, metavar="N",
        shown="off"),
@@ -265,6 +319,15 @@ SETTINGS: tuple[Setting, ...] = (
        "Limits", type=int, metavar="N", low=0, high=_U32),
     _S("limit_connections", 100_000, "accept and close at once connections past N", "Limits", type=int,
        metavar="N", low=1, high=_U32),
+    _S("limit_connections_per_ip", None, "close at accept a client address's connections past N open at once",
+       "Limits", type=int, metavar="N", low=1, high=_U32, shown="off"),
+    _S("limit_request_rate", None, "requests a second per client address (after proxy headers); past it and "
+       "--limit-request-burst: 429 with retry-after, from the engine", "Limits", type=int, metavar="N", low=1,
+       high=1_000_000, shown="off"),
+    _S("limit_request_burst", None, "requests a client may send at once before --limit-request-rate applies",
+       "Limits", type=int, metavar="N", low=1, high=1_000_000, shown="the rate"),
+    _S("limit_request_table", 8192, "clients the rate limit tracks at once (a power of two; 32 bytes each, "
+       "allocated when the limit is on)", "Limits", type=int, metavar="N", low=4, high=1 << 24),
     _S("limit_keep_alive_requests", 10_000, "close a connection after N requests", "Limits", type=int, metavar="N",
        low=1, high=_U32),
     _S("limit_request_body", 1 << 30, "413 for request bodies over N bytes", "Limits", type=int, metavar="N",
@@ -337,6 +400,10 @@ class Config:
             setattr(self, name, value)
         self.app = app
         self._check_choices()
+        if self.user is not None or self.group is not None:
+            from zigcorn.process import Identity
+
+            Identity(self.user, self.group)  # an unknown user or group is a configuration error
         if self.workers is None:
             concurrency = os.environ.get("WEB_CONCURRENCY")
             self.workers = int(concurrency) if concurrency and concurrency.isdigit() else 1
@@ -349,18 +416,38 @@ class Config:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
         self.forwarded_allow_ips = [ip.strip() for ip in _as_list(forwarded_allow_ips) for ip in ip.split(",") if ip.strip()]
         _check_networks(self.forwarded_allow_ips)
-        for name in ("metrics_path", "health_path"):
+        if self.drain_path is not None and not self.admin_token:
+            raise ValueError("drain_path needs admin_token (the bearer token a drain request must carry)")
+        if self.admin_token is not None and (len(self.admin_token) < 16 or any(c in self.admin_token for c in " \t\r\n")):
+            raise ValueError("admin_token must be at least 16 characters, without spaces")
+        for name in ("metrics_path", "health_path", "warmup_path", "drain_path"):
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.metrics_bucket_seconds = _bucket_seconds(self.metrics_buckets)
         self.static_mounts = _static_mounts(self.static, self.static_path_route, self.static_path_mount)
+        if self.limit_request_table & (self.limit_request_table - 1):
+            raise ValueError(f"limit_request_table must be a power of two, not {self.limit_request_table}")
+        if self.limit_request_burst is not None and self.limit_request_rate is None:
+            raise ValueError("limit_request_burst needs limit_request_rate")
+        self.hsts_value = ""
+        if self.hsts is not None:
+            self.hsts_value = f"max-age={int(self.hsts)}" + "; includeSubDomains" * bool(self.hsts_include_subdomains) \
+                + "; preload" * bool(self.hsts_preload)
         if self.request_id_header is not None:
             name = str(self.request_id_header).strip().lower()
             if not name or len(name) > 64 or any(ch not in _TOKEN_CHARS for ch in name):
                 raise ValueError(f"request_id_header must be a header name, not {self.request_id_header!r}")
             self.request_id_header = name
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
+        self.access_log_exclude = frozenset(_as_list(self.access_log_exclude))
+        if self.access_log_file == "-":  # gunicorn's spelling of stdout
+            self.access_log_file = None
+        self.access_format = None
+        if self.access_log_format is not None:
+            from zigcorn.accesslog import AccessFormat
+
+            self.access_format = AccessFormat(self.access_log_format)
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
@@ -368,6 +455,9 @@ class Config:
         self.ssl_certfile = os.fspath(ssl_certfile) if ssl_certfile is not None else None
         self.ssl_ca_certs = os.fspath(ssl_ca_certs) if ssl_ca_certs is not None else None
         self._check_tls()
+        # One set of ticket keys for the master and every worker it forks, so a ticket
+        # resumes whichever worker accepts the client's next connection.
+        self.ssl_ticket_keys = os.urandom(80) if self.is_ssl and self.ssl_session_tickets else None
 
         # Extra response headers for the engine, ready to copy into each response.
         # `server` and `date` are not here: the engine adds them itself.
@@ -419,12 +509,20 @@ class Config:
             raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
         if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
             raise ValueError("ssl_keyfile_password must be a str")
+        if self.ssl_crl is not None:
+            self.ssl_crl = os.fspath(self.ssl_crl)
+            if not self.ssl_ca_certs:
+                raise ValueError("ssl_crl checks client certificates: it needs ssl_ca_certs and ssl_cert_reqs")
+        if self.ssl_min_version == "TLSv1.3" and SSL_VERSIONS[version][1] < _TLS13:
+            raise ValueError("ssl_min_version TLSv1.3 is above what ssl_version 5 (TLS 1.2 only) allows")
 
     def engine_tls_options(self) -> dict[str, Any]:
         """The engine's TLS options: empty for plain HTTP. Holds the password: never log it."""
         if not self.is_ssl:
             return {}
         low, high = SSL_VERSIONS[self.ssl_version]
+        if self.ssl_min_version == "TLSv1.3":
+            low = _TLS13
         password = self.ssl_keyfile_password
         return {
             "ssl_certfile": self.ssl_certfile,
@@ -433,6 +531,10 @@ class Config:
             "ssl_min_version": low,
             "ssl_max_version": high,
             "ssl_cert_reqs": self.ssl_cert_reqs,
+            "ssl_session_tickets": bool(self.ssl_session_tickets),
+            "ssl_session_cache": self.ssl_session_cache,
+            "ssl_crl": self.ssl_crl,
+            "ssl_ticket_keys": self.ssl_ticket_keys,
             "ssl_ca_certs": self.ssl_ca_certs,
             # Never anonymous or unencrypted suites, whatever the list says ("TLSv1" has both).
             "ssl_ciphers": f"{self.ssl_ciphers}:!aNULL:!eNULL" if self.ssl_ciphers else None,
@@ -474,6 +576,18 @@ class Config:
             "request_id_header": self.request_id_header,
             "trace_context": bool(self.trace_context),
             "server_timing": bool(self.server_timing),
+            "tcp_nodelay": bool(self.tcp_nodelay),
+            "tcp_keepalive_idle": self.tcp_keepalive_idle or 0,
+            "tcp_keepalive_interval": self.tcp_keepalive_interval or 0,
+            "tcp_keepalive_count": self.tcp_keepalive_count or 0,
+            "tcp_user_timeout": self.tcp_user_timeout or 0,
+            "tcp_fastopen": self.tcp_fastopen or 0,
+            "limit_connections_per_ip": self.limit_connections_per_ip or 0,
+            "limit_request_rate": self.limit_request_rate or 0,
+            "limit_request_burst": (self.limit_request_burst or self.limit_request_rate or 0)
+            if self.limit_request_rate else 0,
+            "limit_request_table": self.limit_request_table,
+            "hsts": self.hsts_value,
             "static": list(self.static_mounts),
             "static_expires": self.static_expires,
             "static_dotfiles": bool(self.static_dotfiles),
@@ -534,6 +648,35 @@ class Config:
             access_logger = logging.getLogger("zigcorn.access")
             access_logger.handlers = []
             access_logger.propagate = False
+        elif self.access_log_file is not None or self.access_log_format is not None:
+            self._configure_access_output(is_default_logging(log_config))
+
+    def _configure_access_output(self, default_logging: bool) -> None:
+        """--access-log-file replaces the access logger's handlers with the file; a custom
+        --access-log-format is the whole line (no level prefix) on zigcorn's own handlers."""
+        from zigcorn.accesslog import ReopenableFileHandler
+        from zigcorn.logging import AccessFormatter
+
+        access_logger = logging.getLogger("zigcorn.access")
+        if self.access_log_format is not None:
+            formatter = logging.Formatter("%(message)s")
+        else:
+            formatter = AccessFormatter(fmt="%(levelprefix)s %(message)s", use_colors=False)
+        if self.access_log_file is not None:
+            for old in access_logger.handlers[:]:
+                access_logger.removeHandler(old)
+                if isinstance(old, ReopenableFileHandler):
+                    old.close()
+            try:
+                handler = ReopenableFileHandler(self.access_log_file)
+            except OSError as exc:
+                raise ValueError(f"access_log_file {self.access_log_file!r}: {exc.strerror or exc}") from None
+            handler.setFormatter(formatter)
+            access_logger.addHandler(handler)
+            access_logger.propagate = False
+        elif default_logging:
+            for handler in access_logger.handlers:
+                handler.setFormatter(formatter)
 
     def load(self) -> None:
         """Import the app (and call its factory), pick the lifespan runner.

@@ -20,6 +20,11 @@ from zigcorn._core import Stream
 logger = logging.getLogger("zigcorn.error")
 access_logger = logging.getLogger("zigcorn.access")
 
+# Set by the server from its Config: the compiled --access-log-format (None: uvicorn's
+# line) and the --access-log-exclude paths. Read only when an access line is due.
+access_format = None
+access_exclude: frozenset = frozenset()
+
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 _ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 _EAGER_TASKS = sys.version_info >= (3, 12)
@@ -93,11 +98,16 @@ class HTTPCycle(Stream):
 
     async def run(self, app, access_log: bool, timeout: float | None) -> None:
         started_at = time.perf_counter() if access_log else 0.0
+        send = self.send
+        response_headers = None
+        if access_log and access_format is not None and access_format.response_headers:
+            response_headers = []  # %({name}o)s: the headers the app sends, seen on their way
+            send = _recording_send(send, response_headers)
         timer = None
         if timeout is not None:
             timer = asyncio.get_running_loop().call_later(timeout, _expire, asyncio.current_task())
         try:
-            result = await app(self.scope, self.receive, self.send)
+            result = await app(self.scope, self.receive, send)
         except asyncio.CancelledError as exc:
             if exc.args != (_TIMEOUT_MESSAGE,):
                 self._fail()
@@ -126,7 +136,7 @@ class HTTPCycle(Stream):
             if timer is not None:
                 timer.cancel()
         if access_log:
-            self._log_access(started_at)
+            self._log_access(started_at, response_headers)
 
     def _fail(self, status: int = 500) -> None:
         """An error status if nothing was sent yet; a complete response stands; otherwise the connection is cut."""
@@ -142,8 +152,14 @@ class HTTPCycle(Stream):
         else:
             self.abort()
 
-    def _log_access(self, started_at: float) -> None:
+    def _log_access(self, started_at: float, response_headers=None) -> None:
         scope = self.scope
+        if access_exclude and scope["path"] in access_exclude:
+            return
+        if access_format is not None:
+            duration = time.perf_counter() - started_at
+            access_logger.info(access_format.format(scope, self.status, self.bytes_sent, duration, response_headers))
+            return
         client_addr, path = access_fields(scope)
         access_logger.info(
             '%s - "%s %s HTTP/%s" %d %d %.1fms',
@@ -157,18 +173,43 @@ class HTTPCycle(Stream):
         )
 
 
+_DRAIN_ANSWERS = {
+    202: b"draining\n",
+    403: b"Forbidden\n",
+    405: b"Method Not Allowed\n",
+}
+
+
+def _drain_answer(stream, status: int, extra=()) -> None:
+    stream.start(status, [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"), *extra])
+    stream.write(_DRAIN_ANSWERS[status], False)
+    stream.finish()
+
+
+def _recording_send(send, headers: list):
+    async def recording_send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            headers.extend(message.get("headers", ()))
+        await send(message)
+
+    return recording_send
+
+
 class Dispatcher:
     """Turns each stream the engine hands over into a task running the app."""
 
     __slots__ = (
         "app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "timeout_request",
-        "requests", "on_limit", "engine", "reset_contextvars",
+        "requests", "on_limit", "engine", "reset_contextvars", "drain_path", "admin_token", "on_drain",
     )  # fmt: skip
 
     def __init__(
         self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit,
-        reset_contextvars: bool = False,
+        reset_contextvars: bool = False, drain_path: str | None = None, admin_token: str | None = None, on_drain=None,
     ) -> None:
+        self.drain_path = drain_path
+        self.admin_token = f"Bearer {admin_token}".encode() if admin_token else b""
+        self.on_drain = on_drain
         self.reset_contextvars = reset_contextvars
         self.timeout_request = timeout_request
         self.app = app
@@ -181,6 +222,9 @@ class Dispatcher:
         self.engine = None
 
     def __call__(self, stream: HTTPCycle) -> None:
+        if self.drain_path is not None and stream.scope["path"] == self.drain_path and stream.scope["type"] == "http":
+            self._drain_request(stream)
+            return
         if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
             # Like uvicorn: past the limit the app is not called at all.
             stream.start(503, _ERROR_HEADERS)
@@ -199,3 +243,25 @@ class Dispatcher:
             asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
         else:
             self.loop.create_task(coro, context=context)
+
+    def _drain_request(self, stream: HTTPCycle) -> None:
+        """--drain-path: the app never sees it. A POST carrying ``Authorization: Bearer
+        <--admin-token>`` (compared in constant time) starts the graceful shutdown; any
+        request without the token gets 403, one with it but not a POST 405."""
+        import hmac
+
+        scope = stream.scope
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value
+        if not hmac.compare_digest(given, self.admin_token):
+            logger.warning("Drain request refused: no valid admin token (from %s).", access_fields(scope)[0])
+            _drain_answer(stream, 403)
+            return
+        if scope["method"] != "POST":
+            _drain_answer(stream, 405, [(b"allow", b"POST")])
+            return
+        logger.info("Drain requested by %s: shutting down gracefully.", access_fields(scope)[0])
+        _drain_answer(stream, 202)
+        self.on_drain()

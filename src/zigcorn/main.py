@@ -6,6 +6,7 @@ when the command line is parsed, so programs calling `run()` never load it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import zigcorn
 from zigcorn.config import SETTING, SETTINGS, STARTUP_FAILURE, Config, Setting
+
+logger = logging.getLogger("zigcorn.error")
 
 if TYPE_CHECKING:
     import argparse
@@ -30,38 +33,90 @@ def run(app: Any, *, app_dir: str | None = None, **kwargs: Any) -> None:
     serve(Config(app, **kwargs))
 
 
+def raise_nofile() -> None:
+    """--auto-raise-nofile: the soft RLIMIT_NOFILE up to the hard one (workers inherit it)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        # Linux refuses an infinite soft limit for descriptors: nr_open is the real ceiling.
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                hard = int(f.read())
+        except (OSError, ValueError):
+            hard = 1 << 20
+    if soft >= hard:
+        logger.info("Open files limit: %d (already the hard limit).", soft)
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    except (OSError, ValueError) as exc:
+        logger.warning("Could not raise the open files limit from %d to %d: %s", soft, hard, exc)
+        return
+    logger.info("Open files limit raised from %d to %d.", soft, hard)
+
+
 def serve(config: Config) -> None:
     """Run a server for `config` until it stops; exit 3 if it never started.
 
     With ``reload`` a supervisor restarts a fresh server process on code changes; with
     ``workers`` > 1 a master forks and tends the workers; else this process serves.
     """
+    if config.auto_raise_nofile:
+        raise_nofile()
     if config.reload:
         from zigcorn.reload import run_reloader
 
         run_reloader(config)
         return
-    if config.workers > 1:
+    if config.workers > 1 or config.workers_max_rss is not None:
         from zigcorn.workers import run_master
 
         run_master(config)
         return
     config.loop_factory()  # before zigcorn.server imports asyncio: the loop decides how
+    from zigcorn.process import wants_privilege_drop
     from zigcorn.server import Server
 
-    server = Server(config)
+    listener = pid_file = None
+    if wants_privilege_drop(config):
+        # Bound before the app starts, so that only binding runs with root's privileges.
+        from zigcorn.process import after_bind
+        from zigcorn.sockets import bind
+
+        try:
+            listener = bind(config)
+            pid_file = after_bind(config)
+        except OSError as exc:
+            logging.getLogger("zigcorn.error").error("%s", exc.strerror or exc)
+            sys.exit(STARTUP_FAILURE)
+    server = Server(config, listener, owns_listener=listener is not None, pid_file=pid_file)
     try:
         server.run()
     except KeyboardInterrupt:
         pass  # Ctrl+C before signal handlers were installed: nothing to report
+    finally:
+        if pid_file is not None:
+            pid_file.remove()
     if not server.started:
         sys.exit(STARTUP_FAILURE)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``zigcorn`` and ``python -m zigcorn``."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config_file = _config_file_argument(argv)
+    try:
+        file_values = read_config_file(config_file) if config_file else {}
+    except ValueError as exc:
+        build_parser().error(str(exc))
+    parser = build_parser(file_values)
     options = vars(parser.parse_args(argv))
+    options.pop("config")
+    for name, value in file_values.items():
+        given = options.get(name)
+        if isinstance(value, list) and isinstance(given, list) and given[: len(value)] == value and len(given) > len(value):
+            options[name] = given[len(value) :]  # a repeatable flag replaces the file's list, not extends it
     app, app_dir = options.pop("app"), options.pop("app_dir")
     # Not given on the command line (None) means Config's default, which may be something else.
     options = {name: value for name, value in options.items() if value is not None or SETTING[name].default is None}
@@ -75,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve(config)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(file_values: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -90,12 +145,121 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=_version_line())
     parser.add_argument("--app-dir", default="", metavar="DIR", help="import APP from here (default: cwd)")
+    parser.add_argument(
+        "--config", metavar="FILE", default=os.environ.get(ENV_PREFIX + "CONFIG"),
+        help="read settings from this TOML file (run()'s keyword names); the environment and the command line win",
+    )  # fmt: skip
     groups: dict[str, argparse._ArgumentGroup] = {}
     for setting in SETTINGS:
         group = groups.get(setting.group) or groups.setdefault(setting.group, parser.add_argument_group(setting.group))
-        group.add_argument(setting.flag, **_argument(setting))
+        group.add_argument(setting.flag, *setting.aliases, **_argument(setting))
+    if file_values:
+        for action in parser._actions:
+            if action.dest in file_values and not (action.dest == "app" and action.default):
+                action.default = file_values[action.dest]
+                action.required = False
     _defaults_from_environment(parser)
     return parser
+
+
+def _config_file_argument(argv: list[str]) -> str | None:
+    """The --config FILE among `argv` (the last one), else $ZIGCORN_CONFIG: needed before the
+    parser is built, since the file's values become its defaults."""
+    found = os.environ.get(ENV_PREFIX + "CONFIG") or None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--config" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--config="):
+            found = arg.partition("=")[2]
+    return found
+
+
+# The keys a config file may hold besides the settings: run()'s own arguments.
+_FILE_ONLY_KEYS = {"app": str, "app_dir": str}
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """``--config FILE``: a TOML table of run()'s keyword arguments, checked against the
+    settings table. Raises ValueError naming the file and the key at fault."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _FILE_ONLY_KEYS:
+            if not isinstance(value, str):
+                raise ValueError(f"{path}: {key!r} must be a string, not {value!r}")
+            values[key] = value
+            continue
+        setting = SETTING.get(key)
+        if setting is None:
+            hint = ""
+            if key.replace("-", "_") in SETTING:
+                hint = f" (did you mean {key.replace('-', '_')!r}?)"
+            raise ValueError(f"{path}: unknown key {key!r}{hint}")
+        try:
+            value = _file_value(setting, value)
+            if setting.kind != "append":
+                setting.check(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {key!r}: {exc}") from None
+        values[key] = value
+    return values
+
+
+def _file_value(setting: Setting, value: Any) -> Any:
+    """A TOML value as the setting takes it, or ValueError saying what was expected."""
+    def wrong(expected: str):
+        return ValueError(f"expected {expected}, not {value!r} ({type(value).__name__})")
+
+    if setting.kind in ("onoff", "switch") or setting.type == "boolean":
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if setting.kind == "append":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise wrong("a string or an array of strings")
+        if setting.type == "header":
+            from argparse import ArgumentTypeError
+
+            try:
+                return [_header(item) for item in items]
+            except ArgumentTypeError as exc:
+                raise ValueError(str(exc)) from None
+        return items
+    if setting.type in (int, "port"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+        return value
+    if setting.type == "octal":
+        if isinstance(value, str):
+            try:
+                return int(value, 8)
+            except ValueError:
+                raise wrong("an octal mode (0o660 or \"660\")") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an octal mode (0o660 or \"660\")")
+        return value
+    if setting.type is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong("a number")
+        return value
+    if setting.name == "log_config" and isinstance(value, dict):
+        return value  # a dictConfig table in the file itself
+    if setting.also is not None and setting.also[0](value):
+        return value
+    if not isinstance(value, str):
+        raise wrong("a string")
+    return value
 
 
 def _argument(setting: Setting) -> dict[str, Any]:

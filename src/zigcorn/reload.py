@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from zigcorn.config import LOAD_FAILURE, STARTUP_FAILURE
+from zigcorn.process import after_bind
 from zigcorn.sockets import Listener, bind
 
 logger = logging.getLogger("zigcorn.error")
@@ -40,6 +41,7 @@ def run_reloader(config) -> None:
         sys.exit(LOAD_FAILURE)
     try:
         listener = bind(config)
+        pid_file = after_bind(config)  # the supervisor's pid; children run with its privileges
     except OSError as exc:
         logger.error("%s", exc.strerror or exc)
         sys.exit(STARTUP_FAILURE)
@@ -76,6 +78,8 @@ def run_reloader(config) -> None:
         _stop_child(child)
         listener.remove_uds()
         listener.close()
+        if pid_file is not None:
+            pid_file.remove()
         logger.info("Stopping reloader process [%d]", os.getpid())
 
 
@@ -95,7 +99,8 @@ class _Filter:
 
 
 def _start_child(config, listener: Listener) -> subprocess.Popen:
-    arguments = dict(config.arguments, reload=False, workers=1, fd=None, uds=None)
+    arguments = dict(config.arguments, reload=False, workers=1, fd=None, uds=None, pid_file=None, user=None,
+                     group=None, umask=None)  # fmt: skip
     payload = pickle.dumps((arguments, listener.fileno(), listener.description, sys.path))
     env = dict(os.environ, **{_CHILD_ENV: base64.b64encode(payload).decode()})
     code = "from zigcorn.reload import child_main; child_main()"

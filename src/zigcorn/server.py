@@ -17,7 +17,10 @@ import signal
 
 
 from zigcorn import _core
+from zigcorn import http as http_module
+from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
+from zigcorn.process import after_bind
 from zigcorn.sockets import Listener, bind
 from zigcorn.tls import load_openssl
 from zigcorn.websocket import WebSocketCycle
@@ -56,9 +59,16 @@ class Server:
     """One serving process. `listener` comes from a master or reload supervisor; without
     one the server binds its own socket. `on_ready` is called once it accepts."""
 
-    def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0) -> None:
+    def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0,
+                 owns_listener: bool = False, pid_file=None, on_drain=None) -> None:  # fmt: skip
         self.config = config
         self.listener = listener
+        # True when this process bound `listener` for itself (before dropping privileges):
+        # it then announces it, writes the pid file and removes a Unix socket's file.
+        self.owns_listener = owns_listener or listener is None
+        self.pid_file = pid_file
+        # --drain-path: what an authorised drain request does (a worker asks its master).
+        self.on_drain = on_drain
         self.on_ready = on_ready
         self.metrics_slot = metrics_slot
         self.started = False
@@ -113,7 +123,17 @@ class Server:
             return
         if announce:
             logger.info("Application startup complete.")
+        if getattr(config, "warmup_path", None) is not None:
+            from zigcorn.warmup import warm_up
 
+            await warm_up(config, lifespan.state)
+
+        http_module.access_format = getattr(config, "access_format", None)
+        import zigcorn.accesslog as accesslog_module
+
+        accesslog_module.request_id_header = config.request_id_header.encode() if config.request_id_header else None
+        accesslog_module.trace_context = bool(config.trace_context)
+        http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
         dispatcher = Dispatcher(
             config.loaded_app,
             loop,
@@ -123,6 +143,9 @@ class Server:
             reset_contextvars=config.reset_contextvars,
             timeout_request=config.timeout_request,
             on_limit=self.handle_exit_request,
+            drain_path=getattr(config, "drain_path", None),
+            admin_token=getattr(config, "admin_token", None),
+            on_drain=self.on_drain or self.handle_exit_request,
         )
         try:
             engine = self._new_engine(dispatcher)
@@ -136,9 +159,14 @@ class Server:
         _, refused = engine.backend()
         if refused:
             logger.info("io_uring is not available here (%s): serving with epoll", refused)
-        own_listener = self.listener is None
+        own_listener = self.owns_listener
+        pid_file = self.pid_file
         try:
-            listener = bind(config) if own_listener else self.listener
+            if self.listener is None:
+                listener = bind(config)
+                pid_file = after_bind(config)
+            else:
+                listener = self.listener
             engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
@@ -164,6 +192,8 @@ class Server:
         finally:
             if own_listener:
                 listener.remove_uds()
+            if pid_file is not None:
+                pid_file.remove()
         logger.info("Finished server process [%d]", os.getpid())
 
     def _new_engine(self, dispatcher):
@@ -218,9 +248,17 @@ class Server:
             except RuntimeError:  # the loop is closed: serving is over
                 pass
 
+        def on_reopen(sig: int, frame) -> None:
+            try:
+                loop.call_soon_threadsafe(reopen_log_files)
+            except RuntimeError:
+                pass
+
         try:
             for sig in HANDLED_SIGNALS:
                 self._previous_handlers[sig] = signal.signal(sig, on_signal)
+            if has_log_files():  # --access-log-file: SIGUSR1 reopens it (logrotate)
+                self._previous_handlers[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_reopen)
         except ValueError:  # not the main thread: whoever runs us handles signals
             self._restore_signal_handlers()
 

@@ -27,12 +27,15 @@ import time
 from dataclasses import dataclass, field
 
 from zigcorn import _core
+from zigcorn.accesslog import reopen_log_files
 from zigcorn.config import STARTUP_FAILURE
+from zigcorn.process import drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
 from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
 
-MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+MASTER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+                  signal.SIGUSR1)  # fmt: skip
 # A worker that dies younger than this counts as a crash; repeated crashes back off.
 CRASH_AGE_SECONDS = 10.0
 BACKOFF_FIRST_SECONDS = 0.5
@@ -43,6 +46,9 @@ METRICS_SLOTS_MAX = 2048
 KILL_GRACE_SECONDS = 5.0
 # A serving worker is pinged this often; --timeout-worker-healthcheck bounds its answer.
 PING_INTERVAL_SECONDS = 1.0
+# --workers-max-rss: how often each worker's resident memory is read (/proc/<pid>/statm).
+RSS_CHECK_SECONDS = 1.0
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -57,6 +63,10 @@ class Worker:
     last_pong: float = 0.0
     ready: bool = False
     retiring: bool = False
+    # --workers-max-rss: the pid of the worker this one replaces (retired once this one accepts),
+    # and, on that worker, that its successor is on its way.
+    replaces: int | None = None
+    recycling: bool = False
 
 
 @dataclass
@@ -72,6 +82,9 @@ class Master:
     stopping: bool = False
     stop_deadline: float | None = None
     exit_code: int = 0
+    pid_file: object = None
+    next_rss_check: float = 0.0
+    per_worker_sockets: bool = False
 
     def run(self) -> int:
         config = self.config
@@ -79,12 +92,25 @@ class Master:
         per_worker_sockets = config.reuse_port and config.uds is None and config.fd is None and not systemd_fds()
         if config.reuse_port and not per_worker_sockets:
             logger.warning("--reuse-port applies to TCP sockets the workers bind themselves: ignored here.")
-        if not per_worker_sockets:
-            try:
+        set_title("zigcorn: master")
+        self.per_worker_sockets = per_worker_sockets
+        try:
+            if not per_worker_sockets:
                 self.listener = bind(config)
-            except OSError as exc:
-                logger.error("%s", exc.strerror or exc)
-                return STARTUP_FAILURE
+            self.pid_file = write_pid_file(config.pid_file)
+        except OSError as exc:
+            logger.error("%s", exc.strerror or exc)
+            if self.listener is not None:
+                self.listener.close()
+            return STARTUP_FAILURE
+        try:
+            return self._run()
+        finally:
+            if self.pid_file is not None:
+                self.pid_file.remove()
+
+    def _run(self) -> int:
+        config = self.config
         try:
             self._preload()
         except OSError as exc:  # OpenSSL missing or too old
@@ -116,14 +142,19 @@ class Master:
     def _preload(self) -> None:
         """Import what every worker needs, once, so the pages are shared."""
         config = self.config
-        config.load()
         config.loop_factory()  # imports the loop (zigcorn's, asyncio or uvloop) here, not in each worker
         if config.is_ssl:  # OpenSSL's pages are shared too; a missing library stops us here
             from zigcorn.tls import load_openssl
 
             load_openssl()
+        import zigcorn.lifespan  # noqa: F401
         import zigcorn.server  # noqa: F401  (and with it http, websocket, sockets)
 
+        if not self.per_worker_sockets and wants_privilege_drop(config):
+            # Root's privileges end here, once the server's own modules are loaded: the
+            # app is imported as --user. (With --reuse-port each worker drops them after binding.)
+            drop_privileges(config.user, config.group, config.umask)
+        config.load()
         gc.collect()
         gc.freeze()  # the collector never touches (and so never copies) the master's objects
 
@@ -153,6 +184,7 @@ class Master:
                     self.respawn_at = None
                     self._top_up()
                 self._health_check()
+                self._memory_check()
             fds = [wakeup_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd >= 0]
             try:
                 readable, _, _ = select.select(fds, [], [], 0.5)
@@ -171,6 +203,11 @@ class Master:
                 self._stop(sig)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
+            elif sig == signal.SIGUSR1:
+                logger.info("SIGUSR1: reopening log files.")
+                reopen_log_files()
+                for worker in self.workers.values():
+                    _signal(worker.pid, signal.SIGUSR1)
             elif sig == signal.SIGTTIN and not self.stopping:
                 self.target += 1
                 logger.info("SIGTTIN: %d workers", self.target)
@@ -208,12 +245,32 @@ class Master:
     def _serving(self) -> list[Worker]:
         return [w for w in self.workers.values() if not w.retiring]
 
-    def _spawn(self) -> None:
+    def _memory_check(self) -> None:
+        """--workers-max-rss: a serving worker past the limit gets a successor; once that one
+        accepts, the old one drains (its requests in flight finish) and exits."""
+        limit = self.config.workers_max_rss
+        now = time.monotonic()
+        if limit is None or now < self.next_rss_check:
+            return
+        self.next_rss_check = now + RSS_CHECK_SECONDS
+        for worker in list(self.workers.values()):
+            if not worker.ready or worker.retiring or worker.recycling or worker.generation != self.generation:
+                continue
+            rss = rss_bytes(worker.pid)
+            if rss is None or rss <= limit * MIB:
+                continue
+            logger.info("Worker [%d] uses %.0f MiB, past --workers-max-rss %d: replacing it.", worker.pid,
+                        rss / MIB, limit)  # fmt: skip
+            worker.recycling = True
+            if self._spawn(replaces=worker.pid) is None:
+                worker.recycling = False  # no successor (yet): checked again next time
+
+    def _spawn(self, replaces: int | None = None) -> int | None:
         used = {w.slot for w in self.workers.values()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
         if len(used) >= METRICS_SLOTS_MAX:
             logger.error("Not starting a worker: %d are already running.", len(used))
-            return
+            return None
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         ping_r, ping_w = os.pipe2(os.O_CLOEXEC)
         # Signals stay blocked across the fork until the child has dropped the master's
@@ -227,7 +284,7 @@ class Master:
                 os.close(fd)
             logger.error("Could not start a worker: %s; retrying in %.0fs.", exc, BACKOFF_MAX_SECONDS)
             self.respawn_at = time.monotonic() + BACKOFF_MAX_SECONDS
-            return
+            return None
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         if pid == 0:  # the worker
@@ -242,7 +299,9 @@ class Master:
                 os._exit(code)
         os.close(ready_w)
         os.close(ping_r)
-        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w)
+        self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w,
+                                   replaces=replaces)  # fmt: skip
+        return pid
 
     def _worker_main(self, slot: int, ready_w: int, ping_r: int) -> int:
         master_pid = os.getppid()
@@ -252,8 +311,9 @@ class Master:
         signal.set_wakeup_fd(-1)
         for sig in MASTER_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
-        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
-            signal.signal(sig, signal.SIG_IGN)  # meant for the master
+        # Meant for the master; SIGUSR1 until the server installs its own (to reopen log files).
+        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, MASTER_SIGNALS)
         for other in self.workers.values():
             for fd in (other.ready_fd, other.ping_fd):
@@ -263,10 +323,20 @@ class Master:
         _answer_pings(ping_r, ready_w)
         from zigcorn.server import Server
 
+        set_title(f"zigcorn: worker [{slot + 1}]")
         listener = self.listener
         if listener is None:  # --reuse-port: each worker binds its own socket
             listener = bind(self.config, reuse_port=True)
-        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot)
+            config = self.config
+            if wants_privilege_drop(config):
+                try:
+                    drop_privileges(config.user, config.group, config.umask)
+                except OSError as exc:
+                    logger.error("%s", exc)
+                    return STARTUP_FAILURE
+        # --drain-path: a drain request to any worker stops the whole server, through the master.
+        server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot,
+                        on_drain=lambda: _signal(master_pid, signal.SIGTERM))  # fmt: skip
         try:
             server.run()
         except KeyboardInterrupt:
@@ -291,6 +361,13 @@ class Master:
         if worker.ready or b"r" not in data:
             return
         worker.ready = True
+        if worker.replaces is not None:
+            old = self.workers.get(worker.replaces)
+            worker.replaces = None
+            if old is not None and not old.retiring:
+                logger.info("Worker [%d] accepts: worker [%d] drains and exits.", worker.pid, old.pid)
+                self._retire([old])
+            return
         if all(w.ready for w in self.workers.values() if w.generation == self.generation):
             self._retire([w for w in self._serving() if w.generation < self.generation])
 
@@ -315,6 +392,8 @@ class Master:
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
+            if worker.replaces is not None and worker.replaces in self.workers:
+                self.workers[worker.replaces].recycling = False  # it died first: the old one serves on
             for fd in (worker.ready_fd, worker.ping_fd):
                 if fd >= 0:
                     os.close(fd)

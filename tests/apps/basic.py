@@ -10,6 +10,8 @@ MB = 1024 * 1024
 EVENTS = []  # what /hold observed, served by /events
 BARRIERS = {}  # key -> [arrived, asyncio.Event] for /barrier
 LEAKED = []  # tasks /leak left running
+HELD = []  # what /grow allocated
+WARMED = []  # user agents that reached /warm
 
 
 async def read_body(receive) -> bytes:
@@ -109,11 +111,24 @@ async def app(scope, receive, send):
     elif path == "/pid":  # which worker process answered
         await respond(send, body=str(os.getpid()).encode())
 
+    elif path == "/grow":  # ?mb=N: keep N MiB more, touched, for as long as the process lives; answers its pid
+        HELD.append(b"g" * (int(query.get("mb", 10)) * MB))
+        await respond(send, body=str(os.getpid()).encode())
+
+    elif path == "/warm":  # what a warm-up reaches: remembers who asked
+        WARMED.append(dict(scope["headers"]).get(b"user-agent", b"").decode())
+        await respond(send, body=b"warm")
+
+    elif path == "/warmed":  # who reached /warm, and how many objects the collector has frozen
+        import gc
+
+        await respond(send, body=f"{','.join(WARMED)} {gc.get_freeze_count()}".encode())
+
     elif path == "/events":
         await respond(send, body=",".join(EVENTS).encode())
 
-    elif path == "/own-request-id":  # the app sets X-Request-ID itself
-        await respond(send, body=b"mine", headers=[(b"X-Request-ID", b"app-made")])
+    elif path == "/set-header":  # ?name=N&value=V: the app sets that response header itself
+        await respond(send, body=b"set", headers=[(query["name"].encode(), query["value"].encode())])
 
     else:  # echo the path, so pipelined responses can be told apart
         await respond(send, body=path.encode(), headers=[(b"content-type", b"text/plain")])

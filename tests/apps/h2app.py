@@ -12,6 +12,7 @@ Paths:
   /stats             counters as JSON
   /trailers          a body in two parts, then trailers
   /hints             a 103 early hint, then "done"
+  /big-head?n=N      "big" under a response header x-big of N bytes (a head larger than the output's pause mark)
 """
 
 import asyncio
@@ -104,6 +105,10 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": b"world"})
         await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc")], "more_trailers": True})
         await send({"type": "http.response.trailers", "headers": [(b"x-count", b"2")]})
+    elif path == "/big-head":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain"), (b"x-big", b"a" * int(query.get("n", "0")))]})
+        await send({"type": "http.response.body", "body": b"big"})
     elif path == "/hints":
         await send({"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload; as=style"]})
         await _plain(send, b"done")

@@ -62,6 +62,10 @@ pub const Cell = extern struct {
     }
 };
 
+/// Why a connection was closed at accept.
+pub const RejectCause = enum(u8) { limit_connections, limit_per_ip };
+const reject_causes = @typeInfo(RejectCause).@"enum".fields.len;
+
 /// At most this many worker slots (workers plus a reload's second generation).
 pub const slots_max = 2048;
 
@@ -82,6 +86,10 @@ pub const Slot = extern struct {
     accept_pauses: u64 = 0,
     /// io_uring: times a connection's receive found no free buffer in the ring and waited.
     io_buffer_waits: u64 = 0,
+    /// Connections closed at accept, by `RejectCause`.
+    rejected: [reject_causes]u64 = [_]u64{0} ** reject_causes,
+    /// Requests answered 429 by `--limit-request-rate`.
+    rate_limited: u64 = 0,
 
     pub fn observe(self: *Slot, method: u8, status: u16, duration_us: u64, body_bytes: u64) void {
         if (status < 100 or status >= 600) return;
@@ -196,6 +204,8 @@ pub fn render(out: []u8) error{NoSpace}![]const u8 {
         }
         sum.accept_pauses += s.accept_pauses;
         sum.io_buffer_waits += s.io_buffer_waits;
+        for (&sum.rejected, s.rejected) |*a, b| a.* += b;
+        sum.rate_limited += s.rate_limited;
         if (s.live != 0) {
             workers += 1;
             sum.connections_open += s.connections_open;
@@ -219,6 +229,8 @@ const Totals = struct {
     resident_bytes: u64 = 0,
     accept_pauses: u64 = 0,
     io_buffer_waits: u64 = 0,
+    rejected: [reject_causes]u64 = [_]u64{0} ** reject_causes,
+    rate_limited: u64 = 0,
 };
 
 fn writeAll(w: *std.Io.Writer, sum: *const Totals, workers: u64) std.Io.Writer.Error!void {
@@ -264,6 +276,9 @@ fn writeAll(w: *std.Io.Writer, sum: *const Totals, workers: u64) std.Io.Writer.E
     try metric(w, "zigcorn_workers", "gauge", "Worker processes serving.", workers);
     try metric(w, "zigcorn_accept_pauses_total", "counter", "Times accepting paused for a second: out of file descriptors or memory.", sum.accept_pauses);
     try metric(w, "zigcorn_io_uring_buffer_waits_total", "counter", "io_uring: times a receive found the buffer ring empty and waited for a buffer (raise --io-uring-buffers).", sum.io_buffer_waits);
+    try w.writeAll("# HELP zigcorn_connections_rejected_total Connections closed at accept, by the limit they were over.\n# TYPE zigcorn_connections_rejected_total counter\n");
+    for (sum.rejected, 0..) |n, i| try w.print("zigcorn_connections_rejected_total{{cause=\"{s}\"}} {d}\n", .{ @tagName(@as(RejectCause, @enumFromInt(i))), n });
+    try metric(w, "zigcorn_requests_rate_limited_total", "counter", "Requests answered 429 by --limit-request-rate.", sum.rate_limited);
     try metric(w, "zigcorn_worker_restarts_total", "counter", "Workers replaced after dying.", if (header) |h| h.worker_restarts else 0);
 }
 

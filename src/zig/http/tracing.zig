@@ -253,6 +253,14 @@ pub fn serverTiming(buf: *[40]u8, elapsed_us: u64) []const u8 {
     return std.fmt.bufPrint(buf, "app;dur={d}.{d:0>3}", .{ elapsed_us / 1000, elapsed_us % 1000 }) catch unreachable;
 }
 
+/// Whether the app's response fields hold `name` (in any case).
+pub fn hasField(app_headers: []const [2][]const u8, name: []const u8) bool {
+    for (app_headers) |h| {
+        if (std.ascii.eqlIgnoreCase(h[0], name)) return true;
+    }
+    return false;
+}
+
 /// The fields the engine adds to a response head: the request id (unless the app set
 /// that field itself) and server-timing. `app_headers` are the app's (any case).
 pub fn responseFields(
@@ -265,10 +273,7 @@ pub fn responseFields(
 ) []const [2][]const u8 {
     var n: usize = 0;
     if (opts.request_id_header.len > 0 and id.len > 0) {
-        const set_by_app = for (app_headers) |h| {
-            if (std.ascii.eqlIgnoreCase(h[0], opts.request_id_header)) break true;
-        } else false;
-        if (!set_by_app) {
+        if (!hasField(app_headers, opts.request_id_header)) {
             out[n] = .{ opts.request_id_header, id.get() };
             n += 1;
         }

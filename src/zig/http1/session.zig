@@ -112,8 +112,11 @@ fn parseHead(conn: *Conn) void {
     conn.state = .request;
     conn.requests_count += 1;
     var view = stream_mod.Request.fromHttp1(&head.request);
-    st.prepare(&view);
-    if (answerOps(conn, &head.request)) return;
+    const limited = st.prepare(&view);
+    const engine_answer = if (limited) |wait| tooManyRequests(wait) else opsAnswer(srv, head.request.method, head.request.path);
+    if (engine_answer) |a| {
+        if (answerOps(conn, a)) return;
+    }
     act.stream = st;
     srv.streamStarted();
     if (!srv.hooks.onRequest(st, &view)) {
@@ -218,7 +221,14 @@ pub const OpsAnswer = struct {
     content_type: []const u8,
     body: []const u8,
     head_only: bool,
+    /// `retry-after` seconds (0: none).
+    retry_after: u32 = 0,
 };
+
+/// The answer to a request over `--limit-request-rate` (shared by HTTP/1.1 and HTTP/2).
+pub fn tooManyRequests(wait_s: u32) OpsAnswer {
+    return .{ .status = 429, .content_type = "text/plain; charset=utf-8", .body = "Too Many Requests\n", .head_only = false, .retry_after = wait_s };
+}
 
 /// Whether `method path` is the health or metrics path (GET and HEAD only: anything else
 /// goes to the app), and the answer. Shared by HTTP/1.1 and HTTP/2; a metrics body lives
@@ -245,14 +255,13 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer 
 
 /// Health and metrics paths are answered here, without the app, on a keep-alive
 /// connection like any response.
-fn answerOps(conn: *Conn, req: *const http1.Request) bool {
+fn answerOps(conn: *Conn, a: OpsAnswer) bool {
     const srv = conn.server;
-    const a = opsAnswer(srv, req.method, req.path) orelse return false;
     const st = streamOf(conn);
     if (st.http10 or srv.draining) st.keep_alive = false;
     scratch.claim();
     var w = response.HeadWriter{ .buf = &ops_head_scratch };
-    writeOpsHead(conn, &w, a.status, a.content_type, a.body.len, st.keep_alive) catch return false;
+    writeOpsHead(conn, &w, a, st.keep_alive) catch return false;
     st.status = a.status;
     st.resp_started = true;
     st.resp_head_sent = true;
@@ -262,7 +271,7 @@ fn answerOps(conn: *Conn, req: *const http1.Request) bool {
         conn.closeFor("out of memory for an engine-made response");
         return true;
     };
-    if (!a.head_only) conn.queueCopy(a.body, &st.out, copied_bytes_max) catch {
+    if (!a.head_only and !st.is_head_method) conn.queueCopy(a.body, &st.out, copied_bytes_max) catch {
         conn.closeFor("out of memory for an engine-made response");
         return true;
     };
@@ -271,13 +280,17 @@ fn answerOps(conn: *Conn, req: *const http1.Request) bool {
     return true;
 }
 
-fn writeOpsHead(conn: *Conn, w: *response.HeadWriter, status: u16, content_type: []const u8, len: usize, keep_alive: bool) error{NoSpace}!void {
-    try w.statusLine(status);
+fn writeOpsHead(conn: *Conn, w: *response.HeadWriter, a: OpsAnswer, keep_alive: bool) error{NoSpace}!void {
+    try w.statusLine(a.status);
     if (conn.server.opts.server_header) try w.append("server: zigcorn\r\n");
     if (conn.server.opts.date_header) try w.append(conn.server.date.get());
-    try w.header("content-type", content_type);
+    try w.header("content-type", a.content_type);
     try w.header("cache-control", "no-store");
-    try w.contentLength(len);
+    if (a.retry_after != 0) {
+        var buf: [10]u8 = undefined;
+        try w.header("retry-after", std.fmt.bufPrint(&buf, "{d}", .{a.retry_after}) catch unreachable);
+    }
+    try w.contentLength(a.body.len);
     if (!keep_alive) try w.append("connection: close\r\n");
     try w.append("\r\n");
 }

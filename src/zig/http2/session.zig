@@ -8,7 +8,7 @@
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
-//! connection's output queue, one frame per stream per round (fair interleaving), as
+//! connection's output queue, one frame per stream in turn (fair interleaving), as
 //! far as the peer's flow-control windows allow and only while the queue is short
 //! (`fill_target`), so a fast app never buffers more than a stream's mark. Control
 //! frames (SETTINGS and PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) go straight into
@@ -71,10 +71,10 @@ pub const stream_window: u32 = 256 * 1024;
 /// ...and all of a connection's bodies together: the most request body one connection buffers.
 pub const connection_window: u32 = 1024 * 1024;
 /// `fill` stops moving frames into the output queue past this many queued bytes.
-const fill_target: usize = 64 * 1024;
+pub const fill_target: usize = 64 * 1024;
 /// A client that sends frames needing answers (PING, SETTINGS) faster than it reads
 /// them: past this much queued output its frames are not read until the queue drains.
-const read_pause_bytes: usize = 256 * 1024;
+pub const read_pause_bytes: usize = 256 * 1024;
 /// The output queue's buffer never grows past this (a header block plus `fill_target`).
 const out_bytes_max: usize = 2 * 1024 * 1024;
 /// Streams the client resets while their app runs, per second, before GOAWAY
@@ -898,7 +898,7 @@ fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool) vo
     const conn = s.conn;
     const srv = conn.server;
     conn.requests_count +|= 1;
-    st.base.prepare(view);
+    if (st.base.prepare(view)) |wait| return answerOps(s, st, h1.tooManyRequests(wait));
     if (ops) {
         if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
@@ -1058,13 +1058,17 @@ fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
     st.base.refused = true;
     st.base.status = a.status;
     const block = std.heap.c_allocator.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
-    // Bounded: the status, server, date and these three fit the block.
+    // Bounded: the status, server, date and these four fit the block.
     var n = encodeHeadStart(block, srv, a.status) catch unreachable;
     var len_buf: [20]u8 = undefined;
     const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{a.body.len}) catch unreachable;
     const fields = [_][2][]const u8{ .{ "content-type", a.content_type }, .{ "cache-control", "no-store" }, .{ "content-length", len_text } };
     for (fields) |f| n += hpack.encodeField(block[n..], f[0], f[1]) catch unreachable;
-    const body_too = !a.head_only and a.body.len > 0;
+    if (a.retry_after != 0) {
+        var wait_buf: [10]u8 = undefined;
+        n += hpack.encodeField(block[n..], "retry-after", std.fmt.bufPrint(&wait_buf, "{d}", .{a.retry_after}) catch unreachable) catch unreachable;
+    }
+    const body_too = !a.head_only and !st.base.is_head_method and a.body.len > 0;
     pushItem(st, .{ .kind = .headers, .end_stream = !body_too, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
         std.heap.c_allocator.free(block);
         return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
@@ -1166,25 +1170,25 @@ fn dropItems(s: *Session, st: *H2Stream) void {
     st.trailer_block.clearAndFree(std.heap.c_allocator);
 }
 
-/// Moves frames from the streams' items into the connection's output, a frame per
-/// stream per round, while the output is short and the windows allow.
+/// Moves frames from the streams' items into the connection's output, one frame per
+/// stream in turn (round robin across calls: a stream that had its turn goes to the
+/// back of the list), while the output is shorter than `fill_target` and the windows
+/// allow. The target is checked before every frame, not once per round: with many
+/// streams a round would queue a frame for each of them (50 streams, 800 KiB), and
+/// output past `read_pause_bytes` stops the connection's reading.
 pub fn fill(conn: *Conn) void {
     const s = sessionOf(conn);
-    while (conn.outputLen() < fill_target and conn.state == .h2) {
-        var progressed = false;
-        var it = s.first;
-        while (it) |st| {
-            it = st.next;
-            if (!st.hasOutput()) continue;
-            if (emitOne(s, st)) progressed = true;
-            if (conn.state != .h2) return;
+    // Streams visited since the last one that moved a frame: a whole turn of the list
+    // without progress ends the fill (every stream waits on a window or its app).
+    var idle: u32 = 0;
+    while (conn.outputLen() < fill_target and conn.state == .h2 and idle < s.live) {
+        const st = s.first orelse break;
+        // Its turn is taken: it goes to the back before it emits (emitting may free it).
+        if (st.next != null) {
+            unlink(s, st);
+            append(s, st);
         }
-        if (!progressed) break;
-        // The first stream goes to the back: the next round starts with another.
-        if (s.first) |f| if (f.next != null) {
-            unlink(s, f);
-            append(s, f);
-        };
+        if (st.hasOutput() and emitOne(s, st)) idle = 0 else idle += 1;
     }
 }
 

@@ -43,6 +43,8 @@ pub const EngineObjectCore = struct {
     request_id_header: ?*Object = null,
     /// --static mounts (python/options.zig `setStatic`), freed after the server.
     static_cfg: ?*@import("../http/static_files.zig").Config = null,
+    /// --hsts's header value (a str), held while the server runs.
+    hsts: ?*Object = null,
 
     pub fn extraHeaders(self: *EngineObjectCore) []const [2][]const u8 {
         return self.extra_headers;
@@ -118,7 +120,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -164,6 +166,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.health_path);
         py.xdecref(self.request_id_header);
         options.freeStatic(self);
+        py.xdecref(self.hsts);
         eo.core = null;
         allocator.destroy(self);
     }
@@ -232,8 +235,12 @@ fn engineAdopt(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
     const fd = c.PyLong_AsLong(arg);
     if (fd == -1 and c.PyErr_Occurred() != null) return null;
-    server.adopt(@intCast(fd)) catch {
-        c.PyErr_SetString(c.PyExc_OSError, "could not watch the given socket");
+    server.adopt(@intCast(fd)) catch |err| {
+        if (err == error.SocketOption) {
+            var buf: [96]u8 = undefined;
+            const msg = std.fmt.bufPrintZ(&buf, "the kernel refused {s} on the listening socket", .{server.refused_option}) catch unreachable;
+            c.PyErr_SetString(c.PyExc_OSError, msg.ptr);
+        } else c.PyErr_SetString(c.PyExc_OSError, "could not watch the given socket");
         return null;
     };
     return boundAddress(obj.?, server);

@@ -244,6 +244,40 @@ pub fn freeStatic(self: *EngineObjectCore) void {
 
 pub const static_mounts_max = 64;
 
+/// The TCP options (0 = the kernel's default) and the HSTS value ("" = none).
+pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    out.tcp = .{
+        .nodelay = optBool(opts, "tcp_nodelay") orelse return false,
+        .keepalive_idle_s = optInt(opts, "tcp_keepalive_idle", u32, 0, 32767) orelse return false,
+        .keepalive_interval_s = optInt(opts, "tcp_keepalive_interval", u32, 0, 32767) orelse return false,
+        .keepalive_count = optInt(opts, "tcp_keepalive_count", u32, 0, 127) orelse return false,
+        .user_timeout_ms = optInt(opts, "tcp_user_timeout", u32, 0, std.math.maxInt(i32)) orelse return false,
+        .fastopen = optInt(opts, "tcp_fastopen", u32, 0, 65535) orelse return false,
+    };
+    out.connections_per_ip_max = optInt(opts, "limit_connections_per_ip", u32, 0, std.math.maxInt(u32)) orelse return false;
+    out.rate_limit = .{
+        .rate = optInt(opts, "limit_request_rate", u32, 0, 1_000_000) orelse return false,
+        .burst = optInt(opts, "limit_request_burst", u32, 0, 1_000_000) orelse return false,
+        .table_entries = optPowerOfTwo(opts, "limit_request_table", u32, 4, 1 << 24) orelse return false,
+    };
+    if ((out.rate_limit.rate == 0) != (out.rate_limit.burst == 0)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "limit_request_rate and limit_request_burst are both 0 or both set");
+        return false;
+    }
+    // After setTrust: the rate limit counts the client the trusted proxies name.
+    out.trust = self.info.trust;
+    const hsts = required(opts, "hsts") orelse return false;
+    const text = py.strView(hsts) orelse return false;
+    if (!response.validValue(text)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "hsts is not a valid header value");
+        return false;
+    }
+    py.incref(hsts);
+    self.hsts = hsts;
+    out.hsts = text;
+    return true;
+}
+
 /// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
 /// (proxy headers off).
 pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
@@ -392,6 +426,15 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
         .{ "io_uring_buffers", s.opts.io.uring.buffers },
         .{ "io_uring_buffer_size", s.opts.io.uring.buffer_bytes },
+        .{ "tcp_keepalive_idle", s.opts.tcp.keepalive_idle_s },
+        .{ "tcp_keepalive_interval", s.opts.tcp.keepalive_interval_s },
+        .{ "tcp_keepalive_count", s.opts.tcp.keepalive_count },
+        .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
+        .{ "tcp_fastopen", s.opts.tcp.fastopen },
+        .{ "limit_connections_per_ip", s.opts.connections_per_ip_max },
+        .{ "limit_request_rate", s.opts.rate_limit.rate },
+        .{ "limit_request_burst", s.opts.rate_limit.burst },
+        .{ "limit_request_table", s.opts.rate_limit.table_entries },
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
@@ -404,6 +447,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "http2", s.opts.http2 },
         .{ "proxy_headers", self.info.trust != null },
         .{ "trace_context", s.opts.tracing.trace_context },
+        .{ "tcp_nodelay", s.opts.tcp.nodelay },
         .{ "server_timing", s.opts.tracing.server_timing },
     };
     inline for (bools) |f| {
@@ -414,6 +458,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "health_path", s.opts.health_path },
         .{ "root_path", self.info.root_path_utf8 },
         .{ "request_id_header", s.opts.tracing.request_id_header },
+        .{ "hsts", s.opts.hsts },
         // What was asked for (`Engine.backend()` says what serves).
         .{ "io_backend", @tagName(s.opts.io.kind) },
     };

@@ -35,7 +35,7 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         _ = py.typeError("ssl_keyfile_password must be bytes");
         return false;
     };
-    const o = tls.ContextOptions{
+    var o = tls.ContextOptions{
         .certfile = certfile,
         .keyfile = optPath(opts, "ssl_keyfile") catch return false,
         .ca_certs = optPath(opts, "ssl_ca_certs") catch return false,
@@ -45,7 +45,19 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         .min_version = options.optInt(opts, "ssl_min_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
         .max_version = options.optInt(opts, "ssl_max_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
         .http2 = options.optBool(opts, "http2") orelse return false,
+        .session_tickets = options.optBool(opts, "ssl_session_tickets") orelse return false,
+        .session_cache = options.optInt(opts, "ssl_session_cache", u32, 0, 1 << 20) orelse return false,
+        .crl = optPath(opts, "ssl_crl") catch return false,
     };
+    const keys = options.required(opts, "ssl_ticket_keys") orelse return false;
+    if (!py.isNone(keys)) {
+        const bytes = py.bytesView(keys) orelse return false;
+        if (bytes.len != tls.ticket_keys_len) {
+            _ = py.typeError("ssl_ticket_keys must be 80 bytes");
+            return false;
+        }
+        o.ticket_keys = bytes;
+    }
     var err = tls.ContextError{};
     const ctx = tls.newContext(o, &err) orelse {
         setErrorText(c.PyExc_ValueError, err.text());

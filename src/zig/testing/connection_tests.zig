@@ -502,3 +502,151 @@ test "h2c upgrade: a request with a body stays HTTP/1.1; after the 101 anything 
     try testing.expectEqual(@as(?u32, 1), Frames.read(got).goaway);
     try testing.expect(f.peerClosed());
 }
+
+// ---- HTTP/2 output under load: what Java's HttpClient found (50 streams, 32 MiB window) ----
+
+/// The server's end holds little in the socket: output beyond it stays in the queue.
+fn shrinkServerSendBuffer(f: *Fixture) void {
+    const size: i32 = 4096;
+    _ = linux.setsockopt(f.conn.fd, linux.SOL.SOCKET, linux.SO.SNDBUF, std.mem.asBytes(&size), @sizeOf(i32));
+}
+
+/// Per stream (ids below 128): DATA bytes, HEADERS frames, END_STREAM seen.
+const StreamFrames = struct {
+    data: [128]usize = .{0} ** 128,
+    heads: [128]u32 = .{0} ** 128,
+    ended: [128]bool = .{false} ** 128,
+    /// Bytes of a frame not yet whole, kept for the next read.
+    partial: std.ArrayListUnmanaged(u8) = .{},
+
+    fn feed(self: *StreamFrames, bytes: []const u8) !void {
+        try self.partial.appendSlice(testing.allocator, bytes);
+        var rest: []const u8 = self.partial.items;
+        while (rest.len >= 9) {
+            const len = std.mem.readInt(u24, rest[0..3], .big);
+            if (rest.len < 9 + len) break;
+            const id = std.mem.readInt(u32, rest[5..9], .big) & 0x7fff_ffff;
+            if (id < 128) switch (rest[3]) {
+                0 => self.data[id] += len,
+                1 => self.heads[id] += 1,
+                else => {},
+            };
+            if (id < 128 and (rest[3] == 0 or rest[3] == 1) and rest[4] & 1 != 0) self.ended[id] = true;
+            rest = rest[9 + len ..];
+        }
+        std.mem.copyForwards(u8, self.partial.items[0..rest.len], rest);
+        self.partial.items.len = rest.len;
+    }
+
+    /// Streams 1, 3, ... (n of them) all ended.
+    fn allEnded(self: *const StreamFrames, n: usize) bool {
+        for (0..n) |i| if (!self.ended[2 * i + 1]) return false;
+        return true;
+    }
+
+    fn deinit(self: *StreamFrames) void {
+        self.partial.deinit(testing.allocator);
+    }
+};
+
+test "h2 output: frames read before reading paused are handled once the output drains, with nothing more from the client" {
+    var f = try h2Fixture(null);
+    defer f.deinit();
+    shrinkServerSendBuffer(&f);
+    var buf: [64]u8 = undefined;
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    // A response head larger than the pause mark (after HPACK's Huffman coding): it waits
+    // in the output queue.
+    const big = try testing.allocator.alloc(u8, 2 * h2.read_pause_bytes);
+    defer testing.allocator.free(big);
+    @memset(big, 'a');
+    const st = rec.requests[0];
+    try st.startResponse(200, &.{.{ "x-big", big }}, &.{}, false);
+    _ = try st.writeBody("", false, null);
+    st.finish();
+    _ = f.server.settleBegin();
+    try testing.expect(f.conn.outputLen() > h2.read_pause_bytes);
+    // A request arrives while the output is that long: read, then held (reading pauses).
+    try f.send(frame(&buf, 1, 0x5, 3, &get_block));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    // The client reads everything and sends nothing more: the held request must still
+    // reach the app (it waited for the client's next bytes, which never came).
+    var seen = StreamFrames{};
+    defer seen.deinit();
+    var out: [64 * 1024]u8 = undefined;
+    var rounds: usize = 0;
+    while (rec.count < 2 and rounds < 2000) : (rounds += 1) try seen.feed(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try testing.expect(seen.ended[1]);
+    try respond(rec.requests[1], "second");
+    try seen.feed(try f.receive(&out));
+    try testing.expectEqual(@as(usize, 6), seen.data[3]);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}
+
+test "h2 output: with many streams sending, the queue stays near its target and every stream gets turns" {
+    var f = try h2Fixture(1 << 24);
+    defer f.deinit();
+    shrinkServerSendBuffer(&f);
+    var buf: [64]u8 = undefined;
+    try f.send(windowUpdate(&buf, 0, 1 << 30));
+    const n = 40;
+    var reqs: [n * (9 + get_block.len)]u8 = undefined;
+    for (0..n) |i| _ = frame(reqs[i * (9 + get_block.len) ..][0 .. 9 + get_block.len], 1, 0x5, @intCast(2 * i + 1), &get_block);
+    try f.send(&reqs);
+    try testing.expectEqual(@as(usize, n), rec.count);
+    const body = try testing.allocator.alloc(u8, 64 * 1024);
+    defer testing.allocator.free(body);
+    @memset(body, 'b');
+    for (rec.requests[0..n]) |st| try respond(st, body);
+    _ = f.server.settleBegin();
+    // One frame per stream per round used to go in at once: 40 x 16 KiB.
+    try testing.expect(f.conn.outputLen() <= h2.fill_target + 16384 + 9);
+    var seen = StreamFrames{};
+    defer seen.deinit();
+    var out: [64 * 1024]u8 = undefined;
+    // Turns go round: after a little more than a frame each, every stream has begun.
+    var rounds: usize = 0;
+    var total: usize = 0;
+    while (total < n * (16384 + 9 + 64) and rounds < 2000) : (rounds += 1) {
+        const got = try f.receive(&out);
+        total += got.len;
+        try seen.feed(got);
+    }
+    for (0..n) |i| try testing.expectEqual(@as(u32, 1), seen.heads[2 * i + 1]);
+    rounds = 0;
+    while (rounds < 5000 and !seen.allEnded(n)) : (rounds += 1) try seen.feed(try f.receive(&out));
+    for (0..n) |i| {
+        try testing.expectEqual(body.len, seen.data[2 * i + 1]);
+        try testing.expect(seen.ended[2 * i + 1]);
+    }
+}
+
+test "h2 output: with the connection window shut, a new stream's HEADERS still go, and a WINDOW_UPDATE resumes the DATA" {
+    var f = try h2Fixture(1 << 24);
+    defer f.deinit();
+    var buf: [64]u8 = undefined;
+    var out: [256 * 1024]u8 = undefined;
+    try f.send(frame(&buf, 1, 0x5, 1, &get_block));
+    const body = try testing.allocator.alloc(u8, 100 * 1024);
+    defer testing.allocator.free(body);
+    @memset(body, 'c');
+    try respond(rec.requests[0], body);
+    var seen = StreamFrames{};
+    defer seen.deinit();
+    try seen.feed(try f.receive(&out));
+    // The connection window (65535) is spent on stream 1.
+    try testing.expectEqual(@as(usize, 65535), seen.data[1]);
+    try f.send(frame(&buf, 1, 0x5, 3, &get_block));
+    try respond(rec.requests[1], "three");
+    try seen.feed(try f.receive(&out));
+    try testing.expectEqual(@as(u32, 1), seen.heads[3]);
+    try testing.expectEqual(@as(usize, 0), seen.data[3]);
+    try f.send(windowUpdate(&buf, 0, 1 << 20));
+    try seen.feed(try f.receive(&out));
+    try testing.expectEqual(body.len, seen.data[1]);
+    try testing.expectEqual(@as(usize, 5), seen.data[3]);
+    try testing.expect(seen.ended[1] and seen.ended[3]);
+    try testing.expectEqual(@as(u32, 0), f.server.streams);
+}

@@ -16,6 +16,7 @@ pub const SSL_CTX = opaque {};
 pub const SSL = opaque {};
 pub const SSL_METHOD = opaque {};
 pub const SSL_CIPHER = opaque {};
+pub const X509_STORE = opaque {};
 pub const X509 = opaque {};
 pub const X509_NAME = opaque {};
 pub const BIO = opaque {};
@@ -26,6 +27,13 @@ pub const STACK = opaque {};
 const SSL_FILETYPE_PEM = 1;
 const SSL_CTRL_MODE = 33;
 const SSL_CTRL_SET_SESS_CACHE_MODE = 44;
+const SSL_CTRL_SET_SESS_CACHE_SIZE = 42;
+const SSL_CTRL_SET_TLSEXT_TICKET_KEYS = 59;
+const SSL_SESS_CACHE_SERVER = 0x2;
+const SSL_OP_NO_TICKET: u64 = 1 << 14;
+const X509_V_FLAG_CRL_CHECK: c_ulong = 0x4;
+/// The bytes of session ticket keys OpenSSL 3 takes: a name, an HMAC key, an AES key.
+pub const ticket_keys_len = 80;
 const SSL_CTRL_SET_MIN_PROTO_VERSION = 123;
 const SSL_CTRL_SET_MAX_PROTO_VERSION = 124;
 const SSL_MODE_ENABLE_PARTIAL_WRITE = 0x1;
@@ -84,6 +92,10 @@ const Api = struct {
     SSL_CTX_set_verify: *const fn (ctx: *SSL_CTX, mode: c_int, cb: ?*const anyopaque) callconv(.c) void,
     SSL_CTX_set_alpn_select_cb: *const fn (ctx: *SSL_CTX, cb: ?*const AlpnCb, arg: ?*anyopaque) callconv(.c) void,
     SSL_CTX_get0_certificate: *const fn (ctx: *const SSL_CTX) callconv(.c) ?*X509,
+    SSL_CTX_set_session_id_context: *const fn (ctx: *SSL_CTX, id: [*]const u8, len: c_uint) callconv(.c) c_int,
+    SSL_CTX_get_cert_store: *const fn (ctx: *const SSL_CTX) callconv(.c) ?*X509_STORE,
+    X509_STORE_load_file: *const fn (store: *X509_STORE, file: [*:0]const u8) callconv(.c) c_int,
+    X509_STORE_set_flags: *const fn (store: *X509_STORE, flags: c_ulong) callconv(.c) c_int,
     SSL_new: *const fn (ctx: *SSL_CTX) callconv(.c) ?*SSL,
     SSL_free: *const fn (ssl: *SSL) callconv(.c) void,
     SSL_set_accept_state: *const fn (ssl: *SSL) callconv(.c) void,
@@ -206,6 +218,15 @@ pub const ContextOptions = struct {
     ca_certs: ?[*:0]const u8,
     /// Offer "h2" in ALPN.
     http2: bool,
+    /// Session tickets (stateless resumption) are issued.
+    session_tickets: bool = true,
+    /// The ticket keys (`ticket_keys_len` bytes), the same in every worker so that a
+    /// ticket resumes whichever worker accepts; null: OpenSSL's own, per process.
+    ticket_keys: ?[]const u8 = null,
+    /// Sessions the server-side cache holds (0: no cache).
+    session_cache: u32 = 0,
+    /// Certificate revocation lists (PEM) that client certificates are checked against.
+    crl: ?[*:0]const u8 = null,
 };
 
 /// What went wrong building a context, for the error the user sees. Never holds a key
@@ -245,10 +266,26 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     // Partial writes and a moving buffer let a queued response be retried from where it
     // stopped; released buffers keep an idle connection's OpenSSL state small.
     _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS, null);
-    // No server-side session cache (unbounded memory otherwise); TLS 1.3 tickets still resume.
-    _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, 0, null);
+    // The server-side session cache only when asked for, and bounded (OpenSSL's default
+    // is 20,480 sessions); tickets resume without it.
+    if (opts.session_cache > 0) {
+        _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, SSL_SESS_CACHE_SERVER, null);
+        _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_SIZE, opts.session_cache, null);
+    } else {
+        _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, 0, null);
+    }
+    // Resumed sessions are only valid for this server (needed with client certificates).
+    const id_context = "zigcorn";
+    _ = api.SSL_CTX_set_session_id_context(ctx, id_context, id_context.len);
     _ = api.SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
-        SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
+        SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF | (if (opts.session_tickets) 0 else SSL_OP_NO_TICKET));
+    if (opts.ticket_keys) |keys| {
+        std.debug.assert(keys.len == ticket_keys_len);
+        if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_TLSEXT_TICKET_KEYS, ticket_keys_len, @constCast(keys.ptr)) != 1) {
+            err.set("could not set the session ticket keys");
+            return false;
+        }
+    }
     if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, opts.min_version, null) != 1 or
         api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION, opts.max_version, null) != 1)
     {
@@ -268,6 +305,16 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
         err.set("--ssl-ca-certs: could not load the CA certificates");
         return false;
     };
+    if (opts.crl) |file| {
+        const store = api.SSL_CTX_get_cert_store(ctx) orelse {
+            err.set("--ssl-crl: no certificate store");
+            return false;
+        };
+        if (api.X509_STORE_load_file(store, file) != 1 or api.X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) {
+            err.set("--ssl-crl: could not load the revocation list");
+            return false;
+        }
+    }
     const verify: c_int = switch (opts.cert_reqs) {
         0 => 0,
         1 => SSL_VERIFY_PEER,

@@ -6,6 +6,9 @@
 const std = @import("std");
 const tracing = @import("../http/tracing.zig");
 const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
+const per_ip = @import("per_ip.zig");
+const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
+const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -127,6 +130,53 @@ pub const Options = struct {
     static: ?*const static_files.Config = null,
     /// The access log is on (and `zigcorn.access` takes INFO): the engine logs what it answers itself.
     access_log: bool = false,
+    /// Socket options of the TCP listener, which accepted connections inherit.
+    tcp: TcpOptions = .{},
+    /// Connections past this many open from one address are closed at accept (0 = no limit).
+    connections_per_ip_max: u32 = 0,
+    /// Requests a second per client address, and the burst (`rate` 0 = no limit).
+    rate_limit: rate_limit.Options = .{},
+    /// The proxies that may name the client (`--forwarded-allow-ips`), for the rate limit;
+    /// owned by the caller, null when proxy headers are off.
+    trust: ?*const forwarded.Trust = null,
+    /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
+    hsts: []const u8 = "",
+};
+
+/// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies
+/// keepalive, its timers and the user timeout into every connection accepted from it.
+pub const TcpOptions = struct {
+    nodelay: bool = true,
+    /// Keepalive is on when any of the three is set.
+    keepalive_idle_s: u32 = 0,
+    keepalive_interval_s: u32 = 0,
+    keepalive_count: u32 = 0,
+    user_timeout_ms: u32 = 0,
+    /// TCP Fast Open: the listener's queue of pending TFO requests.
+    fastopen: u32 = 0,
+
+    /// Applies the options to a listening socket; a Unix socket takes none. The name of
+    /// the option the kernel refused, if one was.
+    pub fn apply(self: TcpOptions, fd: i32) ?[]const u8 {
+        var domain: c_int = 0;
+        var len: linux.socklen_t = @sizeOf(c_int);
+        if (sys.E.init(linux.getsockopt(fd, linux.SOL.SOCKET, linux.SO.DOMAIN, std.mem.asBytes(&domain), &len)) != .SUCCESS) return null;
+        if (domain != linux.AF.INET and domain != linux.AF.INET6) return null;
+        const keepalive = self.keepalive_idle_s != 0 or self.keepalive_interval_s != 0 or self.keepalive_count != 0;
+        const tcp = linux.IPPROTO.TCP;
+        const settings = [_]struct { []const u8, i32, u32, u32, bool }{
+            .{ "SO_KEEPALIVE", linux.SOL.SOCKET, linux.SO.KEEPALIVE, 1, keepalive },
+            .{ "TCP_KEEPIDLE", tcp, linux.TCP.KEEPIDLE, self.keepalive_idle_s, self.keepalive_idle_s != 0 },
+            .{ "TCP_KEEPINTVL", tcp, linux.TCP.KEEPINTVL, self.keepalive_interval_s, self.keepalive_interval_s != 0 },
+            .{ "TCP_KEEPCNT", tcp, linux.TCP.KEEPCNT, self.keepalive_count, self.keepalive_count != 0 },
+            .{ "TCP_USER_TIMEOUT", tcp, linux.TCP.USER_TIMEOUT, self.user_timeout_ms, self.user_timeout_ms != 0 },
+            .{ "TCP_FASTOPEN", tcp, linux.TCP.FASTOPEN, self.fastopen, self.fastopen != 0 },
+        };
+        for (settings) |o| {
+            if (o[4] and !sys.setIntOption(fd, o[1], o[2], @intCast(o[3]))) return o[0];
+        }
+        return null;
+    }
 };
 
 /// `off`: the Python thread writes every response itself. `on`: every complete response
@@ -147,6 +197,10 @@ const offload_above_ns: u64 = 30_000;
 const offload_below_ns: u64 = 20_000;
 const busy_above_pct: u64 = 80;
 const busy_below_pct: u64 = 50;
+
+/// Why a connection was closed at accept (the label of `/metrics`' rejections).
+pub const RejectCause = metrics.RejectCause;
+const Rejected = struct { limit_connections: u64 = 0, limit_per_ip: u64 = 0 };
 
 /// At most one "accepting paused" warning per this long.
 const accept_warning_interval_ms: u64 = 60_000;
@@ -178,6 +232,8 @@ pub const Server = struct {
     batch: io.Backend.Batch = .{},
     date: response.DateCache = .{},
     metrics: ?*metrics.Slot,
+    /// The socket option the kernel refused in `adopt`, for the error message.
+    refused_option: []const u8 = "",
     ws_ping_enabled: bool,
     zlib: deflate.Shared = .{},
     writer_mode: WriterMode,
@@ -237,6 +293,14 @@ pub const Server = struct {
     accept_paused: bool = false,
     accept_pauses: u64 = 0,
     accept_warned_ms: u64 = 0,
+    /// Open connections per address (`--limit-connections-per-ip`), made on first use.
+    per_ip_table: ?per_ip.Table = null,
+    /// `--limit-request-rate`: the token buckets, made on first use.
+    limiter: ?rate_limit.Limiter = null,
+    /// Connections closed at accept, by cause, and when that was last logged.
+    rejected: Rejected = .{},
+    rejected_logged: Rejected = .{},
+    rejected_warned_ms: u64 = 0,
 
     connections: u32 = 0,
     streams: u32 = 0,
@@ -358,6 +422,10 @@ pub const Server = struct {
         if (sys.E.init(flags) != .SUCCESS) return error.BadSocket;
         const nonblock: usize = @as(u32, @bitCast(linux.O{ .NONBLOCK = true }));
         if (sys.E.init(linux.fcntl(fd, linux.F.SETFL, flags | nonblock)) != .SUCCESS) return error.BadSocket;
+        if (self.opts.tcp.apply(fd)) |name| {
+            self.refused_option = name;
+            return error.SocketOption;
+        }
         if (!self.io.registerListener(fd, token_listen)) return error.RegisterFailed;
         self.listen_fd = fd;
     }
@@ -436,9 +504,10 @@ pub const Server = struct {
             };
             if (self.connections >= self.opts.connections_max) {
                 sys.close(fd);
+                self.reject(.limit_connections);
                 continue;
             }
-            _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
+            if (self.opts.tcp.nodelay) _ = sys.setIntOption(fd, linux.IPPROTO.TCP, linux.TCP.NODELAY, 1);
             _ = self.addConnection(fd, conn_mod.Peer.fromStorage(&st));
         }
     }
@@ -446,13 +515,28 @@ pub const Server = struct {
     /// Serves a connected socket (non-blocking): a new Conn, watched, with its first
     /// request head due within the header timeout. On failure the socket is closed.
     pub fn addConnection(self: *Server, fd: i32, peer: conn_mod.Peer) ?*Conn {
+        // --limit-connections-per-ip: every connection with an address is counted here,
+        // and uncounted in `connectionClosed` (or below, if it never opens).
+        const key = if (self.opts.connections_per_ip_max != 0) per_ip.keyOf(&peer) else null;
+        if (key) |k| {
+            if (self.per_ip_table == null) self.per_ip_table = per_ip.Table.init(self.allocator);
+            // Out of memory for the table refuses the connection, as for the Conn itself.
+            const admitted = self.per_ip_table.?.acquire(k, self.opts.connections_per_ip_max) catch false;
+            if (!admitted) {
+                sys.close(fd);
+                self.reject(.limit_per_ip);
+                return null;
+            }
+        }
         const c = self.newConn(fd, peer) orelse {
             sys.close(fd);
+            if (key) |k| self.per_ip_table.?.release(k);
             self.hooks.logError("out of memory for a new connection: closed");
             return null;
         };
         if (!self.io.register(fd, @intFromPtr(c), c.interest)) {
             sys.close(fd);
+            if (key) |k| self.per_ip_table.?.release(k);
             self.destroyConn(c);
             return null;
         }
@@ -549,7 +633,10 @@ pub const Server = struct {
             list = act.pending_next;
             act.pending_next = null;
             act.is_pending = false;
-            if (c.state == .head or c.state == .websocket) c.process();
+            // HTTP/2 too: frames read before its reading paused (its output was long)
+            // wait in the buffer, and nothing else makes it read them if the client,
+            // waiting on us, sends nothing more (a WINDOW_UPDATE, a request's HEADERS).
+            if (c.state == .head or c.state == .websocket or c.state == .h2) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
@@ -571,8 +658,41 @@ pub const Server = struct {
         c.next = null;
     }
 
+    /// `--limit-request-rate`: null when the request may go on, else the seconds its
+    /// client must wait (`retry-after`); counted in `/metrics` when refused.
+    pub fn rateLimited(self: *Server, peer: *const conn_mod.Peer, headers: []const http1.Header) ?u32 {
+        if (self.opts.rate_limit.rate == 0) return null;
+        const key = rate_limit.clientKey(self.opts.trust, peer, headers) orelse return null;
+        if (self.limiter == null) self.limiter = rate_limit.Limiter.init(self.allocator, self.opts.rate_limit);
+        const wait = self.limiter.?.take(key, self.now_ms) orelse return null;
+        if (self.metrics) |m| m.rate_limited += 1;
+        return wait;
+    }
+
+    /// A connection closed at accept: counted (`/metrics`), and logged at most once a
+    /// minute with the counts since the last line.
+    fn reject(self: *Server, cause: RejectCause) void {
+        switch (cause) {
+            inline else => |tag| @field(self.rejected, @tagName(tag)) += 1,
+        }
+        if (self.metrics) |m| m.rejected[@intFromEnum(cause)] += 1;
+        if (self.now_ms < self.rejected_warned_ms + accept_warning_interval_ms and self.rejected_warned_ms != 0) return;
+        self.rejected_warned_ms = @max(self.now_ms, 1);
+        const since = Rejected{
+            .limit_connections = self.rejected.limit_connections - self.rejected_logged.limit_connections,
+            .limit_per_ip = self.rejected.limit_per_ip - self.rejected_logged.limit_per_ip,
+        };
+        self.rejected_logged = self.rejected;
+        var buf: [200]u8 = undefined;
+        const text = std.fmt.bufPrint(&buf, "Connections closed at accept since the last report: {d} over --limit-connections, {d} over --limit-connections-per-ip.", .{ since.limit_connections, since.limit_per_ip }) catch return;
+        self.hooks.logWarning(text);
+    }
+
     /// Called by a connection as its socket closes.
     pub fn connectionClosed(self: *Server, c: *Conn) void {
+        if (self.opts.connections_per_ip_max != 0) {
+            if (per_ip.keyOf(&c.peer)) |k| self.per_ip_table.?.release(k);
+        }
         self.unlink(c);
         self.connections -= 1;
         if (self.metrics) |m| m.connections_open = self.connections;
@@ -818,6 +938,8 @@ pub const Server = struct {
         self.io.deinit();
         self.pool.deinit();
         self.zlib.deinit();
+        if (self.per_ip_table) |*t| t.deinit();
+        if (self.limiter) |*l| l.deinit();
         if (self.tls_ctx) |ctx| tls.freeContext(ctx);
         self.allocator.destroy(self);
     }

@@ -169,12 +169,20 @@ pub const Stream = struct {
     /// id and server-timing join them when on. `trailers`: trailer fields follow the
     /// body (`writeTrailers`).
     pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
-        const opts = self.conn.server.opts.tracing;
-        if (opts.request_id_header.len == 0 and !opts.server_timing) return self.startResponseWith(status, headers, extra, trailers);
-        var own: [2][2][]const u8 = undefined;
+        const srv = self.conn.server;
+        const opts = srv.opts.tracing;
+        // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP).
+        const hsts = srv.opts.hsts.len > 0 and self.tlsSession() != null;
+        if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts) return self.startResponseWith(status, headers, extra, trailers);
+        var own: [3][2][]const u8 = undefined;
         var timing: [40]u8 = undefined;
         const elapsed: ?u64 = if (self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
-        const added = tracing.responseFields(opts, &self.request_id, elapsed, headers, &own, &timing);
+        var n = tracing.responseFields(opts, &self.request_id, elapsed, headers, own[0..2], &timing).len;
+        if (hsts and !tracing.hasField(headers, "strict-transport-security")) {
+            own[n] = .{ "strict-transport-security", srv.opts.hsts };
+            n += 1;
+        }
+        const added = own[0..n];
         if (added.len == 0) return self.startResponseWith(status, headers, extra, trailers);
         // --header fields are few; the rare long list is copied to the heap.
         var stack: [32][2][]const u8 = undefined;
@@ -196,7 +204,9 @@ pub const Stream = struct {
     /// A request head is complete and about to reach the app (or the engine's own
     /// answer): the clock for the metrics and server-timing starts, the method is noted
     /// for the metrics' labels, and the request id and trace context are decided.
-    pub fn prepare(self: *Stream, req: *Request) void {
+    /// Returns the seconds to wait when the client is over `--limit-request-rate` (the
+    /// protocol then answers 429 itself), else null.
+    pub fn prepare(self: *Stream, req: *Request) ?u32 {
         const srv = self.conn.server;
         const opts = srv.opts.tracing;
         if (srv.metrics != null or opts.server_timing) self.started_us = sys.monotonicUs();
@@ -204,6 +214,7 @@ pub const Stream = struct {
         if (opts.request_id_header.len > 0 or opts.trace_context) {
             req.added = tracing.prepare(opts, req.headers, &self.request_id);
         }
+        return srv.rateLimited(&self.conn.peer, req.headers);
     }
 
     /// A `103 Early Hints` with one `link` field per entry, before the response starts.
