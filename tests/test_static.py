@@ -276,11 +276,13 @@ def test_static_answers_are_counted_in_metrics(server):
 def test_dotfiles_expires_and_granian_aliases(tree):
     _, pub, blobs = tree
     s = Server("hello:app", "--static-path-route", "/assets", "--static-path-mount", str(pub),
-               "--static-expires", "3600", "--static-dotfiles").wait_ready()
+               "--static-expires", "3600", "--static-dotfiles", "--header", "x-frame-options:DENY").wait_ready()
     try:
         r = httpx.get(f"{s.url}/assets/.env")
         assert r.status_code == 200 and r.content == blobs[".env"]
         assert r.headers["cache-control"] == "public, max-age=3600"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert httpx.get(f"{s.url}/assets/missing").headers["x-frame-options"] == "DENY"
         assert httpx.get(f"{s.url}/assets/%2e%2e/secret.txt").status_code == 404
         assert httpx.get(f"{s.url}/static/small.txt").text == "Hello, world!"
     finally:

@@ -35,6 +35,8 @@ pub const Config = struct {
     /// `--static-precompressed`: a `.br`, `.zst` or `.gz` sibling is sent to a client
     /// that accepts that coding.
     precompressed: bool = false,
+    /// `--header` fields, added to every answer as to the app's (owned by the engine).
+    extra: []const [2][]const u8 = &.{},
     /// How many mounts were allocated (python/options.zig frees them).
     mounts_cap: usize = 0,
 };
@@ -707,7 +709,7 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
     n += 1;
     fields[n] = .{ "content-length", std.fmt.bufPrint(&len_buf, "{d}", .{len}) catch unreachable };
     n += 1;
-    st.startResponse(status, fields[0..n], &.{}, false) catch {
+    st.startResponse(status, fields[0..n], extraOf(st), false) catch {
         sys.close(fd);
         return abandon(st);
     };
@@ -732,6 +734,11 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
 const small_file_bytes = 4096;
 var small_scratch: [small_file_bytes]u8 = undefined;
 
+fn extraOf(st: *Stream) []const [2][]const u8 {
+    const cfg = st.conn.server.opts.static orelse return &.{};
+    return cfg.extra;
+}
+
 fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u8) void {
     var fields: [4][2][]const u8 = undefined;
     fields[0] = .{ "content-type", "text/plain; charset=utf-8" };
@@ -740,7 +747,7 @@ fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u
 }
 
 fn respond(st: *Stream, status: u16, fields: []const [2][]const u8, body: []const u8) void {
-    st.startResponse(status, fields, &.{}, false) catch return abandon(st);
+    st.startResponse(status, fields, extraOf(st), false) catch return abandon(st);
     _ = st.writeBody(body, false, null) catch return abandon(st);
 }
 

@@ -192,7 +192,7 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
         _ = c.PyErr_NoMemory();
         return false;
     };
-    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed };
+    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed, .extra = self.extra_headers };
     self.static_cfg = cfg;
     if (!py.isNone(expires)) cfg.expires = optInt(opts, "static_expires", u32, 0, std.math.maxInt(u32)) orelse return false;
     const items = py.seqItems(seq);
