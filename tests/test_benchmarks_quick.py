@@ -102,3 +102,18 @@ def test_rss_trend_sees_a_climb_and_ignores_the_warm_up():
     climb = memory.rss_trend(leaking, skip_s=10)
     assert climb["growth_kib"] == 500 and climb["slope_kib_per_min"] == 600.0
     assert memory.rss_trend([(0.0, 1), (1.0, 2)], skip_s=10)["growth_kib"] is None
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
+def test_static_mount_benchmark_produces_results(tmp_path):
+    """``benchmarks/static.py --mount`` against zigcorn alone: every figure is there."""
+    out = tmp_path / "static.json"
+    cmd = [sys.executable, str(BENCH / "static.py"), "--mount", "--servers", "zigcorn", "--no-venv",
+           "--seconds", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["server"] == "zigcorn" and row["idle_rss_kib"] > 0
+    for key in ("1k_c64", "256k_c64"):
+        assert row[key]["rps"] > 0 and row[key]["errors"] == 0
+    assert row["big_c16"]["mb_per_s"] > 0 and row["big_c16"]["errors"] == 0

@@ -250,6 +250,19 @@ SETTINGS: tuple[Setting, ...] = (
        "other requests get 403", "Metrics and health", metavar="PATH", shown="off"),
     _S("admin_token", None, "the bearer token --drain-path asks for (or $ZIGCORN_ADMIN_TOKEN)", "Metrics and health",
        metavar="TOKEN", shown="none"),
+    # Static files
+    _S("static", None, "serve the files under DIR at ROUTE from the engine, without the app; repeatable",
+       "Static files", kind="append", metavar="ROUTE=DIR", shown="none"),
+    _S("static_path_route", "/static", "granian's name: the route of --static-path-mount", "Static files",
+       metavar="ROUTE"),
+    _S("static_path_mount", None, "granian's name: serve this directory at --static-path-route", "Static files",
+       metavar="DIR", shown="none"),
+    _S("static_expires", None, "cache-control max-age of static files", "Static files", type=int,
+       metavar="SECONDS", low=0, high=_U32, shown="no cache-control"),
+    _S("static_dotfiles", False, "serve static files whose path has a name starting with '.'", "Static files",
+       kind="switch"),
+    _S("static_precompressed", False, "send a static file's .br, .zst or .gz sibling to clients that accept "
+       "that coding", "Static files", kind="switch"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -353,6 +366,31 @@ DEFAULTS = {s.name: s.default for s in SETTINGS}
 WRITER_MODES = {"off": 0, "auto": 1, "on": 2}  # the engine's WriterMode
 
 
+def _static_mounts(static, route, mount) -> list[tuple[str, str]]:
+    """``--static ROUTE=DIR`` entries (or (route, dir) pairs) and granian's
+    ``--static-path-route/--static-path-mount`` as checked (route, absolute dir) pairs."""
+    entries: list[tuple[str, str]] = []
+    for item in _as_list(static):
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            entries.append((str(item[0]), os.fspath(item[1])))
+        elif isinstance(item, str) and "=" in item:
+            entries.append(tuple(item.split("=", 1)))  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"static must be ROUTE=DIR, not {item!r}")
+    if mount is not None:
+        entries.append((route or "/static", os.fspath(mount)))
+    mounts = []
+    for route, directory in entries:
+        if not route.startswith("/") or any(ch in route for ch in " ?#%\\\r\n\0") or "/." in route or len(route) > 1024:
+            raise ValueError(f"a static route must be a plain path starting with '/', not {route!r}")
+        if not os.path.isdir(directory):
+            raise ValueError(f"static directory {directory!r} (for {route}) is not a directory")
+        mounts.append((route.rstrip("/") or "/", os.path.abspath(directory)))
+    if len(mounts) > 64:
+        raise ValueError("static: at most 64 mounts")
+    return mounts
+
+
 class Config:
     """Server settings. Construct, then the server calls `load()` inside its loop.
 
@@ -405,6 +443,7 @@ class Config:
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.metrics_bucket_seconds = _bucket_seconds(self.metrics_buckets)
+        self.static_mounts = _static_mounts(self.static, self.static_path_route, self.static_path_mount)
         if self.limit_request_table & (self.limit_request_table - 1):
             raise ValueError(f"limit_request_table must be a power of two, not {self.limit_request_table}")
         if self.limit_request_burst is not None and self.limit_request_rate is None:
@@ -569,6 +608,12 @@ class Config:
             if self.limit_request_rate else 0,
             "limit_request_table": self.limit_request_table,
             "hsts": self.hsts_value,
+            "static": list(self.static_mounts),
+            "static_expires": self.static_expires,
+            "static_dotfiles": bool(self.static_dotfiles),
+            "static_precompressed": bool(self.static_precompressed),
+            # For the requests the engine answers itself (static files).
+            "access_log": bool(self.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             "ws": ws_on,
             "ws_max_size": self.ws_max_size,
             "ws_max_queue": self.ws_max_queue,

@@ -610,6 +610,23 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     conn.flush();
 }
 
+/// `Stream.sendFd`: `len` bytes of the open file `fd` from `offset` follow the head
+/// (its content-length), as pathsend's do. Owns `fd`.
+pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
+    const conn = st.conn;
+    finishHead(st, @intCast(len), false) catch {
+        sys.close(fd);
+        return conn.closeFor("out of memory for a response head");
+    };
+    st.resp_body_bytes = len;
+    if (st.resp_no_body or len == 0) {
+        sys.close(fd);
+    } else {
+        conn.a().file = .{ .fd = fd, .pos = offset, .left = len };
+    }
+    conn.flush();
+}
+
 fn fileFailed(conn: *Conn, path: []const u8, why: []const u8) void {
     var buf: [512]u8 = undefined;
     const line = std.fmt.bufPrint(&buf, "pathsend: {s} {s}", .{ path[0..@min(path.len, 300)], why }) catch "pathsend: a file could not be sent";

@@ -1717,6 +1717,30 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     responseCompleted(st);
 }
 
+/// `Stream.sendFd`: `len` bytes of the open file `fd` from `offset` go out as DATA
+/// frames, as pathsend's do. Owns `fd`.
+pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
+    const h = H2Stream.of(st);
+    if (st.resp_no_body or len == 0) {
+        sys.close(fd);
+        pushHead(st, true) catch return error.OutOfMemory;
+        flushSoon(st.conn);
+        return;
+    }
+    pushHead(st, false) catch {
+        sys.close(fd);
+        return error.OutOfMemory;
+    };
+    st.resp_body_bytes = len;
+    pushItem(h, .{ .kind = .file, .end_stream = true, .owned = false, .bytes = &.{}, .fd = fd, .file_pos = offset, .file_left = len }) catch {
+        sys.close(fd);
+        return error.OutOfMemory;
+    };
+    h.end_queued = true;
+    flushSoon(st.conn);
+    responseCompleted(st);
+}
+
 pub fn finishStream(st: *Stream) void {
     const h = H2Stream.of(st);
     const s = h.session;

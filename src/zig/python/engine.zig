@@ -41,6 +41,8 @@ pub const EngineObjectCore = struct {
     health_path: ?*Object = null,
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
+    /// --static mounts (python/options.zig `setStatic`), freed after the server.
+    static_cfg: ?*@import("../http/static_files.zig").Config = null,
     /// --hsts's header value (a str), held while the server runs.
     hsts: ?*Object = null,
     /// --compression-types (a str), held while the server runs.
@@ -120,7 +122,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setCompression(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setCompression(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full)) {
         py.decref(obj);
         return null;
     }
@@ -165,6 +167,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.metrics_path);
         py.xdecref(self.health_path);
         py.xdecref(self.request_id_header);
+        options.freeStatic(self);
         py.xdecref(self.hsts);
         py.xdecref(self.compression_types);
         eo.core = null;

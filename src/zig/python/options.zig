@@ -9,6 +9,7 @@ const scope = @import("scope.zig");
 const response = @import("../http/response.zig");
 const compression = @import("../http/compression.zig");
 const metrics = @import("../http/metrics.zig");
+const static_files = @import("../http/static_files.zig");
 const io = @import("../os/io.zig");
 const uring = @import("../os/io_uring.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
@@ -166,6 +167,83 @@ pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Optio
     out.tracing.request_id_header = text;
     return true;
 }
+
+/// static: a list of (route, directory) str pairs; static_expires: seconds or None;
+/// static_dotfiles, static_precompressed; access_log (the engine's own answers are logged). Each directory is opened once, here; the engine owns the mounts.
+pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
+    const list = required(opts, "static") orelse return false;
+    const expires = required(opts, "static_expires") orelse return false;
+    const dotfiles = optBool(opts, "static_dotfiles") orelse return false;
+    const precompressed = optBool(opts, "static_precompressed") orelse return false;
+    out.access_log = optBool(opts, "access_log") orelse return false;
+    const seq = c.PySequence_Fast(list, "static must be a list of (route, directory)") orelse return false;
+    defer py.decref(seq);
+    const n: usize = @intCast(py.seqLen(seq));
+    if (n == 0) return true;
+    if (n > static_mounts_max) {
+        c.PyErr_SetString(c.PyExc_ValueError, "static: at most 64 mounts");
+        return false;
+    }
+    const cfg = allocator.create(static_files.Config) catch {
+        _ = c.PyErr_NoMemory();
+        return false;
+    };
+    const mounts = allocator.alloc(static_files.Mount, n) catch {
+        allocator.destroy(cfg);
+        _ = c.PyErr_NoMemory();
+        return false;
+    };
+    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed, .extra = self.extra_headers };
+    self.static_cfg = cfg;
+    if (!py.isNone(expires)) cfg.expires = optInt(opts, "static_expires", u32, 0, std.math.maxInt(u32)) orelse return false;
+    const items = py.seqItems(seq);
+    for (0..n) |i| {
+        const pair = items[i].?;
+        if (c.PyTuple_Check(pair) == 0 or c.PyTuple_Size(pair) != 2) {
+            c.PyErr_SetString(c.PyExc_TypeError, "static must be a list of (route, directory)");
+            return false;
+        }
+        const route = py.strView(c.PyTuple_GetItem(pair, 0).?) orelse return false;
+        const dir = py.strView(c.PyTuple_GetItem(pair, 1).?) orelse return false;
+        if (route.len == 0 or route[0] != '/' or route.len > 1024 or dir.len == 0 or dir.len >= 4096) {
+            c.PyErr_SetString(c.PyExc_ValueError, "static: a route starts with '/', and a directory is a path");
+            return false;
+        }
+        const trimmed = std.mem.trimRight(u8, route, "/");
+        const owned = allocator.dupe(u8, trimmed) catch {
+            _ = c.PyErr_NoMemory();
+            return false;
+        };
+        var path: [4096]u8 = undefined;
+        @memcpy(path[0..dir.len], dir);
+        path[dir.len] = 0;
+        const rc = std.os.linux.open(path[0..dir.len :0], .{ .PATH = true, .DIRECTORY = true, .CLOEXEC = true }, 0);
+        if (std.os.linux.E.init(rc) != .SUCCESS) {
+            allocator.free(owned);
+            _ = c.PyErr_Format(c.PyExc_OSError, "static: %s is not a directory that can be opened", path[0..dir.len :0].ptr);
+            return false;
+        }
+        mounts[i] = .{ .route = owned, .dir_fd = @intCast(rc) };
+        cfg.mounts = mounts[0 .. i + 1];
+    }
+    out.static = cfg;
+    return true;
+}
+
+/// Frees what `setStatic` made (the mounts' routes and directory descriptors).
+pub fn freeStatic(self: *EngineObjectCore) void {
+    const cfg = self.static_cfg orelse return;
+    self.static_cfg = null;
+    for (cfg.mounts) |m| {
+        allocator.free(m.route);
+        std.posix.close(m.dir_fd);
+    }
+    // The allocation's length is the list's: free what was allocated.
+    allocator.free(cfg.mounts.ptr[0..cfg.mounts_cap]);
+    allocator.destroy(cfg);
+}
+
+pub const static_mounts_max = 64;
 
 /// The TCP options (0 = the kernel's default) and the HSTS value ("" = none).
 pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {

@@ -698,11 +698,13 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
 pub fn hookLog(_: *anyopaque, level: @import("../transport/server.zig").LogLevel, message: []const u8) void {
     const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logging);
-    const logger = c.PyObject_CallMethod(logging, "getLogger", "s", "zigcorn.error") orelse return c.PyErr_WriteUnraisable(null);
+    const name: [*:0]const u8 = if (level == .access) "zigcorn.access" else "zigcorn.error";
+    const logger = c.PyObject_CallMethod(logging, "getLogger", "s", name) orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logger);
     const method: [*:0]const u8 = switch (level) {
         .warning => "warning",
         .err => "error",
+        .access => "info",
     };
     const r = c.PyObject_CallMethod(logger, method, "s#", message.ptr, @as(c.Py_ssize_t, @intCast(message.len))) orelse return c.PyErr_WriteUnraisable(null);
     py.decref(r);

@@ -6,6 +6,7 @@
 const std = @import("std");
 const compression = @import("../http/compression.zig");
 const tracing = @import("../http/tracing.zig");
+const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
 const per_ip = @import("per_ip.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
 const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
@@ -26,7 +27,8 @@ const deflate = @import("../websocket/deflate.zig"); // against the layers until
 const tls = @import("openssl.zig");
 const writer_mod = @import("writer_thread.zig");
 
-pub const LogLevel = enum { warning, err };
+/// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
+pub const LogLevel = enum { warning, err, access };
 
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
@@ -50,6 +52,8 @@ pub const Hooks = struct {
     log: *const fn (ctx: *anyopaque, level: LogLevel, message: []const u8) void,
 
     pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
+        // --static: the engine answers what falls under a mount, the app the rest.
+        if (static_files.answer(st, req)) return true;
         return self.on_request(self.ctx, st, req);
     }
     pub fn wakeRead(self: Hooks, st: *Stream) void {
@@ -123,6 +127,10 @@ pub const Options = struct {
     io: io.Config,
     /// Request ids, trace context and server-timing (all off by default).
     tracing: tracing.Options = .{},
+    /// `--static` mounts answered by the engine (null: none); the caller owns them.
+    static: ?*const static_files.Config = null,
+    /// The access log is on (and `zigcorn.access` takes INFO): the engine logs what it answers itself.
+    access_log: bool = false,
     /// Socket options of the TCP listener, which accepted connections inherit.
     tcp: TcpOptions = .{},
     /// Connections past this many open from one address are closed at accept (0 = no limit).

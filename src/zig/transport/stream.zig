@@ -264,6 +264,26 @@ pub const Stream = struct {
         };
     }
 
+    /// An open file's `len` bytes from `offset` are the whole body (the engine's static
+    /// files, `http/static_files.zig`): the head must carry their content-length. The
+    /// stream owns `fd` from the call on, whatever it returns.
+    pub fn sendFd(self: *Stream, fd: i32, offset: u64, len: u64) FileError!void {
+        if (!self.resp_started or self.resp_complete or self.resp_head_sent or self.resp_body_bytes > 0) {
+            sys.close(fd);
+            return error.AlreadyComplete;
+        }
+        self.resp_body_done = true;
+        self.resp_complete = true;
+        if (self.gone()) {
+            sys.close(fd);
+            return;
+        }
+        return switch (self.protocol) {
+            .http1 => h1.sendFd(self, fd, offset, len),
+            .http2 => h2.sendFd(self, fd, offset, len),
+        };
+    }
+
     /// The app is done. The stream is the protocol's from now on.
     pub fn finish(self: *Stream) void {
         switch (self.protocol) {
