@@ -37,7 +37,7 @@ WRITER_CHOICES = ("auto", "on", "off")
 IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
 # What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section).
 IO_BACKEND_AUTO = "epoll"
-# uvicorn's --interface names; "wsgi" runs the app through a2wsgi.
+# uvicorn's --interface names; "wsgi" is served natively (zigcorn/wsgi.py, python/environ.zig).
 INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
 HTTP_CHOICES = ("auto", "h11", "httptools")
@@ -70,10 +70,10 @@ class Setting:
     """
 
     __slots__ = ("name", "default", "help", "group", "flag", "kind", "type", "choices", "also", "note", "metavar",
-                 "low", "high", "shown")  # fmt: skip
+                 "low", "high", "shown", "aliases")  # fmt: skip
 
     def __init__(self, name, default, help, group, *, flag=None, kind="value", type=None, choices=None, also=None,
-                 note=None, metavar=None, low=None, high=None, shown=None):  # fmt: skip
+                 note=None, metavar=None, low=None, high=None, shown=None, aliases=()):  # fmt: skip
         self.name = name
         self.default = default
         self.help = help
@@ -92,6 +92,8 @@ class Setting:
         self.high = high
         # How --help shows the default, where the value itself would mislead.
         self.shown = shown
+        # Other command-line flags for the same setting (another server's name for it).
+        self.aliases = tuple(aliases)
 
     def check(self, value) -> None:
         """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
@@ -152,6 +154,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
     _S("interface", "auto", "the app's interface: auto is ASGI 3, or ASGI 2 for a class or a plain-function app",
        "Application", choices=INTERFACE_CHOICES),
+    _S("wsgi_threads", None, "threads that run a WSGI app (--interface wsgi); started as requests need them",
+       "Application", type=int, metavar="N", low=1, high=1024, shown="4 per CPU, at most 32",
+       aliases=("--blocking-threads",)),
     _S("env_file", None, "load environment variables from this file first (needs python-dotenv)", "Application",
        metavar="PATH"),
     _S("reset_contextvars", False, "run each request in a fresh contextvars.Context (hides what lifespan set)",
@@ -387,7 +392,8 @@ class Config:
         The Python side adds only its plumbing: the stream classes, ``call_soon`` and the
         metrics slot. Holds the TLS key's password when HTTPS is on: never log it.
         """
-        ws_on = self.ws != "none"  # upgrade requests are then plain HTTP requests, as in uvicorn
+        # Upgrade requests are then plain HTTP requests, as in uvicorn; a WSGI app has no WebSocket.
+        ws_on = self.ws != "none" and self.interface != "wsgi"
         return {
             "root_path": self.root_path or "",
             "headers": list(self.encoded_headers),
@@ -478,7 +484,8 @@ class Config:
             return
         from zigcorn.lifespan import LifespanOff, LifespanOn
 
-        self.lifespan_class = LifespanOff if self.lifespan == "off" else LifespanOn
+        # A WSGI app has no lifespan protocol.
+        self.lifespan_class = LifespanOff if self.lifespan == "off" or self.interface == "wsgi" else LifespanOn
 
         try:
             app = import_from_string(self.app)

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups: dict[str, argparse._ArgumentGroup] = {}
     for setting in SETTINGS:
         group = groups.get(setting.group) or groups.setdefault(setting.group, parser.add_argument_group(setting.group))
-        group.add_argument(setting.flag, **_argument(setting))
+        group.add_argument(setting.flag, *setting.aliases, **_argument(setting))
     _defaults_from_environment(parser)
     return parser
 

@@ -67,6 +67,7 @@ class Server:
         self.engine = None
         self._exit_event: asyncio.Event | None = None
         self._previous_handlers: dict[int, object] = {}
+        self._wsgi_environ: dict | None = None
 
     def run(self) -> None:
         loop = self.config.new_event_loop()
@@ -105,7 +106,7 @@ class Server:
                 return
         logger.info("Started server process [%d]", os.getpid())
         lifespan = config.lifespan_class(config)
-        announce = config.lifespan != "off"
+        announce = config.lifespan != "off" and config.interface != "wsgi"
         if announce:
             logger.info("Waiting for application startup.")
         await lifespan.startup()
@@ -114,16 +115,22 @@ class Server:
         if announce:
             logger.info("Application startup complete.")
 
-        dispatcher = Dispatcher(
-            config.loaded_app,
-            loop,
-            access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
-            limit_concurrency=config.limit_concurrency,
-            limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
-            reset_contextvars=config.reset_contextvars,
-            timeout_request=config.timeout_request,
-            on_limit=self.handle_exit_request,
-        )
+        wsgi = config.interface == "wsgi"
+        if wsgi:
+            from zigcorn.wsgi import WSGIDispatcher, default_threads
+
+            dispatcher = WSGIDispatcher(
+                config.loaded_app,
+                loop,
+                threads=config.wsgi_threads or default_threads(),
+                access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+                limit_concurrency=config.limit_concurrency,
+                limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+                timeout_request=config.timeout_request,
+                on_limit=self.handle_exit_request,
+            )
+        else:
+            dispatcher = self._asgi_dispatcher(config, loop)
         try:
             engine = self._new_engine(dispatcher)
         except (OSError, ValueError, TypeError) as exc:
@@ -139,12 +146,16 @@ class Server:
         own_listener = self.listener is None
         try:
             listener = bind(config) if own_listener else self.listener
-            engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
+            bound = engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
             engine.close()
             await lifespan.shutdown()
             return
+        if wsgi:
+            from zigcorn.wsgi import set_server
+
+            set_server(self._wsgi_environ, bound)
         engine.set_state(lifespan.state)
         _attach(loop, engine)
         if own_listener:
@@ -164,7 +175,21 @@ class Server:
         finally:
             if own_listener:
                 listener.remove_uds()
+            if wsgi:
+                dispatcher.pool.shutdown()
         logger.info("Finished server process [%d]", os.getpid())
+
+    def _asgi_dispatcher(self, config, loop) -> Dispatcher:
+        return Dispatcher(
+            config.loaded_app,
+            loop,
+            access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+            limit_concurrency=config.limit_concurrency,
+            limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+            reset_contextvars=config.reset_contextvars,
+            timeout_request=config.timeout_request,
+            on_limit=self.handle_exit_request,
+        )
 
     def _new_engine(self, dispatcher):
         options = self.config.engine_options()
@@ -174,6 +199,12 @@ class Server:
         # requests' tasks would inherit its context variables.
         options["call_soon"] = functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context())
         options["metrics_slot"] = self.metrics_slot
+        if self.config.interface == "wsgi":
+            from zigcorn.wsgi import environ_template
+
+            # The engine copies this dict into each request's environ; SERVER_NAME/PORT are set once bound.
+            self._wsgi_environ = options["wsgi_environ"] = environ_template(options["root_path"], self.config.workers)
+            return _core.Engine(dispatcher, wake, _core.Stream, options)
         if options["ws"]:
             options["websocket_class"] = WebSocketCycle
         return _core.Engine(dispatcher, wake, HTTPCycle, options)

@@ -8,6 +8,7 @@ const c = py.c;
 const Object = py.Object;
 const http1 = @import("../http1/parser.zig");
 const scope = @import("scope.zig");
+const environ = @import("environ.zig");
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig");
@@ -490,7 +491,12 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
         return false;
     };
     const self = asStream(obj);
-    self.scope = scope.build(req, st.peer(), &engine.info, st.tlsSession()) orelse {
+    // WSGI: the environ takes the scope's place (the WebSocket class never sees WSGI).
+    const built = if (engine.wsgi_environ) |template|
+        environ.build(template, req, st.peer(), &engine.info, st.tlsSession())
+    else
+        scope.build(req, st.peer(), &engine.info, st.tlsSession());
+    self.scope = built orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);
         return false;
