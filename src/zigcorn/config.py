@@ -155,7 +155,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("interface", "auto", "the app's interface: auto is ASGI 3, or ASGI 2 for a class or a plain-function app",
        "Application", choices=INTERFACE_CHOICES),
     _S("wsgi_threads", None, "threads that run a WSGI app (--interface wsgi); started as requests need them",
-       "Application", type=int, metavar="N", low=1, high=1024, shown="4 per CPU, at most 32",
+       "Application", type=int, metavar="N", low=1, high=1024, shown="4 per CPU, 4 to 32",
        aliases=("--blocking-threads",)),
     _S("env_file", None, "load environment variables from this file first (needs python-dotenv)", "Application",
        metavar="PATH"),
