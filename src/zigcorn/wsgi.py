@@ -5,7 +5,7 @@ build an ASGI scope, and a bounded pool of threads runs the app. The engine is d
 the event loop's thread only: a worker thread never touches a stream. What a worker
 produces (the head, body chunks, the end) goes into one outbox that the loop's thread
 applies in a batch, woken once per batch with ``call_soon_threadsafe``; what it needs
-(request body bytes, room for more output) it waits for on its exchange's condition,
+(request body bytes, room for more output) it waits for on the dispatcher's condition,
 without the GIL. So HTTP/2, TLS, the writer thread, limits, drain, metrics and the
 access log are the same code as for ASGI apps.
 
@@ -220,7 +220,7 @@ class Exchange:
         self.stream = stream
         self.owner = owner
         self.outbox = owner.outbox
-        self.cond = threading.Condition(threading.Lock())
+        self.cond = owner.cond  # one for every exchange: waits are rare, a Condition per request is not free
         self.started_at = 0.0
         self.closed = False  # the loop is done with the stream (finished, failed or timed out)
         self.gone = False  # the client went away, or the request timed out: stop producing
@@ -632,7 +632,7 @@ class WSGIDispatcher:
 
     __slots__ = (
         "app", "loop", "outbox", "pool", "access_log", "limit_concurrency", "limit_max_requests",
-        "timeout_request", "requests", "on_limit", "engine",
+        "timeout_request", "requests", "on_limit", "engine", "cond",
     )  # fmt: skip
 
     def __init__(self, app, loop, *, threads: int, access_log: bool, limit_concurrency, limit_max_requests,
@@ -641,6 +641,8 @@ class WSGIDispatcher:
         self.loop = loop
         self.outbox = Outbox(loop)
         self.pool = Pool(threads, loop)
+        # What a worker waits on (body bytes read ahead, room for output): each rechecks its own exchange.
+        self.cond = threading.Condition(threading.Lock())
         self.access_log = access_log
         self.limit_concurrency = limit_concurrency
         self.limit_max_requests = limit_max_requests
