@@ -204,7 +204,9 @@ class Server:
 
             # The engine copies this dict into each request's environ; SERVER_NAME/PORT are set once bound.
             self._wsgi_environ = options["wsgi_environ"] = environ_template(options["root_path"], self.config.workers)
-            return _core.Engine(dispatcher, wake, _core.Stream, options)
+            from zigcorn.wsgi import wake as wsgi_wake
+
+            return _core.Engine(dispatcher, wsgi_wake, _core.Stream, options)
         if options["ws"]:
             options["websocket_class"] = WebSocketCycle
         return _core.Engine(dispatcher, wake, HTTPCycle, options)

@@ -17,6 +17,7 @@ than ``_OUTPUT_HIGH`` bytes it wrote are not yet taken by the engine.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import queue
 import re
@@ -31,7 +32,7 @@ access_logger = logging.getLogger("zigcorn.access")
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 _ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 #: Request body bytes read ahead of the app, at most (then the engine stops reading the socket).
-_INPUT_HIGH = 256 * 1024
+_INPUT_HIGH = 1024 * 1024
 #: Response bytes a worker may have handed over and the engine not yet taken before it waits.
 _OUTPUT_HIGH = 256 * 1024
 #: A header name: an RFC 9110 token.
@@ -115,20 +116,9 @@ class FileWrapper:
         return f"/proc/self/fd/{fd}".encode()
 
 
-class _Waker:
-    """Stands in for a future in a stream's read_waiter/write_waiter: the engine's `wake`
-    calls ``set_result`` on the loop's thread."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback) -> None:
-        self.callback = callback
-
-    def done(self) -> bool:
-        return False
-
-    def set_result(self, _) -> None:
-        self.callback()
+#: The engine's `wake(waiter)` for WSGI streams: their read_waiter/write_waiter are plain
+#: callables of the exchange (the loop's thread), called as they are.
+wake = operator.call
 
 
 class Outbox:
@@ -213,7 +203,7 @@ class Exchange:
         "posted", "acked",
         # the response as the worker knows it
         "status", "headers", "length", "head_sent", "final_sent", "sent",
-        "timer", "owner", "pending", "waiting",
+        "timer", "owner", "pending", "waiting", "want", "out_waiting",
     )  # fmt: skip
 
     def __init__(self, stream, owner) -> None:
@@ -228,6 +218,8 @@ class Exchange:
         self.buffered = 0
         self.body_done = False
         self.pumping = False
+        self.want = 0  # bytes the worker waits for (0: it does not wait for input)
+        self.out_waiting = False  # the worker waits for the engine to take its output
         self.posted = 0
         self.acked = 0
         self.status = None
@@ -252,7 +244,7 @@ class Exchange:
         while ahead < _INPUT_HIGH:
             message = stream.read()
             if message is None:
-                stream.read_waiter = _Waker(self.pump)
+                stream.read_waiter = self.pump
                 self.pumping = True
                 break
             if message["type"] == "http.disconnect":
@@ -273,14 +265,17 @@ class Exchange:
                 self.buffered += len(body)
             if done:
                 self.body_done = True
-            self.cond.notify_all()
+            # The worker wakes (and takes the GIL from the loop) only once it has what it asked for.
+            if self.want and (self.buffered >= self.want or done or self.gone):
+                self.cond.notify_all()
 
     def _ack(self, n: int) -> None:
         with self.cond:
             self.acked += n
             if self.stream.disconnected and not self.stream.response_complete:
                 self.gone = True
-            self.cond.notify_all()
+            if self.out_waiting:
+                self.cond.notify_all()
 
     def _release(self) -> None:
         """Wake a worker waiting for room or input: it will see `gone`."""
@@ -319,7 +314,7 @@ class Exchange:
                 continue
             if wait and more:
                 self.waiting = True
-                stream.write_waiter = _Waker(self._writable)
+                stream.write_waiter = self._writable
             self._ack(n)
 
     def _writable(self) -> None:
@@ -329,9 +324,19 @@ class Exchange:
             self._ack(0)  # a worker waiting on a client that went away sees it now
 
     def complete(self, failed: bool) -> None:
-        """The worker is done: the stream goes back to the engine."""
-        if self.closed:
-            return
+        """The worker is done: the stream goes back to the engine (if a timeout did not
+        already), and the links that would make a cycle of every request are cut: environ
+        -> wsgi.input (this exchange) -> stream -> environ, and the wakers."""
+        stream = self.stream
+        try:
+            if not self.closed:
+                self._complete(failed)
+        finally:
+            stream.read_waiter = stream.write_waiter = None
+            stream.scope.pop("wsgi.input", None)
+            self.pending.clear()
+
+    def _complete(self, failed: bool) -> None:
         self.closed = True
         if self.timer is not None:
             self.timer.cancel()
@@ -398,19 +403,24 @@ class Exchange:
     # ---- the worker thread: output -------------------------------------------------
 
     def _post(self, status, headers, data: bytes, more: bool, file_path=None) -> None:
-        n = len(data) or 1
-        self.posted += n
-        self.outbox.post(self.apply_write, status, headers, data, more, file_path)
+        # Wait before handing over more (the chunk itself is already in memory): the app
+        # may produce its next chunk only once the engine took most of what came before.
         if self.posted - self.acked > _OUTPUT_HIGH:
             with self.cond:
+                self.out_waiting = True
                 while self.posted - self.acked > _OUTPUT_HIGH and not self.gone:
                     self.cond.wait()
+                self.out_waiting = False
+        self.posted += len(data) or 1
+        self.outbox.post(self.apply_write, status, headers, data, more, file_path)
 
     def flushed(self) -> None:
         """Wait until the engine took everything handed over (a file must stay open until then)."""
         with self.cond:
+            self.out_waiting = True
             while self.posted != self.acked and not self.gone:
                 self.cond.wait()
+            self.out_waiting = False
 
     def send(self, data: bytes) -> None:
         """One body chunk from the app (or the write() callable)."""
@@ -449,11 +459,13 @@ class Exchange:
         """Wait until `want` bytes are read ahead or the body ended (GIL released while waiting)."""
         want = min(want, _INPUT_HIGH)
         with self.cond:
+            self.want = want
             while self.buffered < want and not self.body_done and not self.gone:
                 if not self.pumping:
                     self.pumping = True
                     self.outbox.post(self.pump)
                 self.cond.wait()
+            self.want = 0
 
     def _take(self, n: int) -> bytes:
         """Up to n buffered bytes (n < 0: all of them), and ask for more when low."""
@@ -759,6 +771,8 @@ def environ_template(root_path: str, workers: int) -> dict:
         "wsgi.multithread": True,
         "wsgi.multiprocess": workers > 1,
         "wsgi.run_once": False,
+        # wsgi.input ends where the body ends (b""), so frameworks need not count (werkzeug reads it whole).
+        "wsgi.input_terminated": True,
         "wsgi.errors": ErrorStream(),
         "wsgi.file_wrapper": FileWrapper,
         "SCRIPT_NAME": root_path.rstrip("/"),
