@@ -204,9 +204,9 @@ class Server:
 
             # The engine copies this dict into each request's environ; SERVER_NAME/PORT are set once bound.
             self._wsgi_environ = options["wsgi_environ"] = environ_template(options["root_path"], self.config.workers)
-            from zigcorn.wsgi import wake as wsgi_wake
-
-            return _core.Engine(dispatcher, wsgi_wake, _core.Stream, options)
+            # The engine's wake(waiter) for WSGI streams: their waiters are the exchange's own
+            # callbacks, run on the loop after the engine's pass, never inside it.
+            return _core.Engine(dispatcher, asyncio.get_running_loop().call_soon, _core.Stream, options)
         if options["ws"]:
             options["websocket_class"] = WebSocketCycle
         return _core.Engine(dispatcher, wake, HTTPCycle, options)

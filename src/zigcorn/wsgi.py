@@ -17,7 +17,6 @@ than ``_OUTPUT_HIGH`` bytes it wrote are not yet taken by the engine.
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import queue
 import re
@@ -116,11 +115,6 @@ class FileWrapper:
         return f"/proc/self/fd/{fd}".encode()
 
 
-#: The engine's `wake(waiter)` for WSGI streams: their read_waiter/write_waiter are plain
-#: callables of the exchange (the loop's thread), called as they are.
-wake = operator.call
-
-
 class Outbox:
     """Work for the loop's thread, from any thread: one wake-up per batch."""
 
@@ -196,14 +190,14 @@ class Exchange:
     request's ``wsgi.input`` (read, readline, readlines, iteration)."""
 
     __slots__ = (
-        "stream", "outbox", "cond", "started_at", "closed", "gone",
+        "stream", "outbox", "cond", "lock", "started_at", "closed", "gone",
         # input: chunks read ahead (loop thread appends, worker takes), their size, the end seen
         "chunks", "buffered", "body_done", "pumping",
         # output: bytes handed over / taken by the engine (each side writes one counter)
         "posted", "acked",
         # the response as the worker knows it
         "status", "headers", "length", "head_sent", "final_sent", "sent",
-        "timer", "owner", "pending", "waiting", "want", "out_waiting",
+        "timer", "owner", "pending", "waiting", "want", "out_waiting", "deferred", "complete_after",
     )  # fmt: skip
 
     def __init__(self, stream, owner) -> None:
@@ -211,6 +205,7 @@ class Exchange:
         self.owner = owner
         self.outbox = owner.outbox
         self.cond = owner.cond  # one for every exchange: waits are rare, a Condition per request is not free
+        self.lock = owner.lock
         self.started_at = 0.0
         self.closed = False  # the loop is done with the stream (finished, failed or timed out)
         self.gone = False  # the client went away, or the request timed out: stop producing
@@ -220,6 +215,8 @@ class Exchange:
         self.pumping = False
         self.want = 0  # bytes the worker waits for (0: it does not wait for input)
         self.out_waiting = False  # the worker waits for the engine to take its output
+        self.complete_after = False  # the worker finished while its last writes still waited
+        self.deferred = None  # the job, held until the body is read ahead (a body up to _INPUT_HIGH)
         self.posted = 0
         self.acked = 0
         self.status = None
@@ -239,38 +236,38 @@ class Exchange:
         stream = self.stream
         self.pumping = False
         got = []
-        ahead = self.buffered
+        ahead = start = self.buffered  # an estimate: the worker may take bytes meanwhile
         done = False
+        read_body = stream.read_body
         while ahead < _INPUT_HIGH:
-            message = stream.read()
-            if message is None:
+            body = read_body(_INPUT_HIGH - ahead)
+            if body is None:
                 stream.read_waiter = self.pump
                 self.pumping = True
                 break
-            if message["type"] == "http.disconnect":
+            if not body:
                 done = True
-                if not stream.response_complete:
+                if stream.disconnected and not stream.response_complete:
                     self.gone = True
                 break
-            body = message["body"]
-            if body:
-                got.append(body)
-                ahead += len(body)
-            if not message["more_body"]:
-                done = True
-                break
-        with self.cond:
+            got.append(body)
+            ahead += len(body)
+        with self.lock:  # the condition's own lock, taken without Condition's Python-level __enter__
+            chunks = self.chunks
             for body in got:
-                self.chunks.append(body)
-                self.buffered += len(body)
+                chunks.append(body)
+            self.buffered += ahead - start
             if done:
                 self.body_done = True
             # The worker wakes (and takes the GIL from the loop) only once it has what it asked for.
             if self.want and (self.buffered >= self.want or done or self.gone):
                 self.cond.notify_all()
+        if self.deferred is not None and (done or self.gone or self.closed or ahead >= _INPUT_HIGH):
+            job, self.deferred = self.deferred, None
+            self.owner.pool.submit(job)
 
     def _ack(self, n: int) -> None:
-        with self.cond:
+        with self.lock:
             self.acked += n
             if self.stream.disconnected and not self.stream.response_complete:
                 self.gone = True
@@ -322,11 +319,18 @@ class Exchange:
         self._flush()
         if not self.waiting:
             self._ack(0)  # a worker waiting on a client that went away sees it now
+        if self.complete_after and not self.pending:
+            self.complete_after = False
+            self.complete(False)
 
     def complete(self, failed: bool) -> None:
         """The worker is done: the stream goes back to the engine (if a timeout did not
         already), and the links that would make a cycle of every request are cut: environ
         -> wsgi.input (this exchange) -> stream -> environ, and the wakers."""
+        if self.pending and not self.closed and not failed:
+            # Writes still wait for the engine to drain: complete after the last of them.
+            self.complete_after = True
+            return
         stream = self.stream
         try:
             if not self.closed:
@@ -358,6 +362,9 @@ class Exchange:
         self._fail_stream(status)
         self._release()
         self._log_access()
+        if self.deferred is not None:  # the app never ran: nothing will complete this exchange
+            self.deferred = None
+            self.complete(True)
 
     def expire(self, timeout: float) -> None:
         if self.closed:
@@ -644,7 +651,7 @@ class WSGIDispatcher:
 
     __slots__ = (
         "app", "loop", "outbox", "pool", "access_log", "limit_concurrency", "limit_max_requests",
-        "timeout_request", "requests", "on_limit", "engine", "cond",
+        "timeout_request", "requests", "on_limit", "engine", "cond", "lock",
     )  # fmt: skip
 
     def __init__(self, app, loop, *, threads: int, access_log: bool, limit_concurrency, limit_max_requests,
@@ -654,7 +661,8 @@ class WSGIDispatcher:
         self.outbox = Outbox(loop)
         self.pool = Pool(threads, loop)
         # What a worker waits on (body bytes read ahead, room for output): each rechecks its own exchange.
-        self.cond = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.access_log = access_log
         self.limit_concurrency = limit_concurrency
         self.limit_max_requests = limit_max_requests
@@ -679,14 +687,22 @@ class WSGIDispatcher:
             exchange.started_at = time.perf_counter()
         environ = stream.scope
         environ["wsgi.input"] = exchange
-        if "CONTENT_LENGTH" in environ or "HTTP_TRANSFER_ENCODING" in environ or environ["SERVER_PROTOCOL"] == "HTTP/2":
-            # Whatever body already arrived is taken now: a small upload needs no round trip.
-            exchange.pump()
-        else:
-            exchange.body_done = True
         if self.timeout_request is not None:
             exchange.timer = self.loop.call_later(self.timeout_request, exchange.expire, self.timeout_request)
-        self.pool.submit(lambda: run(self.app, exchange))
+        job = lambda: run(self.app, exchange)  # noqa: E731
+        length = environ.get("CONTENT_LENGTH")
+        if length is not None or "HTTP_TRANSFER_ENCODING" in environ or environ["SERVER_PROTOCOL"] == "HTTP/2":
+            # A body that fits the read-ahead is read before a thread is given the request:
+            # the app finds it whole and no thread waits on the client (granian does the same).
+            whole = length is not None and length.isdigit() and int(length) <= _INPUT_HIGH
+            if whole:
+                exchange.deferred = job
+            exchange.pump()
+            if whole:
+                return  # pump() submits the job once the body is in
+        else:
+            exchange.body_done = True
+        self.pool.submit(job)
 
 
 def run(app, exchange: Exchange) -> None:
