@@ -192,7 +192,7 @@ class Exchange:
     __slots__ = (
         "stream", "outbox", "cond", "lock", "started_at", "closed", "gone",
         # input: chunks read ahead (loop thread appends, worker takes), their size, the end seen
-        "chunks", "buffered", "body_done", "pumping",
+        "chunks", "offset", "buffered", "body_done", "pumping",
         # output: bytes handed over / taken by the engine (each side writes one counter)
         "posted", "acked",
         # the response as the worker knows it
@@ -210,6 +210,7 @@ class Exchange:
         self.closed = False  # the loop is done with the stream (finished, failed or timed out)
         self.gone = False  # the client went away, or the request timed out: stop producing
         self.chunks = deque()
+        self.offset = 0  # where the unread part of chunks[0] starts
         self.buffered = 0
         self.body_done = False
         self.pumping = False
@@ -475,30 +476,54 @@ class Exchange:
             self.want = 0
 
     def _take(self, n: int) -> bytes:
-        """Up to n buffered bytes (n < 0: all of them), and ask for more when low."""
-        with self.cond:
+        """Up to n buffered bytes (n < 0: all of them), and ask for more when low. The first
+        chunk is read from `offset` on, never sliced into a shorter copy of itself."""
+        with self.lock:
             chunks = self.chunks
+            off = self.offset
             if n < 0 or n >= self.buffered:
-                data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-                chunks.clear()
+                if not chunks:
+                    data = b""
+                else:
+                    if off:
+                        chunks[0] = chunks[0][off:]
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
+                self.offset = 0
             else:
                 parts = []
                 left = n
                 while left:
                     head = chunks[0]
-                    if len(head) <= left:
-                        parts.append(chunks.popleft())
-                        left -= len(head)
+                    avail = len(head) - off
+                    if avail <= left:
+                        parts.append(head[off:] if off else head)
+                        chunks.popleft()
+                        off = 0
+                        left -= avail
                     else:
-                        parts.append(head[:left])
-                        chunks[0] = head[left:]
+                        parts.append(head[off : off + left])
+                        off += left
                         left = 0
-                data = b"".join(parts)
+                self.offset = off
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
             self.buffered -= len(data)
             if not self.body_done and not self.pumping and self.buffered < _INPUT_HIGH // 2:
                 self.pumping = True
                 self.outbox.post(self.pump)
         return data
+
+    def _line_end(self) -> int:
+        """Bytes up to and including the first buffered newline, or -1 (the lock held)."""
+        seen = 0
+        off = self.offset
+        for chunk in self.chunks:
+            at = chunk.find(b"\n", off)
+            if at >= 0:
+                return seen + at - off + 1
+            seen += len(chunk) - off
+            off = 0
+        return -1
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
@@ -528,16 +553,12 @@ class Exchange:
         want = 1
         while True:
             self._fill(want)
-            with self.cond:
+            with self.lock:
                 buffered = self.buffered
                 ended = self.body_done or self.gone
-                joined = b"".join(self.chunks) if len(self.chunks) > 1 else (self.chunks[0] if self.chunks else b"")
-                if len(self.chunks) > 1:
-                    self.chunks.clear()
-                    self.chunks.append(joined)
-            newline = joined.find(b"\n")
-            if newline >= 0 and (limit < 0 or newline < limit):
-                return self._take(newline + 1)
+                line = self._line_end()
+            if line >= 0 and (limit < 0 or line <= limit):
+                return self._take(line)
             if limit >= 0 and buffered >= limit:
                 return self._take(limit)
             if ended or buffered >= _INPUT_HIGH:
