@@ -259,3 +259,15 @@ def test_a_client_that_sends_half_a_body_and_leaves(server):
         time.sleep(0.2)
     assert httpx.get(server.url + "/gen?n=1").text == "part0;"
     assert json.loads(httpx.get(server.url + "/env").text)["REQUEST_METHOD"] == "GET"
+
+
+def test_a_body_read_straight_from_the_socket_stops_at_its_end(server):
+    """The next pipelined request stays the next request (the direct read takes only the body's bytes)."""
+    body = os.urandom(3 << 20)
+    head = b"POST /echo?how=n HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with RawConn(server.port) as conn:
+        conn.send(head + body + get("/gen?n=2"))
+        first = conn.read_response()
+        second = conn.read_response()
+    assert first.body == f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
+    assert second.body == b"part0;part1;"
