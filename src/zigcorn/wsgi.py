@@ -39,7 +39,7 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+").fullmatch
 #: Threads of the pool that start as soon as requests come; more start only for blocked requests.
 _HOT = 2
 #: A request running longer than this is taken to be blocked (waiting on I/O), not computing.
-_STUCK = 0.005
+_STUCK = 0.02
 
 
 def default_threads() -> int:
@@ -595,8 +595,9 @@ class Pool:
     call): for one that computes they take turns with the loop's thread and each other,
     and throughput falls (Flask 'hello': 10.6k req/s with 2 threads, 7.0k with 8, here).
     So the first `_HOT` threads start at once, and another only when every thread has
-    been on its current request for more than `_STUCK` seconds, which a computing
-    request does not take; a timer looks again while requests wait.
+    been on its current request for more than `_STUCK` seconds while using less than
+    half of that on the CPU (it waits on I/O, not computing, and not only for the GIL,
+    which a few switch intervals bound); a timer looks again while requests wait.
     """
 
     __slots__ = ("size", "jobs", "idle", "threads", "loop", "recheck")
@@ -619,11 +620,20 @@ class Pool:
             self.recheck = self.loop.call_later(_STUCK, self._recheck)
 
     def _all_stuck(self) -> bool:
+        """Whether every thread waits on something else than the GIL: on its request for
+        over `_STUCK`, having spent less than half of that on the CPU. (A thread waiting for
+        the GIL spends no CPU either, but not for longer than a few switch intervals.)"""
         now = time.perf_counter()
         for state in self.threads:
-            started = state[0]
+            started, clock, cpu_at_start = state
             if not started or now - started < _STUCK:
                 return False
+            try:
+                cpu = time.clock_gettime(clock) - cpu_at_start
+            except OSError:  # the thread is gone
+                return False
+            if cpu > (now - started) / 2:
+                return False  # computing: another thread would only take turns with it
         return True
 
     def _recheck(self) -> None:
@@ -635,22 +645,26 @@ class Pool:
         self.recheck = self.loop.call_later(_STUCK, self._recheck)
 
     def _spawn(self) -> None:
-        state = [0.0]
+        state = [0.0, time.CLOCK_THREAD_CPUTIME_ID, 0.0]
         self.threads.append(state)
         thread = threading.Thread(target=self._work, args=(state,), name=f"zigcorn-wsgi-{len(self.threads)}",
                                   daemon=True)  # fmt: skip
         thread.start()
 
     def _work(self, state: list) -> None:
+        """`state`: [when the current request started or 0.0, this thread's CPU clock, its CPU time then]."""
         get = self.jobs.get
         idle = self.idle
         clock = time.perf_counter
+        cpu_clock = state[1] = time.pthread_getcpuclockid(threading.get_ident())
+        cpu = time.clock_gettime
         while True:
             idle.append(None)
             job = get()
             idle.pop()
             if job is None:
                 return
+            state[2] = cpu(cpu_clock)
             state[0] = clock()
             try:
                 job()
