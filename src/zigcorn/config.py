@@ -125,6 +125,8 @@ _RING_BUFFER_SIZE_MIN, _RING_BUFFER_SIZE_MAX = _engine_limit("io_uring_buffer_si
 _U32 = 2**32 - 1
 _SECONDS_MAX = 10**9
 
+_BUSY_POLL = 100  # µs, --busy-poll's default for ASGI apps
+
 _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # Server
@@ -192,8 +194,8 @@ SETTINGS: tuple[Setting, ...] = (
        "wait)", "HTTP", type=int, metavar="N", low=_RING_BUFFERS_MIN, high=_RING_BUFFERS_MAX),
     _S("io_uring_buffer_size", 4096, "io_uring: bytes per receive buffer, a power of two", "HTTP", type=int,
        metavar="BYTES", low=_RING_BUFFER_SIZE_MIN, high=_RING_BUFFER_SIZE_MAX),
-    _S("busy_poll", 100, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
-       type=int, metavar="USEC", low=0, high=5000),
+    _S("busy_poll", None, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
+       type=int, metavar="USEC", low=0, high=5000, shown="100, 0 with --interface wsgi"),
     # Metrics and health
     _S("metrics_path", None, "serve Prometheus metrics here, without the app (e.g. /metrics)", "Metrics and health",
        metavar="PATH", shown="off"),
@@ -310,6 +312,9 @@ class Config:
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
+        if self.busy_poll is None:
+            # A WSGI app's threads need the CPU the spin would take (Flask hello: 6.1k req/s with it, 7.9k without).
+            self.busy_poll = 0 if self.interface == "wsgi" else _BUSY_POLL
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
         self.ssl_keyfile = os.fspath(ssl_keyfile) if ssl_keyfile is not None else None
