@@ -271,3 +271,26 @@ def test_a_body_read_straight_from_the_socket_stops_at_its_end(server):
         second = conn.read_response()
     assert first.body == f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
     assert second.body == b"part0;part1;"
+
+
+@pytest.mark.parametrize("http2", [False, True])
+def test_over_tls_http1_and_h2(start_server, tmp_path, http2):
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile = tmp_path / "server.pem"
+    certfile.write_bytes(cert.private_key_and_cert_chain_pem.bytes())
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--ssl-certfile", str(certfile))
+    url = f"https://127.0.0.1:{server.port}"
+    with httpx.Client(http2=http2, verify=context, timeout=30) as client:
+        r = client.get(url + "/env")
+        assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+        assert r.json()["wsgi.url_scheme"] == "https"
+        body = os.urandom(2 << 20)  # past the read-ahead: streamed, through OpenSSL
+        r = client.post(url + "/echo?how=n", content=body)
+        assert r.text == f"{len(body)} {hashlib.sha256(body).hexdigest()}"
+    _no_app_errors(server)
