@@ -192,7 +192,7 @@ class Exchange:
     __slots__ = (
         "stream", "outbox", "cond", "lock", "started_at", "closed", "gone",
         # input: chunks read ahead (loop thread appends, worker takes), their size, the end seen
-        "chunks", "offset", "buffered", "body_done", "pumping",
+        "chunks", "offset", "buffered", "received", "truncated", "body_done", "pumping",
         # output: bytes handed over / taken by the engine (each side writes one counter)
         "posted", "acked",
         # the response as the worker knows it
@@ -211,6 +211,8 @@ class Exchange:
         self.gone = False  # the client went away, or the request timed out: stop producing
         self.chunks = deque()
         self.offset = 0  # where the unread part of chunks[0] starts
+        self.received = 0  # body bytes read from the engine so far
+        self.truncated = False  # the client went away before the body's end
         self.buffered = 0
         self.body_done = False
         self.pumping = False
@@ -250,6 +252,9 @@ class Exchange:
                 done = True
                 if stream.disconnected and not stream.response_complete:
                     self.gone = True
+                    length = stream.scope.get("CONTENT_LENGTH")
+                    # The client left before its body ended: the app must not take a part for the whole.
+                    self.truncated = length is None or not length.isdigit() or self.received + ahead - start < int(length)
                 break
             got.append(body)
             ahead += len(body)
@@ -258,6 +263,7 @@ class Exchange:
             for body in got:
                 chunks.append(body)
             self.buffered += ahead - start
+            self.received += ahead - start
             if done:
                 self.body_done = True
             # The worker wakes (and takes the GIL from the loop) only once it has what it asked for.
@@ -265,7 +271,10 @@ class Exchange:
                 self.cond.notify_all()
         if self.deferred is not None and (done or self.gone or self.closed or ahead >= _INPUT_HIGH):
             job, self.deferred = self.deferred, None
-            self.owner.pool.submit(job)
+            if self.truncated:
+                self.complete(True)  # the app is not called for half a request
+            else:
+                self.owner.pool.submit(job)
 
     def _ack(self, n: int) -> None:
         with self.lock:
@@ -474,6 +483,8 @@ class Exchange:
                     self.outbox.post(self.pump)
                 self.cond.wait()
             self.want = 0
+            if self.truncated and not self.buffered:
+                raise OSError("the client went away before the request body ended")
 
     def _take(self, n: int) -> bytes:
         """Up to n buffered bytes (n < 0: all of them), and ask for more when low. The first

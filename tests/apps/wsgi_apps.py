@@ -87,6 +87,13 @@ def router(environ, start_response):
     if head == "fail-after":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return ClosingBody(5, fail_at=2)
+    if head == "take-body":
+        body = _read_body(environ, "all")
+        with _closed_lock:
+            CLOSED["bodies"] = CLOSED.get("bodies", 0) + 1
+        return _text(start_response, str(len(body)))
+    if head == "bodies":
+        return _text(start_response, str(CLOSED.get("bodies", 0)))
     if head == "closed":
         return _text(start_response, str(CLOSED["count"]))
     if head == "write":
