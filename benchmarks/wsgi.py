@@ -1,12 +1,15 @@
-"""WSGI: a Flask app on zigcorn (`--interface wsgi`, through a2wsgi's pool of 10 threads),
-gunicorn (sync, and gthread with 10 threads) and granian's native WSGI interface, one
-worker each, in one run.
+"""WSGI: a Flask app on zigcorn (`--interface wsgi`, served by the engine), granian's
+native WSGI interface and gunicorn (gthread with 10 threads; sync on request), one worker
+each, in one run; then each with four workers, for their memory.
 
     python benchmarks/wsgi.py                  # 10 s points
-    python benchmarks/wsgi.py --seconds 3
+    python benchmarks/wsgi.py --seconds 3 --servers zigcorn,granian
 
-Figures: req/s and p99 of `GET /` at 16 connections (gunicorn sync at 1, its design: one
-request at a time per worker), and of a 1 MiB `POST /upload` at 4 connections (MB/s).
+Figures: req/s and p99 of Flask's `GET /` (a JSON hello) at 64 connections (gunicorn sync
+at 1, its design: one request at a time per worker); a 1 MiB `POST /echo` (Flask reads
+the body and answers it back) at 4 connections, in MB/s each way; the idle RSS of one
+worker after its first requests; the PSS of the whole tree with `--workers 4` (a master,
+where the server has one, and four workers, each having served requests).
 """
 
 from __future__ import annotations
@@ -26,56 +29,79 @@ from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import settle, tree_pids  # noqa: E402
 from servers import APPS_DIR, free_port, http_get, server_environ  # noqa: E402
 
-UPLOAD_LUA = 'wrk.method = "POST"\nwrk.body = string.rep("x", 1048576)\nwrk.path = "/upload"\n'
+ECHO_LUA = 'wrk.method = "POST"\nwrk.body = string.rep("x", 1048576)\nwrk.path = "/echo"\n'
+HELLO_CONNS = 64
+ECHO_CONNS = 4
 
 
-def commands(python: str, port: int) -> dict[str, list[str]]:
+def commands(python: str, port: int, workers: int) -> dict[str, list[str]]:
     bind = f"127.0.0.1:{port}"
+    w = str(workers)
     return {
         "zigcorn": [python, "-m", "zigcorn", "flask_app:app", "--interface", "wsgi", "--port", str(port),
-                    "--no-access-log", "--log-level", "warning"],
-        "gunicorn-sync": [python, "-m", "gunicorn", "-w", "1", "-k", "sync", "-b", bind, "flask_app:app"],
-        "gunicorn-gthread": [python, "-m", "gunicorn", "-w", "1", "-k", "gthread", "--threads", "10", "-b", bind,
-                             "flask_app:app"],
+                    "--workers", w, "--no-access-log", "--log-level", "warning"],
         "granian": [python, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port),
-                    "--workers", "1", "--no-access-log", "flask_app:app"],
+                    "--workers", w, "--no-access-log", "flask_app:app"],
+        "gunicorn-gthread": [python, "-m", "gunicorn", "-w", w, "-k", "gthread", "--threads", "10", "-b", bind,
+                             "flask_app:app"],
+        "gunicorn-sync": [python, "-m", "gunicorn", "-w", w, "-k", "sync", "-b", bind, "flask_app:app"],
     }
 
 
-def measure(name: str, python: str, seconds: int, lua: str) -> dict:
-    port = free_port()
-    cmd = commands(python, port)[name]
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, cwd=APPS_DIR, env=server_environ(), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
+class Running:
+    def __init__(self, name: str, python: str, workers: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(commands(python, self.port, workers)[name], cwd=APPS_DIR, env=server_environ(),
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if http_get(port, "/")[0] == 200:
-                    break
+                if http_get(self.port, "/")[0] == 200:
+                    return
             except OSError:
                 time.sleep(0.1)
-        else:
-            raise RuntimeError(f"{name} did not start")
-        rss = settle(proc.pid).rss_kib
-        url = f"http://127.0.0.1:{port}"
-        conns = 1 if name == "gunicorn-sync" else 16
-        run_wrk(url + "/", conns, 1)
-        hello = run_wrk(url + "/", conns, seconds)
-        up_conns = 1 if name == "gunicorn-sync" else 4
-        upload = run_wrk_script(url, lua, up_conns, seconds)
-        return {"server": name, "hello_rps": hello["rps"], "hello_p99_ms": hello["p99_ms"], "hello_conns": conns,
-                "upload_rps": upload["rps"], "upload_mb_s": round(upload["rps"] * 1048576 / 1e6, 1),
-                "upload_conns": up_conns, "errors": hello["socket_errors_total"] + upload["socket_errors_total"]
-                + hello["non_2xx_3xx"] + upload["non_2xx_3xx"], "idle_rss_kib": rss}
-    finally:
-        for pid in tree_pids(proc.pid) or [proc.pid]:
+        self.stop()
+        raise RuntimeError(f"{name} did not start")
+
+    def stop(self) -> None:
+        for pid in tree_pids(self.proc.pid) or [self.proc.pid]:
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
-        proc.wait()
+        self.proc.wait()
+
+
+def measure(name: str, python: str, seconds: int, lua: str) -> dict:
+    server = Running(name, python, 1)
+    try:
+        for _ in range(20):
+            http_get(server.port, "/")
+        rss = settle(server.proc.pid).rss_kib
+        conns = 1 if name == "gunicorn-sync" else HELLO_CONNS
+        run_wrk(server.url + "/", conns, 1)
+        hello = run_wrk(server.url + "/", conns, seconds)
+        echo_conns = 1 if name == "gunicorn-sync" else ECHO_CONNS
+        run_wrk_script(server.url, lua, echo_conns, 1)
+        echo = run_wrk_script(server.url, lua, echo_conns, seconds)
+    finally:
+        server.stop()
+    return {"server": name, "hello_rps": hello["rps"], "hello_p99_ms": hello["p99_ms"], "hello_conns": conns,
+            "echo_rps": echo["rps"], "echo_mb_s": round(echo["rps"] * 1048576 / 1e6, 1), "echo_conns": echo_conns,
+            "errors": hello["socket_errors_total"] + echo["socket_errors_total"] + hello["non_2xx_3xx"]
+            + echo["non_2xx_3xx"], "idle_rss_kib": rss}
+
+
+def workers_pss(name: str, python: str) -> int:
+    """PSS of the tree with four workers, each having served requests (kernel load-balanced)."""
+    server = Running(name, python, 4)
+    try:
+        run_wrk(server.url + "/", 16, 2)
+        return settle(server.proc.pid, min_processes=5).pss_kib
+    finally:
+        server.stop()
 
 
 def run_wrk_script(url: str, lua: str, connections: int, seconds: int) -> dict:
@@ -89,30 +115,35 @@ def run_wrk_script(url: str, lua: str, connections: int, seconds: int) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=10)
-    p.add_argument("--servers", default="zigcorn,gunicorn-sync,gunicorn-gthread,granian")
+    p.add_argument("--servers", default="zigcorn,granian,gunicorn-gthread")
+    p.add_argument("--no-workers", action="store_true", help="skip the four-worker PSS")
     args = p.parse_args(argv)
     if wrk_path() is None:
         print(WRK_MISSING, file=sys.stderr)
         return 2
     python = environment.ensure_venv()
-    environment.install(["flask", "a2wsgi", "gunicorn"])
+    environment.install(["flask", "gunicorn"])
     rows = []
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(UPLOAD_LUA)
+        f.write(ECHO_LUA)
         lua = f.name
     try:
         for name in args.servers.split(","):
             print(f"{name} ...", file=sys.stderr, flush=True)
-            rows.append(measure(name, python, args.seconds, lua))
+            row = measure(name, python, args.seconds, lua)
+            row["pss4_kib"] = None if args.no_workers else workers_pss(name, python)
+            rows.append(row)
     finally:
         os.unlink(lua)
     base = next(r for r in rows if r["server"] == "zigcorn")
-    print("| server | hello req/s (conns) | hello p99 | 1 MiB upload MB/s (conns) | errors | idle RSS |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| server | Flask hello req/s (c{HELLO_CONNS}) | hello p99 | 1 MiB POST echo MB/s (c{ECHO_CONNS}) "
+          "| errors | idle RSS, 1 worker | PSS, 4 workers |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['server']} | {r['hello_rps']:.0f} ({r['hello_conns']}, {r['hello_rps'] / base['hello_rps']:.2f}x) "
-              f"| {r['hello_p99_ms']:.2f} ms | {r['upload_mb_s']:.0f} ({r['upload_conns']}, "
-              f"{r['upload_mb_s'] / base['upload_mb_s']:.2f}x) | {r['errors']} | {r['idle_rss_kib'] / 1024:.1f} MiB |")
+        pss = "-" if r["pss4_kib"] is None else f"{r['pss4_kib'] / 1024:.1f} MiB"
+        print(f"| {r['server']} | {r['hello_rps']:.0f} ({r['hello_rps'] / base['hello_rps']:.2f}x) "
+              f"| {r['hello_p99_ms']:.2f} ms | {r['echo_mb_s']:.0f} ({r['echo_mb_s'] / base['echo_mb_s']:.2f}x) "
+              f"| {r['errors']} | {r['idle_rss_kib'] / 1024:.1f} MiB | {pss} |")
     return 0
 
 

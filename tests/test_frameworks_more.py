@@ -1,7 +1,8 @@
-"""More frameworks, tried as a user would: Django (ASGI), Litestar 2, Quart, and
+"""More frameworks, tried as a user would: Django (ASGI, and WSGI), Flask (WSGI), Litestar 2, Quart, and
 server-sent events read as they arrive."""
 
 import asyncio
+import hashlib
 import os
 
 import httpx
@@ -105,5 +106,37 @@ def test_sse_events_arrive_one_by_one_as_they_are_sent(http2):
                         with httpx.Client(base_url=server.url, timeout=5) as other:
                             other.get("/ack", params={"n": len(seen) - 1})
         assert seen == ["event 0", "event 1", "event 2"]
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def wsgi_files(tmp_path_factory):
+    files = tmp_path_factory.mktemp("wsgifiles")
+    (files / "data.bin").write_bytes(os.urandom(200_000))
+    return files
+
+
+@pytest.mark.parametrize("framework", ["flask", "django"])
+def test_wsgi_frameworks_sync_views_uploads_streaming_and_files(framework, wsgi_files):
+    pytest.importorskip(framework)
+    server = Server(f"{framework}_wsgi:app", "--interface", "wsgi", "--root-path", "/mnt",
+                    env={"ZIGCORN_TEST_FILES": str(wsgi_files)})  # fmt: skip
+    try:
+        server.wait_ready()
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            r = client.get("/hello", params={"q": "zig"})
+            assert r.status_code == 200, server.output()
+            assert r.json()["framework"] == framework and r.json()["q"] == "zig"
+            if framework == "django":
+                assert r.json()["script_name"] == "/mnt" and r.json()["path"] == "/mnt/hello"
+            upload = os.urandom(3 << 20)  # past Django's in-memory limit: it spools to a temporary file
+            r = client.post("/upload", files={"file": ("up.bin", upload)}, data={"note": "hi"})
+            assert r.json() == {"name": "up.bin", "size": len(upload), "sha256": hashlib.sha256(upload).hexdigest(),
+                                "field": "hi"}, server.output()  # fmt: skip
+            assert client.get("/stream").text == "".join(f"chunk{i};" for i in range(5))
+            r = client.get("/file")
+            assert r.content == (wsgi_files / "data.bin").read_bytes()
+        assert "Traceback" not in server.output()
     finally:
         server.kill()

@@ -23,8 +23,7 @@ def test_asgi2_apps_are_detected_and_served(start_server):
     assert httpx.get(explicit.url + "/y").text == "asgi2 function /y"
 
 
-def test_wsgi_apps_run_through_a_bounded_thread_pool_streaming_both_ways(start_server):
-    pytest.importorskip("a2wsgi")
+def test_wsgi_apps_run_in_a_thread_pool_streaming_both_ways(start_server):
     server = start_server("interfaces:wsgi_app", "--interface", "wsgi")
     assert httpx.get(server.url + "/hello").text == "wsgi /hello"
     body = os.urandom(3 * 1024 * 1024)

@@ -1,5 +1,5 @@
 """A Flask (WSGI) app: `GET /` says hello, `POST /upload` reads the whole body and
-answers its length."""
+answers its length, `POST /echo` answers the body itself."""
 
 from flask import Flask, request
 
@@ -14,3 +14,8 @@ def hello():
 @app.post("/upload")
 def upload():
     return str(len(request.get_data()))
+
+
+@app.post("/echo")
+def echo():
+    return request.get_data(), 200, {"content-type": "application/octet-stream"}

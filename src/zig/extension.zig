@@ -146,6 +146,7 @@ fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
     const ns = c.PyModule_GetDict(m) orelse return -1;
     if (first_namespace) |first| return c.PyDict_Merge(ns, first, 0);
     if (!scope.init()) return -1;
+    if (!@import("python/environ.zig").init()) return -1;
     const st = c.PyType_FromSpec(&pystream.stream_spec) orelse return -1;
     pystream.stream_type = @ptrCast(st);
     if (c.PyModule_AddObject(m, "Stream", st) != 0) return -1;

@@ -24,6 +24,7 @@ test {
     _ = @import("http/compression.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("python/environ.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");
     _ = @import("http2/frames.zig");

@@ -37,7 +37,7 @@ WRITER_CHOICES = ("auto", "on", "off")
 IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
 # What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section).
 IO_BACKEND_AUTO = "epoll"
-# uvicorn's --interface names; "wsgi" runs the app through a2wsgi.
+# uvicorn's --interface names; "wsgi" is served natively (zigcorn/wsgi.py, python/environ.zig).
 INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
 HTTP_CHOICES = ("auto", "h11", "httptools")
@@ -92,8 +92,8 @@ class Setting:
         self.high = high
         # How --help shows the default, where the value itself would mislead.
         self.shown = shown
-        # Other projects' spellings of the same flag (gunicorn's), accepted too.
-        self.aliases = aliases
+        # Other command-line flags for the same setting (another server's name for it).
+        self.aliases = tuple(aliases)
 
     def check(self, value) -> None:
         """Bounds and choices are checked once, here, so the engine never sees a value it cannot honour."""
@@ -133,6 +133,9 @@ METRICS_BUCKETS_MAX = 24
 COMPRESSION_ENCODINGS = ("zstd", "br", "gzip")
 COMPRESSION_TYPES = ("text/*,application/json,application/javascript,application/x-javascript,application/xml,"
                      "image/svg+xml,application/wasm")
+
+_BUSY_POLL = 100  # µs, --busy-poll's default for ASGI apps
+
 _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # Server
@@ -175,6 +178,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),
     _S("interface", "auto", "the app's interface: auto is ASGI 3, or ASGI 2 for a class or a plain-function app",
        "Application", choices=INTERFACE_CHOICES),
+    _S("wsgi_threads", None, "threads that run a WSGI app (--interface wsgi); started as requests need them",
+       "Application", type=int, metavar="N", low=1, high=1024, shown="4 per CPU, 4 to 32",
+       aliases=("--blocking-threads",)),
     _S("env_file", None, "load environment variables from this file first (needs python-dotenv)", "Application",
        metavar="PATH"),
     _S("reset_contextvars", False, "run each request in a fresh contextvars.Context (hides what lifespan set)",
@@ -231,8 +237,8 @@ SETTINGS: tuple[Setting, ...] = (
        "wait)", "HTTP", type=int, metavar="N", low=_RING_BUFFERS_MIN, high=_RING_BUFFERS_MAX),
     _S("io_uring_buffer_size", 4096, "io_uring: bytes per receive buffer, a power of two", "HTTP", type=int,
        metavar="BYTES", low=_RING_BUFFER_SIZE_MIN, high=_RING_BUFFER_SIZE_MAX),
-    _S("busy_poll", 100, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
-       type=int, metavar="USEC", low=0, high=5000),
+    _S("busy_poll", None, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
+       type=int, metavar="USEC", low=0, high=5000, shown="100, 0 with --interface wsgi"),
     # Metrics and health
     _S("metrics_path", None, "serve Prometheus metrics here, without the app (e.g. /metrics)", "Metrics and health",
        metavar="PATH", shown="off"),
@@ -469,6 +475,9 @@ class Config:
         self.ws_per_message_deflate = bool(self.ws_per_message_deflate)
         self.compression = _compression_list(self.compression)
         self.compression_types = _compression_types(self.compression_types)
+        if self.busy_poll is None:
+            # A WSGI app's threads need the CPU the spin would take (Flask hello: 6.1k req/s with it, 7.9k without).
+            self.busy_poll = 0 if self.interface == "wsgi" else _BUSY_POLL
         self.busy_poll = int(self.busy_poll)
         ssl_keyfile, ssl_certfile, ssl_ca_certs = self.ssl_keyfile, self.ssl_certfile, self.ssl_ca_certs
         self.ssl_keyfile = os.fspath(ssl_keyfile) if ssl_keyfile is not None else None
@@ -566,7 +575,8 @@ class Config:
         The Python side adds only its plumbing: the stream classes, ``call_soon`` and the
         metrics slot. Holds the TLS key's password when HTTPS is on: never log it.
         """
-        ws_on = self.ws != "none"  # upgrade requests are then plain HTTP requests, as in uvicorn
+        # Upgrade requests are then plain HTTP requests, as in uvicorn; a WSGI app has no WebSocket.
+        ws_on = self.ws != "none" and self.interface != "wsgi"
         return {
             "root_path": self.root_path or "",
             "headers": list(self.encoded_headers),
@@ -714,7 +724,8 @@ class Config:
             return
         from zigcorn.lifespan import LifespanOff, LifespanOn
 
-        self.lifespan_class = LifespanOff if self.lifespan == "off" else LifespanOn
+        # A WSGI app has no lifespan protocol.
+        self.lifespan_class = LifespanOff if self.lifespan == "off" or self.interface == "wsgi" else LifespanOn
 
         try:
             app = import_from_string(self.app)

@@ -1,11 +1,9 @@
 """The app interfaces zigcorn serves, each adapted to the ASGI 3 callable the engine calls:
-ASGI 3 as is, ASGI 2 (``app(scope)`` then ``instance(receive, send)``) and WSGI (through
-a2wsgi, in a bounded pool of threads). ``--interface auto`` tells ASGI 2 from 3 as uvicorn does.
+ASGI 3 as is and ASGI 2 (``app(scope)`` then ``instance(receive, send)``); a WSGI app is
+left as it is, for ``zigcorn.wsgi``. ``--interface auto`` tells ASGI 2 from 3 as uvicorn does.
 """
 
 from __future__ import annotations
-
-from zigcorn.config import fail
 
 _CO_COROUTINE = 0x80  # code flag of an `async def` function (what inspect would check)
 
@@ -28,18 +26,8 @@ def adapt(app, interface: str):
             interface = "asgi2" if hasattr(call, "__code__") and not _is_async(call) else "asgi3"
     if interface == "asgi2":
         return _ASGI2(app)
-    if interface == "wsgi":
-        try:
-            from a2wsgi import WSGIMiddleware
-        except ImportError:
-            fail("--interface wsgi needs a2wsgi: pip install 'zigcorn[wsgi]'")
-        # A bounded pool: at most WSGI_THREADS requests run the app at once.
-        return WSGIMiddleware(app, workers=WSGI_THREADS)
+    # "wsgi": the app is called as is, by zigcorn.wsgi's threads (the server picks that dispatcher).
     return app
-
-
-#: Threads that run a WSGI app (--interface wsgi): requests past them wait for one.
-WSGI_THREADS = 10
 
 
 class _ASGI2:

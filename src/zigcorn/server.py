@@ -77,6 +77,7 @@ class Server:
         self.engine = None
         self._exit_event: asyncio.Event | None = None
         self._previous_handlers: dict[int, object] = {}
+        self._wsgi_environ: dict | None = None
 
     def run(self) -> None:
         loop = self.config.new_event_loop()
@@ -115,7 +116,7 @@ class Server:
                 return
         logger.info("Started server process [%d]", os.getpid())
         lifespan = config.lifespan_class(config)
-        announce = config.lifespan != "off"
+        announce = config.lifespan != "off" and config.interface != "wsgi"
         if announce:
             logger.info("Waiting for application startup.")
         await lifespan.startup()
@@ -134,19 +135,34 @@ class Server:
         accesslog_module.request_id_header = config.request_id_header.encode() if config.request_id_header else None
         accesslog_module.trace_context = bool(config.trace_context)
         http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
-        dispatcher = Dispatcher(
-            config.loaded_app,
-            loop,
-            access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
-            limit_concurrency=config.limit_concurrency,
-            limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
-            reset_contextvars=config.reset_contextvars,
-            timeout_request=config.timeout_request,
-            on_limit=self.handle_exit_request,
-            drain_path=getattr(config, "drain_path", None),
-            admin_token=getattr(config, "admin_token", None),
-            on_drain=self.on_drain or self.handle_exit_request,
-        )
+        wsgi = config.interface == "wsgi"
+        if wsgi:
+            from zigcorn.wsgi import WSGIDispatcher, default_threads
+
+            dispatcher = WSGIDispatcher(
+                config.loaded_app,
+                loop,
+                threads=config.wsgi_threads or default_threads(),
+                access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+                limit_concurrency=config.limit_concurrency,
+                limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+                timeout_request=config.timeout_request,
+                on_limit=self.handle_exit_request,
+            )
+        else:
+            dispatcher = Dispatcher(
+                config.loaded_app,
+                loop,
+                access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+                limit_concurrency=config.limit_concurrency,
+                limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+                reset_contextvars=config.reset_contextvars,
+                timeout_request=config.timeout_request,
+                on_limit=self.handle_exit_request,
+                drain_path=getattr(config, "drain_path", None),
+                admin_token=getattr(config, "admin_token", None),
+                on_drain=self.on_drain or self.handle_exit_request,
+            )
         try:
             engine = self._new_engine(dispatcher)
         except (OSError, ValueError, TypeError) as exc:
@@ -167,12 +183,16 @@ class Server:
                 pid_file = after_bind(config)
             else:
                 listener = self.listener
-            engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
+            bound = engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
             engine.close()
             await lifespan.shutdown()
             return
+        if wsgi:
+            from zigcorn.wsgi import set_server
+
+            set_server(self._wsgi_environ, bound)
         engine.set_state(lifespan.state)
         _attach(loop, engine)
         if own_listener:
@@ -194,6 +214,8 @@ class Server:
                 listener.remove_uds()
             if pid_file is not None:
                 pid_file.remove()
+            if wsgi:
+                dispatcher.pool.shutdown()
         logger.info("Finished server process [%d]", os.getpid())
 
     def _new_engine(self, dispatcher):
@@ -204,6 +226,14 @@ class Server:
         # requests' tasks would inherit its context variables.
         options["call_soon"] = functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context())
         options["metrics_slot"] = self.metrics_slot
+        if self.config.interface == "wsgi":
+            from zigcorn.wsgi import environ_template
+
+            # The engine copies this dict into each request's environ; SERVER_NAME/PORT are set once bound.
+            self._wsgi_environ = options["wsgi_environ"] = environ_template(options["root_path"], self.config.workers)
+            # The engine's wake(waiter) for WSGI streams: their waiters are the exchange's own
+            # callbacks, run on the loop after the engine's pass, never inside it.
+            return _core.Engine(dispatcher, asyncio.get_running_loop().call_soon, _core.Stream, options)
         if options["ws"]:
             options["websocket_class"] = WebSocketCycle
         return _core.Engine(dispatcher, wake, HTTPCycle, options)

@@ -58,8 +58,14 @@ async def warm_up(config, state: dict) -> None:
             response_done.set()
 
     started = time.perf_counter()
+    if getattr(config, "interface", None) == "wsgi":
+        call = asyncio.to_thread(_wsgi_get, config.loaded_app, scope)
+    else:
+        call = config.loaded_app(scope, receive, send)
     try:
-        await asyncio.wait_for(config.loaded_app(scope, receive, send), WARMUP_TIMEOUT_SECONDS)
+        result = await asyncio.wait_for(call, WARMUP_TIMEOUT_SECONDS)
+        if status is None:
+            status = result
     except asyncio.TimeoutError:
         logger.warning("Warm-up GET %s took more than %ds: cancelled.", config.warmup_path, WARMUP_TIMEOUT_SECONDS)
     except Exception as exc:  # a warm-up must never keep a worker from serving
@@ -69,3 +75,33 @@ async def warm_up(config, state: dict) -> None:
     response_done.set()
     gc.collect()
     gc.freeze()
+
+
+def _wsgi_get(app, scope: dict) -> int | None:
+    """The same GET through a WSGI app (in a thread, as the pool would run it): its status."""
+    import io
+    import sys
+
+    environ = {
+        "REQUEST_METHOD": "GET", "SCRIPT_NAME": scope["root_path"], "PATH_INFO": scope["path"],
+        "QUERY_STRING": scope["query_string"].decode("latin-1"), "SERVER_NAME": "localhost", "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "HTTP_HOST": "localhost",
+        "HTTP_USER_AGENT": "zigcorn-warmup", "wsgi.version": (1, 0), "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(b""), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
+        "wsgi.multiprocess": True, "wsgi.run_once": False,
+    }  # fmt: skip
+    seen: list[int] = []
+
+    def start_response(status, headers, exc_info=None):
+        seen.append(int(status.split(" ", 1)[0]))
+        return lambda data: None
+
+    body = app(environ, start_response)
+    try:
+        for _ in body:
+            pass
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return seen[0] if seen else None

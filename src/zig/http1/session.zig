@@ -386,6 +386,30 @@ pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
 }
 
 /// The app waits for body bytes that have not arrived: they must come in time.
+/// Request body bytes read from the socket straight into `dst` (the caller's memory, no
+/// pass through the pooled read buffer), when nothing is buffered and the body has a
+/// Content-Length, on a plain socket with the epoll backend; 0 otherwise, or when the
+/// socket has nothing now (the usual path then reads it, and sees an end or an error).
+pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
+    const conn = st.conn;
+    if (conn.state != .request or st.body_done or st.body_kind != .length or st.expect_continue) return 0;
+    if (conn.session() != null or conn.server.io.kind() != .epoll) return 0;
+    const act = conn.a();
+    if (act.rstart != act.rlen) return 0;
+    const want: usize = @intCast(@min(st.body_remaining, dst.len));
+    if (want == 0) return 0;
+    switch (sys.read(conn.fd, dst[0..want])) {
+        .ok => |n| {
+            st.body_remaining -= n;
+            st.body_done = st.body_remaining == 0;
+            conn.server.bytes_in += n;
+            if (conn.server.metrics) |m| m.received_bytes += n;
+            return n;
+        },
+        .err => return 0,
+    }
+}
+
 pub fn awaitBody(st: *Stream) void {
     const conn = st.conn;
     if (conn.state != .request or st.body_done) return;

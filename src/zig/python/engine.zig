@@ -29,6 +29,9 @@ pub const EngineObjectCore = struct {
     stream_class: ?*c.PyTypeObject = null,
     /// The stream class for WebSocket upgrades (options["websocket_class"]).
     ws_class: ?*c.PyTypeObject = null,
+    /// WSGI (`--interface wsgi`): the environ template (python/environ.zig); each request
+    /// gets an environ built from it instead of an ASGI scope. Null for ASGI.
+    wsgi_environ: ?*Object = null,
     info: scope.ServerInfo = .{ .server = null, .root_path = null, .root_path_utf8 = "", .scheme = null, .state = null },
     extra_headers: [][2][]const u8 = &.{},
     extra_storage: ?*Object = null,
@@ -82,6 +85,16 @@ fn takeCallables(self: *EngineObjectCore, on_request: *Object, wake: *Object, cl
     }
     py.incref(cls);
     self.stream_class = @ptrCast(cls);
+    if (c.PyDict_GetItemString(opts, "wsgi_environ")) |env| {
+        if (!py.isNone(env)) {
+            if (c.PyDict_Check(env) == 0) {
+                _ = py.typeError("wsgi_environ must be a dict");
+                return false;
+            }
+            py.incref(env);
+            self.wsgi_environ = env;
+        }
+    }
     const wcls = c.PyDict_GetItemString(opts, "websocket_class") orelse {
         if (!ws_enabled) return true;
         _ = py.typeError("ws is on: websocket_class must be given");
@@ -181,7 +194,7 @@ fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(
     const v = visit.?;
     const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
     const self = eo.core orelse return v(@ptrCast(py.typeOf(obj.?)), arg);
-    inline for (.{ "on_request", "wake", "call_soon" }) |f| {
+    inline for (.{ "on_request", "wake", "call_soon", "wsgi_environ" }) |f| {
         if (@field(self, f)) |o| {
             const r = v(o, arg);
             if (r != 0) return r;
@@ -210,6 +223,9 @@ fn engineClear(obj: ?*Object) callconv(.c) c_int {
     const cs = self.call_soon;
     self.call_soon = null;
     py.xdecref(cs);
+    const env = self.wsgi_environ;
+    self.wsgi_environ = null;
+    py.xdecref(env);
     const t = self.stream_class;
     const wt = self.ws_class;
     const s = self.info.state;

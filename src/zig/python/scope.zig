@@ -76,7 +76,7 @@ const Values = struct {
 const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH" };
 
 /// Header names common enough to share one bytes object across requests.
-const common_headers = [_][:0]const u8{
+pub const common_headers = [_][:0]const u8{
     "host",              "user-agent",            "accept",                 "accept-encoding",
     "accept-language",   "connection",            "content-type",           "content-length",
     "cookie",            "referer",               "cache-control",          "origin",
@@ -87,7 +87,7 @@ const common_headers = [_][:0]const u8{
     "sec-websocket-key", "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions",
 };
 
-const header_index = blk: {
+pub const header_index = blk: {
     var kvs: [common_headers.len]struct { []const u8, usize } = undefined;
     for (common_headers, 0..) |name, i| kvs[i] = .{ name, i };
     break :blk std.StaticStringMap(usize).initComptime(kvs);
@@ -149,7 +149,7 @@ pub const ServerInfo = struct {
 };
 
 /// What trusted proxies say about this request (nothing for anyone else).
-fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
+pub fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
     const trust = info.trust orelse return .{};
     const trusted = switch (peer.family) {
         std.os.linux.AF.UNIX => trust.unix or trust.all,
@@ -160,7 +160,7 @@ fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerInfo)
     return if (trusted) proxy.resolve(trust, req.headers) else .{};
 }
 
-fn method(name: []const u8) ?*Object {
+pub fn method(name: []const u8) ?*Object {
     for (common_methods, 0..) |m, i| {
         if (std.mem.eql(u8, m, name)) {
             py.incref(methods[i]);

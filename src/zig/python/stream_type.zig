@@ -8,6 +8,7 @@ const c = py.c;
 const Object = py.Object;
 const http1 = @import("../http1/parser.zig");
 const scope = @import("scope.zig");
+const environ = @import("environ.zig");
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig");
@@ -124,6 +125,57 @@ fn streamRead(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     st.bodyConsumed();
     if (take.done) self.body_final = true;
     return scope.requestMessage(body, !take.done);
+}
+
+/// read_body(limit) -> bytes | None, for WSGI's wsgi.input: the request body bytes
+/// available now, at most `limit` of them, in one bytes object (no message dict): what is
+/// buffered, then (HTTP/1.1 with a Content-Length on a plain socket) what the socket has,
+/// read straight into it. b"" once the body ended or the client went away
+/// (`disconnected` tells which); None when the caller must wait (read_waiter).
+fn streamReadBody(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const self = asStream(self_obj);
+    const limit_c = c.PyLong_AsSsize_t(arg);
+    if (limit_c == -1 and c.PyErr_Occurred() != null) return null;
+    if (limit_c <= 0) return py.typeError("read_body() takes a positive limit");
+    const limit: usize = @intCast(limit_c);
+    const st = self.stream orelse return scope.emptyBytes();
+    if (st.gone() or self.body_final) return scope.emptyBytes();
+    var segs: [16][]const u8 = undefined;
+    const take = st.takeBody(&segs);
+    if (take.failed or st.gone()) return scope.emptyBytes();
+    var total: usize = 0;
+    for (segs[0..take.count]) |seg| total += seg.len;
+    // Room for what the socket may have beyond the buffer (bounded by the body's rest).
+    const direct_room: usize = if (take.done or total >= limit) 0 else @intCast(@min(st.body_remaining, limit - total));
+    if (total + direct_room == 0) {
+        if (take.done) {
+            st.bodyConsumed();
+            self.body_final = true;
+            return scope.emptyBytes();
+        }
+        st.bodyConsumed();
+        st.awaitBody();
+        return py.none();
+    }
+    var b: ?*Object = c.PyBytes_FromStringAndSize(null, @intCast(total + direct_room)) orelse return null;
+    const dst: [*]u8 = @ptrCast(c.PyBytes_AsString(b.?));
+    var at: usize = 0;
+    for (segs[0..take.count]) |seg| {
+        @memcpy(dst[at..][0..seg.len], seg);
+        at += seg.len;
+    }
+    st.bodyConsumed();
+    if (direct_room > 0) at += st.readBodyDirect(dst[at..][0..direct_room]);
+    if (at == 0) {
+        py.decref(b.?);
+        st.awaitBody();
+        return py.none();
+    }
+    if (at < total + direct_room) {
+        if (c._PyBytes_Resize(&b, @intCast(at)) != 0) return null;
+    }
+    if (take.done or st.body_done) self.body_final = true;
+    return b;
 }
 
 const max_headers = 256;
@@ -566,6 +618,7 @@ var stream_methods = [_]c.PyMethodDef{
     .{ .ml_name = "ws_receive", .ml_meth = @ptrCast(&streamWsReceive), .ml_flags = c.METH_NOARGS, .ml_doc = "Next WebSocket message, or None to wait." },
     .{ .ml_name = "ws_close", .ml_meth = @ptrCast(&streamWsClose), .ml_flags = c.METH_FASTCALL, .ml_doc = "Send a close frame." },
     .{ .ml_name = "read", .ml_meth = @ptrCast(&streamRead), .ml_flags = c.METH_NOARGS, .ml_doc = "Next request message, or None to wait." },
+    .{ .ml_name = "read_body", .ml_meth = @ptrCast(&streamReadBody), .ml_flags = c.METH_O, .ml_doc = "Body bytes available now; b\"\" at the end; None to wait." },
     .{ .ml_name = "start", .ml_meth = @ptrCast(&streamStart), .ml_flags = c.METH_FASTCALL, .ml_doc = "Start the response." },
     .{ .ml_name = "write", .ml_meth = @ptrCast(&streamWrite), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue body bytes; True means wait for write_waiter." },
     .{ .ml_name = "early_hint", .ml_meth = @ptrCast(&streamEarlyHint), .ml_flags = c.METH_O, .ml_doc = "Send 103 Early Hints with these links." },
@@ -625,7 +678,12 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
         return false;
     };
     const self = asStream(obj);
-    self.scope = scope.build(req, st.peer(), &engine.info, st.tlsSession()) orelse {
+    // WSGI: the environ takes the scope's place (the WebSocket class never sees WSGI).
+    const built = if (engine.wsgi_environ) |template|
+        environ.build(template, req, st.peer(), &engine.info, st.tlsSession())
+    else
+        scope.build(req, st.peer(), &engine.info, st.tlsSession());
+    self.scope = built orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);
         return false;

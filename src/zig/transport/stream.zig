@@ -153,6 +153,16 @@ pub const Stream = struct {
         };
     }
 
+    /// Body bytes read from the socket straight into `dst`, where the protocol can (HTTP/1.1
+    /// with a Content-Length on a plain socket); 0 when it cannot or nothing is there now.
+    /// Only after `takeBody` returned everything buffered.
+    pub fn readBodyDirect(self: *Stream, dst: []u8) usize {
+        return switch (self.protocol) {
+            .http1 => h1.readBodyDirect(self, dst),
+            .http2 => 0,
+        };
+    }
+
     /// The app copied the slices from `takeBody`: room for more.
     pub fn bodyConsumed(self: *Stream) void {
         switch (self.protocol) {
