@@ -301,3 +301,15 @@ def test_over_tls_http1_and_h2(start_server, tmp_path, http2):
         r = client.post(url + "/echo?how=n", content=body)
         assert r.text == f"{len(body)} {hashlib.sha256(body).hexdigest()}"
     _no_app_errors(server)
+
+
+def test_sigterm_drains_a_request_still_in_a_thread(start_server):
+    import concurrent.futures
+
+    server = start_server("wsgi_apps:app", "--interface", "wsgi")
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(lambda: httpx.get(server.url + "/sleep?s=1", timeout=10))
+        time.sleep(0.3)
+        assert server.stop() == 0
+        r = pending.result()
+    assert r.status_code == 200 and r.text == "slept"
