@@ -43,7 +43,7 @@ PYTHONS=(3.14 3.15)
 # source (Zig itself comes from the ziglang wheel), and the tools the tests drive.
 PACKAGES=(
     ca-certificates build-essential pkg-config git procps iproute2 libssl-dev libffi-dev
-    curl nghttp2-client wrk postgresql redis-server libnss3-tools
+    curl nghttp2-client wrk postgresql redis-server libnss3-tools libbrotli1 libzstd1 zlib1g
 )
 for v in "${PYTHONS[@]}"; do
     PACKAGES+=("python$v" "python$v-dev" "python$v-venv" "python$v-dbg" "libpython$v-testsuite")
