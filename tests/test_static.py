@@ -462,3 +462,19 @@ def test_pipelined_static_and_app_requests_are_answered_in_order(server):
             data += chunk
     assert re.findall(rb"HTTP/1.1 (\d+)", data) == [b"200", b"405", b"200", b"404", b"206"]
     assert data.endswith(b"\r\n\r\nhello")
+
+
+def test_compression_brings_the_precompressed_siblings(tmp_path):
+    import gzip
+
+    (tmp_path / "app.js").write_bytes(b"let y = 2;\n" * 200)
+    (tmp_path / "app.js.gz").write_bytes(gzip.compress((tmp_path / "app.js").read_bytes()))
+    s = Server("hello:app", "--static", f"/s={tmp_path}", "--compression", "gzip").wait_ready()
+    try:
+        status, head, body = raw(s.port, "/s/app.js", headers="Accept-Encoding: gzip\r\n")
+        assert status == 200 and b"content-encoding: gzip" in head.lower()
+        assert gzip.decompress(body) == (tmp_path / "app.js").read_bytes()
+        status, head, body = raw(s.port, "/s/app.js")
+        assert b"content-encoding" not in head.lower() and body == (tmp_path / "app.js").read_bytes()
+    finally:
+        s.kill()

@@ -268,7 +268,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("static_dotfiles", False, "serve static files whose path has a name starting with '.'", "Static files",
        kind="switch"),
     _S("static_precompressed", False, "send a static file's .br, .zst or .gz sibling to clients that accept "
-       "that coding", "Static files", kind="switch"),
+       "that coding (on with --compression too)", "Static files", kind="switch"),
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
@@ -621,7 +621,9 @@ class Config:
             "static": list(self.static_mounts),
             "static_expires": self.static_expires,
             "static_dotfiles": bool(self.static_dotfiles),
-            "static_precompressed": bool(self.static_precompressed),
+            # --compression brings the precompressed siblings with it (files are never
+            # compressed on the fly: the engine answers them before any encoder).
+            "static_precompressed": bool(self.static_precompressed) or bool(self.compression),
             # For the requests the engine answers itself (static files).
             "access_log": bool(self.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
             "ws": ws_on,
