@@ -731,12 +731,14 @@ pub const Conn = struct {
         self.setReading(true);
     }
 
+    /// Up to 64 KiB are dropped per event (io_uring may hold far more than a socket
+    /// buffer's worth already received), so the peer's end is reached in few passes.
     fn drainLinger(self: *Conn) void {
         var scratch: [4096]u8 = undefined;
-        switch (self.server.io.recv(self.fd, &scratch)) {
-            .ok => |n| if (n == 0) self.close(),
-            .err => |e| if (e != .AGAIN) self.close(),
-        }
+        for (0..16) |_| switch (self.server.io.recv(self.fd, &scratch)) {
+            .ok => |n| if (n == 0) return self.close(),
+            .err => |e| return if (e != .AGAIN) self.close(),
+        };
     }
 
     /// Closes for a reason the peer did not cause (the engine ran out of something):
