@@ -338,3 +338,139 @@ def test_a_revoked_client_certificate_is_refused(start_server, certs, tmp_path):
         httpx.get(url, verify=certs.client_context(revoked))
     # And the server goes on.
     assert httpx.get(url, verify=certs.client_context(certs.client)).status_code == 200
+
+
+# ---- PROXY protocol -------------------------------------------------------------------------
+
+V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def v2_header(src: str, src_port: int, command: int = 1) -> bytes:
+    import ipaddress
+
+    ip = ipaddress.ip_address(src)
+    if command == 0:
+        return V2_SIGNATURE + bytes([0x20, 0x00, 0, 0])
+    if ip.version == 4:
+        body = ip.packed + bytes([10, 0, 0, 1]) + src_port.to_bytes(2, "big") + (443).to_bytes(2, "big")
+        fam = 0x11
+    else:
+        body = ip.packed + ipaddress.ip_address("2001:db8::1").packed + src_port.to_bytes(2, "big") + (443).to_bytes(2, "big")
+        fam = 0x21
+    body += bytes([0xEA, 0x00, 0x02, ord("v"), ord("x")])  # a TLV, skipped
+    return V2_SIGNATURE + bytes([0x21, fam]) + len(body).to_bytes(2, "big") + body
+
+
+def _client_seen(port: int, prefix: bytes, pieces: int = 1) -> tuple[str, int] | None:
+    """Sends `prefix` then a GET to scope:app, in `pieces` writes; the client the app saw,
+    or None when the server closed the connection without a response."""
+    import json
+
+    data = prefix + b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        step = max(1, len(data) // pieces)
+        try:
+            for i in range(0, len(data), step):
+                sock.sendall(data[i:i + step])
+                time.sleep(0.01 if pieces > 1 else 0)
+        except (BrokenPipeError, ConnectionResetError):
+            return None
+        got = b""
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+        except ConnectionResetError:
+            pass
+    if not got.startswith(b"HTTP/1.1 200"):
+        return None if not got else ("status", int(got.split()[1]))
+    client = json.loads(got.split(b"\r\n\r\n", 1)[1])["client"]
+    return client[0], client[1]
+
+
+@pytest.fixture(scope="module")
+def proxied():
+    server = Server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1", "--no-access-log")
+    try:
+        yield server.wait_ready()
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 200], ids=["whole", "7-pieces", "byte-by-byte"])
+def test_proxy_v1_names_the_client(proxied, pieces):
+    header = b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n"
+    assert _client_seen(proxied.port, header, pieces) == ("203.0.113.7", 51000)
+    assert _client_seen(proxied.port, b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 443\r\n") == ("2001:db8::7", 40000)
+
+
+@pytest.mark.parametrize("pieces", [1, 5, 100], ids=["whole", "5-pieces", "byte-by-byte"])
+def test_proxy_v2_names_the_client(proxied, pieces):
+    assert _client_seen(proxied.port, v2_header("198.51.100.9", 50000), pieces) == ("198.51.100.9", 50000)
+    assert _client_seen(proxied.port, v2_header("2001:db8::9", 4444)) == ("2001:db8::9", 4444)
+
+
+def test_proxy_local_and_unknown_keep_the_real_peer(proxied):
+    assert _client_seen(proxied.port, v2_header("0.0.0.0", 0, command=0))[0] == "127.0.0.1"
+    assert _client_seen(proxied.port, b"PROXY UNKNOWN\r\n")[0] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("prefix", [
+    b"",  # missing: a trusted balancer must send it
+    b"PROXY TCP4 1.2.3.999 10.0.0.1 1 2\r\n",
+    b"PROXY TCP4 " + b"1" * 120,
+    V2_SIGNATURE + bytes([0x21, 0x11, 0xFF, 0xFF]),
+    V2_SIGNATURE + bytes([0x22, 0x11, 0, 12]) + bytes(12),
+], ids=["missing", "bad-address", "too-long", "v2-oversized", "v2-bad-command"])
+def test_a_missing_or_malformed_header_closes_before_any_http(proxied, prefix):
+    assert _client_seen(proxied.port, prefix) is None
+    # And the server goes on.
+    assert _client_seen(proxied.port, b"PROXY TCP4 203.0.113.8 10.0.0.1 1 2\r\n") == ("203.0.113.8", 1)
+
+
+def test_an_untrusted_peer_cannot_send_a_proxy_header(start_server):
+    server = start_server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "192.0.2.1", "--no-access-log")
+    # Not parsed: the line is HTTP, and not valid HTTP at that.
+    assert _client_seen(server.port, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n") == ("status", 400)
+    assert _client_seen(server.port, b"")[0] == "127.0.0.1"
+
+
+def test_proxy_then_h2c_and_the_per_ip_limit_counts_the_client(start_server):
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    server = start_server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1",
+                          "--limit-connections-per-ip", "1", "--no-access-log")
+    # The harness's readiness probe counts (as the balancer's address) until its close is read.
+    assert wait_for(lambda: _client_seen(server.port, b"PROXY TCP4 198.51.100.99 10.0.0.1 1 2\r\n") is not None, 5)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        sock.sendall(v2_header("198.51.100.20", 1234) + conn.data_to_send())
+        conn.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "t")],
+                          end_stream=True)
+        sock.sendall(conn.data_to_send())
+        body, done = b"", False
+        while not done:
+            data = sock.recv(65536)
+            assert data, "closed"
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    conn.acknowledge_received_data(len(ev.data), ev.stream_id)
+                if isinstance(ev, h2.events.StreamEnded):
+                    done = True
+            sock.sendall(conn.data_to_send())
+        import json
+
+        assert json.loads(body)["client"][0] == "198.51.100.20"
+        # The balancer's own address is not what the limit counts: a second client through
+        # it is admitted, a second connection of the same client is not.
+        assert _client_seen(server.port, b"PROXY TCP4 198.51.100.21 10.0.0.1 1 2\r\n") == ("198.51.100.21", 1)
+        assert _client_seen(server.port, b"PROXY TCP4 198.51.100.20 10.0.0.1 9 2\r\n") is None
+
+
+def test_proxy_protocol_is_refused_with_tls(start_server, certs):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--proxy-protocol"), wait=False)
+    assert server.proc.wait(20) != 0
+    assert "proxy_protocol is not served over HTTPS yet" in server.output()

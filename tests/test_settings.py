@@ -74,6 +74,7 @@ NON_DEFAULT = {
     "limit_request_rate": 20,
     "limit_request_burst": 40,
     "limit_request_table": 1024,
+    "proxy_protocol": True,
 }
 
 
@@ -132,6 +133,7 @@ def expected(config: Config) -> dict:
         "compression_brotli_level": config.compression_brotli_level,
         "compression_zstd_level": config.compression_zstd_level,
         "compression_types": ",".join(config.compression_types),
+        "proxy_protocol": config.proxy_protocol,
     }
 
 

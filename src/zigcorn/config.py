@@ -207,6 +207,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("forwarded_allow_ips", None,
        "comma-separated IPs/CIDRs to trust proxy headers from, * for all, unix: for --uds peers", "HTTP",
        metavar="IPS", shown="$FORWARDED_ALLOW_IPS or 127.0.0.1"),
+    _S("proxy_protocol", False, "connections from --forwarded-allow-ips begin with a PROXY protocol header (v1 or "
+       "v2, as HAProxy, AWS NLB and GCP send): its source address is the client", "HTTP", kind="switch"),
     _S("server_header", True, "send a Server header", "HTTP", kind="onoff"),
     _S("date_header", True, "send a Date header", "HTTP", kind="onoff"),
     _S("writer_thread", "auto",
@@ -499,6 +501,9 @@ class Config:
         self.lifespan_class: type | None = None
 
         self.configure_logging()
+        if self.proxy_protocol and not self.proxy_headers:
+            logger.warning("--proxy-protocol does nothing with --no-proxy-headers: the balancers it trusts are "
+                           "--forwarded-allow-ips, which that turns off.")
 
     def _check_choices(self) -> None:
         """What the settings table cannot say alone (choices and bounds are checked there)."""
@@ -538,6 +543,8 @@ class Config:
             raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
         if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
             raise ValueError("ssl_keyfile_password must be a str")
+        if self.proxy_protocol and self.is_ssl:
+            raise ValueError("proxy_protocol is not served over HTTPS yet: terminate TLS at the balancer, or run without it")
         if self.ssl_crl is not None:
             self.ssl_crl = os.fspath(self.ssl_crl)
             if not self.ssl_ca_certs:
@@ -613,6 +620,7 @@ class Config:
             "tcp_user_timeout": self.tcp_user_timeout or 0,
             "tcp_fastopen": self.tcp_fastopen or 0,
             "limit_connections_per_ip": self.limit_connections_per_ip or 0,
+            "proxy_protocol": bool(self.proxy_protocol),
             "limit_request_rate": self.limit_request_rate or 0,
             "limit_request_burst": (self.limit_request_burst or self.limit_request_rate or 0)
             if self.limit_request_rate else 0,

@@ -265,8 +265,10 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
         c.PyErr_SetString(c.PyExc_ValueError, "limit_request_rate and limit_request_burst are both 0 or both set");
         return false;
     }
-    // After setTrust: the rate limit counts the client the trusted proxies name.
+    // After setTrust: the rate limit counts the client the trusted proxies name, and
+    // only they may send a PROXY header.
     out.trust = self.info.trust;
+    out.proxy_protocol = optBool(opts, "proxy_protocol") orelse return false;
     const hsts = required(opts, "hsts") orelse return false;
     const text = py.strView(hsts) orelse return false;
     if (!response.validValue(text)) {
@@ -484,6 +486,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "proxy_headers", self.info.trust != null },
         .{ "trace_context", s.opts.tracing.trace_context },
         .{ "tcp_nodelay", s.opts.tcp.nodelay },
+        .{ "proxy_protocol", s.opts.proxy_protocol },
         .{ "server_timing", s.opts.tracing.server_timing },
     };
     inline for (bools) |f| {

@@ -17,6 +17,7 @@ const Server = @import("server.zig").Server;
 const Interest = io.Interest;
 const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const tls = @import("openssl.zig");
+const proxy_protocol = @import("proxy_protocol.zig");
 const writer_mod = @import("writer_thread.zig");
 const outq = @import("output_queue.zig");
 const stream_mod = @import("stream.zig");
@@ -68,6 +69,8 @@ pub const Peer = struct {
 };
 
 pub const State = enum(u8) {
+    /// `--proxy-protocol`: waiting for a trusted balancer's PROXY header, before any HTTP.
+    proxy,
     /// HTTP/1.1: waiting for (the rest of) a request head.
     head,
     /// HTTP/1.1: a request is being served by a stream.
@@ -298,6 +301,7 @@ pub const Conn = struct {
     /// Hands whatever is buffered to the protocol of the current phase.
     pub fn process(self: *Conn) void {
         switch (self.state) {
+            .proxy => self.proxyStep(),
             .head, .request => h1.process(self),
             .websocket => wsconn.process(self),
             .h2 => h2.process(self),
@@ -311,7 +315,30 @@ pub const Conn = struct {
             .head, .request => h1.timedOut(self),
             .h2 => h2.timedOut(self),
             // The peer's close frame (or the rest of a lingering close) did not come in time.
-            .websocket, .lingering, .closed => self.close(),
+            .proxy, .websocket, .lingering, .closed => self.close(),
+        }
+    }
+
+    /// `.proxy`: the balancer's header, whole, names the client (the peer from now on);
+    /// the bytes after it are the connection's first. Malformed, too long or anything
+    /// else closes the connection before any HTTP is read.
+    fn proxyStep(self: *Conn) void {
+        const act = self.act orelse return;
+        const buf = act.rbuf orelse return;
+        switch (proxy_protocol.parse(buf[act.rstart..act.rlen])) {
+            .incomplete => {
+                // `parse` never waits past `header_bytes_max` bytes.
+                std.debug.assert(act.rlen - act.rstart < proxy_protocol.header_bytes_max);
+            },
+            .invalid => self.close(),
+            .done => |h| {
+                act.rstart += @intCast(h.len);
+                if (h.source) |src| {
+                    if (!self.server.repeer(self, src)) return self.close();
+                }
+                self.state = .head;
+                if (act.rstart < act.rlen) self.process() else self.releaseIfIdle();
+            },
         }
     }
 
@@ -707,7 +734,7 @@ pub const Conn = struct {
         const ssl = self.session() orelse return false;
         switch (self.state) {
             .head, .request, .h2, .websocket => {},
-            .lingering, .closed => return false,
+            .proxy, .lingering, .closed => return false,
         }
         return tls.handshakeDone(ssl) and tls.hasPending(ssl);
     }

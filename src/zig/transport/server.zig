@@ -8,6 +8,7 @@ const compression = @import("../http/compression.zig");
 const tracing = @import("../http/tracing.zig");
 const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
 const per_ip = @import("per_ip.zig");
+const proxy_protocol = @import("proxy_protocol.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
 const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
@@ -135,6 +136,8 @@ pub const Options = struct {
     tcp: TcpOptions = .{},
     /// Connections past this many open from one address are closed at accept (0 = no limit).
     connections_per_ip_max: u32 = 0,
+    /// Connections from peers in `trust` begin with a PROXY protocol header (v1 or v2).
+    proxy_protocol: bool = false,
     /// Requests a second per client address, and the burst (`rate` 0 = no limit).
     rate_limit: rate_limit.Options = .{},
     /// The proxies that may name the client (`--forwarded-allow-ips`), for the rate limit;
@@ -543,6 +546,7 @@ pub const Server = struct {
             self.destroyConn(c);
             return null;
         }
+        if (self.opts.proxy_protocol and self.trustsPeer(&peer)) c.state = .proxy;
         self.link(c);
         self.connections += 1;
         if (self.metrics) |m| m.connections_open = self.connections;
@@ -639,7 +643,7 @@ pub const Server = struct {
             // HTTP/2 too: frames read before its reading paused (its output was long)
             // wait in the buffer, and nothing else makes it read them if the client,
             // waiting on us, sends nothing more (a WINDOW_UPDATE, a request's HEADERS).
-            if (c.state == .head or c.state == .websocket or c.state == .h2) c.process();
+            if (c.state == .proxy or c.state == .head or c.state == .websocket or c.state == .h2) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
@@ -659,6 +663,38 @@ pub const Server = struct {
         if (c.next) |n| n.prev = c.prev;
         c.prev = null;
         c.next = null;
+    }
+
+    /// Whether `peer` is a proxy in `--forwarded-allow-ips`.
+    fn trustsPeer(self: *const Server, peer: *const conn_mod.Peer) bool {
+        const t = self.opts.trust orelse return false;
+        return switch (peer.family) {
+            linux.AF.UNIX => t.unix or t.all,
+            linux.AF.INET => t.trustsIp(.{ .version = 4, .addr = peer.addr[0..4].* ++ [_]u8{0} ** 12 }),
+            linux.AF.INET6 => t.trustsIp(.{ .version = 6, .addr = peer.addr }),
+            else => false,
+        };
+    }
+
+    /// A PROXY header named the client behind a balancer: it becomes the connection's
+    /// peer (the scope's client, the access log, the per-address limits). False when
+    /// the new address is over `--limit-connections-per-ip` (the caller closes).
+    pub fn repeer(self: *Server, c: *Conn, src: proxy_protocol.Address) bool {
+        var peer = conn_mod.Peer{ .family = if (src.version == 4) linux.AF.INET else linux.AF.INET6, .port = src.port };
+        peer.addr = src.addr;
+        if (self.opts.connections_per_ip_max != 0) {
+            const new_key = per_ip.keyOf(&peer).?;
+            if (self.per_ip_table == null) self.per_ip_table = per_ip.Table.init(self.allocator);
+            const admitted = self.per_ip_table.?.acquire(new_key, self.opts.connections_per_ip_max) catch false;
+            if (!admitted) {
+                self.reject(.limit_per_ip);
+                return false;
+            }
+            // The balancer's count is moved to the client's.
+            if (per_ip.keyOf(&c.peer)) |old| self.per_ip_table.?.release(old);
+        }
+        c.peer = peer;
+        return true;
     }
 
     /// `--limit-request-rate`: null when the request may go on, else the seconds its
