@@ -432,6 +432,12 @@ fn handleIsCancelled(o: *Object) ?bool {
 fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const o = self.?;
     const core = coreOf(o);
+    // A signal whose Python handler has not run yet (one that landed while the last
+    // pass's callbacks ran, or `_thread.interrupt_main()` called from one) runs now: no
+    // EINTR will come for it, and the wait below could sleep through it. asyncio's own
+    // pass, in Python, gets that chance between bytecodes; 3.12's interpreter does not
+    // give it here (CPython's test_runners hung on it: test_interrupt_wait).
+    if (c.PyErr_CheckSignals() != 0) return null;
     if (!sweepTimers(core)) return null;
 
     // io_uring: completions the kernel posts only when this thread enters the ring do
