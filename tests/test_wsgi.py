@@ -234,7 +234,11 @@ def test_http2_prior_knowledge(server):
     _no_app_errors(server)
 
 
-def test_many_requests_keep_memory_flat(server):
+def test_many_requests_keep_memory_flat(start_server, files):
+    # Four keep-alive connections used in turn: a long keep-alive timeout, so that a
+    # machine stalled for seconds (CI's, once) cannot close one as idle between its turns.
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--timeout-keep-alive", "120",
+                          env={"ZIGCORN_TEST_FILES": str(files)})
     conns = [RawConn(server.port) for _ in range(4)]
     try:
         def batch(n):
