@@ -89,6 +89,8 @@ in_chroot() {
             || mount --bind /dev/pts "$root/dev/pts"
         mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
         mount -t tmpfs -o mode=1777,size=8g tmp "$root/tmp"
+        # A repository under /tmp (a CI clone) needs its mount point inside that tmpfs.
+        mkdir -p "$root$repo"
         mount --bind "$repo" "$root$repo"
         exec chroot "$root" /usr/bin/env -i "${envs[@]}" /bin/bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
     ' sid "$SID_DIR" "$REPO" "$cwd" "${#envs[@]}" "${envs[@]}" "$@"
