@@ -98,6 +98,12 @@ def worker(module_name: str | None, ids: list[str], loop: str) -> int:
     # A hang leaves every thread's stack in the report (then this process exits), before
     # the parent's timeout would kill it without a word.
     faulthandler.dump_traceback_later(MODULE_TIMEOUT_S - 30, exit=True)
+    # Started in the background by a shell, a process inherits SIGINT ignored, and then
+    # _thread.interrupt_main() does nothing: test_runners' interrupt tests wait forever (on
+    # asyncio's own loop too). They need SIGINT as an interactive Python has it.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     install(loop)
     import importlib
 
