@@ -501,19 +501,29 @@ def test_garbage_and_half_handshakes_leave_the_server_whole(https, certs):
     with httpx.Client(verify=certs.client_context()) as client:
         assert client.get(https.url + "/echo").status_code == 200
     time.sleep(0.2)
-    fds_before, rss_before = open_fds(pid), https.rss_kb()
+    fds_before = open_fds(pid)
     hello = client_hello()
-    for i in range(300):
-        with socket.create_connection(("127.0.0.1", https.port)) as s:
-            if i % 3 == 0:
-                s.sendall(os.urandom(512))  # garbage instead of a ClientHello
-            elif i % 3 == 1:
-                s.sendall(hello[: len(hello) // 2])  # half a ClientHello, then gone
-            else:
-                s.sendall(hello)  # a whole ClientHello, then gone mid-handshake
-    # Every one of those connections is closed and freed: descriptors come back.
-    assert wait_for(lambda: open_fds(pid) <= fds_before, timeout=10), (fds_before, open_fds(pid))
-    assert https.rss_kb() - rss_before < 4096
+
+    def attack(n: int) -> None:
+        for i in range(n):
+            with socket.create_connection(("127.0.0.1", https.port)) as s:
+                if i % 3 == 0:
+                    s.sendall(os.urandom(512))  # garbage instead of a ClientHello
+                elif i % 3 == 1:
+                    s.sendall(hello[: len(hello) // 2])  # half a ClientHello, then gone
+                else:
+                    s.sendall(hello)  # a whole ClientHello, then gone mid-handshake
+        # Every one of those connections is closed and freed: descriptors come back.
+        assert wait_for(lambda: open_fds(pid) <= fds_before, timeout=10), (fds_before, open_fds(pid))
+
+    # The first round settles OpenSSL's and malloc's own caches (OpenSSL 3.6: +3.7 MiB,
+    # then flat over eleven more rounds of 300); after it nothing may grow.
+    attack(300)
+    time.sleep(1)  # the last handshakes' memory goes back to malloc before it is read
+    rss_before = https.rss_kb()
+    attack(900)
+    time.sleep(1)
+    assert https.rss_kb() - rss_before < 2048
     with httpx.Client(verify=certs.client_context()) as client:
         assert client.get(https.url + "/echo").status_code == 200
 
