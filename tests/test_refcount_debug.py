@@ -418,4 +418,5 @@ def test_no_reference_leaks_across_every_kind_of_request(debug_server):
             status, _, buf = _recv_response(sock, buf)
             assert status == 200
     refs_3, _ = refcount(port)
-    assert refs_3 - refs_2 >= 100, f"{report}; after 100 leaking requests: {refs_3}"
+    # (within a few: other objects come and go meanwhile, either way)
+    assert refs_3 - refs_2 >= 90, f"{report}; after 100 leaking requests: {refs_3}"
