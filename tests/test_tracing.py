@@ -141,3 +141,15 @@ def test_the_json_access_log_carries_the_request_id_and_trace_id(start_server):
     entry = json.loads(line[line.index("{"):])
     assert entry["request_id"] == r.headers["x-request-id"]
     assert entry["trace_id"] == PARENT.split("-")[1]
+
+
+def test_a_wsgi_app_sees_the_request_id_and_trace_context_too(start_server):
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--request-id-header", "x-request-id",
+                          "--trace-context", "--no-access-log")
+    r = httpx.get(server.url + "/env", headers={"x-request-id": "bad id", "traceparent": "nope", "tracestate": "a=b"})
+    env = r.json()
+    assert env["HTTP_X_REQUEST_ID"] == r.headers["x-request-id"] and re.fullmatch(r"[0-9a-f]{32}", env["HTTP_X_REQUEST_ID"])
+    assert TRACEPARENT.match(env["HTTP_TRACEPARENT"])
+    assert "HTTP_TRACESTATE" not in env
+    r = httpx.get(server.url + "/env", headers={"x-request-id": "edge-1", "traceparent": PARENT})
+    assert r.json()["HTTP_X_REQUEST_ID"] == "edge-1" and r.json()["HTTP_TRACEPARENT"] == PARENT

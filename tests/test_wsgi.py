@@ -106,8 +106,10 @@ def test_a_32_mib_upload_is_streamed_with_bounded_memory(server):
         after = server.rss_kb()
     assert r.text == f"{len(big)} {hashlib.sha256(big).hexdigest()}"
     # The app reads 1000 bytes at a time: the server holds at most its 1 MiB read-ahead
-    # (and the bytes being read into), not the body.
-    assert after - before < 8 * 1024, f"RSS grew {after - before} KiB over a 32 MiB upload"
+    # (and the bytes being read into), not the body: an unbounded read-ahead grows 55 MiB
+    # here. The margin covers a pool thread started meanwhile on a loaded machine (its
+    # malloc arena; seen once in ten runs with another suite running).
+    assert after - before < 16 * 1024, f"RSS grew {after - before} KiB over a 32 MiB upload"
 
 
 def test_a_1_mib_post_echo(server):

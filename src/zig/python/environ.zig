@@ -180,6 +180,8 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const scope.S
     }
     const headers = req.headers;
     for (headers, 0..) |h, i| {
+        // The request id and trace context the engine replaced (all fields of those names).
+        if (req.added.drops(h.name)) continue;
         if (seenBefore(headers, i)) continue;
         const key: *Object = if (scope.header_index.get(h.name)) |k| blk: {
             py.incref(header_keys[k]);
@@ -190,6 +192,13 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const scope.S
         };
         defer py.decref(key);
         if (!py.dictSetSteal(d, key, headerValue(headers, i, fwd.host))) return false;
+    }
+    var extra: [2][2][]const u8 = undefined;
+    for (req.added.appended(&extra)) |f| {
+        const name = envKey(f[0], &scratch) orelse continue;
+        const key = c.PyUnicode_DecodeLatin1(name.ptr, @intCast(name.len), null) orelse return false;
+        defer py.decref(key);
+        if (!py.dictSetSteal(d, key, latin1(f[1]))) return false;
     }
     return true;
 }
