@@ -517,7 +517,8 @@ def test_pid_file_under_reload_is_the_supervisors(start_server, tmp_path):
     server = start_server("hello:app", "--reload", "--reload-dir", str(tmp_path), "--pid-file", str(pid_file))
     assert wait_for(pid_file.exists)
     assert pid_file.read_text() == f"{server.proc.pid}\n"
-    (child,) = _children(server.proc.pid)
+    # The supervisor writes its pid as it starts: its serving child may come a moment later.
+    assert wait_for(lambda: len(_children(server.proc.pid)) == 1), _children(server.proc.pid)
     assert httpx.get(server.url).text == "Hello, world!"
     assert server.stop() == 0
     assert not pid_file.exists()
