@@ -703,7 +703,9 @@ pub const Server = struct {
         if (self.opts.rate_limit.rate == 0) return null;
         const key = rate_limit.clientKey(self.opts.trust, peer, headers) orelse return null;
         if (self.limiter == null) self.limiter = rate_limit.Limiter.init(self.allocator, self.opts.rate_limit);
-        const wait = self.limiter.?.take(key, self.now_ms) orelse return null;
+        // The clock itself, not `now_ms` (the once-a-second tick's): a bucket refills
+        // by the millisecond.
+        const wait = self.limiter.?.take(key, sys.monotonicMs()) orelse return null;
         if (self.metrics) |m| m.rate_limited += 1;
         return wait;
     }
