@@ -86,6 +86,17 @@ pub const Trust = struct {
         return false;
     }
 
+    /// Whether a connection's peer (its socket family and address bytes, IPv4 in the
+    /// first four) is a trusted proxy; Unix-socket peers only with "unix:" or "*".
+    pub fn trustsPeer(self: *const Trust, family: u16, addr: *const [16]u8) bool {
+        return switch (family) {
+            std.os.linux.AF.UNIX => self.unix or self.all,
+            std.os.linux.AF.INET => self.trustsIp(.{ .version = 4, .addr = addr[0..4].* ++ [_]u8{0} ** 12 }),
+            std.os.linux.AF.INET6 => self.trustsIp(.{ .version = 6, .addr = addr.* }),
+            else => false,
+        };
+    }
+
     fn trustsText(self: *const Trust, host: []const u8) bool {
         if (self.all) return true;
         const ip = parseIp(host) orelse return false;

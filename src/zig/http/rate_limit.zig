@@ -21,13 +21,7 @@ pub const Key = [16]u8;
 /// without an address (a Unix socket with no proxy header): such requests are not limited.
 pub fn clientKey(trust: ?*const forwarded.Trust, peer: *const Peer, headers: []const Header) ?Key {
     if (trust) |t| {
-        const trusted = switch (peer.family) {
-            std.os.linux.AF.UNIX => t.unix or t.all,
-            std.os.linux.AF.INET => t.trustsIp(.{ .version = 4, .addr = peer.addr[0..4].* ++ [_]u8{0} ** 12 }),
-            std.os.linux.AF.INET6 => t.trustsIp(.{ .version = 6, .addr = peer.addr }),
-            else => false,
-        };
-        if (trusted) {
+        if (t.trustsPeer(peer.family, &peer.addr)) {
             const fwd = forwarded.resolve(t, headers);
             if (fwd.client_host) |host| {
                 if (forwarded.parseIp(std.mem.trim(u8, host, "[]"))) |ip| return ipKey(ip.version, ip.addr);

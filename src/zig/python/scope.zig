@@ -151,13 +151,7 @@ pub const ServerInfo = struct {
 /// What trusted proxies say about this request (nothing for anyone else).
 pub fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerInfo) proxy.Forwarded {
     const trust = info.trust orelse return .{};
-    const trusted = switch (peer.family) {
-        std.os.linux.AF.UNIX => trust.unix or trust.all,
-        std.os.linux.AF.INET => trust.trustsIp(.{ .version = 4, .addr = peer.addr[0..4].* ++ [_]u8{0} ** 12 }),
-        std.os.linux.AF.INET6 => trust.trustsIp(.{ .version = 6, .addr = peer.addr }),
-        else => false,
-    };
-    return if (trusted) proxy.resolve(trust, req.headers) else .{};
+    return if (trust.trustsPeer(peer.family, &peer.addr)) proxy.resolve(trust, req.headers) else .{};
 }
 
 pub fn method(name: []const u8) ?*Object {

@@ -668,12 +668,7 @@ pub const Server = struct {
     /// Whether `peer` is a proxy in `--forwarded-allow-ips`.
     fn trustsPeer(self: *const Server, peer: *const conn_mod.Peer) bool {
         const t = self.opts.trust orelse return false;
-        return switch (peer.family) {
-            linux.AF.UNIX => t.unix or t.all,
-            linux.AF.INET => t.trustsIp(.{ .version = 4, .addr = peer.addr[0..4].* ++ [_]u8{0} ** 12 }),
-            linux.AF.INET6 => t.trustsIp(.{ .version = 6, .addr = peer.addr }),
-            else => false,
-        };
+        return t.trustsPeer(peer.family, &peer.addr);
     }
 
     /// A PROXY header named the client behind a balancer: it becomes the connection's
