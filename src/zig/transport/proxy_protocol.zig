@@ -213,3 +213,20 @@ test "proxy protocol v2: malformed headers are refused" {
     const huge = v2_signature ++ [_]u8{ 0x21, 0x11, 0xff, 0xff };
     try testing.expect(parse(huge) == .invalid);
 }
+
+test "proxy protocol v2: a body of exactly the bound is taken, one byte more refused" {
+    var buf: [16 + v2_body_bytes_max + 1]u8 = undefined;
+    @memcpy(buf[0..12], v2_signature);
+    buf[12] = 0x21;
+    buf[13] = 0x11;
+    @memset(buf[16..], 0);
+    std.mem.writeInt(u16, buf[14..16], v2_body_bytes_max, .big);
+    const r = parse(buf[0 .. 16 + v2_body_bytes_max]);
+    try testing.expect(r == .done and r.done.len == 16 + v2_body_bytes_max);
+    std.mem.writeInt(u16, buf[14..16], v2_body_bytes_max + 1, .big);
+    try testing.expect(parse(&buf) == .invalid);
+    // And a v1 line of exactly 107 bytes (the specification's longest) is taken.
+    const line = "PROXY UNKNOWN ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n";
+    try testing.expectEqual(@as(usize, v1_bytes_max), line.len);
+    try testing.expect(parse(line) == .done);
+}
