@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.harness import free_port, port_open, rss_kb, wait_for  # noqa: E402
-from tests.wsraw import RawWS  # noqa: E402
+from tests.support.harness import free_port, port_open, rss_kb, wait_for  # noqa: E402
+from tests.support.wsraw import RawWS  # noqa: E402
 
 
 def start(server: str, port: int) -> subprocess.Popen:

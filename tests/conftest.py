@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.harness import SERVER, Server
+from tests.support.harness import SERVER, Server
 
 
 def pytest_report_header(config):

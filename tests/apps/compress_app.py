@@ -1,4 +1,4 @@
-"""Responses for tests/test_compression.py: the query string picks the body, type and headers."""
+"""Responses for tests/content/test_compression.py: the query string picks the body, type and headers."""
 
 import json
 from urllib.parse import parse_qs

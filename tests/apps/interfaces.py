@@ -1,4 +1,4 @@
-"""Apps for tests/test_interfaces.py: ASGI 2, WSGI, --env-file and --reset-contextvars."""
+"""Apps for tests/frameworks/test_interfaces.py: ASGI 2, WSGI, --env-file and --reset-contextvars."""
 
 import contextvars
 import os

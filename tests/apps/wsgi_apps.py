@@ -1,4 +1,4 @@
-"""WSGI apps for tests/test_wsgi.py, each behind wsgiref.validate's validator (which
+"""WSGI apps for tests/frameworks/test_wsgi.py, each behind wsgiref.validate's validator (which
 checks the environ, start_response, the input and error streams and the iterable's
 close() against PEP 3333). Routed by PATH_INFO's first segment."""
 

@@ -1,0 +1,476 @@
+"""At the edge: TCP socket options read back from the server's own sockets, HSTS on HTTPS
+only, --ssl-min-version, --auto-raise-nofile."""
+
+import ctypes
+import os
+import resource
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from tests.support.harness import Server, wait_for, zigcorn_only
+from tests.tls.test_tls import certs, tls_server  # noqa: F401 (the fixture)
+
+pytestmark = zigcorn_only
+
+SYS_pidfd_getfd = 438  # the same number on x86_64 and aarch64
+
+
+def socket_inode(pid: int, local_port: int, remote_port: int | None) -> str:
+    """The inode of the server's TCP socket on `local_port` (the listener when remote_port is None)."""
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                local, remote, state, inode = parts[1], parts[2], parts[3], parts[9]
+                if int(local.rsplit(":", 1)[1], 16) != local_port:
+                    continue
+                if remote_port is None and state == "0A":  # LISTEN
+                    return inode
+                if remote_port is not None and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                    return inode
+    raise AssertionError("no such socket")
+
+
+def server_socket(pid: int, local_port: int, remote_port: int | None = None) -> socket.socket:
+    """A duplicate of the server process's own socket (pidfd_getfd), to read its options."""
+    inode = socket_inode(pid, local_port, remote_port)
+    fd_dir = f"/proc/{pid}/fd"
+    target = next(int(fd) for fd in os.listdir(fd_dir) if os.readlink(f"{fd_dir}/{fd}") == f"socket:[{inode}]")
+    pidfd = os.pidfd_open(pid)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        dup = libc.syscall(SYS_pidfd_getfd, pidfd, target, 0)
+        if dup < 0:
+            pytest.skip(f"pidfd_getfd refused: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(pidfd)
+    return socket.socket(fileno=dup)
+
+
+def options(sock: socket.socket) -> dict[str, int]:
+    tcp = socket.IPPROTO_TCP
+    return {
+        "keepalive": sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+        "idle": sock.getsockopt(tcp, socket.TCP_KEEPIDLE),
+        "interval": sock.getsockopt(tcp, socket.TCP_KEEPINTVL),
+        "count": sock.getsockopt(tcp, socket.TCP_KEEPCNT),
+        "user_timeout": sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT),
+        "nodelay": sock.getsockopt(tcp, socket.TCP_NODELAY),
+    }
+
+
+def connected(server: Server) -> tuple[socket.socket, socket.socket]:
+    """A client connection that has been served once, and the server's end of it."""
+    client = socket.create_connection(("127.0.0.1", server.port))
+    client.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert client.recv(4096).startswith(b"HTTP/1.1 200")
+    return client, server_socket(server.proc.pid, server.port, client.getsockname()[1])
+
+
+def test_keepalive_and_user_timeout_reach_every_accepted_connection(start_server):
+    server = start_server("basic:app", "--tcp-keepalive-idle", "37", "--tcp-keepalive-interval", "7",
+                          "--tcp-keepalive-count", "4", "--tcp-user-timeout", "12345", "--no-access-log")
+    for _ in range(2):  # not only the first
+        client, theirs = connected(server)
+        with client, theirs:
+            assert options(theirs) == {"keepalive": 1, "idle": 37, "interval": 7, "count": 4,
+                                       "user_timeout": 12345, "nodelay": 1}
+    if shutil.which("ss"):
+        client = socket.create_connection(("127.0.0.1", server.port))
+        with client:
+            out = subprocess.run(["ss", "-tno", "state", "established", f"( sport = :{server.port} )"],
+                                 capture_output=True, text=True).stdout
+            assert "keepalive" in out, out
+
+
+def test_defaults_leave_the_kernels_options_and_nodelay_on(start_server):
+    server = start_server("basic:app", "--no-access-log")
+    client, theirs = connected(server)
+    with client, theirs:
+        got = options(theirs)
+        assert got["keepalive"] == 0 and got["user_timeout"] == 0 and got["nodelay"] == 1
+
+
+def test_nodelay_can_be_turned_off(start_server):
+    server = start_server("basic:app", "--no-tcp-nodelay", "--no-access-log")
+    client, theirs = connected(server)
+    with client, theirs:
+        assert options(theirs)["nodelay"] == 0
+
+
+def test_fastopen_is_set_on_the_listener(start_server):
+    server = start_server("basic:app", "--tcp-fastopen", "64", "--no-access-log")
+    with server_socket(server.proc.pid, server.port) as listener:
+        assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN) == 64
+    assert httpx.get(server.url + "/hello").status_code == 200
+
+
+def test_unix_sockets_take_no_tcp_options(start_server, tmp_path):
+    path = str(tmp_path / "s.sock")
+    server = start_server("basic:app", "--uds", path, "--tcp-keepalive-idle", "30", "--no-access-log", wait=False)
+    assert wait_for(lambda: os.path.exists(path), 20)
+    transport = httpx.HTTPTransport(uds=path)
+    assert wait_for(lambda: _get_uds(transport) == 200, 20)
+
+
+def _get_uds(transport) -> int:
+    try:
+        return httpx.Client(transport=transport).get("http://x/hello").status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def test_hsts_on_https_only_and_never_doubled(start_server, certs):  # noqa: F811
+    server = tls_server("basic:app", *certs.server_args("--hsts", "31536000", "--hsts-include-subdomains",
+                                                       "--hsts-preload", "--no-access-log"))
+    try:
+        server.wait_ready()
+        ctx = certs.client_context()
+        for http2 in (False, True):
+            with httpx.Client(verify=ctx, http2=http2) as client:
+                r = client.get(server.url + "/hello")
+                assert r.headers.get_list("strict-transport-security") == [
+                    "max-age=31536000; includeSubDomains; preload"]
+    finally:
+        server.kill()
+    plain = start_server("basic:app", "--hsts", "600", "--no-access-log")
+    assert "strict-transport-security" not in httpx.get(plain.url + "/hello").headers
+
+
+def test_the_apps_own_hsts_stands(certs):  # noqa: F811
+    server = tls_server("basic:app", *certs.server_args("--hsts", "600", "--no-access-log"))
+    try:
+        server.wait_ready()
+        r = httpx.get(server.url + "/set-header", verify=certs.client_context(),
+                      params={"name": "Strict-Transport-Security", "value": "max-age=5"})
+        assert r.headers.get_list("strict-transport-security") == ["max-age=5"]
+    finally:
+        server.kill()
+
+
+def test_ssl_min_version_refuses_older_clients(certs):  # noqa: F811
+    server = tls_server("basic:app", *certs.server_args("--ssl-min-version", "TLSv1.3", "--no-access-log"))
+    try:
+        server.wait_ready()
+        old = certs.client_context(maximum_version=ssl.TLSVersion.TLSv1_2)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(server.url + "/hello", verify=old)
+        new = certs.client_context()
+        with httpx.Client(verify=new) as client:
+            assert client.get(server.url + "/hello").status_code == 200
+    finally:
+        server.kill()
+
+
+def test_auto_raise_nofile_lifts_the_soft_limit_to_the_hard_one(start_server):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 1024:
+        pytest.skip(f"hard limit {hard}: nothing to raise to")
+
+    def lower():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    server = start_server("basic:app", "--auto-raise-nofile", preexec=lower)
+    with open(f"/proc/{server.proc.pid}/limits") as f:
+        line = next(line for line in f if line.startswith("Max open files"))
+    assert line.split()[3] == str(hard), line
+    assert f"raised from 1024 to {hard}" in server.output()
+    plain = start_server("basic:app", preexec=lower)
+    with open(f"/proc/{plain.proc.pid}/limits") as f:
+        assert next(line for line in f if line.startswith("Max open files")).split()[3] == "1024"
+
+
+def _served(sock: socket.socket) -> bool:
+    """Whether the server answers a request on this connection (False: closed at accept)."""
+    try:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        return sock.recv(4096).startswith(b"HTTP/1.1 200")
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+def test_connections_per_ip_are_capped_at_accept(start_server):
+    server = start_server("basic:app", "--limit-connections-per-ip", "3", "--metrics-path", "/metrics",
+                          "--no-access-log")
+    address = ("127.0.0.1", server.port)
+    held: list[socket.socket] = []
+
+    def a_place_is_free() -> bool:
+        s = socket.create_connection(address)
+        if _served(s):
+            held.append(s)
+            return True
+        s.close()
+        return False
+
+    # The harness's readiness probe counts until the server reads its close.
+    for _ in range(3):
+        assert wait_for(a_place_is_free, 5)
+    with socket.create_connection(address) as over:
+        assert not _served(over)
+    # Another address has its own count (all of 127/8 is loopback).
+    with socket.create_connection(address, source_address=("127.0.0.2", 0)) as other:
+        assert _served(other)
+    # A closed connection frees its place once the server reads its end.
+    held.pop().close()
+    assert wait_for(a_place_is_free, 5)
+    with socket.create_connection(address) as over:
+        assert not _served(over)
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3")) as client:
+        text = client.get(server.url + "/metrics").text
+    rejected = float(text.split('zigcorn_connections_rejected_total{cause="limit_per_ip"} ')[1].split()[0])
+    assert rejected >= 2
+    assert 'zigcorn_connections_rejected_total{cause="limit_connections"} 0' in text
+    for s in held:
+        s.close()
+    assert "over --limit-connections-per-ip" in server.output()
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_request_rate_is_limited_per_client_with_429_from_the_engine(start_server, http2):
+    server = start_server("basic:app", "--limit-request-rate", "1", "--limit-request-burst", "5",
+                          "--metrics-path", "/metrics", "--forwarded-allow-ips", "127.0.0.1", "--no-access-log")
+    with httpx.Client(base_url=server.url, http1=not http2, http2=http2) as client:
+        statuses = [client.get("/hello").status_code for _ in range(8)]
+        # The burst, then 429s (one token a second may refill one on a slow machine).
+        assert statuses[:5] == [200] * 5 and statuses.count(429) >= 2, statuses
+        r = client.get("/hello")
+        if r.status_code == 429:
+            assert r.headers["retry-after"] == "1" and r.text == "Too Many Requests\n"
+        # Each HTTP/2 stream, each pipelined HTTP/1.1 request counts: other clients named by the
+        # trusted proxy (this test's own address) have their own buckets.
+        for i in range(3):
+            assert client.get("/hello", headers={"x-forwarded-for": f"10.0.0.{i + 1}"}).status_code == 200
+        time.sleep(1.1)
+        assert client.get("/hello").status_code == 200
+        # The app never saw the refused ones: the scrape (itself limited by now) comes from a second address.
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+        text = other.get(server.url + "/metrics").text
+    limited = float(text.split("\nzigcorn_requests_rate_limited_total ")[1].split()[0])
+    assert limited >= 3
+    assert 'status_class="4xx"' in text
+
+
+def test_an_untrusted_peer_cannot_escape_the_limit_with_forwarded_headers(start_server):
+    server = start_server("basic:app", "--limit-request-rate", "1", "--limit-request-burst", "2",
+                          "--forwarded-allow-ips", "192.0.2.1", "--no-access-log")
+    with httpx.Client(base_url=server.url) as client:
+        statuses = [client.get("/hello", headers={"x-forwarded-for": f"10.1.1.{i}"}).status_code for i in range(6)]
+    assert statuses.count(429) >= 3, statuses
+
+
+def test_rate_limit_needs_both_or_neither(start_server):
+    server = start_server("basic:app", "--limit-request-burst", "5", wait=False)
+    assert server.proc.wait(20) != 0
+    assert "limit_request_burst needs limit_request_rate" in server.output()
+
+
+# TLS 1.2 clients get AEAD suites (the default list, uvicorn's, offers them CBC-SHA1 only).
+AEAD = "ECDHE+AESGCM"
+
+
+def _resumed(port: int, ctx: ssl.SSLContext, session) -> tuple[bool, object]:
+    """One TLS connection offering `session`; whether it resumed, and the session to offer next."""
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
+            tls.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            data = b""
+            while chunk := tls.recv(65536):  # reading lets TLS 1.3's tickets arrive
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 200")
+            return tls.session_reused, tls.session
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+def test_session_tickets_resume_on_every_worker(start_server, certs, version):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--workers", "2", "--ssl-ciphers", AEAD, "--no-access-log"))
+    ctx = certs.client_context(maximum_version=getattr(ssl.TLSVersion, version))
+    reused, session = _resumed(server.port, ctx, None)
+    assert not reused
+    results = []
+    for _ in range(12):  # new connections land on either worker
+        reused, session = _resumed(server.port, ctx, session)
+        results.append(reused)
+    assert all(results), results
+
+
+def test_no_session_tickets_means_no_resumption_unless_a_cache(start_server, certs):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--no-ssl-session-tickets", "--ssl-ciphers", AEAD,
+                                                          "--no-access-log"))
+    ctx = certs.client_context(maximum_version=ssl.TLSVersion.TLSv1_2)
+    _, session = _resumed(server.port, ctx, None)
+    assert _resumed(server.port, ctx, session)[0] is False
+    cached = start_server("basic:app", *certs.server_args("--no-ssl-session-tickets", "--ssl-session-cache", "64",
+                                                          "--ssl-ciphers", AEAD, "--no-access-log"))
+    _, session = _resumed(cached.port, ctx, None)
+    assert _resumed(cached.port, ctx, session)[0] is True
+
+
+def test_a_revoked_client_certificate_is_refused(start_server, certs, tmp_path):  # noqa: F811
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    revoked = certs.ca.issue_cert("revoked@example.org")
+    ca_key = serialization.load_pem_private_key(certs.ca.private_key_pem.bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate(certs.ca.cert_pem.bytes())
+    leaf = x509.load_pem_x509_certificate(revoked.cert_chain_pems[0].bytes())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    crl = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+           .last_update(now - datetime.timedelta(days=1)).next_update(now + datetime.timedelta(days=1))
+           .add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(leaf.serial_number)
+                                    .revocation_date(now - datetime.timedelta(hours=1)).build())
+           .sign(ca_key, hashes.SHA256()))
+    crl_file = tmp_path / "ca.crl.pem"
+    crl_file.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    server = start_server("basic:app", *certs.server_args("--ssl-cert-reqs", "2", "--ssl-ca-certs", certs.ca_file,
+                                                          "--ssl-crl", str(crl_file), "--no-access-log"))
+    url = f"https://127.0.0.1:{server.port}/hello"
+    assert httpx.get(url, verify=certs.client_context(certs.client)).status_code == 200
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url, verify=certs.client_context(revoked))
+    # And the server goes on.
+    assert httpx.get(url, verify=certs.client_context(certs.client)).status_code == 200
+
+
+# ---- PROXY protocol -------------------------------------------------------------------------
+
+V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def v2_header(src: str, src_port: int, command: int = 1) -> bytes:
+    import ipaddress
+
+    ip = ipaddress.ip_address(src)
+    if command == 0:
+        return V2_SIGNATURE + bytes([0x20, 0x00, 0, 0])
+    if ip.version == 4:
+        body = ip.packed + bytes([10, 0, 0, 1]) + src_port.to_bytes(2, "big") + (443).to_bytes(2, "big")
+        fam = 0x11
+    else:
+        body = ip.packed + ipaddress.ip_address("2001:db8::1").packed + src_port.to_bytes(2, "big") + (443).to_bytes(2, "big")
+        fam = 0x21
+    body += bytes([0xEA, 0x00, 0x02, ord("v"), ord("x")])  # a TLV, skipped
+    return V2_SIGNATURE + bytes([0x21, fam]) + len(body).to_bytes(2, "big") + body
+
+
+def _client_seen(port: int, prefix: bytes, pieces: int = 1) -> tuple[str, int] | None:
+    """Sends `prefix` then a GET to scope:app, in `pieces` writes; the client the app saw,
+    or None when the server closed the connection without a response."""
+    import json
+
+    data = prefix + b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        step = max(1, len(data) // pieces)
+        try:
+            for i in range(0, len(data), step):
+                sock.sendall(data[i:i + step])
+                time.sleep(0.01 if pieces > 1 else 0)
+        except (BrokenPipeError, ConnectionResetError):
+            return None
+        got = b""
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+        except ConnectionResetError:
+            pass
+    if not got.startswith(b"HTTP/1.1 200"):
+        return None if not got else ("status", int(got.split()[1]))
+    client = json.loads(got.split(b"\r\n\r\n", 1)[1])["client"]
+    return client[0], client[1]
+
+
+@pytest.fixture(scope="module")
+def proxied():
+    server = Server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1", "--no-access-log")
+    try:
+        yield server.wait_ready()
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 200], ids=["whole", "7-pieces", "byte-by-byte"])
+def test_proxy_v1_names_the_client(proxied, pieces):
+    header = b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n"
+    assert _client_seen(proxied.port, header, pieces) == ("203.0.113.7", 51000)
+    assert _client_seen(proxied.port, b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 443\r\n") == ("2001:db8::7", 40000)
+
+
+@pytest.mark.parametrize("pieces", [1, 5, 100], ids=["whole", "5-pieces", "byte-by-byte"])
+def test_proxy_v2_names_the_client(proxied, pieces):
+    assert _client_seen(proxied.port, v2_header("198.51.100.9", 50000), pieces) == ("198.51.100.9", 50000)
+    assert _client_seen(proxied.port, v2_header("2001:db8::9", 4444)) == ("2001:db8::9", 4444)
+
+
+def test_proxy_local_and_unknown_keep_the_real_peer(proxied):
+    assert _client_seen(proxied.port, v2_header("0.0.0.0", 0, command=0))[0] == "127.0.0.1"
+    assert _client_seen(proxied.port, b"PROXY UNKNOWN\r\n")[0] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("prefix", [
+    b"",  # missing: a trusted balancer must send it
+    b"PROXY TCP4 1.2.3.999 10.0.0.1 1 2\r\n",
+    b"PROXY TCP4 " + b"1" * 120,
+    V2_SIGNATURE + bytes([0x21, 0x11, 0xFF, 0xFF]),
+    V2_SIGNATURE + bytes([0x22, 0x11, 0, 12]) + bytes(12),
+], ids=["missing", "bad-address", "too-long", "v2-oversized", "v2-bad-command"])
+def test_a_missing_or_malformed_header_closes_before_any_http(proxied, prefix):
+    assert _client_seen(proxied.port, prefix) is None
+    # And the server goes on.
+    assert _client_seen(proxied.port, b"PROXY TCP4 203.0.113.8 10.0.0.1 1 2\r\n") == ("203.0.113.8", 1)
+
+
+def test_an_untrusted_peer_cannot_send_a_proxy_header(start_server):
+    server = start_server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "192.0.2.1", "--no-access-log")
+    # Not parsed: the line is HTTP, and not valid HTTP at that.
+    assert _client_seen(server.port, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n") == ("status", 400)
+    assert _client_seen(server.port, b"")[0] == "127.0.0.1"
+
+
+def test_proxy_then_h2c_and_the_per_ip_limit_counts_the_client(start_server):
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    server = start_server("scope:app", "--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1",
+                          "--limit-connections-per-ip", "1", "--no-access-log")
+    # The harness's readiness probe counts (as the balancer's address) until its close is read.
+    assert wait_for(lambda: _client_seen(server.port, b"PROXY TCP4 198.51.100.99 10.0.0.1 1 2\r\n") is not None, 5)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        sock.sendall(v2_header("198.51.100.20", 1234) + conn.data_to_send())
+        conn.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "t")],
+                          end_stream=True)
+        sock.sendall(conn.data_to_send())
+        body, done = b"", False
+        while not done:
+            data = sock.recv(65536)
+            assert data, "closed"
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    conn.acknowledge_received_data(len(ev.data), ev.stream_id)
+                if isinstance(ev, h2.events.StreamEnded):
+                    done = True
+            sock.sendall(conn.data_to_send())
+        import json
+
+        assert json.loads(body)["client"][0] == "198.51.100.20"
+        # The balancer's own address is not what the limit counts: a second client through
+        # it is admitted, a second connection of the same client is not.
+        assert _client_seen(server.port, b"PROXY TCP4 198.51.100.21 10.0.0.1 1 2\r\n") == ("198.51.100.21", 1)
+        assert _client_seen(server.port, b"PROXY TCP4 198.51.100.20 10.0.0.1 9 2\r\n") is None
+
+
+def test_proxy_protocol_is_refused_with_tls(start_server, certs):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--proxy-protocol"), wait=False)
+    assert server.proc.wait(20) != 0
+    assert "proxy_protocol is not served over HTTPS yet" in server.output()

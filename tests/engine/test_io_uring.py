@@ -1,0 +1,188 @@
+"""The io_uring backend (--io-backend io_uring): serving, the fallback to epoll when the
+kernel refuses io_uring, buffer-ring exhaustion, and idle connections holding no buffer.
+
+The whole suite also runs on this backend in CI (ZIGCORN_IO_BACKEND=io_uring).
+"""
+
+import concurrent.futures
+import ctypes
+import hashlib
+import http.client
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.harness import SERVER, cpu_seconds, wait_for
+
+pytestmark = pytest.mark.skipif(SERVER != "zigcorn", reason="zigcorn's own backends")
+
+IO_URING_SETUP = 425  # the same number on x86_64 and aarch64 (asm-generic)
+
+
+def _io_uring_works() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)
+    fd = libc.syscall(IO_URING_SETUP, 8, params)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+needs_io_uring = pytest.mark.skipif(
+    platform.system() != "Linux" or not _io_uring_works(),
+    reason="this kernel (or its sysctl kernel.io_uring_disabled, or a seccomp profile) refuses io_uring",
+)
+
+
+def _rings(pid: int) -> int:
+    """How many io_uring instances the process holds (run with --loop asyncio: libuv,
+    under uvloop, keeps a ring of its own)."""
+    n = 0
+    for entry in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{entry}") == "anon_inode:[io_uring]"
+        except OSError:
+            pass
+    return n
+
+
+def _refuse_io_uring() -> None:
+    """In the child before exec: a seccomp filter that fails io_uring_setup with EPERM,
+    as container runtimes' default profiles do."""
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+    ld_nr, jeq, ret = 0x20, 0x15, 0x06
+    program = (Insn * 4)(
+        Insn(ld_nr, 0, 0, 0),  # seccomp_data.nr
+        Insn(jeq, 0, 1, IO_URING_SETUP),
+        Insn(ret, 0, 0, 0x00050000 | 1),  # SECCOMP_RET_ERRNO | EPERM
+        Insn(ret, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+    )
+    prog = Prog(4, program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # SECCOMP filter
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def _upload(port: int, body: bytes, path: str = "/") -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", path, body=body)
+        response = conn.getresponse()
+        assert response.status == 200
+        return response.read().decode()
+    finally:
+        conn.close()
+
+
+def _expected(body: bytes) -> str:
+    return f"{len(body)} {hashlib.sha256(body).hexdigest()}"
+
+
+@needs_io_uring
+def test_io_uring_serves_keep_alive_pipelined_and_large_bodies(start_server):
+    server = start_server("upload_digest:app", "--io-backend", "io_uring", "--loop", "asyncio")
+    assert _rings(server.proc.pid) == 1
+    body = os.urandom(3 * 1024 * 1024 + 17)
+    assert _upload(server.port, body) == _expected(body)
+    # Three pipelined requests in one write, then a fourth on the same connection.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello"
+        sock.sendall(request * 3)
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 3 or not data.endswith(_expected(b"hello").encode()):
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert data.count(_expected(b"hello").encode()) == 3
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        assert rest.startswith(b"HTTP/1.1 200") and rest.endswith(_expected(b"").encode())
+
+
+@needs_io_uring
+def test_environment_variable_selects_the_backend_and_the_flag_wins(start_server):
+    by_env = start_server("upload_digest:app", "--loop", "asyncio", env={"ZIGCORN_IO_BACKEND": "io_uring"})
+    assert _rings(by_env.proc.pid) == 1
+    flag = start_server("upload_digest:app", "--io-backend", "epoll", "--loop", "asyncio", env={"ZIGCORN_IO_BACKEND": "io_uring"})
+    assert _rings(flag.proc.pid) == 0
+    assert _upload(flag.port, b"x" * 1000) == _expected(b"x" * 1000)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="the filter names x86_64/aarch64's syscall number")
+def test_a_refused_io_uring_falls_back_to_epoll_with_one_info_line(start_server):
+    server = start_server("upload_digest:app", "--io-backend", "io_uring", "--log-level", "info", "--loop", "asyncio",
+                          preexec=_refuse_io_uring)
+    assert _upload(server.port, b"y" * 70000) == _expected(b"y" * 70000)
+    assert _rings(server.proc.pid) == 0
+    lines = [line for line in server.output().splitlines() if "io_uring" in line]
+    assert len(lines) == 1 and lines[0].startswith("INFO:") and "serving with epoll" in lines[0], server.output()
+    assert "ERROR" not in server.output()
+
+
+@needs_io_uring
+def test_buffer_ring_exhaustion_waits_resumes_and_counts(start_server):
+    # 16 buffers of 512 bytes for 24 concurrent 384 KiB uploads read slowly: the ring runs dry.
+    server = start_server("upload_digest:app", "--io-backend", "io_uring", "--io-uring-buffers", "16",
+                          "--io-uring-buffer-size", "512", "--metrics-path", "/metrics")
+    bodies = [os.urandom(384 * 1024) for _ in range(24)]
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        results = list(pool.map(lambda b: _upload(server.port, b, "/?slow"), bodies))
+    assert results == [_expected(b) for b in bodies]
+
+    def waits() -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        line = next(l for l in text.splitlines() if l.startswith("zigcorn_io_uring_buffer_waits_total "))
+        return int(float(line.split()[1]))
+
+    assert wait_for(lambda: waits() > 0, timeout=3), "the ring never ran out: the test did not test exhaustion"
+    # Nothing spins once the uploads are done.
+    before = cpu_seconds(server.proc.pid)
+    time.sleep(1.0)
+    assert cpu_seconds(server.proc.pid) - before < 0.2
+    assert _upload(server.port, b"after") == _expected(b"after")
+
+
+@needs_io_uring
+def test_idle_connections_hold_no_ring_buffer(start_server):
+    # A 64 MiB ring: were each idle connection to hold a 16 KiB buffer, 1,000 would cost 16 MiB.
+    server = start_server("upload_digest:app", "--io-backend", "io_uring", "--io-uring-buffers", "4096",
+                          "--io-uring-buffer-size", "16384", "--timeout-keep-alive", "60", "--timeout-header", "60")
+    assert _upload(server.port, b"warm") == _expected(b"warm")
+    time.sleep(0.3)
+    before = server.rss_kb()
+    sockets = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(1000)]
+    try:
+        time.sleep(1.0)
+        grown = server.rss_kb() - before
+        assert grown < 4096, f"1,000 idle connections grew RSS by {grown} KiB"
+        assert _upload(server.port, b"still") == _expected(b"still")
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_ring_sizes_must_be_powers_of_two():
+    proc = subprocess.run([sys.executable, "-m", "zigcorn", "tests.apps.hello:app", "--io-uring-buffers", "100"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "power of two" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "zigcorn", "tests.apps.hello:app", "--io-backend", "kqueue"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "io_uring" in proc.stderr

@@ -1,0 +1,119 @@
+"""The benchmark harness works end to end (``benchmarks/run.py --quick`` against zigcorn).
+
+Checks that the harness produces its JSON with every expected number, never how fast
+anything is.
+"""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+
+WRK_SAMPLE = """\
+Running 1s test @ http://127.0.0.1:8000/
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   812.34us  301.12us   9.87ms   90.00%
+    Req/Sec    70.12k     3.01k   75.00k    80.00%
+  Latency Distribution
+     50%  750.00us
+     75%    0.90ms
+     90%    1.10ms
+     99%    2.50ms
+  70123 requests in 1.00s, 9.12MB read
+  Socket errors: connect 0, read 3, write 0, timeout 1
+  Non-2xx or 3xx responses: 7
+Requests/sec:  70100.55
+Transfer/sec:      9.10MB
+"""
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location("bench_load", BENCH / "load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parse_wrk_output():
+    result = _load_module().parse_wrk(WRK_SAMPLE)
+    assert result["rps"] == 70100.55
+    assert result["requests"] == 70123
+    assert result["p50_ms"] == pytest.approx(0.75)
+    assert result["p99_ms"] == pytest.approx(2.5)
+    assert result["non_2xx_3xx"] == 7
+    assert result["socket_errors"] == {"connect": 0, "read": 3, "write": 0, "timeout": 1}
+    assert result["socket_errors_total"] == 4
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
+def test_quick_benchmark_produces_results(tmp_path):
+    out, md = tmp_path / "quick.json", tmp_path / "quick.md"
+    cmd = [sys.executable, str(BENCH / "run.py"), "--quick", "--servers", "zigcorn", "--no-venv",
+           "--apps", "raw", "--idle-connections", "500", "--json", str(out), "--markdown", str(md),
+           "--plot", str(tmp_path / "ratios.svg")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    doc = json.loads(out.read_text())
+    assert {"date", "machine", "config", "apps"} <= doc.keys()
+    assert doc["machine"]["nproc"] > 0 and doc["machine"]["cpu_model"] and doc["machine"]["kernel"]
+    result = doc["apps"]["raw"]["zigcorn"]
+    assert "error" not in result
+    assert result["idle"]["rss_kib"] > 0 and result["idle"]["pss_kib"] > 0
+    assert result["peak_rss_kib"] > 0
+    for connections in ("1", "64"):
+        point = result["load"][connections]
+        assert point["rps"] > 0 and point["requests"] > 0
+        assert point["p50_ms"] > 0 and point["p99_ms"] > 0
+        assert point["non_2xx_3xx"] == 0
+    idle = result["idle_connections"]
+    assert idle["opened"] == 500 and idle["alive"] > 0
+    assert idle["rss_after_kib"] > 0 and idle["bytes_per_connection"] is not None
+    assert result["workers"]["supported"] in (True, False)
+    soak = result["soak"]
+    assert soak["seconds"] == 2 and soak["rps"] > 0 and soak["errors"] == 0
+    assert soak["samples"] >= 2 and soak["growth_kib"] is not None and len(soak["series"]) >= soak["samples"]
+    table = md.read_text()
+    assert "| zigcorn" in table and "req/s c64" in table and "RSS growth, soak" in table
+    chart = (tmp_path / "ratios.svg").read_text()
+    assert chart.startswith("<svg") and "raw: req/s c64" in chart and "zigcorn: 1.00x" in chart
+
+
+def test_rss_trend_sees_a_climb_and_ignores_the_warm_up():
+    spec = importlib.util.spec_from_file_location("bench_memory", BENCH / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = memory  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(memory)
+    finally:
+        del sys.modules[spec.name]
+    warm_then_flat = [(0.0, 1000), (5.0, 5000), (10.0, 9000), (20.0, 9000), (30.0, 9004), (40.0, 9000)]
+    flat = memory.rss_trend(warm_then_flat, skip_s=10)
+    assert flat["samples"] == 4 and flat["growth_kib"] == 0 and abs(flat["slope_kib_per_min"]) < 10
+    leaking = [(float(t), 9000 + 10 * t) for t in range(0, 61, 5)]  # 10 KiB a second
+    climb = memory.rss_trend(leaking, skip_s=10)
+    assert climb["growth_kib"] == 500 and climb["slope_kib_per_min"] == 600.0
+    assert memory.rss_trend([(0.0, 1), (1.0, 2)], skip_s=10)["growth_kib"] is None
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
+def test_static_mount_benchmark_produces_results(tmp_path):
+    """``benchmarks/static.py --mount`` against zigcorn alone: every figure is there."""
+    out = tmp_path / "static.json"
+    cmd = [sys.executable, str(BENCH / "static.py"), "--mount", "--servers", "zigcorn", "--no-venv",
+           "--seconds", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["server"] == "zigcorn" and row["idle_rss_kib"] > 0
+    for key in ("1k_c64", "256k_c64"):
+        assert row[key]["rps"] > 0 and row[key]["errors"] == 0
+    assert row["big_c16"]["mb_per_s"] > 0 and row["big_c16"]["errors"] == 0

@@ -1,0 +1,155 @@
+"""--request-id-header, --trace-context and --server-timing: decided by the engine, seen by the
+app in its headers, carried by the response; over HTTP/1.1 and HTTP/2."""
+
+import re
+
+import httpx
+import pytest
+
+from tests.support.harness import zigcorn_only
+
+pytestmark = zigcorn_only
+
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def app_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    """The headers tests/apps/scope.py saw, in order."""
+    return [(k, v) for k, v in response.json()["headers"]]
+
+
+def values(headers: list[tuple[str, str]], name: str) -> list[str]:
+    return [v for k, v in headers if k == name]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["http1", "h2c"])
+def client(request):
+    from tests.support.harness import Server
+
+    server = Server("scope:app", "--request-id-header", "X-Request-ID", "--trace-context", "--server-timing",
+                    "--no-access-log")
+    try:
+        server.wait_ready()
+        with httpx.Client(base_url=server.url, http1=not request.param, http2=request.param) as c:
+            yield c
+    finally:
+        server.kill()
+
+
+def test_a_sane_incoming_request_id_reaches_the_app_and_comes_back(client):
+    r = client.get("/", headers={"x-request-id": "edge-7f3a:01J8ZK"})
+    assert r.headers["x-request-id"] == "edge-7f3a:01J8ZK"
+    assert values(app_headers(r), "x-request-id") == ["edge-7f3a:01J8ZK"]
+
+
+@pytest.mark.parametrize("bad", ["two words", "x" * 65, "quote\"d", "semi;colon", ""])
+def test_an_unsafe_incoming_request_id_is_replaced(client, bad):
+    r = client.get("/", headers={"x-request-id": bad})
+    rid = r.headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", rid)
+    assert values(app_headers(r), "x-request-id") == [rid]
+
+
+def test_request_ids_are_made_when_absent_and_are_unique(client):
+    seen = set()
+    for _ in range(1000):
+        r = client.get("/")
+        rid = r.headers["x-request-id"]
+        assert values(app_headers(r), "x-request-id") == [rid]
+        seen.add(rid)
+    assert len(seen) == 1000
+
+
+def test_a_valid_trace_context_passes_untouched(client):
+    r = client.get("/", headers={"traceparent": PARENT, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"})
+    seen = app_headers(r)
+    assert values(seen, "traceparent") == [PARENT]
+    assert values(seen, "tracestate") == ["congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"]
+
+
+@pytest.mark.parametrize("sent", [
+    {},
+    {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"},  # no flags
+    {"traceparent": "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},  # version ff
+    {"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "tracestate": "a=b"},
+    {"traceparent": PARENT.upper()},
+], ids=["absent", "short", "version-ff", "zero-trace-id", "upper-case"])
+def test_an_absent_or_invalid_traceparent_starts_a_new_trace(client, sent):
+    r = client.get("/", headers=sent)
+    seen = app_headers(r)
+    parents = values(seen, "traceparent")
+    assert len(parents) == 1 and TRACEPARENT.match(parents[0]), parents
+    assert parents[0] != sent.get("traceparent")
+    assert values(seen, "tracestate") == []  # a state without its parent means nothing
+
+
+def test_a_bad_tracestate_is_dropped_and_the_parent_kept(client):
+    r = client.get("/", headers={"traceparent": PARENT, "tracestate": "Upper=1"})
+    seen = app_headers(r)
+    assert values(seen, "traceparent") == [PARENT]
+    assert values(seen, "tracestate") == []
+
+
+def test_new_traces_differ(client):
+    ids = {TRACEPARENT.match(values(app_headers(client.get("/")), "traceparent")[0]).group(1) for _ in range(50)}
+    assert len(ids) == 50
+
+
+def test_server_timing_measures_the_app(client):
+    r = client.get("/")
+    m = re.fullmatch(r"app;dur=(\d+)\.(\d{3})", r.headers["server-timing"])
+    assert m and 0 <= float(f"{m.group(1)}.{m.group(2)}") < 10_000
+
+
+def test_the_apps_own_request_id_header_is_not_doubled(start_server):
+    server = start_server("basic:app", "--request-id-header", "x-request-id", "--no-access-log")
+    r = httpx.get(server.url + "/set-header", params={"name": "X-Request-ID", "value": "app-made"},
+                  headers={"X-Request-ID": "abc"})
+    assert r.headers.get_list("x-request-id") == ["app-made"]
+    r = httpx.get(server.url + "/hello", headers={"X-Request-ID": "abc"})
+    assert r.headers.get_list("x-request-id") == ["abc"]
+
+
+def test_off_by_default(start_server):
+    server = start_server("scope:app", "--no-access-log")
+    r = httpx.get(server.url + "/", headers={"traceparent": "garbage", "x-request-id": "a b"})
+    assert "x-request-id" not in r.headers
+    assert "server-timing" not in r.headers
+    seen = app_headers(r)
+    assert values(seen, "traceparent") == ["garbage"]
+    assert values(seen, "x-request-id") == ["a b"]
+
+
+def test_a_bad_request_id_header_name_is_refused_at_start(start_server):
+    server = start_server("basic:app", "--request-id-header", "bad name", wait=False)
+    assert server.proc.wait(20) != 0
+    assert "request_id_header" in server.output()
+
+
+def test_the_json_access_log_carries_the_request_id_and_trace_id(start_server):
+    import json
+    import time
+
+    server = start_server("basic:app", "--request-id-header", "x-request-id", "--trace-context",
+                          "--access-log-format", "json")
+    r = httpx.get(server.url + "/hello", headers={"traceparent": PARENT})
+    deadline = time.monotonic() + 5
+    while '"request_id"' not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (line,) = [line for line in server.output().splitlines() if '"request_id"' in line]
+    entry = json.loads(line[line.index("{"):])
+    assert entry["request_id"] == r.headers["x-request-id"]
+    assert entry["trace_id"] == PARENT.split("-")[1]
+
+
+def test_a_wsgi_app_sees_the_request_id_and_trace_context_too(start_server):
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--request-id-header", "x-request-id",
+                          "--trace-context", "--no-access-log")
+    r = httpx.get(server.url + "/env", headers={"x-request-id": "bad id", "traceparent": "nope", "tracestate": "a=b"})
+    env = r.json()
+    assert env["HTTP_X_REQUEST_ID"] == r.headers["x-request-id"] and re.fullmatch(r"[0-9a-f]{32}", env["HTTP_X_REQUEST_ID"])
+    assert TRACEPARENT.match(env["HTTP_TRACEPARENT"])
+    assert "HTTP_TRACESTATE" not in env
+    r = httpx.get(server.url + "/env", headers={"x-request-id": "edge-1", "traceparent": PARENT})
+    assert r.json()["HTTP_X_REQUEST_ID"] == "edge-1" and r.json()["HTTP_TRACEPARENT"] == PARENT
