@@ -4,6 +4,11 @@ each, in one run; then each with four workers, for their memory.
 
     python benchmarks/wsgi.py                  # 10 s points
     python benchmarks/wsgi.py --seconds 3 --servers zigcorn,granian
+    python benchmarks/wsgi.py --rounds 5 --servers zigcorn,granian   # alternated rounds, medians
+
+With `--rounds N` each server is measured N times, the servers' order reversed every
+round so that neither always runs first, and the medians are reported (every round's
+figure too): on a shared machine the ratio of medians is the one to quote.
 
 Figures: req/s and p99 of Flask's `GET /` (a JSON hello) at 64 connections (gunicorn sync
 at 1, its design: one request at a time per worker); a 1 MiB `POST /echo` (Flask reads
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,30 +118,17 @@ def run_wrk_script(url: str, lua: str, connections: int, seconds: int) -> dict:
     return parse_wrk(out.stdout)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=int, default=10)
-    p.add_argument("--servers", default="zigcorn,granian,gunicorn-gthread")
-    p.add_argument("--no-workers", action="store_true", help="skip the four-worker PSS")
-    args = p.parse_args(argv)
-    if wrk_path() is None:
-        print(WRK_MISSING, file=sys.stderr)
-        return 2
-    python = environment.ensure_venv()
-    environment.install(["flask", "gunicorn"])
-    rows = []
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(ECHO_LUA)
-        lua = f.name
-    try:
-        for name in args.servers.split(","):
-            print(f"{name} ...", file=sys.stderr, flush=True)
-            row = measure(name, python, args.seconds, lua)
-            row["pss4_kib"] = None if args.no_workers else workers_pss(name, python)
-            rows.append(row)
-    finally:
-        os.unlink(lua)
-    base = next(r for r in rows if r["server"] == "zigcorn")
+def median_row(runs: list[dict]) -> dict:
+    """The median of each figure over a server's rounds (errors summed)."""
+    row = dict(runs[0])
+    for key in ("hello_rps", "hello_p99_ms", "echo_rps", "echo_mb_s", "idle_rss_kib"):
+        row[key] = statistics.median(r[key] for r in runs)
+    row["errors"] = sum(r["errors"] for r in runs)
+    return row
+
+
+def print_table(rows: list[dict], rounds: dict[str, list[dict]] | None) -> None:
+    base = next((r for r in rows if r["server"] == "zigcorn"), rows[0])
     print(f"| server | Flask hello req/s (c{HELLO_CONNS}) | hello p99 | 1 MiB POST echo MB/s (c{ECHO_CONNS}) "
           "| errors | idle RSS, 1 worker | PSS, 4 workers |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -144,6 +137,41 @@ def main(argv=None) -> int:
         print(f"| {r['server']} | {r['hello_rps']:.0f} ({r['hello_rps'] / base['hello_rps']:.2f}x) "
               f"| {r['hello_p99_ms']:.2f} ms | {r['echo_mb_s']:.0f} ({r['echo_mb_s'] / base['echo_mb_s']:.2f}x) "
               f"| {r['errors']} | {r['idle_rss_kib'] / 1024:.1f} MiB | {pss} |")
+    if rounds:
+        print()
+        for name, runs in rounds.items():
+            print(f"{name}: hello " + ", ".join(f"{r['hello_rps']:.0f}" for r in runs)
+                  + "; echo MB/s " + ", ".join(f"{r['echo_mb_s']:.0f}" for r in runs))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--servers", default="zigcorn,granian,gunicorn-gthread")
+    p.add_argument("--no-workers", action="store_true", help="skip the four-worker PSS")
+    p.add_argument("--rounds", type=int, default=1, help="alternated rounds per server; medians reported")
+    args = p.parse_args(argv)
+    if wrk_path() is None:
+        print(WRK_MISSING, file=sys.stderr)
+        return 2
+    python = environment.ensure_venv()
+    environment.install(["flask", "gunicorn"])
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(ECHO_LUA)
+        lua = f.name
+    names = args.servers.split(",")
+    rounds: dict[str, list[dict]] = {name: [] for name in names}
+    try:
+        for i in range(args.rounds):
+            for name in names if i % 2 == 0 else names[::-1]:
+                print(f"{name} (round {i + 1}/{args.rounds}) ...", file=sys.stderr, flush=True)
+                rounds[name].append(measure(name, python, args.seconds, lua))
+        rows = [median_row(rounds[name]) for name in names]
+        for row in rows:
+            row["pss4_kib"] = None if args.no_workers else workers_pss(row["server"], python)
+    finally:
+        os.unlink(lua)
+    print_table(rows, rounds if args.rounds > 1 else None)
     return 0
 
 
