@@ -247,14 +247,15 @@ pub const Conn = struct {
     pub fn releaseIfIdle(self: *Conn) void {
         if (!self.isIdle()) return;
         const act = self.act orelse return;
-        if (act.out.isEmpty() and !act.discarding and !act.io_busy and act.tls_prefix == null) self.releaseActive();
+        if (act.out.isEmpty() and !act.discarding and !act.io_busy) self.releaseActive();
     }
 
     /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
         // Still linked on the pending or flush list: kept until that pass unlinks it.
-        if (act.is_pending or act.flush_queued) return;
+        // Ciphertext that followed a PROXY header and OpenSSL has not read yet: kept too.
+        if (act.is_pending or act.flush_queued or act.tls_prefix != null) return;
         std.debug.assert(act.stream == null);
         std.debug.assert(!act.io_busy);
         act.write_timer.disarm();
