@@ -749,13 +749,13 @@ def test_an_old_keep_alive_connection_gets_connection_close(start_server):
 
 
 def test_a_streaming_response_crossing_the_age_is_not_cut(start_server):
-    server = start_server("basic:app", "--timeout-connection", "1", "--timeout-keep-alive", "60", "--no-access-log")
+    server = start_server("basic:app", "--timeout-connection", "2", "--timeout-keep-alive", "60", "--no-access-log")
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"GET /drip?n=6&every=0.5 HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.sendall(b"GET /drip?n=8&every=0.5 HTTP/1.1\r\nhost: x\r\n\r\n")
         head, body, _ = _read_response(sock)
         # Begun young (kept alive), ended old: whole, then the connection closes.
         assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
-        assert body.count(b"drop,") == 6 and body.endswith(b"0\r\n\r\n")
+        assert body.count(b"drop,") == 8 and body.endswith(b"0\r\n\r\n")
         assert _closed_by_server(sock)
 
 
