@@ -261,7 +261,6 @@ pub const Conn = struct {
         act.write_timer.disarm();
         if (act.rbuf) |b| self.server.pool.release(b);
         act.rbuf = null;
-        self.dropTlsPrefix();
         act.out.drop(self.bufferSource(), self.server.hooks.release_fn);
         self.dropFile();
         if (act.ws) |s| wsconn.destroy(s);
