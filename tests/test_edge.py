@@ -1,5 +1,6 @@
 """At the edge: TCP socket options read back from the server's own sockets, HSTS on HTTPS
-only, --ssl-min-version, --auto-raise-nofile."""
+only, --ssl-min-version, --auto-raise-nofile, per-address limits, PROXY protocol (plain and
+before TLS) and --timeout-connection."""
 
 import ctypes
 import os
