@@ -15,6 +15,7 @@ test {
     _ = @import("transport/output_queue.zig");
     _ = @import("transport/per_ip.zig");
     _ = @import("transport/proxy_protocol.zig");
+    _ = @import("transport/lifetime.zig");
     // HTTP shared by the protocols
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");

@@ -292,6 +292,9 @@ SETTINGS: tuple[Setting, ...] = (
        type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
     _S("timeout_write", 30, "close a connection whose pending output makes no progress for this", "Timeouts",
        type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+    _S("timeout_connection", None, "a connection older than this ends after its current response (HTTP/1.1: "
+       "connection: close, HTTP/2: GOAWAY); WebSockets are not cut", "Timeouts", type=int, metavar="SECONDS", low=1,
+       high=_U32, shown="off"),
     _S("timeout_request", None, "cancel an app that has not finished a request after this", "Timeouts",
        type=float, metavar="SECONDS", shown="off"),
     _S("timeout_graceful_shutdown", None, "max wait for in-flight requests at shutdown", "Timeouts", type=float,
@@ -543,8 +546,6 @@ class Config:
             raise ValueError("ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CAs to verify them")
         if self.ssl_keyfile_password is not None and not isinstance(self.ssl_keyfile_password, str):
             raise ValueError("ssl_keyfile_password must be a str")
-        if self.proxy_protocol and self.is_ssl:
-            raise ValueError("proxy_protocol is not served over HTTPS yet: terminate TLS at the balancer, or run without it")
         if self.ssl_crl is not None:
             self.ssl_crl = os.fspath(self.ssl_crl)
             if not self.ssl_ca_certs:
@@ -593,6 +594,7 @@ class Config:
             "timeout_header": float(self.timeout_header),
             "timeout_body": float(self.timeout_body),
             "timeout_write": float(self.timeout_write),
+            "timeout_connection": self.timeout_connection or 0,
             "writer_thread": WRITER_MODES[self.writer_thread],
             "io_backend": 1 if self.resolved_io_backend == "io_uring" else 0,
             "io_uring_buffers": self.io_uring_buffers,

@@ -65,6 +65,13 @@ async def app(scope, receive, send):
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
+    elif path == "/drip":  # ?n=N&every=S: N chunks, one every S seconds, no content-length
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(int(query.get("n", 3))):
+            await asyncio.sleep(float(query.get("every", 0.5)))
+            await send({"type": "http.response.body", "body": b"drop,", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
     elif path == "/length":  # content-length set by the app, body sent in two parts
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"11")]})
         await send({"type": "http.response.body", "body": b"hello ", "more_body": True})

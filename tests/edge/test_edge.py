@@ -1,5 +1,6 @@
 """At the edge: TCP socket options read back from the server's own sockets, HSTS on HTTPS
-only, --ssl-min-version, --auto-raise-nofile."""
+only, --ssl-min-version, --auto-raise-nofile, per-address limits, PROXY protocol (plain and
+before TLS) and --timeout-connection."""
 
 import ctypes
 import os
@@ -470,7 +471,334 @@ def test_proxy_then_h2c_and_the_per_ip_limit_counts_the_client(start_server):
         assert _client_seen(server.port, b"PROXY TCP4 198.51.100.20 10.0.0.1 9 2\r\n") is None
 
 
-def test_proxy_protocol_is_refused_with_tls(start_server, certs):  # noqa: F811
-    server = start_server("basic:app", *certs.server_args("--proxy-protocol"), wait=False)
-    assert server.proc.wait(20) != 0
-    assert "proxy_protocol is not served over HTTPS yet" in server.output()
+# ---- PROXY protocol in front of TLS ---------------------------------------------------------
+
+
+def _pieces(data: bytes, pieces: int):
+    step = max(1, len(data) // pieces)
+    for i in range(0, len(data), step):
+        yield data[i:i + step]
+
+
+class _MemoryTls:
+    """A TLS client driven by hand over a raw socket (ssl.MemoryBIO), so that its first
+    bytes, the ClientHello, can be sent in the same write as a PROXY header."""
+
+    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext):
+        self.sock = sock
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
+
+    def client_hello(self) -> bytes:
+        with pytest.raises(ssl.SSLWantReadError):
+            self.tls.do_handshake()
+        return self.outgoing.read()
+
+    def _pump(self) -> bool:
+        """Sends what TLS wrote, reads what the server sent; False once the server closed."""
+        if pending := self.outgoing.read():
+            self.sock.sendall(pending)
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.incoming.write_eof()
+            return False
+        self.incoming.write(data)
+        return True
+
+    def handshake(self) -> bool:
+        while True:
+            try:
+                self.tls.do_handshake()
+                self.sock.sendall(self.outgoing.read())
+                return True
+            except ssl.SSLWantReadError:
+                if not self._pump():
+                    return False
+            except (ssl.SSLError, OSError):
+                return False
+
+    def request(self, data: bytes) -> bytes:
+        self.tls.write(data)
+        self.sock.sendall(self.outgoing.read())
+        got = b""
+        while True:
+            try:
+                chunk = self.tls.read(65536)
+                if not chunk:
+                    return got
+                got += chunk
+            except ssl.SSLWantReadError:
+                if not self._pump():
+                    return got
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return got
+
+
+GET_CLOSE = b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+
+
+def _tls_scope(port: int, ctx: ssl.SSLContext, header: bytes, pieces: int = 1, with_hello: bool = True) -> dict | None:
+    """A PROXY header, then TLS and a GET to scope:app: the scope the app saw, or None when
+    the server closed the connection first. `with_hello`: the ClientHello goes in the
+    header's last write (its bytes follow the header in the server's first read)."""
+    import json
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        client = _MemoryTls(sock, ctx)
+        first = header + client.client_hello() if with_hello else header
+        for piece in _pieces(first, pieces):
+            sock.sendall(piece)
+            time.sleep(0.005 if pieces > 1 else 0)
+        if not with_hello:
+            time.sleep(0.05)
+            sock.sendall(client.client_hello())
+        if not client.handshake():
+            return None
+        got = client.request(GET_CLOSE)
+    if not got.startswith(b"HTTP/1.1 200"):
+        return None
+    return json.loads(got.split(b"\r\n\r\n", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def proxied_tls(certs):  # noqa: F811
+    server = tls_server("scope:app", *certs.server_args("--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1",
+                                                        "--no-access-log"))
+    try:
+        yield server.wait_ready()
+    finally:
+        server.kill()
+
+
+V1_HEADER = b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n"
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 120], ids=["one-write", "7-pieces", "small-pieces"])
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_proxy_header_before_the_client_hello(proxied_tls, certs, version, pieces):  # noqa: F811
+    # The header and the ClientHello in the same writes: the server reads past the header
+    # and must hand those bytes to the TLS handshake.
+    header, client = {"v1": (V1_HEADER, ["203.0.113.7", 51000]),
+                      "v2": (v2_header("2001:db8::9", 4444), ["2001:db8::9", 4444])}[version]
+    scope = _tls_scope(proxied_tls.port, certs.client_context(), header, pieces)
+    assert scope is not None
+    assert scope["client"] == client and scope["scheme"] == "https"
+
+
+@pytest.mark.parametrize("pieces", [1, 5], ids=["whole", "5-pieces"])
+def test_proxy_header_alone_then_ssl_wrap_socket(proxied_tls, certs, pieces):  # noqa: F811
+    import json
+
+    for header, client in ((V1_HEADER, ["203.0.113.7", 51000]), (v2_header("198.51.100.9", 50000), ["198.51.100.9", 50000])):
+        with socket.create_connection(("127.0.0.1", proxied_tls.port), timeout=10) as raw:
+            for piece in _pieces(header, pieces):
+                raw.sendall(piece)
+                time.sleep(0.01 if pieces > 1 else 0)
+            with certs.client_context().wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(GET_CLOSE)
+                got = b""
+                while chunk := tls.recv(65536):
+                    got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:100]
+        assert json.loads(got.split(b"\r\n\r\n", 1)[1])["client"] == client
+
+
+def test_proxy_local_before_tls_keeps_the_balancer(proxied_tls, certs):  # noqa: F811
+    scope = _tls_scope(proxied_tls.port, certs.client_context(), v2_header("0.0.0.0", 0, command=0))
+    assert scope["client"][0] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("prefix", [
+    b"",  # missing: the ClientHello itself is not a PROXY header
+    b"PROXY TCP4 1.2.3.999 10.0.0.1 1 2\r\n",
+    V2_SIGNATURE + bytes([0x21, 0x11, 0xFF, 0xFF]),
+], ids=["missing", "bad-address", "v2-oversized"])
+def test_a_missing_or_malformed_header_closes_before_the_handshake(proxied_tls, certs, prefix):  # noqa: F811
+    assert _tls_scope(proxied_tls.port, certs.client_context(), prefix) is None
+    assert _tls_scope(proxied_tls.port, certs.client_context(), V1_HEADER)["client"] == ["203.0.113.7", 51000]
+
+
+def test_an_untrusted_peer_cannot_send_a_proxy_header_before_tls(start_server, certs):  # noqa: F811
+    server = start_server("scope:app", *certs.server_args("--proxy-protocol", "--forwarded-allow-ips", "192.0.2.1",
+                                                          "--no-access-log"))
+    # Not read as a header: OpenSSL takes it for a broken ClientHello.
+    assert _tls_scope(server.port, certs.client_context(), V1_HEADER) is None
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with certs.client_context().wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(GET_CLOSE)
+            assert tls.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_proxy_before_tls_then_http2_by_alpn(proxied_tls, certs):  # noqa: F811
+    import json
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    ctx = certs.client_context()
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", proxied_tls.port), timeout=10) as raw:
+        raw.sendall(v2_header("198.51.100.30", 3030))
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.selected_alpn_protocol() == "h2"
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            conn.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "https"), (":authority", "t")],
+                              end_stream=True)
+            tls.sendall(conn.data_to_send())
+            body, done = b"", False
+            while not done:
+                data = tls.recv(65536)
+                assert data, "closed"
+                for ev in conn.receive_data(data):
+                    if isinstance(ev, h2.events.DataReceived):
+                        body += ev.data
+                        conn.acknowledge_received_data(len(ev.data), ev.stream_id)
+                    done = done or isinstance(ev, h2.events.StreamEnded)
+                tls.sendall(conn.data_to_send())
+    assert json.loads(body)["client"] == ["198.51.100.30", 3030]
+
+
+def test_proxy_before_tls_reaches_the_access_log_and_the_per_ip_limit(start_server, certs):  # noqa: F811
+    server = start_server("basic:app", *certs.server_args("--proxy-protocol", "--forwarded-allow-ips", "127.0.0.1",
+                                                          "--limit-connections-per-ip", "1", "--metrics-path",
+                                                          "/metrics"))
+    ctx = certs.client_context()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as held:
+        # One connection of 198.51.100.40, kept open: its address is what counts.
+        first = _MemoryTls(held, ctx)
+        held.sendall(b"PROXY TCP4 198.51.100.40 10.0.0.1 4040 443\r\n" + first.client_hello())
+        assert first.handshake()
+        first.tls.write(b"GET /hello HTTP/1.1\r\nhost: t\r\n\r\n")
+        held.sendall(first.outgoing.read())
+        assert wait_for(lambda: '198.51.100.40:4040 - "GET /hello HTTP/1.1" 200' in server.output(), 5), \
+            server.output()
+        # The same client through the balancer again: over its limit, closed before the handshake.
+        assert _tls_scope(server.port, ctx, b"PROXY TCP4 198.51.100.40 10.0.0.1 4041 443\r\n") is None
+        # Another client through the same balancer is served.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            other = _MemoryTls(sock, ctx)
+            sock.sendall(b"PROXY TCP4 198.51.100.41 10.0.0.1 4141 443\r\n" + other.client_hello())
+            assert other.handshake()
+            assert other.request(GET_CLOSE).startswith(b"HTTP/1.1 200")
+        assert wait_for(lambda: '198.51.100.41:4141 - "GET /x HTTP/1.1" 200' in server.output(), 5)
+        text = first.request(b"GET /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").decode()
+    assert 'zigcorn_connections_rejected_total{cause="limit_per_ip"} 1' in text
+
+
+# ---- --timeout-connection ---------------------------------------------------------------------
+
+
+def _read_response(sock: socket.socket, buffered: bytes = b"") -> tuple[bytes, bytes, bytes]:
+    """One HTTP/1.1 response (content-length or chunked): its head, body and what followed."""
+    data = buffered
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a head: {data!r}"
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lower = head.lower()
+    if b"content-length:" in lower:
+        length = int(lower.split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(rest) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "closed mid-body"
+            rest += chunk
+        return head, rest[:length], rest[length:]
+    assert b"transfer-encoding: chunked" in lower, head
+    while not rest.endswith(b"0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-body: {rest!r}"
+        rest += chunk
+    return head, rest, b""
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_an_old_keep_alive_connection_gets_connection_close(start_server):
+    server = start_server("basic:app", "--timeout-connection", "2", "--timeout-keep-alive", "60", "--no-access-log")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body, _ = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
+        # Idle past its age (counted in whole seconds, never early, at most one late):
+        # still open, and its next request is served as its last.
+        time.sleep(3.3)
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body, _ = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower()
+        assert body == b"/hello"
+        assert _closed_by_server(sock)
+    # Off by default: the same wait keeps the connection.
+    plain = start_server("basic:app", "--timeout-keep-alive", "60", "--no-access-log")
+    with socket.create_connection(("127.0.0.1", plain.port), timeout=10) as sock:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        _read_response(sock)
+        time.sleep(3.3)
+        sock.sendall(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, _, _ = _read_response(sock)
+        assert b"connection: close" not in head.lower()
+
+
+def test_a_streaming_response_crossing_the_age_is_not_cut(start_server):
+    server = start_server("basic:app", "--timeout-connection", "2", "--timeout-keep-alive", "60", "--no-access-log")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /drip?n=8&every=0.5 HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body, _ = _read_response(sock)
+        # Begun young (kept alive), ended old: whole, then the connection closes.
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
+        assert body.count(b"drop,") == 8 and body.endswith(b"0\r\n\r\n")
+        assert _closed_by_server(sock)
+
+
+def test_an_old_http2_connection_gets_goaway_and_its_streams_finish(start_server):
+    from hyperframe.frame import DataFrame, GoAwayFrame
+
+    from tests.h2raw import H2Conn
+
+    server = start_server("basic:app", "--timeout-connection", "2", "--timeout-keep-alive", "60", "--no-access-log")
+    conn = H2Conn(server.port, timeout=15)
+    try:
+        assert conn.response(conn.request("/hello"))[1] == b"/hello"
+        slow = conn.request("/sleep?s=5")  # in flight across the age
+        time.sleep(3.3)
+        last = conn.request("/hello")  # read on an old connection: its last stream
+        frames = list(conn.raw_frames(timeout=10))
+    finally:
+        conn.close()
+    goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert [(g.last_stream_id, g.error_code) for g in goaways] == [(last, 0)]
+    data = {sid: [f for f in frames if isinstance(f, DataFrame) and f.stream_id == sid] for sid in (slow, last)}
+    assert b"".join(f.data for f in data[last]) == b"/hello"
+    # The stream in flight when GOAWAY left completes, then the server closes.
+    assert frames.index(goaways[0]) < frames.index(data[slow][0])
+    assert b"".join(f.data for f in data[slow]) == b"slept" and "END_STREAM" in data[slow][-1].flags
+    assert conn.closed
+
+
+def test_a_websocket_outlives_the_connection_age(start_server):
+    import asyncio
+
+    import websockets
+
+    server = start_server("ws:app", "--timeout-connection", "1", "--ws-ping-interval", "0", "--no-access-log")
+
+    async def go():
+        async with websockets.connect(f"ws://127.0.0.1:{server.port}/echo") as ws:
+            await ws.send("young")
+            assert await ws.recv() == "young"
+            await asyncio.sleep(2.5)
+            for _ in range(3):  # past the age: the session goes on
+                await ws.send("old")
+                assert await ws.recv() == "old"
+
+    asyncio.run(asyncio.wait_for(go(), 20))

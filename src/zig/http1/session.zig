@@ -258,7 +258,7 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer 
 fn answerOps(conn: *Conn, a: OpsAnswer) bool {
     const srv = conn.server;
     const st = streamOf(conn);
-    if (st.http10 or srv.draining) st.keep_alive = false;
+    if (st.http10 or srv.draining or srv.connectionExpired(conn)) st.keep_alive = false;
     scratch.claim();
     var w = response.HeadWriter{ .buf = &ops_head_scratch };
     writeOpsHead(conn, &w, a, st.keep_alive) catch return false;
@@ -536,7 +536,8 @@ fn finishFraming(st: *Stream, w: *response.HeadWriter, first_body_len: usize, mo
         // HTTP/1.0 without a length: the end of the body is the end of the connection.
         st.keep_alive = false;
     }
-    if (st.conn.requests_count >= srv.opts.keep_alive_requests_max) st.keep_alive = false;
+    // The Nth request, or a connection past --timeout-connection: this response is its last.
+    if (st.conn.requests_count >= srv.opts.keep_alive_requests_max or srv.connectionExpired(st.conn)) st.keep_alive = false;
     if (!st.keep_alive or srv.draining) {
         st.keep_alive = false;
         try w.append("connection: close\r\n");
@@ -784,8 +785,9 @@ fn afterResponse(conn: *Conn) void {
     }
     if (conn.state != .request and conn.state != .head) return;
     const srv = conn.server;
+    // A response that began young and ended past --timeout-connection still ends it.
     const reusable = st.keep_alive and !srv.draining and
-        conn.requests_count < srv.opts.keep_alive_requests_max and
+        conn.requests_count < srv.opts.keep_alive_requests_max and !srv.connectionExpired(conn) and
         (st.body_done or canDiscardBody(st));
     if (!reusable) return lingerClose(conn);
     conn.state = .head;

@@ -821,6 +821,17 @@ fn headerBlockDone(s: *Session) void {
     if (s.goaway_sent) return; // opened after our GOAWAY: ignored (RFC 9113 6.8)
     if (s.live >= s.max_streams) return streamErrorId(s, id, .refused_stream);
     openStream(s, id, fields);
+    expireIfOld(s);
+}
+
+/// `--timeout-connection`: past its age the connection takes no new stream. GOAWAY names
+/// the last one read, the open ones finish (a WebSocket on one too: it is not cut), then
+/// the connection closes, as after a graceful shutdown's GOAWAY.
+fn expireIfOld(s: *Session) void {
+    if (s.goaway_sent or s.dead or s.conn.state != .h2) return;
+    if (!s.conn.server.connectionExpired(s.conn)) return;
+    sendGoaway(s, .no_error);
+    flushSoon(s.conn);
 }
 
 /// A header block buffer that grew for one large block goes back to a small one.
@@ -1772,6 +1783,7 @@ pub fn finishStream(st: *Stream) void {
     }
     if (st.reset or !h.hasOutput()) maybeFree(s, h);
     rearm(conn);
+    expireIfOld(s);
 }
 
 /// The app returned without a response: 500, as over HTTP/1.1.

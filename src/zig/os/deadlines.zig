@@ -5,7 +5,8 @@
 //! Entries are intrusive (they live inside the connection), so arming, disarming and
 //! expiring never allocate. An entry is 24 bytes: the list is circular through an
 //! anchor inside the queue, so unlinking needs no pointer back to the queue, and the
-//! queue's one-byte id shares a word with the deadline.
+//! queue's id shares a word with the deadline and with 16 bits that belong to the
+//! entry's owner (`stamp`).
 const std = @import("std");
 
 pub const Entry = struct {
@@ -14,11 +15,23 @@ pub const Entry = struct {
     at: At = .{},
 
     const At = packed struct(u64) {
-        /// On the server's millisecond clock; 56 bits outlast any process.
-        deadline_ms: u56 = 0,
+        /// On the server's millisecond clock (CLOCK_MONOTONIC); 44 bits are 557 years.
+        deadline_ms: u44 = 0,
         /// The `id` of the queue holding the entry; 0 while disarmed.
-        queue: u8 = 0,
+        queue: u4 = 0,
+        /// Not the queue's: arming, expiring and disarming keep it. A connection keeps its
+        /// coarse accept time here (`--timeout-connection`, transport/lifetime.zig): the
+        /// word had bits to spare, and every byte of an idle connection counts.
+        stamp: u16 = 0,
     };
+
+    pub fn stamp(self: *const Entry) u16 {
+        return self.at.stamp;
+    }
+
+    pub fn setStamp(self: *Entry, value: u16) void {
+        self.at.stamp = value;
+    }
 
     pub fn armed(self: *const Entry) bool {
         return self.at.queue != 0;
@@ -33,7 +46,7 @@ pub const Entry = struct {
         if (!self.armed()) return;
         self.prev.?.next = self.next;
         self.next.?.prev = self.prev;
-        self.* = .{};
+        self.* = .{ .at = .{ .stamp = self.at.stamp } };
     }
 };
 
@@ -42,7 +55,7 @@ pub const Queue = struct {
     /// place (the queue must not move once used: it lives inside the heap-allocated server).
     anchor: Entry = .{},
     timeout_ms: u64,
-    /// Non-zero and distinct among the queues an entry can be armed on.
+    /// Non-zero, below 16 (`At.queue`), and distinct among the queues an entry can be armed on.
     id: u8,
 
     fn ring(self: *Queue) *Entry {
@@ -55,12 +68,12 @@ pub const Queue = struct {
 
     /// (Re)arms `entry` to expire timeout_ms after now_ms.
     pub fn arm(self: *Queue, entry: *Entry, now_ms: u64) void {
-        std.debug.assert(self.id != 0);
+        std.debug.assert(self.id != 0 and self.id <= std.math.maxInt(u4));
         entry.disarm();
         const anchor = self.ring();
         const tail = anchor.prev.?;
-        const deadline = @min(now_ms +| self.timeout_ms, std.math.maxInt(u56));
-        entry.* = .{ .prev = tail, .next = anchor, .at = .{ .deadline_ms = @intCast(deadline), .queue = self.id } };
+        const deadline = @min(now_ms +| self.timeout_ms, std.math.maxInt(u44));
+        entry.* = .{ .prev = tail, .next = anchor, .at = .{ .deadline_ms = @intCast(deadline), .queue = @intCast(self.id), .stamp = entry.at.stamp } };
         tail.next = entry;
         anchor.prev = entry;
     }
@@ -120,4 +133,21 @@ test "an entry moves between queues and a huge timeout saturates" {
     e.disarm(); // twice is harmless
     try std.testing.expectEqual(@as(usize, 0), forever.count());
     try std.testing.expect(forever.popExpired(std.math.maxInt(u64)) == null);
+}
+
+test "the owner's stamp survives arming, expiring and disarming" {
+    var a = Queue{ .timeout_ms = 10, .id = 15 };
+    var b = Queue{ .timeout_ms = std.math.maxInt(u64), .id = 1 };
+    var e = Entry{};
+    e.setStamp(0xfffe);
+    a.arm(&e, 0);
+    b.arm(&e, std.math.maxInt(u44)); // saturates at the largest deadline
+    try std.testing.expect(e.in(&b) and !e.in(&a));
+    try std.testing.expectEqual(@as(u16, 0xfffe), e.stamp());
+    e.disarm();
+    try std.testing.expectEqual(@as(u16, 0xfffe), e.stamp());
+    a.arm(&e, 5);
+    try std.testing.expect(a.popExpired(15) == &e);
+    try std.testing.expect(!e.armed());
+    try std.testing.expectEqual(@as(u16, 0xfffe), e.stamp());
 }

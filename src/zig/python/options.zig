@@ -394,6 +394,7 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         .timeout_header_ms = optMs(opts, "timeout_header") orelse return null,
         .timeout_body_ms = optMs(opts, "timeout_body") orelse return null,
         .timeout_write_ms = optMs(opts, "timeout_write") orelse return null,
+        .timeout_connection_s = optInt(opts, "timeout_connection", u32, 0, u32_max) orelse return null,
         .server_header = optBool(opts, "server_header") orelse return null,
         .date_header = optBool(opts, "date_header") orelse return null,
         .connections_max = optInt(opts, "limit_connections", u32, 1, u32_max) orelse return null,
@@ -448,6 +449,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
     }
     const ints = .{
         .{ "limit_connections", s.opts.connections_max },
+        .{ "timeout_connection", s.opts.timeout_connection_s },
         .{ "limit_keep_alive_requests", s.opts.keep_alive_requests_max },
         .{ "limit_request_body", s.opts.body_bytes_max },
         .{ "limit_request_head", s.opts.limits.head_bytes_max },

@@ -120,6 +120,12 @@ pub const Active = struct {
     h2: ?*h2.Session = null,
     /// HTTP/1.1 pathsend: a file that follows the queued bytes (`sendFileStep`).
     file: ?FileSend = null,
+    /// `--proxy-protocol` over TLS: the bytes that came after the PROXY header, the start
+    /// of the TLS stream (a ClientHello or part of it). OpenSSL reads them before the
+    /// socket (`takeTlsPrefix`); the read buffer they arrived in is handed over whole.
+    tls_prefix: ?*Buffer = null,
+    tls_prefix_start: u32 = 0,
+    tls_prefix_end: u32 = 0,
     /// The writer thread holds this connection's output (`job`): nothing may change the
     /// queue, close the descriptor or free the connection until `writeDone` runs on the
     /// Python thread.
@@ -152,6 +158,7 @@ pub const tls_transport = tls.Transport{ .recv = tlsRecv, .send = tlsSend };
 fn tlsRecv(io_ctx: *anyopaque, buf: []u8) tls.Transport.Result {
     const c: *Conn = @ptrCast(@alignCast(io_ctx));
     if (c.fd < 0) return .failed;
+    if (c.takeTlsPrefix(buf)) |n| return .{ .ok = n };
     return switch (c.server.io.recv(c.fd, buf)) {
         .ok => |n| .{ .ok = n },
         .err => |e| if (e == .AGAIN) .again else .failed,
@@ -247,7 +254,8 @@ pub const Conn = struct {
     pub fn releaseActive(self: *Conn) void {
         const act = self.act orelse return;
         // Still linked on the pending or flush list: kept until that pass unlinks it.
-        if (act.is_pending or act.flush_queued) return;
+        // Ciphertext that followed a PROXY header and OpenSSL has not read yet: kept too.
+        if (act.is_pending or act.flush_queued or act.tls_prefix != null) return;
         std.debug.assert(act.stream == null);
         std.debug.assert(!act.io_busy);
         act.write_timer.disarm();
@@ -337,9 +345,47 @@ pub const Conn = struct {
                     if (!self.server.repeer(self, src)) return self.close();
                 }
                 self.state = .head;
+                // Over TLS what follows is ciphertext: `onTlsEvent` starts the handshake with it.
+                if (self.is_tls) return self.keepForTls();
                 if (act.rstart < act.rlen) self.process() else self.releaseIfIdle();
             },
         }
+    }
+
+    /// PROXY before TLS: the bytes read past the header belong to the TLS stream, so the
+    /// read buffer holding them becomes the prefix OpenSSL reads first (none are lost,
+    /// none copied); the plaintext gets a buffer of its own once the handshake is done.
+    fn keepForTls(self: *Conn) void {
+        const act = self.a();
+        std.debug.assert(self.state == .head and act.tls_prefix == null);
+        if (act.rstart == act.rlen) return self.releaseReadBuffer();
+        act.tls_prefix = act.rbuf;
+        act.tls_prefix_start = act.rstart;
+        act.tls_prefix_end = act.rlen;
+        act.rbuf = null;
+        act.rstart = 0;
+        act.rlen = 0;
+    }
+
+    /// OpenSSL's read, served from the bytes that followed a PROXY header while any are
+    /// left (null: none, read the socket).
+    fn takeTlsPrefix(self: *Conn, buf: []u8) ?usize {
+        const act = self.act orelse return null;
+        const b = act.tls_prefix orelse return null;
+        std.debug.assert(act.tls_prefix_start < act.tls_prefix_end and buf.len > 0);
+        const n: u32 = @intCast(@min(buf.len, act.tls_prefix_end - act.tls_prefix_start));
+        @memcpy(buf[0..n], b[act.tls_prefix_start..][0..n]);
+        act.tls_prefix_start += n;
+        if (act.tls_prefix_start == act.tls_prefix_end) self.dropTlsPrefix();
+        return n;
+    }
+
+    fn dropTlsPrefix(self: *Conn) void {
+        const act = self.act orelse return;
+        if (act.tls_prefix) |b| self.server.pool.release(b);
+        act.tls_prefix = null;
+        act.tls_prefix_start = 0;
+        act.tls_prefix_end = 0;
     }
 
     // ---- reading ----------------------------------------------------------------
@@ -674,6 +720,12 @@ pub const Conn = struct {
     fn onTlsEvent(self: *Conn, readable: bool, writable: bool, hangup: bool) void {
         const ssl = self.session().?;
         if (self.state == .closed) return;
+        if (self.state == .proxy) {
+            // `--proxy-protocol`: the balancer's header comes before the ClientHello.
+            if (readable or hangup) self.onReadable();
+            if (self.state != .head) return; // more of it to come, or refused
+            self.releaseIfIdle();
+        }
         if (!tls.handshakeDone(ssl)) switch (tls.handshake(ssl)) {
             .ok => {},
             .want_read => return self.setWriting(false),
@@ -697,7 +749,8 @@ pub const Conn = struct {
     }
 
     fn recv(self: *Conn, buf: []u8) sys.Result(usize) {
-        const ssl = self.session() orelse return self.server.io.recv(self.fd, buf);
+        // A PROXY header precedes TLS: it is read from the socket itself.
+        const ssl = (if (self.state == .proxy) null else self.session()) orelse return self.server.io.recv(self.fd, buf);
         const r: sys.Result(usize) = switch (tls.read(ssl, buf)) {
             .ok => |n| .{ .ok = n },
             .want_read => .{ .err = .AGAIN },
@@ -796,6 +849,7 @@ pub const Conn = struct {
         act.rbuf = null;
         act.rstart = 0;
         act.rlen = 0;
+        self.dropTlsPrefix();
         // A busy connection's output is dropped by writeDone; the graveyard waits for it.
         if (!act.io_busy) self.dropOutput();
         self.dropFile();

@@ -9,6 +9,7 @@ const tracing = @import("../http/tracing.zig");
 const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
 const per_ip = @import("per_ip.zig");
 const proxy_protocol = @import("proxy_protocol.zig");
+const lifetime = @import("lifetime.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
 const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
@@ -91,6 +92,8 @@ pub const Options = struct {
     timeout_body_ms: u64,
     /// Pending output that makes no progress for this long closes the connection.
     timeout_write_ms: u64,
+    /// A connection older than this ends after its current response (0 = no limit).
+    timeout_connection_s: u32 = 0,
     server_header: bool,
     date_header: bool,
     /// Connections past this are accepted and closed at once.
@@ -267,6 +270,8 @@ pub const Server = struct {
     /// ...and closed with 1011 if the pong does not come within this.
     ws_pong_timeouts: timer.Queue,
     now_ms: u64 = 0,
+    /// `--timeout-connection`: stamps accept times and tells which connections are too old.
+    lifetime: lifetime.Lifetime = .{},
 
     /// Every open connection, for draining and shutdown.
     live: ?*Conn = null,
@@ -337,6 +342,7 @@ pub const Server = struct {
         };
         errdefer self.io.deinit();
         self.now_ms = sys.monotonicMs();
+        self.lifetime = lifetime.Lifetime.init(opts.timeout_connection_s, self.now_ms);
         self.date.update(sys.realtimeSeconds());
 
         const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
@@ -551,7 +557,15 @@ pub const Server = struct {
         self.connections += 1;
         if (self.metrics) |m| m.connections_open = self.connections;
         self.header_timeouts.arm(&c.timer, self.now_ms);
+        if (self.lifetime.enabled()) c.timer.setStamp(self.lifetime.stamp(sys.monotonicMs()));
         return c;
+    }
+
+    /// `--timeout-connection`: the connection is past its age, so its current response is
+    /// its last (asked when a request begins and when a response ends).
+    pub fn connectionExpired(self: *const Server, c: *const Conn) bool {
+        if (!self.lifetime.enabled()) return false;
+        return self.lifetime.expired(c.timer.stamp(), sys.monotonicMs());
     }
 
     /// Takes the listener out of the event set until the next tick (about a second, as
