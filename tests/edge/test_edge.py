@@ -763,7 +763,7 @@ def test_a_streaming_response_crossing_the_age_is_not_cut(start_server):
 def test_an_old_http2_connection_gets_goaway_and_its_streams_finish(start_server):
     from hyperframe.frame import DataFrame, GoAwayFrame
 
-    from tests.h2raw import H2Conn
+    from tests.support.h2raw import H2Conn
 
     server = start_server("basic:app", "--timeout-connection", "2", "--timeout-keep-alive", "60", "--no-access-log")
     conn = H2Conn(server.port, timeout=15)
