@@ -51,7 +51,7 @@ pub fn settingsDone(s: *Session) void {
     s.preface_settings = true;
     var buf: [9]u8 = undefined;
     (FrameHeader{ .len = 0, .type = .settings, .flags = flag_ack, .stream = 0 }).write(&buf);
-    queueControl(s.conn, &buf) catch return;
+    queueControl(s, &buf) catch return;
     // A larger window may let waiting streams go on.
     s.conn.flush();
 }
@@ -63,7 +63,7 @@ pub fn onPing(s: *Session, fh: FrameHeader) void {
     var buf: [17]u8 = undefined;
     (FrameHeader{ .len = 8, .type = .ping, .flags = flag_ack, .stream = 0 }).write(buf[0..9]);
     @memcpy(buf[9..17], s.fixed[0..8]);
-    queueControl(s.conn, &buf) catch return;
+    queueControl(s, &buf) catch return;
 }
 
 /// The client will open no more streams; those open finish. Nothing to answer.

@@ -30,6 +30,8 @@ pub fn connError(s: *Session, code: ErrorCode) void {
     if (s.dead) return;
     s.dead = true;
     sendGoaway(s, code);
+    // Not queued: the connection closed, and its streams were told (`connClosed`).
+    if (s.conn.state == .closed) return;
     // Every stream is over: apps see the disconnect now, not when the socket closes.
     var it = s.first;
     while (it) |st| {
@@ -40,7 +42,7 @@ pub fn connError(s: *Session, code: ErrorCode) void {
         }
     }
     s.conn.flush();
-    if (s.conn.state == .h2 and s.conn.outputLen() == 0) s.conn.lingerClose(true);
+    if (s.conn.state == .h2 and s.sink.outputLen() == 0) s.conn.lingerClose(true);
 }
 
 pub fn connErrorFor(s: *Session, reason: []const u8) void {
@@ -54,7 +56,9 @@ pub fn sendGoaway(s: *Session, code: ErrorCode) void {
     std.mem.writeInt(u32, buf[9..13], s.last_stream_id, .big);
     std.mem.writeInt(u32, buf[13..17], @intFromEnum(code), .big);
     s.goaway_sent = true;
-    s.conn.queueCopy(&buf, null, out_bytes_max) catch {};
+    // A GOAWAY that cannot be queued (no memory, the output at its bound): the
+    // connection closes without it, which the peer reads as the same end.
+    s.sink.queue(&buf) catch s.conn.closeFor("out of memory for an HTTP/2 GOAWAY");
 }
 
 /// A stream error on a stream we keep no state for (refused, malformed before it opened).
@@ -85,7 +89,7 @@ pub fn sendReset(s: *Session, id: u32, code: ErrorCode) void {
     var buf: [13]u8 = undefined;
     (FrameHeader{ .len = 4, .type = .rst_stream, .flags = 0, .stream = id }).write(buf[0..9]);
     std.mem.writeInt(u32, buf[9..13], @intFromEnum(code), .big);
-    queueControl(s.conn, &buf) catch return;
+    queueControl(s, &buf) catch return;
     s.recent_resets[s.recent_reset_at] = id;
     s.recent_reset_at = (s.recent_reset_at + 1) % recent_resets_len;
 }
@@ -102,16 +106,16 @@ pub fn refuseStream(s: *Session, st: *H2Stream, status: u16) void {
     dropItems(s, st);
     var buf: [64]u8 = undefined;
     const n = hpack.encodeStatus(&buf, status) catch unreachable;
-    const block = std.heap.c_allocator.dupe(u8, buf[0..n]) catch return streamErrorFor(s, st, .internal, "out of memory for an error response");
+    const block = s.gpa.dupe(u8, buf[0..n]) catch return streamErrorFor(s, st, .internal, "out of memory for an error response");
     pushItem(st, .{ .kind = .headers, .end_stream = true, .owned = true, .bytes = block, .alloc_len = block.len }) catch {
-        std.heap.c_allocator.free(block);
+        s.gpa.free(block);
         return streamErrorFor(s, st, .internal, "out of memory for an error response");
     };
     st.base.resp_started = true;
     st.base.resp_complete = true;
     if (st.held) {
-        s.conn.server.hooks.wakeRead(&st.base);
-        s.conn.server.hooks.wakeWrite(&st.base);
+        s.sink.wakeRead(&st.base);
+        s.sink.wakeWrite(&st.base);
     }
     observe(s, st, status);
 }
@@ -122,7 +126,7 @@ pub fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
     const srv = s.conn.server;
     st.base.refused = true;
     st.base.status = a.status;
-    const block = std.heap.c_allocator.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+    const block = s.gpa.alloc(u8, 256) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
     // Bounded: the status, server, date and these four fit the block.
     var n = encodeHeadStart(block, srv, a.status) catch unreachable;
     var len_buf: [20]u8 = undefined;
@@ -135,13 +139,13 @@ pub fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
     }
     const body_too = !a.head_only and !st.base.is_head_method and a.body.len > 0;
     pushItem(st, .{ .kind = .headers, .end_stream = !body_too, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
-        std.heap.c_allocator.free(block);
+        s.gpa.free(block);
         return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
     };
     if (body_too) {
-        const body = std.heap.c_allocator.dupe(u8, a.body) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
+        const body = s.gpa.dupe(u8, a.body) catch return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
         pushItem(st, .{ .kind = .data, .end_stream = true, .owned = true, .bytes = body, .alloc_len = body.len }) catch {
-            std.heap.c_allocator.free(body);
+            s.gpa.free(body);
             return streamErrorFor(s, st, .internal, "out of memory for an engine-made response");
         };
     }

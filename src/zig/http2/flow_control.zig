@@ -61,7 +61,7 @@ pub fn dataBytes(s: *Session, fh: FrameHeader, bytes: []const u8) void {
         st.base.body_received += bytes.len;
         return;
     }
-    st.body.appendSlice(std.heap.c_allocator, bytes) catch return streamErrorFor(s, st, .internal, "out of memory for a request body");
+    st.body.appendSlice(s.gpa, bytes) catch return streamErrorFor(s, st, .internal, "out of memory for a request body");
     st.base.body_received += bytes.len;
 }
 
@@ -110,7 +110,7 @@ pub fn dataEnd(s: *Session, fh: FrameHeader) void {
         st.awaiting_body = false;
         if (s.conn.timer.in(&s.conn.server.body_timeouts)) s.conn.timer.disarm();
     }
-    if (st.held) s.conn.server.hooks.wakeRead(&st.base);
+    if (st.held) s.sink.wakeRead(&st.base);
 }
 
 /// A DATA frame for a stream whose app is done: counted, checked and dropped.
@@ -163,5 +163,5 @@ pub fn sendWindowUpdate(s: *Session, id: u32, inc: u32) void {
     var buf: [13]u8 = undefined;
     (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = id }).write(buf[0..9]);
     std.mem.writeInt(u32, buf[9..13], inc, .big);
-    queueControl(s.conn, &buf) catch return;
+    queueControl(s, &buf) catch return;
 }

@@ -54,7 +54,7 @@ pub fn process(conn: *Conn) void {
     }
     while (conn.state == .h2 and !s.dead) {
         if (s.await_preface and !consumePreface(s)) break;
-        if (conn.outputLen() > read_pause_bytes) {
+        if (s.sink.outputLen() > read_pause_bytes) {
             // The client does not read what its frames made us write: stop reading it.
             conn.setReading(false);
             break;
@@ -188,7 +188,7 @@ pub fn payload(s: *Session, bytes_in: []const u8) void {
                 // A header block too large to decode (CONTINUATION flood, CVE-2024-27316).
                 return connError(s, .enhance_your_calm);
             }
-            s.block.appendSlice(std.heap.c_allocator, part) catch return connErrorFor(s, "out of memory for an HTTP/2 header block");
+            s.block.appendSlice(s.gpa, part) catch return connErrorFor(s, "out of memory for an HTTP/2 header block");
         },
         .settings => {
             var rest = bytes;

@@ -71,7 +71,7 @@ pub fn headerBlockDone(s: *Session) void {
 /// A header block buffer that grew for one large block goes back to a small one.
 pub fn shrinkBlock(s: *Session) void {
     if (s.block.capacity > 4096) {
-        s.block.deinit(std.heap.c_allocator);
+        s.block.deinit(s.gpa);
         s.block = .{};
     } else s.block.clearRetainingCapacity();
 }
@@ -83,7 +83,7 @@ pub fn trailersDone(s: *Session, id: u32, fields: []const hpack.Header) void {
     if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
     // ASGI has no request trailers: they end the body and are dropped.
     remoteEnded(s, st);
-    if (find(s, id)) |still| if (still.held) s.conn.server.hooks.wakeRead(&still.base);
+    if (find(s, id)) |still| if (still.held) s.sink.wakeRead(&still.base);
 }
 
 pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {

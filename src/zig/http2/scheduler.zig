@@ -30,9 +30,9 @@ const append = streams.append;
 const maybeFree = streams.maybeFree;
 const unlink = streams.unlink;
 
-pub fn queueControl(conn: *Conn, bytes: []const u8) outq.Error!void {
-    conn.queueCopy(bytes, null, out_bytes_max) catch |err| {
-        conn.closeFor("out of memory for HTTP/2 output");
+pub fn queueControl(s: *Session, bytes: []const u8) outq.Error!void {
+    s.sink.queue(bytes) catch |err| {
+        s.conn.closeFor("out of memory for HTTP/2 output");
         return err;
     };
 }
@@ -43,7 +43,7 @@ pub fn pushItem(st: *H2Stream, item: Item) error{OutOfMemory}!void {
         st.items.clearRetainingCapacity();
         st.item_head = 0;
     }
-    try st.items.append(std.heap.c_allocator, item);
+    try st.items.append(st.session.gpa, item);
     if (item.kind == .data) st.base.out.queued += item.bytes.len;
 }
 
@@ -53,7 +53,7 @@ pub fn releaseItem(s: *Session, item: *Item) void {
         item.fd = -1;
     }
     if (item.owned) {
-        if (item.alloc_len > 0) std.heap.c_allocator.free(@constCast(item.bytes.ptr)[0..item.alloc_len]);
+        if (item.alloc_len > 0) s.gpa.free(@constCast(item.bytes.ptr)[0..item.alloc_len]);
     } else if (item.owner) |o| {
         s.conn.server.hooks.release(o);
     }
@@ -66,11 +66,11 @@ pub fn dropItems(s: *Session, st: *H2Stream) void {
         if (item.kind == .data) st.base.out.queued -= item.bytes.len - item.off;
         releaseItem(s, item);
     }
-    st.items.clearAndFree(std.heap.c_allocator);
+    st.items.clearAndFree(s.gpa);
     st.item_head = 0;
-    if (st.head_block) |b| std.heap.c_allocator.free(b.ptr[0..st.head_alloc]);
+    if (st.head_block) |b| s.gpa.free(b.ptr[0..st.head_alloc]);
     st.head_block = null;
-    st.trailer_block.clearAndFree(std.heap.c_allocator);
+    st.trailer_block.clearAndFree(s.gpa);
 }
 
 /// Moves frames from the streams' items into the connection's output, one frame per
@@ -84,7 +84,7 @@ pub fn fill(conn: *Conn) void {
     // Streams visited since the last one that moved a frame: a whole turn of the list
     // without progress ends the fill (every stream waits on a window or its app).
     var idle: u32 = 0;
-    while (conn.outputLen() < fill_target and conn.state == .h2 and idle < s.live) {
+    while (s.sink.outputLen() < fill_target and conn.state == .h2 and idle < s.live) {
         const st = s.first orelse break;
         // Its turn is taken: it goes to the back before it emits (emitting may free it).
         if (st.next != null) {
@@ -113,14 +113,13 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
         .partial => return true,
         .done => {},
     }
-    const conn = s.conn;
     const ended = item.end_stream;
     releaseItem(s, item);
     st.item_head += 1;
     if (ended) st.local_closed = true;
     if (st.base.write_blocked and !mustWait(&st.base)) {
         st.base.write_blocked = false;
-        conn.server.hooks.wakeWrite(&st.base);
+        s.sink.wakeWrite(&st.base);
     }
     if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= wsconn.out_bytes_high) wsconn.outputDrained(w);
     if (!st.hasOutput()) {
@@ -137,27 +136,25 @@ pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
     if (item.file_left == 0) {
         var hdr: [9]u8 = undefined;
         (FrameHeader{ .len = 0, .type = .data, .flags = flag_end_stream, .stream = st.id }).write(&hdr);
-        conn.queueCopy(&hdr, null, out_bytes_max) catch return blockedByMemory(conn);
+        s.sink.queue(&hdr) catch return blockedByMemory(conn);
         return .done;
     }
     const window = @min(s.send_window, st.send_window);
     if (window <= 0) return .blocked;
     const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
-    const space = conn.stageOut(9 + n, out_bytes_max) catch return blockedByMemory(conn);
+    const space = s.sink.stage(9 + n) catch return blockedByMemory(conn);
     const got: usize = switch (sys.pread(item.fd, space[9..][0..n], item.file_pos)) {
         .ok => |g| g,
         .err => 0,
     };
-    const out = &conn.a().out;
     if (got == 0) {
-        out.dropStaged();
+        s.sink.dropStaged();
         streamErrorFor(s, st, .internal, "pathsend: the file is shorter than it was when the response started (truncated while sent?): stream reset");
         return .partial;
     }
     const last = item.end_stream and got == item.file_left;
     (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..9]);
-    out.addStaged(9 + got);
-    out.commitStaged(null) catch return blockedByMemory(conn);
+    s.sink.commitStaged(9 + got) catch return blockedByMemory(conn);
     item.file_pos += got;
     item.file_left -= got;
     if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
@@ -180,8 +177,8 @@ pub fn emitData(s: *Session, st: *H2Stream, item: *Item) Emitted {
     const last = item.end_stream and item.off + n == item.bytes.len;
     var hdr: [9]u8 = undefined;
     (FrameHeader{ .len = @intCast(n), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(&hdr);
-    conn.queueCopy(&hdr, null, out_bytes_max) catch return blockedByMemory(conn);
-    conn.queueCopy(item.bytes[item.off..][0..n], null, out_bytes_max) catch return blockedByMemory(conn);
+    s.sink.queue(&hdr) catch return blockedByMemory(conn);
+    s.sink.queue(item.bytes[item.off..][0..n]) catch return blockedByMemory(conn);
     item.off += n;
     s.send_window = windowUse(s.send_window, n);
     st.send_window = windowUse(st.send_window, n);
@@ -213,11 +210,11 @@ pub fn writeBlock(s: *Session, id: u32, block: []const u8, end_stream: bool) out
         if (first and end_stream) flags |= flag_end_stream;
         var hdr: [9]u8 = undefined;
         (FrameHeader{ .len = @intCast(n), .type = if (first) .headers else .continuation, .flags = flags, .stream = id }).write(&hdr);
-        conn.queueCopy(&hdr, null, out_bytes_max) catch |e| {
+        s.sink.queue(&hdr) catch |e| {
             outOfMemory(conn);
             return e;
         };
-        conn.queueCopy(rest[0..n], null, out_bytes_max) catch |e| {
+        s.sink.queue(rest[0..n]) catch |e| {
             outOfMemory(conn);
             return e;
         };

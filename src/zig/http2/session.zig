@@ -26,6 +26,8 @@
 //! and the one entry point the other layers import: the rest of the protocol lives
 //! beside it, one concern a file (docs/ARCHITECTURE.md lists them).
 const std = @import("std");
+const sink_mod = @import("sink.zig");
+pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../transport/connection.zig");
@@ -105,7 +107,7 @@ pub const fill_target: usize = 64 * 1024;
 pub const read_pause_bytes: usize = 256 * 1024;
 
 /// The output queue's buffer never grows past this (a header block plus `fill_target`).
-pub const out_bytes_max: usize = 2 * 1024 * 1024;
+pub const out_bytes_max = sink_mod.out_bytes_max;
 
 /// Streams the client resets while their app runs, per second, before GOAWAY
 /// ENHANCE_YOUR_CALM (Rapid Reset, CVE-2023-44487).
@@ -124,6 +126,10 @@ pub const recent_resets_len = 16;
 
 pub const Session = struct {
     conn: *Conn,
+    /// Streams, header blocks, bodies and response items come from it.
+    gpa: std.mem.Allocator,
+    /// Where frames go and wakes are raised (`connSink(conn)` but in unit tests).
+    sink: sink_mod.Sink,
     decoder: hpack.Decoder,
     first: ?*H2Stream = null,
     last: ?*H2Stream = null,
@@ -253,13 +259,21 @@ pub fn withoutHopByHop(fields: []http1.Header) []http1.Header {
 }
 
 pub fn newSession(conn: *Conn) ?*Session {
+    return newSessionWith(conn, conn.server.allocator, sink_mod.connSink(conn));
+}
+
+/// A session whose memory comes from `gpa` and whose output goes to `sink` (a unit
+/// test's recorder and failing allocator; the server's allocator and the connection).
+pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) ?*Session {
     const srv = conn.server;
-    const s = std.heap.c_allocator.create(Session) catch {
+    const s = gpa.create(Session) catch {
         conn.closeFor("out of memory for an HTTP/2 session");
         return null;
     };
     s.* = .{
         .conn = conn,
+        .gpa = gpa,
+        .sink = sink,
         .decoder = hpack.Decoder.init(header_table_size),
         .max_streams = srv.opts.h2_max_streams,
     };
@@ -292,7 +306,7 @@ pub fn sendPreface(s: *Session) outq.Error!void {
     std.mem.writeInt(u32, buf[n + 9 ..][0..4], inc, .big);
     n += 13;
     s.recv_window = connection_window;
-    try queueControl(s.conn, buf[0..n]);
+    try queueControl(s, buf[0..n]);
     s.conn.flush();
     if (s.conn.state == .closed) return error.OutOfMemory;
 }
@@ -304,8 +318,8 @@ pub fn destroy(s: *Session) void {
         freeStream(s, st);
     }
     s.decoder.deinit();
-    s.block.deinit(std.heap.c_allocator);
-    std.heap.c_allocator.destroy(s);
+    s.block.deinit(s.gpa);
+    s.gpa.destroy(s);
 }
 
 /// The connection's output is written (called by the connection).
@@ -338,7 +352,7 @@ pub fn rearm(conn: *Conn) void {
     }
     // A window stall runs on the connection's own timer (`stall_timeouts`, the write
     // timeout's length); `write_timeouts` holds the Active's timer for a socket that does not drain.
-    const want: ?*@import("../os/deadlines.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and conn.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
+    const want: ?*@import("../os/deadlines.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and s.sink.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
     if (want) |q| {
         if (!conn.timer.in(q)) q.arm(&conn.timer, srv.now_ms);
     } else conn.timer.disarm();
@@ -352,7 +366,7 @@ pub fn timedOut(conn: *Conn) void {
         sendGoaway(s, .no_error);
         s.dead = true;
         conn.flush();
-        if (conn.state == .h2 and conn.outputLen() == 0) conn.lingerClose(true);
+        if (conn.state == .h2 and s.sink.outputLen() == 0) conn.lingerClose(true);
         return;
     }
     conn.close();
@@ -380,9 +394,9 @@ pub fn connClosed(conn: *Conn) void {
         it = st.next;
         dropItems(s, st);
         if (st.held) {
-            conn.server.hooks.wakeRead(&st.base);
+            s.sink.wakeRead(&st.base);
             st.base.write_blocked = false;
-            conn.server.hooks.wakeWrite(&st.base);
+            s.sink.wakeWrite(&st.base);
         } else {
             freeStream(s, st);
         }

@@ -63,7 +63,7 @@ pub fn bodyConsumed(st: *Stream) void {
     if (h.body_off == h.body.items.len) {
         h.body_off = 0;
         // A body buffer that grew large is given back; a small one is kept for the next.
-        if (h.body.capacity > 64 * 1024) h.body.clearAndFree(std.heap.c_allocator) else h.body.clearRetainingCapacity();
+        if (h.body.capacity > 64 * 1024) h.body.clearAndFree(h.session.gpa) else h.body.clearRetainingCapacity();
     }
     creditStream(s, h, n);
     flushSoon(s.conn);
@@ -92,8 +92,8 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     for (headers) |f| need += f[0].len + f[1].len + 12;
     for (extra) |f| need += f[0].len + f[1].len + 12;
     if (need > srv.opts.limits.head_bytes_max + 1024 * 1024) return error.HeadTooLarge;
-    const block = std.heap.c_allocator.alloc(u8, need) catch return error.OutOfMemory;
-    errdefer std.heap.c_allocator.free(block);
+    const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
+    errdefer h.session.gpa.free(block);
     var n = encodeHeadStart(block, srv, status) catch return error.HeadTooLarge;
     for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return e;
     for (headers) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return e;
@@ -145,11 +145,11 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
     var need: usize = 16;
     for (links) |l| need += l.len + 12;
     if (need > 1024 * 1024) return error.HeadTooLarge;
-    const block = std.heap.c_allocator.alloc(u8, need) catch return error.OutOfMemory;
+    const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
     var n = hpack.encodeStatus(block, 103) catch unreachable;
     for (links) |l| n += hpack.encodeField(block[n..], "link", l) catch unreachable;
     pushItem(h, .{ .kind = .headers, .end_stream = false, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch {
-        std.heap.c_allocator.free(block);
+        h.session.gpa.free(block);
         return error.OutOfMemory;
     };
     flushSoon(st.conn);
@@ -158,7 +158,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
 /// The response is whole: an app waiting in `receive()` after its body now sees the
 /// disconnect (as over HTTP/1.1, once the response is sent).
 pub fn responseCompleted(st: *Stream) void {
-    if (st.handle != null) st.conn.server.hooks.wakeRead(st);
+    if (st.handle != null) H2Stream.of(st).session.sink.wakeRead(st);
 }
 
 pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
@@ -187,7 +187,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
         var item = Item{ .kind = .data, .end_stream = ends, .owned = false, .bytes = body };
         if (body.len <= 4096 or owner == null) {
             // Small bodies are copied: no Python object waits on the connection.
-            const copy = std.heap.c_allocator.dupe(u8, body) catch return error.OutOfMemory;
+            const copy = h.session.gpa.dupe(u8, body) catch return error.OutOfMemory;
             item.owned = true;
             item.bytes = copy;
             item.alloc_len = copy.len;
@@ -229,7 +229,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
         scratch.claim();
         const lower = std.ascii.lowerString(encode_scratch[0..f[0].len], f[0]);
         const at = h.trailer_block.items.len;
-        h.trailer_block.ensureUnusedCapacity(std.heap.c_allocator, f[0].len + f[1].len + 12) catch return error.OutOfMemory;
+        h.trailer_block.ensureUnusedCapacity(h.session.gpa, f[0].len + f[1].len + 12) catch return error.OutOfMemory;
         h.trailer_block.items.len = at + (hpack.encodeField(h.trailer_block.unusedCapacitySlice(), lower, f[1]) catch return error.OutOfMemory);
         if (h.trailer_block.items.len > 1024 * 1024) return error.InvalidHeader;
     }
@@ -239,10 +239,10 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
         // No fields after all: an empty DATA frame ends the stream.
         pushItem(h, .{ .kind = .data, .end_stream = true, .owned = false, .bytes = &.{} }) catch return error.OutOfMemory;
     } else {
-        const block = h.trailer_block.toOwnedSlice(std.heap.c_allocator) catch return error.OutOfMemory;
+        const block = h.trailer_block.toOwnedSlice(h.session.gpa) catch return error.OutOfMemory;
         h.trailer_block = .{};
         pushItem(h, .{ .kind = .headers, .end_stream = true, .owned = true, .bytes = block, .alloc_len = block.len }) catch {
-            std.heap.c_allocator.free(block);
+            h.session.gpa.free(block);
             return error.OutOfMemory;
         };
     }

@@ -88,7 +88,7 @@ pub const H2Stream = struct {
 };
 
 pub fn newStream(s: *Session, id: u32) ?*H2Stream {
-    const st = std.heap.c_allocator.create(H2Stream) catch {
+    const st = s.gpa.create(H2Stream) catch {
         streamErrorId(s, id, .refused_stream);
         return null;
     };
@@ -130,13 +130,13 @@ pub fn resetLocal(s: *Session, st: *H2Stream) void {
     // The body it was given is credited back to the connection.
     const unread = st.body.items.len - st.body_off;
     if (unread > 0) creditConnection(s, unread);
-    st.body.clearAndFree(std.heap.c_allocator);
+    st.body.clearAndFree(s.gpa);
     st.body_off = 0;
     st.body_taken = 0;
     if (st.held) {
-        s.conn.server.hooks.wakeRead(&st.base);
+        s.sink.wakeRead(&st.base);
         st.base.write_blocked = false;
-        s.conn.server.hooks.wakeWrite(&st.base);
+        s.sink.wakeWrite(&st.base);
         return;
     }
     maybeFree(s, st);
@@ -150,22 +150,22 @@ pub fn maybeFree(s: *Session, st: *H2Stream) void {
         // left unread is credited back now.
         const unread = st.body.items.len - st.body_off;
         if (unread > 0) creditStream(s, st, unread);
-        st.body.clearAndFree(std.heap.c_allocator);
+        st.body.clearAndFree(s.gpa);
         st.body_off = 0;
         return;
     }
     freeStream(s, st);
-    if (s.goaway_sent and settled(s) and s.conn.state == .h2 and s.conn.outputLen() == 0) s.conn.lingerClose(true);
+    if (s.goaway_sent and settled(s) and s.conn.state == .h2 and s.sink.outputLen() == 0) s.conn.lingerClose(true);
 }
 
 pub fn freeStream(s: *Session, st: *H2Stream) void {
     dropItems(s, st);
     if (st.ws) |w| wsconn.destroy(w);
     st.ws = null;
-    st.body.deinit(std.heap.c_allocator);
+    st.body.deinit(s.gpa);
     unlink(s, st);
     s.live -= 1;
-    std.heap.c_allocator.destroy(st);
+    s.gpa.destroy(st);
 }
 
 pub fn unlink(s: *Session, st: *H2Stream) void {

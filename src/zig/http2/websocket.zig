@@ -58,11 +58,11 @@ pub fn wsConsume(h: *H2Stream, n: usize) void {
 
 /// One WebSocket frame (header and payload, copied) as DATA on the stream.
 pub fn wsQueue(h: *H2Stream, head: []const u8, body: []const u8) error{OutOfMemory}!void {
-    const bytes = try std.heap.c_allocator.alloc(u8, head.len + body.len);
+    const bytes = try h.session.gpa.alloc(u8, head.len + body.len);
     @memcpy(bytes[0..head.len], head);
     @memcpy(bytes[head.len..], body);
     pushItem(h, .{ .kind = .data, .end_stream = false, .owned = true, .bytes = bytes, .alloc_len = bytes.len }) catch {
-        std.heap.c_allocator.free(bytes);
+        h.session.gpa.free(bytes);
         return error.OutOfMemory;
     };
 }
@@ -91,8 +91,8 @@ pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, 
     for (extra) |f| need += f[0].len + f[1].len + 12;
     if (subprotocol) |p| need += p.len + 32;
     if (extension) |e| need += e.len + 32;
-    const block = std.heap.c_allocator.alloc(u8, need) catch return error.OutOfMemory;
-    errdefer std.heap.c_allocator.free(block);
+    const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
+    errdefer h.session.gpa.free(block);
     var n = hpack.encodeStatus(block, 200) catch return error.HeadTooLarge;
     if (srv.opts.server_header) n += hpack.encodeField(block[n..], "server", "zigcorn") catch return error.HeadTooLarge;
     if (srv.opts.date_header) {

@@ -1,0 +1,1 @@
+//! Unit tests of the HTTP/2 session on byte slices (see the file's tests).
