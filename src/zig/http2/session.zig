@@ -198,7 +198,13 @@ pub fn prefaceState(data: []const u8) enum { no, partial, yes } {
 
 /// The connection's first bytes were the preface (now consumed): it speaks HTTP/2.
 pub fn begin(conn: *Conn) void {
-    const s = newSession(conn) orelse return;
+    beginWith(conn, conn.server.allocator, sink_mod.connSink(conn));
+}
+
+/// `begin` with the session's allocator and sink chosen by the caller: a unit test's
+/// failing allocator, its recorder of output and wakes (`session_tests.zig`).
+pub fn beginWith(conn: *Conn, gpa: std.mem.Allocator, sink: Sink) void {
+    const s = newSessionWith(conn, gpa, sink) orelse return;
     sendPreface(s) catch return;
     process(conn);
 }
