@@ -36,7 +36,7 @@ pub fn applySetting(s: *Session, id: u16, value: u32) void {
             }
         },
         setting_max_frame_size => {
-            if (value < 16384 or value > 16777215) return connError(s, .protocol);
+            if (value < frames.frame_size_default or value > frames.frame_size_limit) return connError(s, .protocol);
             s.peer_frame_size = @min(value, frame_size_max * 4);
         },
         setting_enable_connect_protocol => if (value > 1) return connError(s, .protocol),
@@ -49,7 +49,7 @@ pub fn settingsDone(s: *Session) void {
     useless(s);
     if (s.dead) return;
     s.preface_settings = true;
-    var buf: [9]u8 = undefined;
+    var buf: [frames.header_bytes]u8 = undefined;
     (FrameHeader{ .len = 0, .type = .settings, .flags = flag_ack, .stream = 0 }).write(&buf);
     queueControl(s, &buf) catch return;
     // A larger window may let waiting streams go on.
@@ -60,9 +60,10 @@ pub fn onPing(s: *Session, fh: FrameHeader) void {
     if (fh.flags & flag_ack != 0) return;
     useless(s);
     if (s.dead) return;
-    var buf: [17]u8 = undefined;
-    (FrameHeader{ .len = 8, .type = .ping, .flags = flag_ack, .stream = 0 }).write(buf[0..9]);
-    @memcpy(buf[9..17], s.fixed[0..8]);
+    const h = frames.header_bytes;
+    var buf: [h + 8]u8 = undefined;
+    (FrameHeader{ .len = 8, .type = .ping, .flags = flag_ack, .stream = 0 }).write(buf[0..h]);
+    @memcpy(buf[h..][0..8], s.fixed[0..8]);
     queueControl(s, &buf) catch return;
 }
 

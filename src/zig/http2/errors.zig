@@ -51,10 +51,11 @@ pub fn connErrorFor(s: *Session, reason: []const u8) void {
 }
 
 pub fn sendGoaway(s: *Session, code: ErrorCode) void {
-    var buf: [17]u8 = undefined;
-    (FrameHeader{ .len = 8, .type = .goaway, .flags = 0, .stream = 0 }).write(buf[0..9]);
-    std.mem.writeInt(u32, buf[9..13], s.last_stream_id, .big);
-    std.mem.writeInt(u32, buf[13..17], @intFromEnum(code), .big);
+    const h = frames.header_bytes;
+    var buf: [h + 8]u8 = undefined;
+    (FrameHeader{ .len = 8, .type = .goaway, .flags = 0, .stream = 0 }).write(buf[0..h]);
+    std.mem.writeInt(u32, buf[h..][0..4], s.last_stream_id, .big);
+    std.mem.writeInt(u32, buf[h + 4 ..][0..4], @intFromEnum(code), .big);
     s.goaway_sent = true;
     // A GOAWAY that cannot be queued (no memory, the output at its bound): the
     // connection closes without it, which the peer reads as the same end.
@@ -86,9 +87,10 @@ pub fn streamErrorFor(s: *Session, st: *H2Stream, code: ErrorCode, reason: []con
 }
 
 pub fn sendReset(s: *Session, id: u32, code: ErrorCode) void {
-    var buf: [13]u8 = undefined;
-    (FrameHeader{ .len = 4, .type = .rst_stream, .flags = 0, .stream = id }).write(buf[0..9]);
-    std.mem.writeInt(u32, buf[9..13], @intFromEnum(code), .big);
+    const h = frames.header_bytes;
+    var buf: [h + 4]u8 = undefined;
+    (FrameHeader{ .len = 4, .type = .rst_stream, .flags = 0, .stream = id }).write(buf[0..h]);
+    std.mem.writeInt(u32, buf[h..][0..4], @intFromEnum(code), .big);
     queueControl(s, &buf) catch return;
     s.recent_resets[s.recent_reset_at] = id;
     s.recent_reset_at = (s.recent_reset_at + 1) % recent_resets_len;

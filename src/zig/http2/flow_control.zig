@@ -160,8 +160,9 @@ pub fn creditStream(s: *Session, st: *H2Stream, n: usize) void {
 pub fn sendWindowUpdate(s: *Session, id: u32, inc: u32) void {
     // After a GOAWAY for an error only the close follows (RFC 9113 5.4.1).
     if (s.dead) return;
-    var buf: [13]u8 = undefined;
-    (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = id }).write(buf[0..9]);
-    std.mem.writeInt(u32, buf[9..13], inc, .big);
+    const h = frames.header_bytes;
+    var buf: [h + 4]u8 = undefined;
+    (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = id }).write(buf[0..h]);
+    std.mem.writeInt(u32, buf[h..][0..4], inc, .big);
     queueControl(s, &buf) catch return;
 }

@@ -62,9 +62,9 @@ pub fn process(conn: *Conn) void {
         const buf = act.rbuf orelse break;
         const avail = buf[act.rstart..act.rlen];
         if (s.frame == null) {
-            if (avail.len < 9) break;
-            act.rstart += 9;
-            beginFrame(s, FrameHeader.parse(avail[0..9]));
+            if (avail.len < frames.header_bytes) break;
+            act.rstart += frames.header_bytes;
+            beginFrame(s, FrameHeader.parse(avail[0..frames.header_bytes]));
             continue;
         }
         if (s.frame_left > 0 and avail.len == 0) break;

@@ -68,9 +68,12 @@ pub fn headerBlockDone(s: *Session) void {
     openStream(s, id, fields);
 }
 
+/// A header block buffer up to this size is kept for the next block.
+const block_keep_bytes = 4096;
+
 /// A header block buffer that grew for one large block goes back to a small one.
 pub fn shrinkBlock(s: *Session) void {
-    if (s.block.capacity > 4096) {
+    if (s.block.capacity > block_keep_bytes) {
         s.block.deinit(s.gpa);
         s.block = .{};
     } else s.block.clearRetainingCapacity();

@@ -134,7 +134,7 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
 pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
     const conn = s.conn;
     if (item.file_left == 0) {
-        var hdr: [9]u8 = undefined;
+        var hdr: [frames.header_bytes]u8 = undefined;
         (FrameHeader{ .len = 0, .type = .data, .flags = flag_end_stream, .stream = st.id }).write(&hdr);
         s.sink.queue(&hdr) catch return blockedByMemory(conn);
         return .done;
@@ -142,8 +142,9 @@ pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
     const window = @min(s.send_window, st.send_window);
     if (window <= 0) return .blocked;
     const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
-    const space = s.sink.stage(9 + n) catch return blockedByMemory(conn);
-    const got: usize = switch (sys.pread(item.fd, space[9..][0..n], item.file_pos)) {
+    const h = frames.header_bytes;
+    const space = s.sink.stage(h + n) catch return blockedByMemory(conn);
+    const got: usize = switch (sys.pread(item.fd, space[h..][0..n], item.file_pos)) {
         .ok => |g| g,
         .err => 0,
     };
@@ -153,8 +154,8 @@ pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
         return .partial;
     }
     const last = item.end_stream and got == item.file_left;
-    (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..9]);
-    s.sink.commitStaged(9 + got) catch return blockedByMemory(conn);
+    (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..h]);
+    s.sink.commitStaged(h + got) catch return blockedByMemory(conn);
     item.file_pos += got;
     item.file_left -= got;
     if (conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
@@ -175,7 +176,7 @@ pub fn emitData(s: *Session, st: *H2Stream, item: *Item) Emitted {
         n = @min(left, @as(usize, @intCast(window)), s.peer_frame_size);
     }
     const last = item.end_stream and item.off + n == item.bytes.len;
-    var hdr: [9]u8 = undefined;
+    var hdr: [frames.header_bytes]u8 = undefined;
     (FrameHeader{ .len = @intCast(n), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(&hdr);
     s.sink.queue(&hdr) catch return blockedByMemory(conn);
     s.sink.queue(item.bytes[item.off..][0..n]) catch return blockedByMemory(conn);
@@ -208,7 +209,7 @@ pub fn writeBlock(s: *Session, id: u32, block: []const u8, end_stream: bool) out
         const last = n == rest.len;
         var flags: u8 = if (last) flag_end_headers else 0;
         if (first and end_stream) flags |= flag_end_stream;
-        var hdr: [9]u8 = undefined;
+        var hdr: [frames.header_bytes]u8 = undefined;
         (FrameHeader{ .len = @intCast(n), .type = if (first) .headers else .continuation, .flags = flags, .stream = id }).write(&hdr);
         s.sink.queue(&hdr) catch |e| {
             outOfMemory(conn);

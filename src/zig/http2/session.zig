@@ -85,10 +85,14 @@ pub const wsLive = websocket.wsLive;
 pub const wsQueue = websocket.wsQueue;
 pub const wsSessionOf = websocket.wsSessionOf;
 
+/// One setting in a SETTINGS payload: a 16-bit identifier and a 32-bit value.
+pub const setting_bytes = 6;
+const header_bytes = frames.header_bytes;
+
 pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Our SETTINGS_MAX_FRAME_SIZE (the protocol's default; we never ask for more).
-pub const frame_size_max: u32 = 16384;
+pub const frame_size_max: u32 = frames.frame_size_default;
 
 /// Our SETTINGS_HEADER_TABLE_SIZE: the HPACK dynamic table a client may fill.
 pub const header_table_size: u32 = 4096;
@@ -148,12 +152,12 @@ pub const Session = struct {
     await_preface: bool = false,
 
     // The peer's settings.
-    peer_initial_window: i64 = 65535,
-    peer_frame_size: u32 = 16384,
+    peer_initial_window: i64 = frames.initial_window_default,
+    peer_frame_size: u32 = frames.frame_size_default,
     peer_connect_protocol: bool = false,
 
-    send_window: i64 = 65535,
-    recv_window: i64 = 65535,
+    send_window: i64 = frames.initial_window_default,
+    recv_window: i64 = frames.initial_window_default,
     recv_unacked: u32 = 0,
 
     // The frame being read.
@@ -218,13 +222,13 @@ pub const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection:
 /// the request becomes stream 1, half-closed from the client's side; the client's
 /// preface is expected next. The 101 acknowledges `settings`: no SETTINGS ack is sent.
 pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8) void {
-    std.debug.assert(settings.len % 6 == 0 and conn.session() == null);
+    std.debug.assert(settings.len % setting_bytes == 0 and conn.session() == null);
     conn.queueCopy(switching_protocols, null, out_bytes_max) catch return conn.closeFor("out of memory for an h2c upgrade");
     const s = newSession(conn) orelse return;
     s.await_preface = true;
     sendPreface(s) catch return;
     var i: usize = 0;
-    while (i < settings.len) : (i += 6) {
+    while (i < settings.len) : (i += setting_bytes) {
         applySetting(s, std.mem.readInt(u16, settings[i..][0..2], .big), std.mem.readInt(u32, settings[i + 2 ..][0..4], .big));
         if (s.dead) return;
     }
@@ -292,8 +296,8 @@ pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) 
 /// The server's preface: our settings, then the connection window opened to `connection_window`.
 pub fn sendPreface(s: *Session) outq.Error!void {
     const srv = s.conn.server;
-    var buf: [9 + 6 * 5 + 13]u8 = undefined;
-    var n: usize = 9;
+    var buf: [header_bytes + setting_bytes * 5 + header_bytes + 4]u8 = undefined;
+    var n: usize = header_bytes;
     const settings = [_][2]u32{
         .{ setting_max_concurrent_streams, s.max_streams },
         .{ setting_initial_window_size, stream_window },
@@ -304,13 +308,13 @@ pub fn sendPreface(s: *Session) outq.Error!void {
     for (settings) |kv| {
         std.mem.writeInt(u16, buf[n..][0..2], @intCast(kv[0]), .big);
         std.mem.writeInt(u32, buf[n + 2 ..][0..4], kv[1], .big);
-        n += 6;
+        n += setting_bytes;
     }
-    (FrameHeader{ .len = @intCast(n - 9), .type = .settings, .flags = 0, .stream = 0 }).write(buf[0..9]);
-    const inc = connection_window - 65535;
-    (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = 0 }).write(buf[n..][0..9]);
-    std.mem.writeInt(u32, buf[n + 9 ..][0..4], inc, .big);
-    n += 13;
+    (FrameHeader{ .len = @intCast(n - header_bytes), .type = .settings, .flags = 0, .stream = 0 }).write(buf[0..header_bytes]);
+    const inc = connection_window - frames.initial_window_default;
+    (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = 0 }).write(buf[n..][0..header_bytes]);
+    std.mem.writeInt(u32, buf[n + header_bytes ..][0..4], inc, .big);
+    n += header_bytes + 4;
     s.recv_window = connection_window;
     try queueControl(s, buf[0..n]);
     s.conn.flush();

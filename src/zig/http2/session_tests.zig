@@ -21,9 +21,8 @@ const rec = &test_server.rec;
 const ErrorCode = frames.ErrorCode;
 const FrameType = frames.FrameType;
 const window_max: u32 = @intCast(frames.window_max);
-/// The window a peer starts with before any SETTINGS (RFC 9113 6.9.2).
-const window_default: u32 = 65535;
-const frame_header_bytes = 9;
+const window_default = frames.initial_window_default;
+const frame_header_bytes = frames.header_bytes;
 /// Stream ids the summaries keep apart (client streams 1, 3, ... 61).
 const ids_max = 64;
 
@@ -855,7 +854,7 @@ test "h2 session: each SETTINGS is acknowledged once; an ACK from the client is 
 }
 
 test "h2 session: malformed SETTINGS are connection errors of the RFC's kind" {
-    const max_frame_size_limit: u32 = (1 << 24) - 1;
+    const max_frame_size_limit = frames.frame_size_limit;
     const cases = [_]struct { flags: u8, id: u32, payload: []const u8, want: ErrorCode }{
         .{ .flags = frames.flag_ack, .id = 0, .payload = &setting(1, 0), .want = .frame_size },
         .{ .flags = 0, .id = 0, .payload = "12345", .want = .frame_size },
@@ -878,7 +877,7 @@ test "h2 session: the largest SETTINGS_MAX_FRAME_SIZE is taken, and capped for o
     var h: Harness = undefined;
     try h.open(testing.allocator);
     defer h.deinit();
-    try settings(&h, frames.setting_max_frame_size, (1 << 24) - 1);
+    try settings(&h, frames.setting_max_frame_size, frames.frame_size_limit);
     try testing.expectEqual(@as(u32, h2.frame_size_max * 4), h.session().peer_frame_size);
     h.pump();
     try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);

@@ -36,6 +36,15 @@ const maybeFree = streams.maybeFree;
 
 pub var encode_scratch: [512]u8 = undefined;
 
+/// Body messages up to this size are copied into the stream's output, so no Python
+/// object waits on the connection; larger ones are borrowed from their owner.
+const copy_bytes_max = 4096;
+/// A request body buffer up to this capacity is kept for the next bytes once read.
+const body_keep_bytes = 64 * 1024;
+/// The most an engine-made header block (early hints, trailers) may take, and what a
+/// response head may take beyond the request head limit.
+const block_bytes_max = 1024 * 1024;
+
 pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
     const h = H2Stream.of(st);
     var r = stream_mod.TakeResult{ .count = 0, .done = false, .failed = false };
@@ -63,7 +72,7 @@ pub fn bodyConsumed(st: *Stream) void {
     if (h.body_off == h.body.items.len) {
         h.body_off = 0;
         // A body buffer that grew large is given back; a small one is kept for the next.
-        if (h.body.capacity > 64 * 1024) h.body.clearAndFree(h.session.gpa) else h.body.clearRetainingCapacity();
+        if (h.body.capacity > body_keep_bytes) h.body.clearAndFree(h.session.gpa) else h.body.clearRetainingCapacity();
     }
     creditStream(s, h, n);
     flushSoon(s.conn);
@@ -91,7 +100,7 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     var need: usize = 64 + 48;
     for (headers) |f| need += f[0].len + f[1].len + 12;
     for (extra) |f| need += f[0].len + f[1].len + 12;
-    if (need > srv.opts.limits.head_bytes_max + 1024 * 1024) return error.HeadTooLarge;
+    if (need > srv.opts.limits.head_bytes_max + block_bytes_max) return error.HeadTooLarge;
     const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
     errdefer h.session.gpa.free(block);
     var n = encodeHeadStart(block, srv, status) catch return error.HeadTooLarge;
@@ -144,7 +153,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
     if (st.gone()) return;
     var need: usize = 16;
     for (links) |l| need += l.len + 12;
-    if (need > 1024 * 1024) return error.HeadTooLarge;
+    if (need > block_bytes_max) return error.HeadTooLarge;
     const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
     var n = hpack.encodeStatus(block, 103) catch unreachable;
     for (links) |l| n += hpack.encodeField(block[n..], "link", l) catch unreachable;
@@ -185,7 +194,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
     st.resp_body_bytes += body.len;
     if (body.len > 0 or (ends and !h.end_queued)) {
         var item = Item{ .kind = .data, .end_stream = ends, .owned = false, .bytes = body };
-        if (body.len <= 4096 or owner == null) {
+        if (body.len <= copy_bytes_max or owner == null) {
             // Small bodies are copied: no Python object waits on the connection.
             const copy = h.session.gpa.dupe(u8, body) catch return error.OutOfMemory;
             item.owned = true;
@@ -231,7 +240,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
         const at = h.trailer_block.items.len;
         h.trailer_block.ensureUnusedCapacity(h.session.gpa, f[0].len + f[1].len + 12) catch return error.OutOfMemory;
         h.trailer_block.items.len = at + (hpack.encodeField(h.trailer_block.unusedCapacitySlice(), lower, f[1]) catch return error.OutOfMemory);
-        if (h.trailer_block.items.len > 1024 * 1024) return error.InvalidHeader;
+        if (h.trailer_block.items.len > block_bytes_max) return error.InvalidHeader;
     }
     if (more) return false;
     if (h.head_block != null) pushHead(st, false) catch return error.OutOfMemory;
