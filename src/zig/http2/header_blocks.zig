@@ -19,6 +19,7 @@ const session = @import("session.zig");
 const streams = @import("streams.zig");
 const answerOps = errors.answerOps;
 const connError = errors.connError;
+const connErrorFor = errors.connErrorFor;
 const refuseStream = errors.refuseStream;
 const streamError = errors.streamError;
 const streamErrorId = errors.streamErrorId;
@@ -58,7 +59,11 @@ pub fn headerBlockDone(s: *Session) void {
     scratch.claim();
     const fields = s.decoder.decode(s.block.items, decoded_bytes[0..limit], &decoded_fields) catch |err| {
         // The decoder's table is out of step with the client's: the connection cannot go on.
-        return connError(s, if (err == error.Compression) .compression else .enhance_your_calm);
+        return switch (err) {
+            error.Compression => connError(s, .compression),
+            error.HeaderListTooLarge => connError(s, .enhance_your_calm),
+            error.OutOfMemory => connErrorFor(s, "out of memory for the HPACK dynamic table"),
+        };
     };
     shrinkBlock(s);
     if (s.block_trailers) return trailersDone(s, id, fields);

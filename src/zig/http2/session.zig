@@ -284,7 +284,7 @@ pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) 
         .conn = conn,
         .gpa = gpa,
         .sink = sink,
-        .decoder = hpack.Decoder.init(header_table_size),
+        .decoder = hpack.Decoder.initWith(gpa, header_table_size),
         .max_streams = srv.opts.h2_max_streams,
     };
     conn.a().h2 = s;

@@ -1154,3 +1154,117 @@ test "h2 session: an allocation failing at any point ends a stream or the connec
     }
     try testing.expect(fail_index > 3);
 }
+
+/// :method GET, :scheme http, :path /h (a literal), :authority x.
+const health_block = [_]u8{ 0x82, 0x86, 0x04, 0x02, '/', 'h', 0x41, 0x01, 'x' };
+/// :method POST, :scheme http, :path /, :authority x, content-length 2000000 (past the body limit).
+const post_big_block = [_]u8{ 0x83, 0x86, 0x84, 0x41, 0x01, 'x', 0x0f, 0x0d, 0x07, '2', '0', '0', '0', '0', '0', '0' };
+
+/// The engine's own answers (a health path, a 413) and an app's answer with an early
+/// hint and trailers.
+fn engineAnswersWithFailures(h: *Harness) !void {
+    try h.send(.settings, 0, 0, "");
+    try h.send(.headers, end_both, 1, &health_block);
+    try h.send(.headers, end_headers, 3, &post_big_block);
+    try get(h, 5);
+    for (0..rec.count) |i| {
+        const st = h.request(i);
+        answerWithTrailers(st) catch |e| try testing.expectEqual(error.OutOfMemory, e);
+        h.finishRequest(i);
+    }
+    h.pump();
+}
+
+fn answerWithTrailers(st: *Stream) !void {
+    try st.earlyHint(&.{"</style.css>; rel=preload"});
+    try st.startResponse(200, &.{}, &.{}, true);
+    _ = try st.writeBody("body", false, null);
+    _ = try st.writeTrailers(&.{.{ "x-checksum", "1" }}, false);
+}
+
+fn healthOptions() server_mod.Options {
+    var opts = test_server.testOptions();
+    opts.health_path = "/h";
+    return opts;
+}
+
+test "h2 session: the engine's own answers (health, 413) and early hints and trailers, with every allocation failing in turn" {
+    var fail_index: usize = 0;
+    while (true) : (fail_index += 1) {
+        var failing = std.testing.FailingAllocator.init(testing.allocator, .{ .fail_index = fail_index });
+        var h: Harness = undefined;
+        try h.start(failing.allocator(), healthOptions());
+        defer h.deinit();
+        try engineAnswersWithFailures(&h);
+        const s = h.sink.seen();
+        if (!failing.has_induced_failure) {
+            try testing.expectEqual(@as(?u32, null), s.goaway);
+            for ([_]u32{ 1, 3, 5 }) |id| try testing.expect(s.end_stream[id]);
+            // The app's stream: 103, 200, trailers.
+            try testing.expectEqual(@as(usize, 3), s.headers[5]);
+            try testing.expectEqual(@as(usize, 1), rec.count);
+            break;
+        }
+        if (!h.live() or s.goaway != null) continue;
+        for ([_]u32{ 1, 3, 5 }) |id| try testing.expect(s.end_stream[id] or s.rst[id] != null);
+    }
+    try testing.expect(fail_index > 3);
+}
+
+test "h2 session: the engine answers a health path and a body too large without the app" {
+    var h: Harness = undefined;
+    try h.start(testing.allocator, healthOptions());
+    defer h.deinit();
+    try h.send(.settings, 0, 0, "");
+    try h.send(.headers, end_both, 1, &health_block);
+    try h.send(.headers, end_headers, 3, &post_big_block);
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    try testing.expect(s.end_stream[1] and s.data[1] > 0);
+    try testing.expect(s.end_stream[3]);
+    try testing.expectEqual(@as(?u32, null), s.rst[1]);
+    try testing.expectEqual(@as(u32, 0), h.session().held);
+}
+
+test "h2 session: a refused request (the app side takes no more) is answered 500" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    rec.refuse = true;
+    try get(&h, 1);
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), s.status_500);
+    try testing.expect(s.end_stream[1]);
+}
+
+test "h2 session: an app that ends without a response gets 500; one that ends mid-body resets the stream" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try get(&h, 1);
+    try get(&h, 3);
+    h.finishRequest(0);
+    const st = h.request(1);
+    try st.startResponse(200, &.{}, &.{}, false);
+    _ = try st.writeBody("part", true, null);
+    h.finishRequest(1);
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), s.status_500);
+    try testing.expect(s.end_stream[1]);
+    try testing.expectEqual(code(.internal), s.rst[3]);
+}
+
+test "h2 session: the socket closing wakes every app still running; the streams end" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try openPost(&h, 1);
+    try get(&h, 3);
+    const wakes = h.sink.wake_reads;
+    h.conn().close();
+    try testing.expect(h.sink.wake_reads >= wakes + 2);
+    try testing.expect(h.request(0).gone() and h.request(1).gone());
+}

@@ -231,8 +231,13 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
         if (!response.validName(f[0]) or !response.validValue(f[1])) return error.InvalidHeader;
         if (!h1.trailerAllowed(f[0])) return error.Forbidden;
     }
-    if (!more) st.resp_complete = true;
-    if (st.gone()) return false;
+    if (st.gone()) {
+        if (!more) st.resp_complete = true;
+        return false;
+    }
+    // The response is complete only once its last frame is queued: a trailer block that
+    // fails here (memory, size) leaves it incomplete, so the app's finish resets the
+    // stream instead of leaving it open with no END_STREAM.
     for (fields) |f| {
         if (f[0].len > encode_scratch.len) return error.InvalidHeader;
         scratch.claim();
@@ -255,6 +260,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
             return error.OutOfMemory;
         };
     }
+    st.resp_complete = true;
     flushSoon(conn);
     responseCompleted(st);
     return false;
