@@ -11,6 +11,7 @@ const std = @import("std");
 const testing = std.testing;
 const h2 = @import("session.zig");
 const frames = @import("frames.zig");
+const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
 const Conn = @import("../transport/connection.zig").Conn;
 const Stream = @import("../transport/stream.zig").Stream;
@@ -115,8 +116,10 @@ const Seen = struct {
     settings_acks: usize = 0,
     ping_acks: usize = 0,
     ping_payload: [8]u8 = .{0} ** 8,
-    /// Response heads with :status 500 (HPACK static index 14).
+    /// Response heads with :status 500.
     status_500: usize = 0,
+    /// The :status of each stream's last HEADERS that began with one.
+    status: [ids_max]u16 = .{0} ** ids_max,
     /// The stream of each DATA frame with bytes, in order (the first `data_order_len`).
     data_order: [256]u32 = undefined,
     data_order_len: usize = 0,
@@ -136,7 +139,10 @@ const Seen = struct {
             },
             .headers => {
                 self.headers[id] += 1;
-                if (f.payload.len > 0 and f.payload[0] == status_500_indexed) self.status_500 += 1;
+                if (statusOf(f.payload)) |status| {
+                    self.status[id] = status;
+                    if (status == 500) self.status_500 += 1;
+                }
                 if (f.flags & frames.flag_end_stream != 0) self.end_stream[id] = true;
             },
             .rst_stream => self.rst[id] = std.mem.readInt(u32, f.payload[0..4], .big),
@@ -160,7 +166,17 @@ const Seen = struct {
     }
 };
 
-const status_500_indexed: u8 = 0x80 | 14;
+/// The :status a response header block starts with (null for trailers, or a block
+/// continued in CONTINUATION frames). Our encoder never indexes: a fresh decoder reads it.
+fn statusOf(block: []const u8) ?u16 {
+    var d = hpack.Decoder.initWith(testing.allocator, h2.header_table_size);
+    defer d.deinit();
+    var scratch: [1024]u8 = undefined;
+    var fields: [16]hpack.Header = undefined;
+    const got = d.decode(block, &scratch, &fields) catch return null;
+    if (got.len == 0 or !std.mem.eql(u8, got[0].name, ":status")) return null;
+    return std.fmt.parseInt(u16, got[0].value, 10) catch null;
+}
 
 fn code(c: ErrorCode) ?u32 {
     return @intFromEnum(c);
@@ -1267,4 +1283,146 @@ test "h2 session: the socket closing wakes every app still running; the streams 
     h.conn().close();
     try testing.expect(h.sink.wake_reads >= wakes + 2);
     try testing.expect(h.request(0).gone() and h.request(1).gone());
+}
+
+// ---- padding, PRIORITY, Rapid Reset ------------------------------------------------------
+
+test "h2 session: padded DATA: the padding is credited back at once, a pad length past the frame is PROTOCOL_ERROR" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try openPost(&h, 1);
+    // Pad length 3: "ab" then three bytes of padding.
+    try h.send(.data, frames.flag_padded, 1, &[_]u8{ 3, 'a', 'b', 0, 0, 0 });
+    const st = h.session().first.?;
+    try testing.expectEqualStrings("ab", st.body.items);
+    try testing.expectEqual(@as(u32, 4), st.recv_unacked);
+    try h.send(.data, frames.flag_padded, 1, &[_]u8{ 5, 'a', 'b', 0, 0 });
+    try expectGoaway(&h, .protocol);
+}
+
+test "h2 session: PRIORITY: 5 bytes or a stream error, a stream depending on itself is reset" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try openPost(&h, 1);
+    try openPost(&h, 3);
+    try h.send(.priority, 0, 1, &[_]u8{ 0, 0, 0, 3, 16 });
+    try h.send(.priority, 0, 3, &[_]u8{ 0, 0, 0, 3, 16 });
+    try h.send(.priority, 0, 5, &[_]u8{ 0, 0, 0, 1 });
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(?u32, null), s.rst[1]);
+    try testing.expectEqual(code(.protocol), s.rst[3]);
+    try testing.expectEqual(code(.frame_size), s.rst[5]);
+    try testing.expectEqual(@as(?u32, null), s.goaway);
+}
+
+test "h2 session: HEADERS whose priority names the stream itself reset it after decoding" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try h.send(.headers, end_both | frames.flag_priority, 1, &([_]u8{ 0, 0, 0, 1, 16 } ++ get_block));
+    try get(&h, 3);
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(code(.protocol), s.rst[1]);
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqual(@as(?u32, null), s.goaway);
+}
+
+test "h2 session: Rapid Reset: streams reset while their apps run, past the budget per second, end the connection" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    // The clock stands still in the test: every reset falls in the same second.
+    for (0..h2.resets_per_second_max) |i| {
+        const id: u32 = @intCast(2 * i + 1);
+        try openPost(&h, id);
+        try testing.expectEqual(@as(usize, 1), rec.count);
+        try h.send(.rst_stream, 0, id, &be32(@intFromEnum(ErrorCode.cancel)));
+        // The app sees the reset and ends; the recorder's one slot is free again.
+        h.finishRequest(0);
+        rec.count = 0;
+        h.finished[0] = false;
+    }
+    h.pump();
+    try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
+    const id: u32 = @intCast(2 * h2.resets_per_second_max + 1);
+    try openPost(&h, id);
+    try h.send(.rst_stream, 0, id, &be32(@intFromEnum(ErrorCode.cancel)));
+    try expectGoaway(&h, .enhance_your_calm);
+}
+
+// ---- WebSocket over HTTP/2 (RFC 8441): the extended CONNECT ------------------------------
+
+/// :method CONNECT, :protocol `protocol`, :scheme http, :path /, :authority x, and
+/// sec-websocket-version `version` (when given).
+fn connectBlock(buf: []u8, protocol: []const u8, version: ?[]const u8) []const u8 {
+    var n: usize = 0;
+    const parts = [_][]const u8{ &[_]u8{ 0x02, 7 }, "CONNECT", &[_]u8{ 0x00, 9 }, ":protocol", &[_]u8{@intCast(protocol.len)}, protocol, &[_]u8{ 0x86, 0x84, 0x41, 0x01, 'x' } };
+    for (parts) |p| {
+        @memcpy(buf[n..][0..p.len], p);
+        n += p.len;
+    }
+    if (version) |v| {
+        const name = "sec-websocket-version";
+        for ([_][]const u8{ &[_]u8{ 0x00, name.len }, name, &[_]u8{@intCast(v.len)}, v }) |p| {
+            @memcpy(buf[n..][0..p.len], p);
+            n += p.len;
+        }
+    }
+    return buf[0..n];
+}
+
+fn wsOptions() server_mod.Options {
+    var opts = test_server.testOptions();
+    opts.ws_enabled = true;
+    return opts;
+}
+
+test "h2 session RFC 8441: SETTINGS_ENABLE_CONNECT_PROTOCOL is offered when WebSockets are on" {
+    var h: Harness = undefined;
+    try h.start(testing.allocator, wsOptions());
+    defer h.deinit();
+    const f = h.sink.next().?;
+    try testing.expectEqual(FrameType.settings, f.type);
+    var offered = false;
+    var at: usize = 0;
+    while (at + 6 <= f.payload.len) : (at += 6) {
+        if (std.mem.readInt(u16, f.payload[at..][0..2], .big) == frames.setting_enable_connect_protocol)
+            offered = std.mem.readInt(u32, f.payload[at + 2 ..][0..4], .big) == 1;
+    }
+    try testing.expect(offered);
+}
+
+test "h2 session RFC 8441: a WebSocket CONNECT reaches the app; another protocol is 501, another version 426" {
+    var h: Harness = undefined;
+    try h.start(testing.allocator, wsOptions());
+    defer h.deinit();
+    try h.send(.settings, 0, 0, "");
+    var buf: [128]u8 = undefined;
+    try h.send(.headers, end_headers, 1, connectBlock(&buf, "websocket", "13"));
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expect(h.session().first.?.ws != null);
+    try h.send(.headers, end_headers, 3, connectBlock(&buf, "chat", "13"));
+    try h.send(.headers, end_headers, 5, connectBlock(&buf, "websocket", "8"));
+    try h.send(.headers, end_headers, 7, connectBlock(&buf, "websocket", null));
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqual(@as(u16, 501), s.status[3]);
+    try testing.expectEqual(@as(u16, 426), s.status[5]);
+    try testing.expectEqual(@as(u16, 426), s.status[7]);
+}
+
+test "h2 session RFC 8441: with WebSockets off a CONNECT with :protocol is malformed" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    var buf: [128]u8 = undefined;
+    try h.send(.headers, end_headers, 1, connectBlock(&buf, "websocket", "13"));
+    h.pump();
+    try testing.expectEqual(code(.protocol), h.sink.seen().rst[1]);
+    try testing.expectEqual(@as(usize, 0), rec.count);
 }
