@@ -3,9 +3,7 @@
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
-const response = @import("../http/response.zig");
 const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
-const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 const frames = @import("frames.zig");
 const ErrorCode = frames.ErrorCode;
 const FrameHeader = frames.FrameHeader;
@@ -18,7 +16,6 @@ const dropItems = scheduler.dropItems;
 const pushItem = scheduler.pushItem;
 const queueControl = scheduler.queueControl;
 const Session = session.Session;
-const out_bytes_max = session.out_bytes_max;
 const recent_resets_len = session.recent_resets_len;
 const encodeHeadStart = stream_verbs.encodeHeadStart;
 const H2Stream = streams.H2Stream;

@@ -8,7 +8,6 @@ const windowGrow = frames.windowGrow;
 const windowUse = frames.windowUse;
 const flag_end_stream = frames.flag_end_stream;
 const flag_padded = frames.flag_padded;
-const request = @import("request.zig");
 
 const control = @import("control.zig");
 const errors = @import("errors.zig");

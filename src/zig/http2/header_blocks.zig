@@ -4,7 +4,6 @@ const std = @import("std");
 const hpack = @import("hpack.zig");
 const stream_mod = @import("../transport/stream.zig");
 const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
-const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream

@@ -1,9 +1,7 @@
 //! HTTP/2 output: each stream's response items, and the scheduler (`fill`) that moves
 //! them into the connection's output as frames, one stream at a time in turn, as far
 //! as the windows and `fill_target` allow.
-const std = @import("std");
 const sys = @import("../os/sys.zig");
-const response = @import("../http/response.zig");
 const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../transport/connection.zig");
 const Conn = conn_mod.Conn;
@@ -22,7 +20,6 @@ const streams = @import("streams.zig");
 const streamErrorFor = errors.streamErrorFor;
 const Session = session.Session;
 const fill_target = session.fill_target;
-const out_bytes_max = session.out_bytes_max;
 const sessionOf = session.sessionOf;
 const H2Stream = streams.H2Stream;
 const Item = streams.Item;
@@ -30,6 +27,9 @@ const append = streams.append;
 const maybeFree = streams.maybeFree;
 const unlink = streams.unlink;
 
+/// A control frame (an ack, WINDOW_UPDATE, RST_STREAM) straight into the output, not
+/// through a stream's items. One that cannot be queued closes the connection (logged), so a
+/// caller that gets the error only stops: nothing is dropped while the connection lives.
 pub fn queueControl(s: *Session, bytes: []const u8) outq.Error!void {
     s.sink.queue(bytes) catch |err| {
         s.conn.closeFor("out of memory for HTTP/2 output");

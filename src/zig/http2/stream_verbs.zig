@@ -8,7 +8,6 @@ const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
 const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
-const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
