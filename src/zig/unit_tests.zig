@@ -32,6 +32,7 @@ test {
     _ = @import("http2/frames.zig");
     _ = @import("http2/request.zig");
     _ = @import("http2/session.zig");
+    _ = @import("http2/session_tests.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");
     // zigcorn's event loop

@@ -48,6 +48,16 @@ pub const setting_max_frame_size = 5;
 pub const setting_max_header_list_size = 6;
 pub const setting_enable_connect_protocol = 8;
 
+/// Every frame starts with a header of this many bytes (RFC 9113 4.1).
+pub const header_bytes = 9;
+/// The flow-control window every stream and the connection start with, before
+/// SETTINGS_INITIAL_WINDOW_SIZE or WINDOW_UPDATE (RFC 9113 6.9.2).
+pub const initial_window_default: u32 = 65535;
+/// SETTINGS_MAX_FRAME_SIZE: its initial value, also the smallest allowed, and the largest
+/// allowed, 2^24-1 (RFC 9113 6.5.2).
+pub const frame_size_default: u32 = 16384;
+pub const frame_size_limit: u32 = (1 << 24) - 1;
+
 /// The largest flow-control window RFC 9113 6.9.1 allows: 2^31-1.
 pub const window_max: i64 = std.math.maxInt(i32);
 
@@ -80,7 +90,7 @@ pub const FrameHeader = struct {
     flags: u8,
     stream: u32,
 
-    pub fn parse(b: *const [9]u8) FrameHeader {
+    pub fn parse(b: *const [header_bytes]u8) FrameHeader {
         return .{
             .len = std.mem.readInt(u24, b[0..3], .big),
             .type = @enumFromInt(b[3]),
@@ -89,7 +99,7 @@ pub const FrameHeader = struct {
         };
     }
 
-    pub fn write(self: FrameHeader, b: *[9]u8) void {
+    pub fn write(self: FrameHeader, b: *[header_bytes]u8) void {
         std.mem.writeInt(u24, b[0..3], @intCast(self.len), .big);
         b[3] = @intFromEnum(self.type);
         b[4] = self.flags;

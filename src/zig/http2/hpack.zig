@@ -12,9 +12,10 @@
 const std = @import("std");
 const builtin = @import("builtin");
 
-/// The dynamic table's bytes. The engine always links libc; a plain `zig test` of this
-/// file does not, and then gets the testing allocator (which also checks for leaks).
-const allocator = if (builtin.link_libc)
+/// The dynamic table's bytes when no allocator is given (`Decoder.init`). The engine
+/// always links libc; a plain `zig test` of this file does not, and then gets the
+/// testing allocator (which also checks for leaks).
+const default_allocator = if (builtin.link_libc)
     std.heap.c_allocator
 else if (builtin.is_test)
     std.testing.allocator
@@ -182,6 +183,8 @@ const Entry = struct {
 };
 
 pub const Decoder = struct {
+    /// The dynamic table's entries and ring come from it.
+    gpa: std.mem.Allocator,
     /// Our SETTINGS_HEADER_TABLE_SIZE: the most a size update may ask for.
     max_table_size: u32,
     /// The table's current maximum size, as last set by the peer (RFC 7541 4.2).
@@ -196,13 +199,18 @@ pub const Decoder = struct {
     /// max_table_size: our SETTINGS_HEADER_TABLE_SIZE (the bound the peer may set with a
     /// dynamic table size update). The table starts at that size.
     pub fn init(max_table_size: u32) Decoder {
-        return .{ .max_table_size = max_table_size, .table_size_limit = max_table_size };
+        return initWith(default_allocator, max_table_size);
+    }
+
+    /// `init` with the table's memory from `gpa` (an HTTP/2 session's allocator).
+    pub fn initWith(gpa: std.mem.Allocator, max_table_size: u32) Decoder {
+        return .{ .gpa = gpa, .max_table_size = max_table_size, .table_size_limit = max_table_size };
     }
 
     /// Frees the dynamic table.
     pub fn deinit(self: *Decoder) void {
         while (self.count > 0) self.evictOldest();
-        if (self.ring.len > 0) allocator.free(self.ring);
+        if (self.ring.len > 0) self.gpa.free(self.ring);
         self.ring = &.{};
         self.head = 0;
     }
@@ -280,7 +288,7 @@ pub const Decoder = struct {
     fn evictOldest(self: *Decoder) void {
         const e = self.ring[self.head];
         self.table_size -= e.size();
-        allocator.free(e.bytes);
+        self.gpa.free(e.bytes);
         self.head = (self.head + 1) % self.ring.len;
         self.count -= 1;
     }
@@ -298,8 +306,8 @@ pub const Decoder = struct {
             return;
         }
         // Copied before evicting: `name` may be an entry that eviction frees.
-        const bytes = try allocator.alloc(u8, name.len + value.len);
-        errdefer allocator.free(bytes);
+        const bytes = try self.gpa.alloc(u8, name.len + value.len);
+        errdefer self.gpa.free(bytes);
         @memcpy(bytes[0..name.len], name);
         @memcpy(bytes[name.len..], value);
         self.evictTo(self.table_size_limit - size);
@@ -311,9 +319,9 @@ pub const Decoder = struct {
 
     fn grow(self: *Decoder) error{OutOfMemory}!void {
         const new_len = @max(8, self.ring.len * 2);
-        const ring = try allocator.alloc(Entry, new_len);
+        const ring = try self.gpa.alloc(Entry, new_len);
         for (0..self.count) |i| ring[i] = self.ring[(self.head + i) % self.ring.len];
-        if (self.ring.len > 0) allocator.free(self.ring);
+        if (self.ring.len > 0) self.gpa.free(self.ring);
         self.ring = ring;
         self.head = 0;
     }

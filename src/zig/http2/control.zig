@@ -1,0 +1,106 @@
+//! HTTP/2 connection-level frames (SETTINGS, PING, GOAWAY, RST_STREAM) and the
+//! per-second budgets for frames that cost work and carry nothing.
+const frames = @import("frames.zig");
+const FrameHeader = frames.FrameHeader;
+const windowGrow = frames.windowGrow;
+const flag_ack = frames.flag_ack;
+const setting_enable_push = frames.setting_enable_push;
+const setting_initial_window_size = frames.setting_initial_window_size;
+const setting_max_frame_size = frames.setting_max_frame_size;
+const setting_enable_connect_protocol = frames.setting_enable_connect_protocol;
+const window_max = frames.window_max;
+
+const errors = @import("errors.zig");
+const scheduler = @import("scheduler.zig");
+const session = @import("session.zig");
+const streams = @import("streams.zig");
+const connError = errors.connError;
+const queueControl = scheduler.queueControl;
+const Session = session.Session;
+const frame_size_max = session.frame_size_max;
+const resets_per_second_max = session.resets_per_second_max;
+const useless_frames_per_second_max = session.useless_frames_per_second_max;
+const find = streams.find;
+const resetLocal = streams.resetLocal;
+
+pub fn applySetting(s: *Session, id: u16, value: u32) void {
+    switch (id) {
+        setting_enable_push => if (value > 1) return connError(s, .protocol),
+        setting_initial_window_size => {
+            if (value > window_max) return connError(s, .flow_control);
+            const delta = @as(i64, value) - s.peer_initial_window;
+            s.peer_initial_window = value;
+            var it = s.first;
+            while (it) |st| : (it = st.next) {
+                st.send_window = windowGrow(st.send_window, delta) catch return connError(s, .flow_control);
+            }
+        },
+        setting_max_frame_size => {
+            if (value < frames.frame_size_default or value > frames.frame_size_limit) return connError(s, .protocol);
+            s.peer_frame_size = @min(value, frame_size_max * 4);
+        },
+        setting_enable_connect_protocol => if (value > 1) return connError(s, .protocol),
+        // The table size bounds the peer's decoder: our encoder never indexes, so any size suits it.
+        else => {},
+    }
+}
+
+pub fn settingsDone(s: *Session) void {
+    useless(s);
+    if (s.dead) return;
+    s.preface_settings = true;
+    var buf: [frames.header_bytes]u8 = undefined;
+    (FrameHeader{ .len = 0, .type = .settings, .flags = flag_ack, .stream = 0 }).write(&buf);
+    queueControl(s, &buf) catch return;
+    // A larger window may let waiting streams go on.
+    s.conn.flush();
+}
+
+pub fn onPing(s: *Session, fh: FrameHeader) void {
+    if (fh.flags & flag_ack != 0) return;
+    useless(s);
+    if (s.dead) return;
+    const h = frames.header_bytes;
+    var buf: [h + 8]u8 = undefined;
+    (FrameHeader{ .len = 8, .type = .ping, .flags = flag_ack, .stream = 0 }).write(buf[0..h]);
+    @memcpy(buf[h..][0..8], s.fixed[0..8]);
+    queueControl(s, &buf) catch return;
+}
+
+/// The client will open no more streams; those open finish. Nothing to answer.
+pub fn onGoaway(_: *Session) void {}
+
+pub fn onReset(s: *Session, id: u32, code: u32) void {
+    _ = code;
+    const st = find(s, id) orelse {
+        // Both sides have now reset it: whatever the client sends on it next is an error.
+        for (&s.recent_resets) |*r| if (r.* == id) {
+            r.* = 0;
+        };
+        return;
+    };
+    if (st.held and !st.base.resp_complete) {
+        // Rapid Reset: many streams opened and reset while their apps run.
+        tick(s);
+        s.resets_in_window += 1;
+        if (s.resets_in_window > resets_per_second_max) return connError(s, .enhance_your_calm);
+    }
+    st.remote_closed = true;
+    resetLocal(s, st);
+}
+
+/// Counts a frame that makes us work without carrying a request or response.
+pub fn useless(s: *Session) void {
+    tick(s);
+    s.useless_in_window += 1;
+    if (s.useless_in_window > useless_frames_per_second_max) connError(s, .enhance_your_calm);
+}
+
+pub fn tick(s: *Session) void {
+    const now = s.conn.server.now_ms;
+    if (now -% s.window_start_ms >= 1000) {
+        s.window_start_ms = now;
+        s.resets_in_window = 0;
+        s.useless_in_window = 0;
+    }
+}

@@ -1,0 +1,139 @@
+//! WebSocket over HTTP/2 (RFC 8441): what `websocket/session.zig` asks of a stream
+//! that carries a WebSocket (its DATA are WebSocket frames).
+const std = @import("std");
+const hpack = @import("hpack.zig");
+const response = @import("../http/response.zig");
+const stream_mod = @import("../transport/stream.zig");
+const Stream = stream_mod.Stream;
+const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const frames = @import("frames.zig");
+const FrameHeader = frames.FrameHeader;
+const flag_end_stream = frames.flag_end_stream;
+
+const errors = @import("errors.zig");
+const flow_control = @import("flow_control.zig");
+const scheduler = @import("scheduler.zig");
+const session = @import("session.zig");
+const stream_verbs = @import("stream_verbs.zig");
+const streams = @import("streams.zig");
+const streamError = errors.streamError;
+const creditStream = flow_control.creditStream;
+const dataLenOf = flow_control.dataLenOf;
+const flushSoon = scheduler.flushSoon;
+const pushItem = scheduler.pushItem;
+const Session = session.Session;
+const encodeResponseField = stream_verbs.encodeResponseField;
+const H2Stream = streams.H2Stream;
+const find = streams.find;
+const remoteEnded = streams.remoteEnded;
+
+pub fn wsSessionOf(st: *const Stream) ?*wsconn.Session {
+    const h: *const H2Stream = @fieldParentPtr("base", st);
+    return h.ws;
+}
+
+/// Frames can still move on the stream.
+pub fn wsLive(h: *const H2Stream) bool {
+    return !h.base.reset and h.base.conn.state == .h2;
+}
+
+pub fn wsInput(h: *H2Stream) []u8 {
+    return h.body.items[h.body_off..];
+}
+
+pub fn wsInputEmpty(h: *const H2Stream) bool {
+    return h.body_off == h.body.items.len;
+}
+
+/// `n` received bytes were parsed: they leave the buffer and the window opens by as much.
+pub fn wsConsume(h: *H2Stream, n: usize) void {
+    if (n == 0) return;
+    h.body_off += n;
+    if (h.body_off == h.body.items.len) {
+        h.body_off = 0;
+        h.body.clearRetainingCapacity();
+    }
+    creditStream(h.session, h, n);
+}
+
+/// One WebSocket frame (header and payload, copied) as DATA on the stream.
+pub fn wsQueue(h: *H2Stream, head: []const u8, body: []const u8) error{OutOfMemory}!void {
+    const bytes = try h.session.gpa.alloc(u8, head.len + body.len);
+    @memcpy(bytes[0..head.len], head);
+    @memcpy(bytes[head.len..], body);
+    pushItem(h, .{ .kind = .data, .end_stream = false, .owned = true, .bytes = bytes, .alloc_len = bytes.len }) catch {
+        h.session.gpa.free(bytes);
+        return error.OutOfMemory;
+    };
+}
+
+/// Our side of the WebSocket stream ends (after our close frame).
+pub fn wsEnd(h: *H2Stream) error{OutOfMemory}!void {
+    if (h.end_queued) return;
+    try pushItem(h, .{ .kind = .data, .end_stream = true, .owned = false, .bytes = &.{} });
+    h.end_queued = true;
+}
+
+/// The WebSocket failed beyond a close frame: the stream is reset.
+pub fn wsAbort(h: *H2Stream) void {
+    if (h.base.reset or h.base.conn.state != .h2) return;
+    streamError(h.session, h, .cancel);
+}
+
+/// The app accepted the WebSocket: a 200 HEADERS (no END_STREAM) with the subprotocol,
+/// the extension and the app's headers. Frames follow as DATA.
+pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
+    const st = &h.base;
+    if (st.resp_started) return error.NotPending;
+    const srv = st.conn.server;
+    var need: usize = 128;
+    for (headers) |f| need += f[0].len + f[1].len + 12;
+    for (extra) |f| need += f[0].len + f[1].len + 12;
+    if (subprotocol) |p| need += p.len + 32;
+    if (extension) |e| need += e.len + 32;
+    const block = h.session.gpa.alloc(u8, need) catch return error.OutOfMemory;
+    errdefer h.session.gpa.free(block);
+    var n = hpack.encodeStatus(block, 200) catch return error.HeadTooLarge;
+    if (srv.opts.server_header) n += hpack.encodeField(block[n..], "server", "zigcorn") catch return error.HeadTooLarge;
+    if (srv.opts.date_header) {
+        const line = srv.date.get();
+        n += hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]) catch return error.HeadTooLarge;
+    }
+    if (subprotocol) |p| {
+        if (p.len == 0 or !response.validValue(p)) return error.InvalidHeader;
+        n += hpack.encodeField(block[n..], "sec-websocket-protocol", p) catch return error.HeadTooLarge;
+    }
+    if (extension) |e| n += hpack.encodeField(block[n..], "sec-websocket-extensions", e) catch return error.HeadTooLarge;
+    for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
+    outer: for (headers) |f| {
+        for (wsconn.owned_fields) |o| if (std.ascii.eqlIgnoreCase(f[0], o)) continue :outer;
+        if (subprotocol != null and std.ascii.eqlIgnoreCase(f[0], "sec-websocket-protocol")) continue;
+        n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
+    }
+    pushItem(h, .{ .kind = .headers, .end_stream = false, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch return error.OutOfMemory;
+    st.status = 200;
+    st.resp_started = true;
+    st.resp_head_sent = true;
+    flushSoon(st.conn);
+}
+
+pub fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {
+    return switch (e) {
+        error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
+        error.HeadTooLarge => error.HeadTooLarge,
+        error.OutOfMemory => error.OutOfMemory,
+    };
+}
+
+/// RFC 8441: a DATA frame of a WebSocket stream, its frames parsed as they come and
+/// credited back as they are parsed.
+pub fn wsDataEnd(s: *Session, st: *H2Stream, ws_session: *wsconn.Session, fh: FrameHeader) void {
+    const padding = fh.len - dataLenOf(fh, s);
+    if (padding > 0) creditStream(s, st, padding);
+    wsconn.processSession(ws_session);
+    if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
+        // The client's side ended: after its frames, the session is over for the app.
+        remoteEnded(s, still);
+        if (find(s, fh.stream)) |again| if (again.ws) |w| w.wake();
+    };
+}
