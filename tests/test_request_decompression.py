@@ -52,14 +52,15 @@ def pieces(data: bytes, size: int = 997):
         yield data[i:i + size]
 
 
-def raw_post(server, body: bytes, *headers: str, chunked: bool = False, piece: int = 997) -> tuple[int, dict, bytes]:
+def raw_post(server, body: bytes, *headers: str, chunked: bool = False, piece: int = 997,
+             target: str = "/") -> tuple[int, dict, bytes]:
     """One HTTP/1.1 POST on a raw socket, its body written in small pieces (each a chunk
     when `chunked`); the status, the response's fields and its body."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         framing = "transfer-encoding: chunked" if chunked else f"content-length: {len(body)}"
         extra = "".join(f"{h}\r\n" for h in headers)
-        s.sendall(f"POST / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{framing}\r\n{extra}\r\n".encode())
+        s.sendall(f"POST {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{framing}\r\n{extra}\r\n".encode())
         try:
             for n, part in enumerate(pieces(body, piece)):
                 s.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
@@ -218,3 +219,27 @@ def test_tls_http1_and_http2(tmp_path):
                     assert r.status_code == 200 and r.json()["sha256"] == expected(DOC)["sha256"]
     finally:
         s.kill()
+
+
+def test_corrupt_body_after_the_response_started_cuts_it(server):
+    bad = gzip.compress(DOC)[:3000] + b"\xff" * 3000
+    status, fields, body = raw_post(server, bad, "content-encoding: gzip", chunked=True, target="/?early")
+    # HTTP/1.1: the connection closes before the chunked body's last chunk.
+    assert status == 200 and b"started" in body and not body.endswith(b"0\r\n\r\n")
+    with httpx.Client(http2=True, http1=False, timeout=20) as client:
+        with pytest.raises(httpx.RemoteProtocolError):  # HTTP/2: the stream is reset
+            client.post(server.url + "/?early", content=bad, headers={"content-encoding": "gzip"})
+    status, _, body = raw_post(server, gzip.compress(DOC), "content-encoding: gzip", target="/?early")
+    assert status == 200 and b"whole body read" in body and body.endswith(b"0\r\n\r\n")
+
+
+def test_missing_library_said_once_and_its_coding_refused(start_server, tmp_path):
+    # An unloadable libbrotlidec.so.1 found first: dlopen fails as if it were absent.
+    (tmp_path / "libbrotlidec.so.1").write_bytes(b"not a library")
+    s = start_server("decode_app:app", "--request-decompression", "--log-level", "info",
+                     env={"LD_LIBRARY_PATH": str(tmp_path)})
+    status, fields, _ = raw_post(s, brotli.compress(DOC), "content-encoding: br")
+    assert status == 415 and fields["accept-encoding"] == "gzip, zstd"
+    status, _, _ = raw_post(s, gzip.compress(DOC), "content-encoding: gzip")
+    assert status == 200
+    assert s.output().count("libbrotlidec.so.1 cannot be loaded") == 1

@@ -18,6 +18,14 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     seen = _body_headers((k.decode(), v.decode()) for k, v in scope["headers"])
+    if scope["query_string"] == b"early":
+        # The response starts before the body is read: a bad body can only cut it.
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"started\n", "more_body": True})
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.body", "body": b"whole body read\n"})
+        return
     digest, size = hashlib.sha256(), 0
     while True:
         message = await receive()
