@@ -147,7 +147,7 @@ fn streamReadBody(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     for (segs[0..take.count]) |seg| total += seg.len;
     // Room for what the socket may have beyond the buffer (bounded by the body's rest).
     // (Never for a body the engine decodes: its encoded length says nothing of what comes.)
-    const direct: bool = !take.done and total < limit and st.decoder == null and st.body_coding.encoding() == null;
+    const direct: bool = !take.done and total < limit and st.body_coding.encoding() == null;
     const direct_room: usize = if (!direct) 0 else @intCast(@min(st.body_remaining, limit - total));
     if (total + direct_room == 0) {
         if (take.done) {

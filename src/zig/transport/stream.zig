@@ -204,6 +204,8 @@ pub const Stream = struct {
     /// content-encoding and content-length from the app (the body's length is unknown
     /// until decoded: over HTTP/1.x the app sees it as chunked).
     fn decideCoding(self: *Stream, req: *Request) void {
+        // A WebSocket's request has no body; its frames have their own compression.
+        if (self.isWebSocket()) return;
         self.body_coding = decompression.codingOf(req.headers);
         if (self.body_coding.encoding() == null) return;
         req.added.drop_body_fields = true;
