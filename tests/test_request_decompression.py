@@ -243,3 +243,5 @@ def test_missing_library_said_once_and_its_coding_refused(start_server, tmp_path
     status, _, _ = raw_post(s, gzip.compress(DOC), "content-encoding: gzip")
     assert status == 200
     assert s.output().count("libbrotlidec.so.1 cannot be loaded") == 1
+    # The engine's 415 has its access line, as the app's answers do.
+    assert '"POST / HTTP/1.1" 415' in s.output()

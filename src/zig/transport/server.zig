@@ -57,7 +57,9 @@ pub const Hooks = struct {
         if (static_files.answer(st, req)) return true;
         // --request-decompression: a coding the engine cannot undo never reaches the app.
         if (st.body_coding == .unsupported) {
-            st.refuseCoding();
+            if (!st.refuseCoding()) return true;
+            if (st.conn.server.opts.access_log) static_files.logAccess(st, req, 0);
+            st.finish();
             return true;
         }
         if (self.on_request(self.ctx, st, req)) return true;

@@ -270,11 +270,13 @@ pub const Stream = struct {
     }
 
     /// 415 for a coding the engine cannot undo, before any app sees the request; its
-    /// accept-encoding names those it can (RFC 9110 12.5.3). Finishes the stream.
-    pub fn refuseCoding(self: *Stream) void {
+    /// accept-encoding names those it can (RFC 9110 12.5.3). The caller finishes the
+    /// stream; false when the answer could not be queued and the stream was aborted.
+    pub fn refuseCoding(self: *Stream) bool {
         var buf: [24]u8 = undefined;
-        if (!self.answer(415, decompression.availableText(&buf))) return self.abort();
-        self.finish();
+        if (self.answer(415, decompression.availableText(&buf))) return true;
+        self.abort();
+        return false;
     }
 
     /// A short plain-text answer made by the engine through the stream's verbs; false
