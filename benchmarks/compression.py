@@ -8,6 +8,14 @@ GZipMiddleware (one worker each).
 Figures: requests/s, p99, the bytes on the wire per response (the ratio achieved) and
 the server's CPU seconds per compressed MB. Not a timed test: numbers depend on the
 machine; write them into RESULTS.md from a quiet one.
+
+Where the work runs (`--placement`): an `off` row joins the encodings, the server's CPU
+is split by thread (the event loop's thread, which holds the GIL except while a codec
+runs, against the engine's writer thread and the rest), and each codec is timed alone on
+the same document at the same level, in this process: the microseconds per response that
+moving compression to another thread would take off the loop's thread.
+
+    python benchmarks/compression.py --placement --seconds 5
 """
 
 from __future__ import annotations
@@ -56,6 +64,53 @@ def wire_bytes(port: int, encoding: str) -> int:
     return int(out.stdout)
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread of `pid`: `loop` is the main thread, the others by name."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = "loop" if int(task.name) == pid else (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def codec_us(encoding: str, rounds: int = 2000) -> float:
+    """CPU microseconds one compression of the 20 KiB document takes here, at the server's
+    default level (gzip 6, brotli 4, zstd 3), through the same system libraries."""
+    sys.path.insert(0, str(HERE / "apps"))
+    from compress_fastapi_app import DOC  # noqa: PLC0415
+
+    if encoding == "gzip":
+        import zlib  # noqa: PLC0415
+
+        def one():
+            c = zlib.compressobj(6, zlib.DEFLATED, 31)
+            return c.compress(DOC) + c.flush()
+    elif encoding == "br":
+        import brotli  # noqa: PLC0415
+
+        def one():
+            return brotli.compress(DOC, quality=4)
+    elif encoding == "zstd":
+        import zstandard  # noqa: PLC0415
+
+        z = zstandard.ZstdCompressor(level=3)
+
+        def one():
+            return z.compress(DOC)
+    else:
+        return 0.0
+    # CPU time, not wall time: on a loaded machine the wall clock counts other processes.
+    start = time.process_time()
+    for _ in range(rounds):
+        one()
+    return (time.process_time() - start) / rounds * 1e6
+
+
 def run(name: str, cmd: list[str], port: int, encoding: str, seconds: int) -> dict:
     proc = subprocess.Popen(cmd, cwd=HERE / "apps", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -63,10 +118,12 @@ def run(name: str, cmd: list[str], port: int, encoding: str, seconds: int) -> di
         wait_port(port)
         size = wire_bytes(port, encoding)
         before = cpu_seconds(proc.pid)
+        threads_before = thread_cpu(proc.pid)
         out = subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "--latency", "-H",
                               f"accept-encoding: {encoding}", f"http://127.0.0.1:{port}/doc"],
                              capture_output=True, text=True, check=True).stdout
         cpu = cpu_seconds(proc.pid) - before
+        threads = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(proc.pid).items()}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(10)
@@ -74,24 +131,35 @@ def run(name: str, cmd: list[str], port: int, encoding: str, seconds: int) -> di
     total = int(re.search(r"(\d+) requests in", out).group(1))
     p99 = re.search(r"99%\s+([\d.]+\w+)", out).group(1)
     mb = total * DOC_BYTES / 1e6
+    loop = threads.pop("loop", 0.0)
     return {"server": name, "encoding": encoding, "rps": rps, "p99": p99, "wire": size,
-            "ratio": DOC_BYTES / size if size else 0.0, "cpu_s_per_mb": cpu / mb if mb else 0.0}
+            "ratio": DOC_BYTES / size if size else 0.0, "cpu_s_per_mb": cpu / mb if mb else 0.0,
+            "loop_us": loop / total * 1e6 if total else 0.0,
+            "other_us": sum(threads.values()) / total * 1e6 if total else 0.0,
+            "threads": {k: round(v, 2) for k, v in threads.items() if v > 0.05}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--encodings", default="gzip,br,zstd")
+    ap.add_argument("--placement", action="store_true",
+                    help="add an off row, split the CPU by thread and time each codec alone (no peers)")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed")
     rows = []
-    for encoding in args.encodings.split(","):
+    encodings = args.encodings.split(",")
+    if args.placement and "off" not in encodings:
+        encodings.insert(0, "off")
+    for encoding in encodings:
         port = free_port()
+        flags = [] if encoding == "off" else ["--compression", encoding]
         rows.append(run("zigcorn", [sys.executable, "-m", "zigcorn", "compress_fastapi_app:app", "--port", str(port),
-                                    "--compression", encoding, "--no-access-log", "--log-level", "warning"],
-                        port, encoding, args.seconds))
-        if encoding == "gzip":
+                                    *flags, "--no-access-log", "--log-level", "warning"],
+                        port, "gzip, br, zstd" if encoding == "off" else encoding, args.seconds))
+        rows[-1]["encoding"] = encoding
+        if encoding == "gzip" and not args.placement:
             port = free_port()
             rows.append(run("uvicorn+GZipMiddleware", [sys.executable, "-m", "uvicorn", "compress_fastapi_app:gzip_app",
                                                        "--port", str(port), "--no-access-log", "--log-level", "warning"],
@@ -100,6 +168,11 @@ def main() -> None:
     for r in rows:
         print(f"{r['server']:24} {r['encoding']:5} {r['rps']:9.0f} {r['p99']:>9} {r['wire']:6d} {r['ratio']:6.2f} "
               f"{r['cpu_s_per_mb']:9.4f}")
+    if args.placement:
+        print(f"\n{'enc':5} {'loop us/req':>12} {'others us/req':>14} {'codec alone us':>15}  other threads (CPU s)")
+        for r in rows:
+            print(f"{r['encoding']:5} {r['loop_us']:12.1f} {r['other_us']:14.1f} {codec_us(r['encoding']):15.1f}  "
+                  f"{r['threads']}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ test {
     _ = @import("http/tracing.zig");
     _ = @import("http/rate_limit.zig");
     _ = @import("http/compression.zig");
+    _ = @import("http/decompression.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("python/environ.zig");

@@ -231,6 +231,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("compression_types", COMPRESSION_TYPES, "content types compressed (a comma list; type/* matches a whole "
        "type; +json and +xml suffixes always match)", "Compression", metavar="LIST", shown="text/*, json, "
        "js, xml, svg, wasm"),
+    _S("request_decompression", False, "decode request bodies sent with content-encoding gzip, br or zstd before "
+       "the app reads them (others get 415; --limit-request-body counts decoded bytes)", "Compression",
+       kind="switch"),
     _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
        type=int, metavar="N", low=1, high=2**31 - 1),
     _S("io_backend", None, "how the engine waits for sockets: epoll, io_uring (falls back to epoll where the "
@@ -649,6 +652,7 @@ class Config:
             "compression_brotli_level": self.compression_brotli_level,
             "compression_zstd_level": self.compression_zstd_level,
             "compression_types": ",".join(self.compression_types),
+            "request_decompression": bool(self.request_decompression),
             "ssl_certfile": None,
             **self.engine_tls_options(),
         }

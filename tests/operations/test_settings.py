@@ -65,6 +65,7 @@ NON_DEFAULT = {
     "compression_brotli_level": 1,
     "compression_zstd_level": 1,
     "compression_types": "text/html",
+    "request_decompression": True,
     "tcp_keepalive_idle": 30,
     "tcp_keepalive_interval": 5,
     "tcp_keepalive_count": 3,
@@ -135,6 +136,7 @@ def expected(config: Config) -> dict:
         "compression_brotli_level": config.compression_brotli_level,
         "compression_zstd_level": config.compression_zstd_level,
         "compression_types": ",".join(config.compression_types),
+        "request_decompression": config.request_decompression,
         "proxy_protocol": config.proxy_protocol,
     }
 

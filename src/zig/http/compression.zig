@@ -348,7 +348,7 @@ fn varyHasAcceptEncoding(value: []const u8) bool {
 // ---------------------------------------------------------------------------
 // Codecs, loaded with dlopen
 
-const ZStream = extern struct {
+pub const ZStream = extern struct {
     next_in: ?[*]const u8 = null,
     avail_in: c_uint = 0,
     total_in: c_ulong = 0,
@@ -401,7 +401,7 @@ var brotli: BrotliApi = undefined;
 var zstd: ZstdApi = undefined;
 var loaded_set = [_]bool{ false, false, false };
 
-fn loadApi(comptime Api: type, api: *Api, name: [:0]const u8) bool {
+pub fn loadApi(comptime Api: type, api: *Api, name: [:0]const u8) bool {
     const handle = std.c.dlopen(name, .{ .NOW = true }) orelse return false;
     inline for (@typeInfo(Api).@"struct".fields) |f| {
         const sym = std.c.dlsym(handle, f.name ++ "") orelse return false;

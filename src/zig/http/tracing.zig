@@ -18,6 +18,8 @@ pub const tracestate_members_max = 32;
 
 /// What the engine changes in the request's headers before the app sees them. Slices
 /// point at the stream's own id or at this thread's scratch: valid during `on_request`.
+pub const appended_max = 3;
+
 pub const Added = struct {
     /// The request id the app sees under `request_id_name` ("" = the feature is off);
     /// incoming fields of that name are replaced by it.
@@ -27,9 +29,15 @@ pub const Added = struct {
     traceparent: []const u8 = "",
     drop_traceparent: bool = false,
     drop_tracestate: bool = false,
+    /// `--request-decompression` decodes the body: its content-encoding and
+    /// content-length no longer describe what the app reads.
+    drop_body_fields: bool = false,
+    /// ... and over HTTP/1.x a body that had a content-length reads as chunked.
+    add_chunked: bool = false,
 
     pub fn any(self: *const Added) bool {
-        return self.request_id.len > 0 or self.traceparent.len > 0 or self.drop_traceparent or self.drop_tracestate;
+        return self.request_id.len > 0 or self.traceparent.len > 0 or self.drop_traceparent or self.drop_tracestate or
+            self.drop_body_fields or self.add_chunked;
     }
 
     /// Whether an incoming header (a lower-case name) is replaced or dropped.
@@ -37,11 +45,12 @@ pub const Added = struct {
         if (self.request_id.len > 0 and std.mem.eql(u8, name, self.request_id_name)) return true;
         if (self.drop_traceparent and std.mem.eql(u8, name, "traceparent")) return true;
         if (self.drop_tracestate and std.mem.eql(u8, name, "tracestate")) return true;
+        if (self.drop_body_fields and (std.mem.eql(u8, name, "content-encoding") or std.mem.eql(u8, name, "content-length"))) return true;
         return false;
     }
 
-    /// The fields appended after the kept ones, in order (at most two).
-    pub fn appended(self: *const Added, out: *[2][2][]const u8) []const [2][]const u8 {
+    /// The fields appended after the kept ones, in order (at most `appended_max`).
+    pub fn appended(self: *const Added, out: *[appended_max][2][]const u8) []const [2][]const u8 {
         var n: usize = 0;
         if (self.request_id.len > 0) {
             out[n] = .{ self.request_id_name, self.request_id };
@@ -49,6 +58,10 @@ pub const Added = struct {
         }
         if (self.traceparent.len > 0) {
             out[n] = .{ "traceparent", self.traceparent };
+            n += 1;
+        }
+        if (self.add_chunked) {
+            out[n] = .{ "transfer-encoding", "chunked" };
             n += 1;
         }
         return out[0..n];

@@ -9,6 +9,7 @@ const http1 = @import("../http1/parser.zig");
 const Request = @import("../transport/stream.zig").Request;
 const Peer = @import("../transport/connection.zig").Peer;
 const tls = @import("../transport/openssl.zig");
+const tracing = @import("../http/tracing.zig");
 const scope = @import("scope.zig");
 const Object = py.Object;
 const c = py.c;
@@ -193,7 +194,7 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const scope.S
         defer py.decref(key);
         if (!py.dictSetSteal(d, key, headerValue(headers, i, fwd.host))) return false;
     }
-    var extra: [2][2][]const u8 = undefined;
+    var extra: [tracing.appended_max][2][]const u8 = undefined;
     for (req.added.appended(&extra)) |f| {
         const name = envKey(f[0], &scratch) orelse continue;
         const key = c.PyUnicode_DecodeLatin1(name.ptr, @intCast(name.len), null) orelse return false;

@@ -8,6 +8,7 @@ const server_mod = @import("../transport/server.zig");
 const scope = @import("scope.zig");
 const response = @import("../http/response.zig");
 const compression = @import("../http/compression.zig");
+const decompression = @import("../http/decompression.zig");
 const metrics = @import("../http/metrics.zig");
 const static_files = @import("../http/static_files.zig");
 const io = @import("../os/io.zig");
@@ -309,7 +310,30 @@ pub fn setCompression(self: *EngineObjectCore, opts: *Object, out: *server_mod.O
     self.compression_types = types;
     o.types = text;
     out.compression = o;
+    out.request_decompression = optBool(opts, "request_decompression") orelse return false;
+    if (out.request_decompression) loadDecoders();
     return true;
+}
+
+/// The decoders' libraries, opened once at start; each one missing is said once (its
+/// coding is then refused with 415 like an unknown one).
+fn loadDecoders() void {
+    for ([_]compression.Encoding{ .gzip, .br, .zstd }) |e| {
+        if (decompression.load(e)) continue;
+        var buf: [160]u8 = undefined;
+        const line = std.fmt.bufPrintZ(&buf, "request-decompression: {s} request bodies get 415: {s} cannot be loaded", .{ e.token(), decompression.libraryName(e) }) catch continue;
+        logInfo(line);
+    }
+}
+
+/// One INFO line on `zigcorn.error`.
+fn logInfo(line: [:0]const u8) void {
+    const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
+    defer py.decref(logging);
+    const logger = c.PyObject_CallMethod(logging, "getLogger", "s", "zigcorn.error") orelse return c.PyErr_WriteUnraisable(null);
+    defer py.decref(logger);
+    const r = c.PyObject_CallMethod(logger, "info", "s", line.ptr) orelse return c.PyErr_WriteUnraisable(null);
+    py.decref(r);
 }
 
 /// forwarded_allow_ips: list of "*", "unix:", addresses and CIDR networks, or None
@@ -490,6 +514,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "tcp_nodelay", s.opts.tcp.nodelay },
         .{ "proxy_protocol", s.opts.proxy_protocol },
         .{ "server_timing", s.opts.tracing.server_timing },
+        .{ "request_decompression", s.opts.request_decompression },
     };
     inline for (bools) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), py.boolean(f[1]))) return fail(d);

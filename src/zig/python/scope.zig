@@ -8,6 +8,7 @@ const Request = @import("../transport/stream.zig").Request;
 const Peer = @import("../transport/connection.zig").Peer;
 const proxy = @import("../http/forwarded.zig");
 const tls = @import("../transport/openssl.zig");
+const tracing = @import("../http/tracing.zig");
 const Object = py.Object;
 const c = py.c;
 
@@ -183,7 +184,7 @@ fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
         return list;
     }
     // The request id and trace context replace incoming fields of their names, and come last.
-    var extra: [2][2][]const u8 = undefined;
+    var extra: [tracing.appended_max][2][]const u8 = undefined;
     const appended = added.appended(&extra);
     var kept: usize = 0;
     for (req.headers) |h| kept += @intFromBool(!added.drops(h.name));

@@ -146,7 +146,9 @@ fn streamReadBody(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     var total: usize = 0;
     for (segs[0..take.count]) |seg| total += seg.len;
     // Room for what the socket may have beyond the buffer (bounded by the body's rest).
-    const direct_room: usize = if (take.done or total >= limit) 0 else @intCast(@min(st.body_remaining, limit - total));
+    // (Never for a body the engine decodes: its encoded length says nothing of what comes.)
+    const direct: bool = !take.done and total < limit and st.body_coding.encoding() == null;
+    const direct_room: usize = if (!direct) 0 else @intCast(@min(st.body_remaining, limit - total));
     if (total + direct_room == 0) {
         if (take.done) {
             st.bodyConsumed();
@@ -174,7 +176,8 @@ fn streamReadBody(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     if (at < total + direct_room) {
         if (c._PyBytes_Resize(&b, @intCast(at)) != 0) return null;
     }
-    if (take.done or st.body_done) self.body_final = true;
+    // readBodyDirect may have read the last bytes (a decoded body ends by `take.done` only).
+    if (take.done or (st.body_done and st.body_coding.encoding() == null)) self.body_final = true;
     return b;
 }
 

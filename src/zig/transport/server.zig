@@ -56,7 +56,16 @@ pub const Hooks = struct {
     pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
         // --static: the engine answers what falls under a mount, the app the rest.
         if (static_files.answer(st, req)) return true;
-        return self.on_request(self.ctx, st, req);
+        // --request-decompression: a coding the engine cannot undo never reaches the app.
+        if (st.body_coding == .unsupported) {
+            if (!st.refuseCoding()) return true;
+            if (st.conn.server.opts.access_log) static_files.logAccess(st, req, 0);
+            st.finish();
+            return true;
+        }
+        if (self.on_request(self.ctx, st, req)) return true;
+        st.dropDecoder();
+        return false;
     }
     pub fn wakeRead(self: Hooks, st: *Stream) void {
         self.wake_read(st);
@@ -150,6 +159,8 @@ pub const Options = struct {
     hsts: []const u8 = "",
     /// `--compression*` (off unless it names encodings).
     compression: compression.Options = .{},
+    /// `--request-decompression`: request bodies in gzip, br or zstd reach the app decoded.
+    request_decompression: bool = false,
 };
 
 /// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies

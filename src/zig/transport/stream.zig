@@ -11,6 +11,8 @@
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
 const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
+const decompression = @import("../http/decompression.zig"); // against the layers: request bodies are decoded here, once for every protocol
+const response = @import("../http/response.zig");
 const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
@@ -137,6 +139,10 @@ pub const Stream = struct {
     /// `--compression`: the encoding the request's accept-encoding chose (the response
     /// may still go uncompressed: `compression.mayCompress`).
     compress: ?compression.Encoding = null,
+    /// `--request-decompression`: the request body's coding, and its decoder (created at
+    /// the first encoded bytes, destroyed by `finish`).
+    body_coding: decompression.Coding = .identity,
+    decoder: ?*decompression.Decoder = null,
 
     /// A fresh exchange on `conn`, for a request whose head was just parsed.
     pub fn init(conn: *Conn, protocol: Protocol) Stream {
@@ -145,18 +151,33 @@ pub const Stream = struct {
 
     // ---- the verbs the app side uses ---------------------------------------------
 
-    /// Available request body bytes as slices (valid until `bodyConsumed`).
+    /// Available request body bytes as slices (valid until `bodyConsumed`): decoded
+    /// ones when the body has a content coding the engine undoes.
     pub fn takeBody(self: *Stream, segs: [][]const u8) TakeResult {
+        if (self.body_coding.encoding() != null) return self.takeDecoded(segs);
+        return self.takeEncoded(segs);
+    }
+
+    /// The body bytes as they came (after the protocol's own framing).
+    fn takeEncoded(self: *Stream, segs: [][]const u8) TakeResult {
         return switch (self.protocol) {
             .http1 => h1.takeBody(self, segs),
             .http2 => h2.takeBody(self, segs),
         };
     }
 
+    fn encodedConsumed(self: *Stream) void {
+        switch (self.protocol) {
+            .http1 => h1.bodyConsumed(self),
+            .http2 => h2.bodyConsumed(self),
+        }
+    }
+
     /// Body bytes read from the socket straight into `dst`, where the protocol can (HTTP/1.1
     /// with a Content-Length on a plain socket); 0 when it cannot or nothing is there now.
     /// Only after `takeBody` returned everything buffered.
     pub fn readBodyDirect(self: *Stream, dst: []u8) usize {
+        if (self.body_coding.encoding() != null) return 0;
         return switch (self.protocol) {
             .http1 => h1.readBodyDirect(self, dst),
             .http2 => 0,
@@ -165,10 +186,8 @@ pub const Stream = struct {
 
     /// The app copied the slices from `takeBody`: room for more.
     pub fn bodyConsumed(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.bodyConsumed(self),
-            .http2 => h2.bodyConsumed(self),
-        }
+        if (self.decoder) |d| d.consumed(d.pending().len);
+        self.encodedConsumed();
     }
 
     /// The app waits for body bytes that have not arrived: they must come in time.
@@ -177,6 +196,109 @@ pub const Stream = struct {
             .http1 => h1.awaitBody(self),
             .http2 => h2.awaitBody(self),
         }
+    }
+
+    // ---- request bodies in a content coding (`--request-decompression`) ---------------
+
+    /// What the request's content-encoding asks for; a coding the engine undoes hides
+    /// content-encoding and content-length from the app (the body's length is unknown
+    /// until decoded: over HTTP/1.x the app sees it as chunked).
+    fn decideCoding(self: *Stream, req: *Request) void {
+        // A WebSocket's request has no body; its frames have their own compression.
+        if (self.isWebSocket()) return;
+        self.body_coding = decompression.codingOf(req.headers);
+        if (self.body_coding.encoding() == null) return;
+        req.added.drop_body_fields = true;
+        req.added.add_chunked = req.version != .http2 and self.body_kind == .length;
+    }
+
+    /// Decoded body bytes: the decoder's pending window, else what it makes of the next
+    /// encoded bytes. Encoded bytes are taken from the protocol (and given back to it, for
+    /// HTTP/2's flow control) only once the previous ones are decoded and the app took
+    /// their output: the client is held back by the app's pace, one window at a time.
+    fn takeDecoded(self: *Stream, segs: [][]const u8) TakeResult {
+        std.debug.assert(segs.len > 0);
+        if (self.gone()) return .{ .count = 0, .done = false, .failed = true };
+        const limit = self.conn.server.opts.body_bytes_max;
+        while (true) {
+            if (self.decoder) |d| {
+                if (d.pending().len > 0) {
+                    segs[0] = d.pending();
+                    return .{ .count = 1, .done = false, .failed = false };
+                }
+                if (d.canRun()) {
+                    d.run(limit) catch |err| return self.decodeFailed(err);
+                    continue;
+                }
+            }
+            var coded: [16][]const u8 = undefined;
+            const t = self.takeEncoded(&coded);
+            if (t.failed) return t;
+            var bytes: usize = 0;
+            for (coded[0..t.count]) |seg| bytes += seg.len;
+            if (bytes == 0) {
+                if (!t.done) return .{ .count = 0, .done = false, .failed = false };
+                if (self.decoder) |d| d.finish() catch |err| return self.decodeFailed(err);
+                return .{ .count = 0, .done = true, .failed = false };
+            }
+            const d = self.decoder orelse
+                decompression.Decoder.create(self.body_coding.encoding().?) orelse
+                return self.decodeFailed(error.OutOfMemory);
+            self.decoder = d;
+            d.feed(coded[0..t.count]) catch |err| return self.decodeFailed(err);
+            self.encodedConsumed();
+        }
+    }
+
+    /// A body that does not decode (400), decodes past --limit-request-body (413), or
+    /// no memory for its decoder (500): answered if no response started, else the
+    /// exchange is cut (HTTP/1.1 closes the connection, HTTP/2 resets the stream).
+    fn decodeFailed(self: *Stream, err: decompression.Error) TakeResult {
+        self.dropDecoder();
+        const status: u16 = switch (err) {
+            error.Corrupt => 400,
+            error.TooLarge => 413,
+            error.OutOfMemory => 500,
+        };
+        switch (self.protocol) {
+            .http1 => if (!self.resp_started) h1.refuse(self.conn, status) else self.conn.close(),
+            .http2 => if (!self.resp_started) {
+                if (self.answer(status, "")) self.refused = true else h2.abortStream(self);
+            } else h2.abortStream(self),
+        }
+        return .{ .count = 0, .done = false, .failed = true };
+    }
+
+    /// 415 for a coding the engine cannot undo, before any app sees the request; its
+    /// accept-encoding names those it can (RFC 9110 12.5.3). The caller finishes the
+    /// stream; false when the answer could not be queued and the stream was aborted.
+    pub fn refuseCoding(self: *Stream) bool {
+        var buf: [24]u8 = undefined;
+        if (self.answer(415, decompression.availableText(&buf))) return true;
+        self.abort();
+        return false;
+    }
+
+    /// A short plain-text answer made by the engine through the stream's verbs; false
+    /// when it could not be queued (the caller then cuts the exchange).
+    fn answer(self: *Stream, status: u16, accept_encoding: []const u8) bool {
+        const reason = response.reasonPhrase(status);
+        var len_buf: [8]u8 = undefined;
+        const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{reason.len}) catch unreachable;
+        const fields = [_][2][]const u8{
+            .{ "content-type", "text/plain; charset=utf-8" },
+            .{ "content-length", len_text },
+            .{ "accept-encoding", accept_encoding },
+        };
+        const n: usize = if (accept_encoding.len > 0) 3 else 2;
+        self.startResponse(status, fields[0..n], &.{}, false) catch return false;
+        _ = self.writeBody(reason, false, null) catch return false;
+        return true;
+    }
+
+    pub fn dropDecoder(self: *Stream) void {
+        if (self.decoder) |d| d.destroy();
+        self.decoder = null;
     }
 
     /// The response head. `extra` are the server's own headers (--header); the request
@@ -229,6 +351,7 @@ pub const Stream = struct {
             req.added = tracing.prepare(opts, req.headers, &self.request_id);
         }
         if (srv.opts.compression.enabled()) self.compress = compression.chooseFields(&srv.opts.compression, req.headers);
+        if (srv.opts.request_decompression) self.decideCoding(req);
         return srv.rateLimited(&self.conn.peer, req.headers);
     }
 
@@ -296,6 +419,7 @@ pub const Stream = struct {
 
     /// The app is done. The stream is the protocol's from now on.
     pub fn finish(self: *Stream) void {
+        self.dropDecoder();
         switch (self.protocol) {
             .http1 => h1.finishStream(self),
             .http2 => h2.finishStream(self),
