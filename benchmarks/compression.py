@@ -1,9 +1,14 @@
 """Response compression: FastAPI returning a 20 KiB JSON document, wrk at 64 connections
 with `Accept-Encoding`, zigcorn `--compression` beside uvicorn with Starlette's
-GZipMiddleware (one worker each).
+GZipMiddleware and saltare's engine compression (`--response-gzip`, `--response-brotli`,
+`--response-zstd`), one worker each, each server's default level for the encoding.
 
     python benchmarks/compression.py                      # 10 s points
     python benchmarks/compression.py --seconds 3 --encodings gzip
+    python benchmarks/compression.py --rounds 3           # alternated rounds, medians
+
+It runs the servers from the current interpreter: use the benchmark venv's
+(`benchmarks/.venv/bin/python`, which has uvicorn, FastAPI and saltare) for every row.
 
 Figures: requests/s, p99, the bytes on the wire per response (the ratio achieved) and
 the server's CPU seconds per compressed MB. Not a timed test: numbers depend on the
@@ -25,6 +30,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -139,12 +145,44 @@ def run(name: str, cmd: list[str], port: int, encoding: str, seconds: int) -> di
             "threads": {k: round(v, 2) for k, v in threads.items() if v > 0.05}}
 
 
+SALTARE_FLAG = {"gzip": "--response-gzip", "br": "--response-brotli", "zstd": "--response-zstd"}
+
+
+def commands(encoding: str, port: int) -> dict[str, list[str]]:
+    """The servers measured for one encoding (uvicorn only has gzip, through Starlette)."""
+    py = sys.executable
+    flags = [] if encoding == "off" else ["--compression", encoding]
+    out = {"zigcorn": [py, "-m", "zigcorn", "compress_fastapi_app:app", "--port", str(port), *flags,
+                       "--no-access-log", "--log-level", "warning"]}
+    if encoding == "off":
+        return out
+    if encoding == "gzip":
+        out["uvicorn+GZipMiddleware"] = [py, "-m", "uvicorn", "compress_fastapi_app:gzip_app", "--port", str(port),
+                                         "--no-access-log", "--log-level", "warning"]
+    out["saltare"] = [py, "-m", "saltare", "--host", "127.0.0.1", "--port", str(port), SALTARE_FLAG[encoding],
+                      "compress_fastapi_app:app"]
+    return out
+
+
+def available(module: str) -> bool:
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def median(runs: list[dict]) -> dict:
+    row = dict(runs[0])
+    for key in ("rps", "cpu_s_per_mb", "loop_us", "other_us"):
+        row[key] = statistics.median(r[key] for r in runs)
+    row["rounds"] = [r["rps"] for r in runs]
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--encodings", default="gzip,br,zstd")
     ap.add_argument("--placement", action="store_true",
                     help="add an off row, split the CPU by thread and time each codec alone (no peers)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternated rounds per server; medians reported")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed")
@@ -153,21 +191,21 @@ def main() -> None:
     if args.placement and "off" not in encodings:
         encodings.insert(0, "off")
     for encoding in encodings:
-        port = free_port()
-        flags = [] if encoding == "off" else ["--compression", encoding]
-        rows.append(run("zigcorn", [sys.executable, "-m", "zigcorn", "compress_fastapi_app:app", "--port", str(port),
-                                    *flags, "--no-access-log", "--log-level", "warning"],
-                        port, "gzip, br, zstd" if encoding == "off" else encoding, args.seconds))
-        rows[-1]["encoding"] = encoding
-        if encoding == "gzip" and not args.placement:
-            port = free_port()
-            rows.append(run("uvicorn+GZipMiddleware", [sys.executable, "-m", "uvicorn", "compress_fastapi_app:gzip_app",
-                                                       "--port", str(port), "--no-access-log", "--log-level", "warning"],
-                            port, encoding, args.seconds))
-    print(f"{'server':24} {'enc':5} {'req/s':>9} {'p99':>9} {'bytes':>6} {'ratio':>6} {'CPU s/MB':>9}")
+        names = [n for n in commands(encoding, 0) if available(n.split("+")[0])]
+        if args.placement:
+            names = ["zigcorn"]
+        accept = "gzip, br, zstd" if encoding == "off" else encoding
+        runs: dict[str, list[dict]] = {n: [] for n in names}
+        for i in range(args.rounds):
+            for name in names if i % 2 == 0 else names[::-1]:
+                port = free_port()
+                runs[name].append(run(name, commands(encoding, port)[name], port, accept, args.seconds))
+                runs[name][-1]["encoding"] = encoding
+        rows += [median(runs[n]) for n in names]
+    print(f"{'server':24} {'enc':5} {'req/s':>9} {'p99':>9} {'bytes':>6} {'ratio':>6} {'CPU s/MB':>9}  rounds")
     for r in rows:
         print(f"{r['server']:24} {r['encoding']:5} {r['rps']:9.0f} {r['p99']:>9} {r['wire']:6d} {r['ratio']:6.2f} "
-              f"{r['cpu_s_per_mb']:9.4f}")
+              f"{r['cpu_s_per_mb']:9.4f}  {', '.join(f'{x:.0f}' for x in r['rounds'])}")
     if args.placement:
         print(f"\n{'enc':5} {'loop us/req':>12} {'others us/req':>14} {'codec alone us':>15}  other threads (CPU s)")
         for r in rows:

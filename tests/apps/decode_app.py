@@ -1,4 +1,4 @@
-"""For tests/test_request_decompression.py: reads the whole request body and answers, as
+"""For tests/content/test_request_decompression.py: reads the whole request body and answers, as
 JSON, its size, SHA-256 and the body-describing headers the app saw. `wsgi` is the same
 for --interface wsgi."""
 import hashlib

@@ -13,7 +13,7 @@ import zlib
 import httpx
 import pytest
 
-from tests.harness import Server, zigcorn_only
+from tests.support.harness import Server, zigcorn_only
 
 pytestmark = zigcorn_only
 brotli = pytest.importorskip("brotli")
