@@ -178,7 +178,8 @@ pub const Session = struct {
     /// A connection error was sent: nothing more is read; the connection closes once written.
     dead: bool = false,
     preface_settings: bool = false,
-    /// After an h2c upgrade: the client's preface has not arrived yet.
+    /// After an h2c upgrade: the client's preface has not arrived yet. Until it does,
+    /// only the 101 and our SETTINGS go out; stream 1's frames wait (see `fill`).
     await_preface: bool = false,
 
     // The peer's settings.
@@ -1178,6 +1179,12 @@ fn dropItems(s: *Session, st: *H2Stream) void {
 /// output past `read_pause_bytes` stops the connection's reading.
 pub fn fill(conn: *Conn) void {
     const s = sessionOf(conn);
+    // h2c upgrade: stream 1's response waits for the client's preface, a round trip at
+    // most (the client sends it on reading the 101); RFC 9113 3.2 lets the server wait.
+    // Java's HttpClient (17 and 25) put bytes of DATA frames that came right behind the
+    // 101, before it had sent its preface, out of place under load while the bytes on
+    // the wire were right (interop issue 24, bug E).
+    if (s.await_preface) return;
     // Streams visited since the last one that moved a frame: a whole turn of the list
     // without progress ends the fill (every stream waits on a window or its app).
     var idle: u32 = 0;
