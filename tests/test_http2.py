@@ -246,9 +246,9 @@ def test_h2c_upgrade_applies_the_settings_it_carries(server):
 
 def test_h2c_upgrade_holds_stream_1_until_the_client_preface(server):
     """Before the client's preface only the 101 and the server's own SETTINGS (and its
-    connection WINDOW_UPDATE) come: Java's HttpClient puts the bytes of frames that reach it
-    before it sent its preface out of place under load (interop issue 24, bug E). RFC 9113
-    section 3.2 lets the server wait; the preface then releases the whole response."""
+    connection WINDOW_UPDATE) come: Java's HttpClient can lose what it reads while it
+    switches to HTTP/2 (interop issue 24, bug E). RFC 9113 section 3.2 lets the server
+    wait; the preface then releases the whole response."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         sock.sendall(upgrade_request("/download?size=5000"))
         head, rest = read_head(sock)
