@@ -211,6 +211,26 @@ def test_h2c_upgrade_answers_101_and_serves_the_request_as_stream_1(server):
         client.close()
 
 
+def read_frames(sock, data: bytes, quiet_s: float) -> list[tuple[int, int, int]]:
+    """(type, stream, length) of the frames in `data` and what follows on `sock` until it
+    is quiet for `quiet_s` seconds or closed."""
+    frames = []
+    sock.settimeout(quiet_s)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        frames.append((data[3], int.from_bytes(data[5:9], "big"), length))
+        data = data[9 + length:]
+    return frames
+
+
 def test_h2c_upgrade_applies_the_settings_it_carries(server):
     # INITIAL_WINDOW_SIZE 1000 in HTTP2-Settings: stream 1's response stops at 1000 bytes.
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
@@ -218,23 +238,28 @@ def test_h2c_upgrade_applies_the_settings_it_carries(server):
         head, rest = read_head(sock)
         assert head.startswith(b"HTTP/1.1 101 ")
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
-        frames, data = [], rest
-        sock.settimeout(1.0)
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except TimeoutError:
-            pass
-        while len(data) >= 9:
-            length = int.from_bytes(data[:3], "big")
-            frames.append((data[3], int.from_bytes(data[5:9], "big"), length))
-            data = data[9 + length:]
+        frames = read_frames(sock, rest, 1.0)
         assert sum(n for kind, sid, n in frames if kind == 0 and sid == 1) == 1000, frames
         # No SETTINGS ack for them: the 101 was the acknowledgement.
         assert not any(kind == 4 and n == 0 for kind, sid, n in frames[:1])
+
+
+def test_h2c_upgrade_holds_stream_1_until_the_client_preface(server):
+    """Before the client's preface only the 101 and the server's own SETTINGS (and its
+    connection WINDOW_UPDATE) come: Java's HttpClient can lose what it reads while it
+    switches to HTTP/2 (interop issue 24, bug E). RFC 9113 section 3.2 lets the server
+    wait; the preface then releases the whole response."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(upgrade_request("/download?size=5000"))
+        head, rest = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 101 ")
+        before = read_frames(sock, rest, 0.5)
+        assert before and before[0][0] == 4, before
+        assert all(sid == 0 for kind, sid, n in before), before
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
+        after = read_frames(sock, b"", 1.0)
+        assert [kind for kind, sid, n in after if sid == 1][0] == 1, after
+        assert sum(n for kind, sid, n in after if kind == 0 and sid == 1) == 5000, after
 
 
 @pytest.mark.parametrize("case", ["body", "no-settings-token", "bad-settings", "two-settings", "http10"])

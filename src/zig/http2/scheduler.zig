@@ -81,6 +81,12 @@ pub fn dropItems(s: *Session, st: *H2Stream) void {
 /// output past `read_pause_bytes` stops the connection's reading.
 pub fn fill(conn: *Conn) void {
     const s = sessionOf(conn);
+    // h2c upgrade: stream 1's response waits for the client's preface, a round trip at
+    // most (the client sends it on reading the 101); RFC 9113 3.2 lets the server wait.
+    // Java's HttpClient (17 and 25) can lose what it reads while it switches to HTTP/2:
+    // under load, 32 KiB after its first 16 KiB read, so a DATA frame ended with bytes
+    // from further on, while the bytes on the wire were right (interop issue 24, bug E).
+    if (s.await_preface) return;
     // Streams visited since the last one that moved a frame: a whole turn of the list
     // without progress ends the fill (every stream waits on a window or its app).
     var idle: u32 = 0;

@@ -148,7 +148,8 @@ pub const Session = struct {
     /// A connection error was sent: nothing more is read; the connection closes once written.
     dead: bool = false,
     preface_settings: bool = false,
-    /// After an h2c upgrade: the client's preface has not arrived yet.
+    /// After an h2c upgrade: the client's preface has not arrived yet. Until it does,
+    /// only the 101 and our SETTINGS go out; stream 1's frames wait (see `scheduler.fill`).
     await_preface: bool = false,
 
     // The peer's settings.

@@ -315,6 +315,8 @@ test "h2c: random and mutated frames never panic, leak a held stream, or spin" {
 /// error code (if any), RST_STREAM codes.
 const Frames = struct {
     data: [4]usize = .{0} ** 4,
+    /// Frames of any type per stream id.
+    frames: [4]usize = .{0} ** 4,
     goaway: ?u32 = null,
     rst: ?u32 = null,
 
@@ -328,6 +330,7 @@ const Frames = struct {
             const id = std.mem.readInt(u32, rest[5..9], .big) & 0x7fff_ffff;
             if (rest.len < 9 + len) break;
             const body = rest[9..][0..len];
+            if (id < f.frames.len) f.frames[id] += 1;
             switch (typ) {
                 0 => if (id < f.data.len) {
                     f.data[id] += len;
@@ -466,11 +469,16 @@ test "h2c upgrade: 101, then the request is HTTP/2's stream 1 under the settings
     var got = try f.receive(&out);
     try testing.expect(std.mem.startsWith(u8, got, "HTTP/1.1 101 Switching Protocols\r\n"));
     const frames_at = std.mem.indexOf(u8, got, "\r\n\r\n").? + 4;
-    // The window from HTTP2-Settings holds the response to 10 bytes until the client opens it.
-    try testing.expectEqual(@as(usize, 10), Frames.read(got[frames_at..]).data[1]);
+    // Stream 1 waits for the client's preface: only our SETTINGS (and connection window) came.
+    const before = Frames.read(got[frames_at..]);
+    try testing.expectEqual(@as(usize, 2), before.frames[0]);
+    try testing.expectEqual(@as(usize, 0), before.frames[1]);
     var buf: [64]u8 = undefined;
     try f.send(h2.preface);
     try f.send(frame(&buf, 4, 0, 0, ""));
+    got = try f.receive(&out);
+    // The window from HTTP2-Settings holds the response to 10 bytes until the client opens it.
+    try testing.expectEqual(@as(usize, 10), Frames.read(got).data[1]);
     try f.send(windowUpdate(&buf, 1, 1000));
     got = try f.receive(&out);
     const rest = Frames.read(got);
