@@ -172,41 +172,65 @@ fn headerName(name: []const u8) ?*Object {
     return py.bytes(name);
 }
 
-/// `forwarded_host`, from a trusted proxy, replaces the Host header's value.
+/// `forwarded_host`, from a trusted proxy, replaces the Host header's value. The
+/// request id and trace context replace incoming fields of their names, and come last.
 fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     const added = &req.added;
-    if (!added.any()) {
-        const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
-        for (req.headers, 0..) |h, i| {
-            if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
-        }
-        return list;
-    }
-    // The request id and trace context replace incoming fields of their names, and come last.
     var extra: [2][2][]const u8 = undefined;
     const appended = added.appended(&extra);
-    var kept: usize = 0;
-    for (req.headers) |h| kept += @intFromBool(!added.drops(h.name));
+    // Only a request that brought fields of those names pays for a second look at each.
+    var kept = req.headers.len;
+    if (added.drops_some) {
+        for (req.headers) |h| kept -= @intFromBool(added.drops(h.name));
+    }
     const list = c.PyList_New(@intCast(kept + appended.len)) orelse return null;
     var i: usize = 0;
     for (req.headers) |h| {
-        if (added.drops(h.name)) continue;
+        if (added.drops_some and added.drops(h.name)) continue;
         if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
         i += 1;
     }
-    for (appended) |f| {
-        if (!setHeader(list, i, f[0], f[1])) return fail(list);
+    for (appended, 0..) |f, slot| {
+        if (!setHeaderNamed(list, i, addedName(slot, f[0]) orelse return fail(list), f[1])) return fail(list);
         i += 1;
     }
+    std.debug.assert(i == kept + appended.len);
     return list;
+}
+
+/// The name objects of the fields the engine appends (`Added.appended`'s slots): their
+/// texts are the server's settings or literals, the same slices every request, so the
+/// last one's object serves again without a look-up.
+var added_names: [2]struct { text: []const u8 = "", obj: ?*Object = null } = .{ .{}, .{} };
+
+fn addedName(slot: usize, text: []const u8) ?*Object {
+    const cached = &added_names[slot];
+    if (cached.obj) |o| {
+        if (cached.text.ptr == text.ptr and cached.text.len == text.len) {
+            py.incref(o);
+            return o;
+        }
+    }
+    const o = headerName(text) orelse return null;
+    py.xdecref(cached.obj);
+    py.incref(o);
+    cached.* = .{ .text = text, .obj = o };
+    return o;
 }
 
 /// list[i] = (name, value) as bytes; false with a Python error set.
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
-    const pair = c.PyTuple_New(2) orelse return false;
+    return setHeaderNamed(list, i, headerName(name_text) orelse return false, value_text);
+}
+
+/// list[i] = (name, value), taking the reference to `name`; false with a Python error set.
+fn setHeaderNamed(list: *Object, i: usize, name: *Object, value_text: []const u8) bool {
+    const pair = c.PyTuple_New(2) orelse {
+        py.decref(name);
+        return false;
+    };
     // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
     _ = c.PyList_SetItem(list, @intCast(i), pair);
-    const name = headerName(name_text) orelse return false;
     _ = c.PyTuple_SetItem(pair, 0, name);
     const value = py.bytes(value_text) orelse return false;
     _ = c.PyTuple_SetItem(pair, 1, value);
