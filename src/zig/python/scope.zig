@@ -176,6 +176,13 @@ fn headerName(name: []const u8) ?*Object {
 /// request id and trace context replace incoming fields of their names, and come last.
 fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     const added = &req.added;
+    if (!added.any()) {
+        const list = c.PyList_New(@intCast(req.headers.len)) orelse return null;
+        for (req.headers, 0..) |h, i| {
+            if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
+        }
+        return list;
+    }
     var extra: [2][2][]const u8 = undefined;
     const appended = added.appended(&extra);
     // Only a request that brought fields of those names pays for a second look at each.
@@ -224,7 +231,7 @@ fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const
 }
 
 /// list[i] = (name, value), taking the reference to `name`; false with a Python error set.
-fn setHeaderNamed(list: *Object, i: usize, name: *Object, value_text: []const u8) bool {
+inline fn setHeaderNamed(list: *Object, i: usize, name: *Object, value_text: []const u8) bool {
     const pair = c.PyTuple_New(2) orelse {
         py.decref(name);
         return false;
