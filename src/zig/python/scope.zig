@@ -236,11 +236,12 @@ inline fn setHeaderNamed(list: *Object, i: usize, name: *Object, value_text: []c
         py.decref(name);
         return false;
     };
-    // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
-    _ = c.PyList_SetItem(list, @intCast(i), pair);
-    _ = c.PyTuple_SetItem(pair, 0, name);
+    // The slots steal, so each object has exactly one owner; a slot left empty by a
+    // failure is skipped when the list is freed.
+    py.listInit(list, i, pair);
+    py.tupleInit(pair, 0, name);
     const value = py.bytes(value_text) orelse return false;
-    _ = c.PyTuple_SetItem(pair, 1, value);
+    py.tupleInit(pair, 1, value);
     return true;
 }
 
