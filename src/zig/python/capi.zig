@@ -133,6 +133,11 @@ pub fn seqItems(seq: *Object) [*c]?*Object {
     return @ptrCast(&t.ob_item);
 }
 
+/// An object's reference count (Py_REFCNT: a field in 3.11, in a union from 3.12 on).
+pub inline fn refCount(o: *Object) isize {
+    return c.Py_REFCNT(o);
+}
+
 /// PyTuple_SET_ITEM (the macro does not translate): `o` is stolen into empty slot `i`
 /// of a tuple just made, without the call and checks of PyTuple_SetItem.
 pub inline fn tupleInit(t: *Object, i: usize, o: *Object) void {

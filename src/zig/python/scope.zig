@@ -198,7 +198,7 @@ fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
         i += 1;
     }
     for (appended, 0..) |f, slot| {
-        if (!setHeaderNamed(list, i, addedName(slot, f[0]) orelse return fail(list), f[1])) return fail(list);
+        py.listInit(list, i, addedPair(slot, f[0], f[1]) orelse return fail(list));
         i += 1;
     }
     std.debug.assert(i == kept + appended.len);
@@ -223,6 +223,51 @@ fn addedName(slot: usize, text: []const u8) ?*Object {
     py.incref(o);
     cached.* = .{ .text = text, .obj = o };
     return o;
+}
+
+/// The last (name, value) tuple made for each appended slot. Once the request that saw
+/// it is over, only this cache holds the tuple (reference count 1) and only the tuple
+/// holds its value: nobody can see them, so the next request's id or traceparent is
+/// written into them in place instead of making and freeing two objects a request (the
+/// reuse CPython's own zip() does with its result tuple). A request whose headers the
+/// app kept, or a value of another length, gets new objects.
+var added_pairs: [2]?*Object = .{ null, null };
+
+/// New reference: the tuple for appended slot `slot`.
+fn addedPair(slot: usize, name_text: []const u8, value_text: []const u8) ?*Object {
+    if (added_pairs[slot]) |pair| {
+        if (refillPair(slot, pair, name_text, value_text)) {
+            py.incref(pair);
+            return pair;
+        }
+    }
+    const pair = c.PyTuple_New(2) orelse return null;
+    py.tupleInit(pair, 0, addedName(slot, name_text) orelse return fail(pair));
+    py.tupleInit(pair, 1, py.bytes(value_text) orelse return fail(pair));
+    py.xdecref(added_pairs[slot]);
+    py.incref(pair);
+    added_pairs[slot] = pair;
+    return pair;
+}
+
+/// Rewrites a cached pair's value when nothing but the cache can see it.
+fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []const u8) bool {
+    // Without the hash field to reset, a reused object could keep a stale hash.
+    if (!@hasField(c.PyBytesObject, "ob_shash")) return false;
+    if (py.refCount(pair) != 1) return false;
+    const tuple: *c.PyTupleObject = @ptrCast(@alignCast(pair));
+    const items: [*]?*Object = @ptrCast(&tuple.ob_item);
+    // The name: the slot's cached object for this very setting.
+    const name = &added_names[slot];
+    if (name.obj != items[0] or name.text.ptr != name_text.ptr or name.text.len != name_text.len) return false;
+    const value = items[1].?;
+    const value_obj: *c.PyBytesObject = @ptrCast(@alignCast(value));
+    if (py.refCount(value) != 1 or value_obj.ob_base.ob_size != value_text.len) return false;
+    if (@hasField(c.PyTupleObject, "ob_hash")) tuple.ob_hash = -1;
+    value_obj.ob_shash = -1;
+    const dst: [*]u8 = @ptrCast(&value_obj.ob_sval);
+    @memcpy(dst[0..value_text.len], value_text);
+    return true;
 }
 
 /// list[i] = (name, value) as bytes; false with a Python error set.
