@@ -153,3 +153,28 @@ def test_a_wsgi_app_sees_the_request_id_and_trace_context_too(start_server):
     assert "HTTP_TRACESTATE" not in env
     r = httpx.get(server.url + "/env", headers={"x-request-id": "edge-1", "traceparent": PARENT})
     assert r.json()["HTTP_X_REQUEST_ID"] == "edge-1" and r.json()["HTTP_TRACEPARENT"] == PARENT
+
+
+@pytest.mark.parametrize("path", ["/tuple", "/value"])
+def test_a_request_id_the_app_keeps_never_changes(path):
+    # The engine refills its last id header in place when nothing else holds it; an app
+    # that kept the tuple or its value must not see later ids written into it.
+    from tests.support.harness import Server
+
+    server = Server("keep_ids:app", "--request-id-header", "x-request-id", "--no-access-log")
+    try:
+        server.wait_ready()
+        sent = []
+        with httpx.Client(base_url=server.url) as c:
+            for i in range(50):
+                # Every other request drops its own header: the reused objects then see both paths.
+                r = c.get(path, headers={"x-request-id": f"kept-{i}"} if i % 2 else {})
+                sent.append(r.headers["x-request-id"])
+                assert r.json() == sent
+            # Ids of the same length as the generated ones (32 bytes), kept and replaced alike.
+            for i in range(20):
+                r = c.get(path, headers={"x-request-id": f"{i:032d}"})
+                sent.append(f"{i:032d}")
+                assert r.json() == sent
+    finally:
+        server.kill()

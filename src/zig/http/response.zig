@@ -113,11 +113,16 @@ pub const HeadWriter = struct {
         try self.append("\r\n");
     }
 
+    /// `name: value` and CRLF, with one check for room (the response's hottest path).
     pub fn header(self: *HeadWriter, name: []const u8, value: []const u8) error{NoSpace}!void {
-        try self.append(name);
-        try self.append(": ");
-        try self.append(value);
-        try self.append("\r\n");
+        const need = name.len + value.len + 4;
+        if (need > self.buf.len - self.len) return error.NoSpace;
+        const dst = self.buf[self.len..][0..need];
+        @memcpy(dst[0..name.len], name);
+        dst[name.len..][0..2].* = ": ".*;
+        @memcpy(dst[name.len + 2 ..][0..value.len], value);
+        dst[need - 2 ..][0..2].* = "\r\n".*;
+        self.len += need;
     }
 
     pub fn contentLength(self: *HeadWriter, n: u64) error{NoSpace}!void {

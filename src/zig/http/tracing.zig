@@ -34,6 +34,10 @@ pub const Added = struct {
     drop_body_fields: bool = false,
     /// ... and over HTTP/1.x a body that had a content-length reads as chunked.
     add_chunked: bool = false,
+    /// Whether some incoming field is replaced or dropped (`drops` holds for it): found
+    /// by `prepare`'s one scan, so that the usual request (nothing to drop) is copied
+    /// without asking `drops` of every field.
+    drops_some: bool = false,
 
     pub fn any(self: *const Added) bool {
         return self.request_id.len > 0 or self.traceparent.len > 0 or self.drop_traceparent or self.drop_tracestate or
@@ -42,10 +46,10 @@ pub const Added = struct {
 
     /// Whether an incoming header (a lower-case name) is replaced or dropped.
     pub fn drops(self: *const Added, name: []const u8) bool {
-        if (self.request_id.len > 0 and std.mem.eql(u8, name, self.request_id_name)) return true;
-        if (self.drop_traceparent and std.mem.eql(u8, name, "traceparent")) return true;
-        if (self.drop_tracestate and std.mem.eql(u8, name, "tracestate")) return true;
-        if (self.drop_body_fields and (std.mem.eql(u8, name, "content-encoding") or std.mem.eql(u8, name, "content-length"))) return true;
+        if (self.request_id.len > 0 and nameIs(name, self.request_id_name)) return true;
+        if (self.drop_traceparent and nameIs(name, "traceparent")) return true;
+        if (self.drop_tracestate and nameIs(name, "tracestate")) return true;
+        if (self.drop_body_fields and (nameIs(name, "content-encoding") or nameIs(name, "content-length"))) return true;
         return false;
     }
 
@@ -89,57 +93,77 @@ pub const RequestId = struct {
 
 threadlocal var traceparent_scratch: [traceparent_len]u8 = undefined;
 
+/// What one pass over the request's fields found.
+const Scan = struct {
+    /// The last field named `--request-id-header`, and how many there were.
+    id_value: []const u8 = "",
+    ids: usize = 0,
+    parent: []const u8 = "",
+    parents: usize = 0,
+    states: usize = 0,
+    state_bytes: usize = 0,
+    state_members: usize = 0,
+    state_ok: bool = true,
+};
+
+/// `std.mem.eql` with the length compared first, inline: most names differ in length,
+/// and the call to the byte comparison is then never made.
+inline fn nameIs(name: []const u8, wanted: []const u8) bool {
+    return name.len == wanted.len and std.mem.eql(u8, name, wanted);
+}
+
+fn scan(opts: Options, headers: anytype) Scan {
+    var s = Scan{};
+    for (headers) |h| {
+        if (opts.request_id_header.len > 0 and nameIs(h.name, opts.request_id_header)) {
+            s.id_value = h.value;
+            s.ids += 1;
+        }
+        if (!opts.trace_context) continue;
+        if (nameIs(h.name, "traceparent")) {
+            s.parent = h.value;
+            s.parents += 1;
+        } else if (nameIs(h.name, "tracestate")) {
+            // Several fields are one list (RFC 9110 5.3): every one must be valid.
+            s.states += 1;
+            s.state_bytes += h.value.len;
+            s.state_members += countMembers(h.value) orelse {
+                s.state_ok = false;
+                continue;
+            };
+        }
+    }
+    return s;
+}
+
 /// Decides what the request gains. `headers` are the request's (lower-case names);
-/// `id` is where the stream keeps its request id.
+/// `id` is where the stream keeps its request id. One pass over the fields.
 pub fn prepare(opts: Options, headers: anytype, id: *RequestId) Added {
     var added = Added{};
+    const s = scan(opts, headers);
     if (opts.request_id_header.len > 0) {
-        var incoming: ?[]const u8 = null;
-        var count: usize = 0;
-        for (headers) |h| {
-            if (std.mem.eql(u8, h.name, opts.request_id_header)) {
-                incoming = h.value;
-                count += 1;
-            }
-        }
-        if (count == 1 and saneRequestId(incoming.?)) {
-            @memcpy(id.bytes[0..incoming.?.len], incoming.?);
-            id.len = @intCast(incoming.?.len);
+        if (s.ids == 1 and saneRequestId(s.id_value)) {
+            @memcpy(id.bytes[0..s.id_value.len], s.id_value);
+            id.len = @intCast(s.id_value.len);
         } else {
             generateId(id.bytes[0..generated_id_len]);
             id.len = generated_id_len;
         }
         added.request_id = id.get();
         added.request_id_name = opts.request_id_header;
+        added.drops_some = s.ids > 0;
     }
     if (opts.trace_context) {
-        var parent: ?[]const u8 = null;
-        var parents: usize = 0;
-        var state_bytes: usize = 0;
-        var state_members: usize = 0;
-        var state_ok = true;
-        for (headers) |h| {
-            if (std.mem.eql(u8, h.name, "traceparent")) {
-                parent = h.value;
-                parents += 1;
-            } else if (std.mem.eql(u8, h.name, "tracestate")) {
-                // Several fields are one list (RFC 9110 5.3): every one must be valid.
-                state_bytes += h.value.len;
-                state_members += countMembers(h.value) orelse {
-                    state_ok = false;
-                    continue;
-                };
-            }
-        }
-        if (parents != 1 or !validTraceparent(parent.?)) {
+        if (s.parents != 1 or !validTraceparent(s.parent)) {
             // A new trace starts here; a tracestate without its traceparent means nothing.
             newTraceparent(&traceparent_scratch);
             added.traceparent = &traceparent_scratch;
-            added.drop_traceparent = parents > 0;
+            added.drop_traceparent = s.parents > 0;
             added.drop_tracestate = true;
-        } else if (!state_ok or state_bytes > tracestate_bytes_max or state_members > tracestate_members_max) {
+        } else if (!s.state_ok or s.state_bytes > tracestate_bytes_max or s.state_members > tracestate_members_max) {
             added.drop_tracestate = true;
         }
+        if (added.drop_traceparent or (added.drop_tracestate and s.states > 0)) added.drops_some = true;
     }
     return added;
 }
@@ -159,20 +183,79 @@ pub fn saneRequestId(value: []const u8) bool {
     return true;
 }
 
+/// Random bytes for ids, drawn from the CSPRNG a batch at a time: one
+/// `std.crypto.random` call (a per-thread ChaCha8 seeded from getrandom, wiped on fork)
+/// per 32 ids instead of one per id. The bytes are as unpredictable as the CSPRNG's; they
+/// are not erased after use as the CSPRNG's own buffer is, because each becomes a public
+/// id at once. A fork empties the pool (`fork_generation`): parent and child never hand
+/// out the same bytes.
+const IdPool = struct {
+    bytes: [512]u8 = undefined,
+    used: usize = 512,
+    generation: u32 = 0,
+
+    fn take(self: *IdPool, comptime n: usize) *const [n]u8 {
+        comptime std.debug.assert(n <= 512);
+        const gen = fork_generation.load(.monotonic);
+        if (self.used + n > self.bytes.len or self.generation != gen) {
+            once_atfork.call();
+            std.crypto.random.bytes(&self.bytes);
+            self.used = 0;
+            self.generation = fork_generation.load(.monotonic);
+        }
+        const out = self.bytes[self.used..][0..n];
+        self.used += n;
+        return out;
+    }
+};
+
+threadlocal var id_pool: IdPool = .{};
+/// Bumped in a forked child, before it runs anything else: every pool refills.
+var fork_generation = std.atomic.Value(u32).init(1);
+var once_atfork = std.once(installAtfork);
+
+fn installAtfork() void {
+    const rc = std.c.pthread_atfork(null, null, onForkChild);
+    // Without the handler a forked child could repeat its parent's pending ids: no pool then.
+    if (rc != 0) pool_disabled = true;
+}
+
+var pool_disabled = false;
+
+fn onForkChild() callconv(.c) void {
+    _ = fork_generation.fetchAdd(1, .monotonic);
+}
+
+fn randomBytes(comptime n: usize, out: *[n]u8) void {
+    if (pool_disabled) return std.crypto.random.bytes(out);
+    out.* = id_pool.take(n).*;
+}
+
 /// 128 random bits as hex, from the CSPRNG (ids must not be guessable or collide).
 pub fn generateId(out: *[generated_id_len]u8) void {
     var raw: [16]u8 = undefined;
-    std.crypto.random.bytes(&raw);
-    hex(&raw, out);
+    randomBytes(16, &raw);
+    hex(16, &raw, out);
 }
 
-fn hex(raw: []const u8, out: []u8) void {
-    const digits = "0123456789abcdef";
-    std.debug.assert(out.len == raw.len * 2);
-    for (raw, 0..) |b, i| {
-        out[2 * i] = digits[b >> 4];
-        out[2 * i + 1] = digits[b & 15];
-    }
+/// Lower-case hex of `n` bytes, all at once in vector lanes.
+fn hex(comptime n: usize, raw: *const [n]u8, out: *[2 * n]u8) void {
+    const v: @Vector(n, u8) = raw.*;
+    const high = v >> @splat(4);
+    const low = v & @as(@Vector(n, u8), @splat(15));
+    // Interleave: byte i's high nibble goes to 2i, its low one to 2i + 1.
+    const mask = comptime blk: {
+        var m: [2 * n]i32 = undefined;
+        for (0..n) |i| {
+            m[2 * i] = @intCast(i);
+            m[2 * i + 1] = ~@as(i32, @intCast(i));
+        }
+        break :blk m;
+    };
+    const nibbles: @Vector(2 * n, u8) = @shuffle(u8, high, low, mask);
+    const is_digit = nibbles < @as(@Vector(2 * n, u8), @splat(10));
+    const base = @select(u8, is_digit, @as(@Vector(2 * n, u8), @splat('0')), @as(@Vector(2 * n, u8), @splat('a' - 10)));
+    out.* = nibbles + base;
 }
 
 /// A fresh `00-<trace-id>-<parent-id>-01`: the trace is sampled, so that the app's
@@ -180,14 +263,14 @@ fn hex(raw: []const u8, out: []u8) void {
 pub fn newTraceparent(out: *[traceparent_len]u8) void {
     var raw: [24]u8 = undefined;
     while (true) {
-        std.crypto.random.bytes(&raw);
+        randomBytes(24, &raw);
         // All-zero ids are invalid; 2^-64 odds, but the check costs nothing.
         if (!allZero(raw[0..16]) and !allZero(raw[16..24])) break;
     }
     out[0..3].* = "00-".*;
-    hex(raw[0..16], out[3..35]);
+    hex(16, raw[0..16], out[3..35]);
     out[35] = '-';
-    hex(raw[16..24], out[36..52]);
+    hex(8, raw[16..24], out[36..52]);
     out[52..55].* = "-01".*;
 }
 
@@ -262,8 +345,26 @@ fn keyChars(s: []const u8, digit_first: bool) bool {
 
 /// `app;dur=<ms>` with microsecond precision: the time from the request head to the
 /// response head.
+/// Written by hand: `std.fmt` took some 300 instructions a response for this field.
 pub fn serverTiming(buf: *[40]u8, elapsed_us: u64) []const u8 {
-    return std.fmt.bufPrint(buf, "app;dur={d}.{d:0>3}", .{ elapsed_us / 1000, elapsed_us % 1000 }) catch unreachable;
+    const prefix = "app;dur=";
+    buf[0..prefix.len].* = prefix.*;
+    // The whole milliseconds, at most 17 digits (2^64 us), written backwards.
+    var digits: [20]u8 = undefined;
+    var ms = elapsed_us / 1000;
+    var first: usize = digits.len;
+    while (true) {
+        first -= 1;
+        digits[first] = '0' + @as(u8, @intCast(ms % 10));
+        ms /= 10;
+        if (ms == 0) break;
+    }
+    const whole = digits[first..];
+    @memcpy(buf[prefix.len..][0..whole.len], whole);
+    const at = prefix.len + whole.len;
+    const frac: u16 = @intCast(elapsed_us % 1000);
+    buf[at..][0..4].* = .{ '.', '0' + @as(u8, @intCast(frac / 100)), '0' + @as(u8, @intCast(frac / 10 % 10)), '0' + @as(u8, @intCast(frac % 10)) };
+    return buf[0 .. at + 4];
 }
 
 /// Whether the app's response fields hold `name` (in any case).
@@ -348,6 +449,52 @@ test "tracing: generated ids differ" {
     }
 }
 
+test "tracing: hex at the nibble edges" {
+    var out: [32]u8 = undefined;
+    hex(16, &.{ 0x00, 0x09, 0x0a, 0x0f, 0x10, 0x90, 0xa0, 0xf0, 0xff, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde }, &out);
+    try testing.expectEqualStrings("00090a0f1090a0f0ff123456789abcde", &out);
+    var short: [16]u8 = undefined;
+    hex(8, &.{ 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 }, &short);
+    try testing.expectEqualStrings("fedcba9876543210", &short);
+}
+
+test "tracing: the id pool refills when empty and after a fork" {
+    var first: [16]u8 = undefined;
+    randomBytes(16, &first);
+    const used = id_pool.used;
+    try testing.expect(used >= 16 and used <= id_pool.bytes.len);
+    // A fork's child handler empties every pool: the next id comes from fresh bytes.
+    onForkChild();
+    var second: [16]u8 = undefined;
+    randomBytes(16, &second);
+    try testing.expectEqual(@as(usize, 16), id_pool.used);
+    // Drawing past the pool's end refills it rather than reading beyond.
+    var last: [24]u8 = undefined;
+    while (id_pool.used + 24 <= id_pool.bytes.len) randomBytes(24, &last);
+    randomBytes(24, &last);
+    try testing.expectEqual(@as(usize, 24), id_pool.used);
+}
+
+test "tracing: drops_some is exactly whether some field is dropped" {
+    const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const cases = [_]struct { opts: Options, hs: []const H }{
+        .{ .opts = .{ .request_id_header = "x-request-id" }, .hs = &.{.{ .name = "host", .value = "a" }} },
+        .{ .opts = .{ .request_id_header = "x-request-id" }, .hs = &.{.{ .name = "x-request-id", .value = "ok" }} },
+        .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "host", .value = "a" }} },
+        .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "tracestate", .value = "a=b" }} },
+        .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "traceparent", .value = parent }} },
+        .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "traceparent", .value = "bad" }} },
+        .{ .opts = .{ .trace_context = true, .request_id_header = "traceparent" }, .hs = &.{.{ .name = "traceparent", .value = parent }} },
+    };
+    for (cases) |case| {
+        var id = RequestId{};
+        const a = prepare(case.opts, case.hs, &id);
+        var some = false;
+        for (case.hs) |h| some = some or a.drops(h.name);
+        try testing.expectEqual(some, a.drops_some);
+    }
+}
+
 test "tracing: traceparent validation at its edges" {
     const ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     try testing.expect(validTraceparent(ok));
@@ -420,4 +567,8 @@ test "tracing: response fields" {
     try testing.expectEqual(@as(usize, 1), g.len);
     try testing.expectEqualStrings("app;dur=0.007", g[0][1]);
     try testing.expectEqual(@as(usize, 0), responseFields(.{}, &id, 7, &.{}, &out, &tb).len);
+    try testing.expectEqualStrings("app;dur=0.000", serverTiming(&tb, 0));
+    try testing.expectEqualStrings("app;dur=1.000", serverTiming(&tb, 1000));
+    try testing.expectEqualStrings("app;dur=999.999", serverTiming(&tb, 999_999));
+    try testing.expectEqualStrings("app;dur=18446744073709551.615", serverTiming(&tb, std.math.maxInt(u64)));
 }

@@ -1,6 +1,7 @@
 //! The CPython C API as the engine uses it, plus the few helpers that keep
 //! reference ownership explicit: every function here says whether it returns a new
 //! reference, and `steal` variants consume the reference they are given.
+const std = @import("std");
 pub const c = @cImport({
     @cDefine("PY_SSIZE_T_CLEAN", "1");
     @cInclude("Python.h");
@@ -130,6 +131,30 @@ pub fn seqItems(seq: *Object) [*c]?*Object {
     }
     const t: *c.PyTupleObject = @ptrCast(@alignCast(seq));
     return @ptrCast(&t.ob_item);
+}
+
+/// An object's reference count (Py_REFCNT: a field in 3.11, in a union from 3.12 on).
+pub inline fn refCount(o: *Object) isize {
+    return c.Py_REFCNT(o);
+}
+
+/// PyTuple_SET_ITEM (the macro does not translate): `o` is stolen into empty slot `i`
+/// of a tuple just made, without the call and checks of PyTuple_SetItem.
+pub inline fn tupleInit(t: *Object, i: usize, o: *Object) void {
+    const tuple: *c.PyTupleObject = @ptrCast(@alignCast(t));
+    std.debug.assert(i < @as(usize, @intCast(tuple.ob_base.ob_size)));
+    const items: [*]?*Object = @ptrCast(&tuple.ob_item);
+    std.debug.assert(items[i] == null);
+    items[i] = o;
+}
+
+/// PyList_SET_ITEM, as `tupleInit` for a list just made by PyList_New.
+pub inline fn listInit(l: *Object, i: usize, o: *Object) void {
+    const list: *c.PyListObject = @ptrCast(@alignCast(l));
+    std.debug.assert(i < @as(usize, @intCast(list.ob_base.ob_size)));
+    const items: [*]?*Object = @ptrCast(list.ob_item);
+    std.debug.assert(items[i] == null);
+    items[i] = o;
 }
 
 pub fn seqLen(seq: *Object) usize {

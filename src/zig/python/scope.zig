@@ -173,7 +173,8 @@ fn headerName(name: []const u8) ?*Object {
     return py.bytes(name);
 }
 
-/// `forwarded_host`, from a trusted proxy, replaces the Host header's value.
+/// `forwarded_host`, from a trusted proxy, replaces the Host header's value. The
+/// request id and trace context replace incoming fields of their names, and come last.
 fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     const added = &req.added;
     if (!added.any()) {
@@ -186,31 +187,108 @@ fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     // The request id and trace context replace incoming fields of their names, and come last.
     var extra: [tracing.appended_max][2][]const u8 = undefined;
     const appended = added.appended(&extra);
-    var kept: usize = 0;
-    for (req.headers) |h| kept += @intFromBool(!added.drops(h.name));
+    // Only a request that brought fields of those names pays for a second look at each.
+    var kept = req.headers.len;
+    if (added.drops_some) {
+        for (req.headers) |h| kept -= @intFromBool(added.drops(h.name));
+    }
     const list = c.PyList_New(@intCast(kept + appended.len)) orelse return null;
     var i: usize = 0;
     for (req.headers) |h| {
-        if (added.drops(h.name)) continue;
+        if (added.drops_some and added.drops(h.name)) continue;
         if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
         i += 1;
     }
-    for (appended) |f| {
-        if (!setHeader(list, i, f[0], f[1])) return fail(list);
+    for (appended, 0..) |f, slot| {
+        py.listInit(list, i, addedPair(slot, f[0], f[1]) orelse return fail(list));
         i += 1;
     }
+    std.debug.assert(i == kept + appended.len);
     return list;
+}
+
+/// The name objects of the fields the engine appends (`Added.appended`'s slots): their
+/// texts are the server's settings or literals, the same slices every request, so the
+/// last one's object serves again without a look-up.
+var added_names: [2]struct { text: []const u8 = "", obj: ?*Object = null } = .{ .{}, .{} };
+
+fn addedName(slot: usize, text: []const u8) ?*Object {
+    const cached = &added_names[slot];
+    if (cached.obj) |o| {
+        if (cached.text.ptr == text.ptr and cached.text.len == text.len) {
+            py.incref(o);
+            return o;
+        }
+    }
+    const o = headerName(text) orelse return null;
+    py.xdecref(cached.obj);
+    py.incref(o);
+    cached.* = .{ .text = text, .obj = o };
+    return o;
+}
+
+/// The last (name, value) tuple made for each appended slot. Once the request that saw
+/// it is over, only this cache holds the tuple (reference count 1) and only the tuple
+/// holds its value: nobody can see them, so the next request's id or traceparent is
+/// written into them in place instead of making and freeing two objects a request (the
+/// reuse CPython's own zip() does with its result tuple). A request whose headers the
+/// app kept, or a value of another length, gets new objects.
+var added_pairs: [2]?*Object = .{ null, null };
+
+/// New reference: the tuple for appended slot `slot`.
+fn addedPair(slot: usize, name_text: []const u8, value_text: []const u8) ?*Object {
+    if (added_pairs[slot]) |pair| {
+        if (refillPair(slot, pair, name_text, value_text)) {
+            py.incref(pair);
+            return pair;
+        }
+    }
+    const pair = c.PyTuple_New(2) orelse return null;
+    py.tupleInit(pair, 0, addedName(slot, name_text) orelse return fail(pair));
+    py.tupleInit(pair, 1, py.bytes(value_text) orelse return fail(pair));
+    py.xdecref(added_pairs[slot]);
+    py.incref(pair);
+    added_pairs[slot] = pair;
+    return pair;
+}
+
+/// Rewrites a cached pair's value when nothing but the cache can see it.
+fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []const u8) bool {
+    // Without the hash field to reset, a reused object could keep a stale hash.
+    if (!@hasField(c.PyBytesObject, "ob_shash")) return false;
+    if (py.refCount(pair) != 1) return false;
+    const tuple: *c.PyTupleObject = @ptrCast(@alignCast(pair));
+    const items: [*]?*Object = @ptrCast(&tuple.ob_item);
+    // The name: the slot's cached object for this very setting.
+    const name = &added_names[slot];
+    if (name.obj != items[0] or name.text.ptr != name_text.ptr or name.text.len != name_text.len) return false;
+    const value = items[1].?;
+    const value_obj: *c.PyBytesObject = @ptrCast(@alignCast(value));
+    if (py.refCount(value) != 1 or value_obj.ob_base.ob_size != value_text.len) return false;
+    if (@hasField(c.PyTupleObject, "ob_hash")) tuple.ob_hash = -1;
+    value_obj.ob_shash = -1;
+    const dst: [*]u8 = @ptrCast(&value_obj.ob_sval);
+    @memcpy(dst[0..value_text.len], value_text);
+    return true;
 }
 
 /// list[i] = (name, value) as bytes; false with a Python error set.
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
-    const pair = c.PyTuple_New(2) orelse return false;
-    // PyList_SetItem / PyTuple_SetItem steal, so each object has exactly one owner.
-    _ = c.PyList_SetItem(list, @intCast(i), pair);
-    const name = headerName(name_text) orelse return false;
-    _ = c.PyTuple_SetItem(pair, 0, name);
+    return setHeaderNamed(list, i, headerName(name_text) orelse return false, value_text);
+}
+
+/// list[i] = (name, value), taking the reference to `name`; false with a Python error set.
+inline fn setHeaderNamed(list: *Object, i: usize, name: *Object, value_text: []const u8) bool {
+    const pair = c.PyTuple_New(2) orelse {
+        py.decref(name);
+        return false;
+    };
+    // The slots steal, so each object has exactly one owner; a slot left empty by a
+    // failure is skipped when the list is freed.
+    py.listInit(list, i, pair);
+    py.tupleInit(pair, 0, name);
     const value = py.bytes(value_text) orelse return false;
-    _ = c.PyTuple_SetItem(pair, 1, value);
+    py.tupleInit(pair, 1, value);
     return true;
 }
 

@@ -209,6 +209,7 @@ pub const Stream = struct {
         self.body_coding = decompression.codingOf(req.headers);
         if (self.body_coding.encoding() == null) return;
         req.added.drop_body_fields = true;
+        req.added.drops_some = true;
         req.added.add_chunked = req.version != .http2 and self.body_kind == .length;
     }
 
@@ -312,7 +313,7 @@ pub const Stream = struct {
         if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts) return self.startResponseWith(status, headers, extra, trailers);
         var own: [3][2][]const u8 = undefined;
         var timing: [40]u8 = undefined;
-        const elapsed: ?u64 = if (self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
+        const elapsed: ?u64 = if (opts.server_timing and self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
         var n = tracing.responseFields(opts, &self.request_id, elapsed, headers, own[0..2], &timing).len;
         if (hsts and !tracing.hasField(headers, "strict-transport-security")) {
             own[n] = .{ "strict-transport-security", srv.opts.hsts };
@@ -320,7 +321,9 @@ pub const Stream = struct {
         }
         const added = own[0..n];
         if (added.len == 0) return self.startResponseWith(status, headers, extra, trailers);
-        // --header fields are few; the rare long list is copied to the heap.
+        if (extra.len == 0) return self.startResponseWith(status, headers, added, trailers);
+        // --header fields are few; the rare long list is copied to the heap. (Declared
+        // here, not above: ReleaseSafe fills an `undefined` array at its declaration.)
         var stack: [32][2][]const u8 = undefined;
         const total = extra.len + added.len;
         const all = if (total <= stack.len) stack[0..total] else std.heap.c_allocator.alloc([2][]const u8, total) catch return error.OutOfMemory;
