@@ -220,7 +220,7 @@ pub const Session = struct {
 };
 
 fn sessionOf(conn: *Conn) *Session {
-    return conn.a().h2.?;
+    return conn.a().proto.http2;
 }
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
@@ -311,7 +311,11 @@ fn newSession(conn: *Conn) ?*Session {
         .decoder = hpack.Decoder.init(header_table_size),
         .max_streams = srv.opts.h2_max_streams,
     };
-    conn.a().h2 = s;
+    // HTTP/2 replaces HTTP/1.1 before any HTTP/1.1 stream began (the preface, or the h2c
+    // upgrade's request, which becomes HTTP/2's stream 1).
+    const act = conn.a();
+    std.debug.assert(act.stream == null);
+    act.proto = .{ .http2 = s };
     conn.state = .h2;
     conn.timer.disarm();
     return s;

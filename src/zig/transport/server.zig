@@ -14,7 +14,7 @@ const forwarded = @import("../http/forwarded.zig"); // against the layers: which
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const http1 = @import("../http1/parser.zig"); // against the layers: the server owns the request-head limits and the header scratch the protocols parse into
 const io = @import("../os/io.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
@@ -23,8 +23,8 @@ const timer = @import("../os/deadlines.zig");
 const response = @import("../http/response.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
-const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const deflate = @import("../websocket/deflate.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const protocol = @import("protocol.zig");
+const deflate = @import("../websocket/deflate.zig"); // against the layers: the server owns the zlib library WebSocket sessions share (loaded once)
 const tls = @import("openssl.zig");
 const writer_mod = @import("writer_thread.zig");
 
@@ -596,10 +596,10 @@ pub const Server = struct {
             }
         }
         while (self.ws_ping_timeouts.popExpired(self.now_ms)) |entry| {
-            wsconn.pingDue(@fieldParentPtr("timer", entry));
+            protocol.pingDue(entry);
         }
         while (self.ws_pong_timeouts.popExpired(self.now_ms)) |entry| {
-            wsconn.pongTimeout(@fieldParentPtr("timer", entry));
+            protocol.pongTimeout(entry);
         }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
@@ -643,7 +643,7 @@ pub const Server = struct {
             // HTTP/2 too: frames read before its reading paused (its output was long)
             // wait in the buffer, and nothing else makes it read them if the client,
             // waiting on us, sends nothing more (a WINDOW_UPDATE, a request's HEADERS).
-            if (c.state == .proxy or c.state == .head or c.state == .websocket or c.state == .h2) c.process();
+            if (protocol.parsesBuffered(c)) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
@@ -932,9 +932,8 @@ pub const Server = struct {
         var it = self.live;
         while (it) |c| {
             it = c.next;
-            if (c.state == .websocket) wsconn.goingAway(c);
             // HTTP/2: GOAWAY; streams in flight finish, then the connection closes.
-            if (c.state == .h2) @import("../http2/session.zig").goAway(c);
+            protocol.goingAway(c);
         }
     }
 

@@ -11,10 +11,9 @@
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
 const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
-const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const http1 = @import("../http1/parser.zig"); // against the layers: the header field type every protocol hands over, and HTTP/1.1's body decoder kept in the stream
+const seam = @import("protocol.zig");
+const wsconn = seam.websocket;
 const Conn = @import("connection.zig").Conn;
 const outq = @import("output_queue.zig");
 const tracing = @import("../http/tracing.zig"); // against the layers: `prepare` and `startResponse` decide what every protocol adds for operators, once
@@ -76,10 +75,7 @@ pub const segments_per_write = 3;
 /// Whether the stream's writer must wait before its next body message: too many of its
 /// bytes are queued, or the connection's queue could not take another message.
 pub fn mustWait(st: *const Stream) bool {
-    return switch (st.protocol) {
-        .http1 => st.out.queued > queued_bytes_high or st.conn.a().out.segmentsFree() < segments_per_write,
-        .http2 => h2.mustWait(st),
-    };
+    return seam.mustWait(st);
 }
 
 pub const Stream = struct {
@@ -147,36 +143,24 @@ pub const Stream = struct {
 
     /// Available request body bytes as slices (valid until `bodyConsumed`).
     pub fn takeBody(self: *Stream, segs: [][]const u8) TakeResult {
-        return switch (self.protocol) {
-            .http1 => h1.takeBody(self, segs),
-            .http2 => h2.takeBody(self, segs),
-        };
+        return seam.takeBody(self, segs);
     }
 
     /// Body bytes read from the socket straight into `dst`, where the protocol can (HTTP/1.1
     /// with a Content-Length on a plain socket); 0 when it cannot or nothing is there now.
     /// Only after `takeBody` returned everything buffered.
     pub fn readBodyDirect(self: *Stream, dst: []u8) usize {
-        return switch (self.protocol) {
-            .http1 => h1.readBodyDirect(self, dst),
-            .http2 => 0,
-        };
+        return seam.readBodyDirect(self, dst);
     }
 
     /// The app copied the slices from `takeBody`: room for more.
     pub fn bodyConsumed(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.bodyConsumed(self),
-            .http2 => h2.bodyConsumed(self),
-        }
+        seam.bodyConsumed(self);
     }
 
     /// The app waits for body bytes that have not arrived: they must come in time.
     pub fn awaitBody(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.awaitBody(self),
-            .http2 => h2.awaitBody(self),
-        }
+        seam.awaitBody(self);
     }
 
     /// The response head. `extra` are the server's own headers (--header); the request
@@ -209,10 +193,7 @@ pub const Stream = struct {
     }
 
     fn startResponseWith(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
-        return switch (self.protocol) {
-            .http1 => h1.startResponse(self, status, headers, extra, trailers),
-            .http2 => h2.startResponse(self, status, headers, extra, trailers),
-        };
+        return seam.startResponse(self, status, headers, extra, trailers);
     }
 
     /// A request head is complete and about to reach the app (or the engine's own
@@ -234,28 +215,19 @@ pub const Stream = struct {
 
     /// A `103 Early Hints` with one `link` field per entry, before the response starts.
     pub fn earlyHint(self: *Stream, links: []const []const u8) StartError!void {
-        return switch (self.protocol) {
-            .http1 => h1.earlyHint(self, links),
-            .http2 => h2.earlyHint(self, links),
-        };
+        return seam.earlyHint(self, links);
     }
 
     /// Trailer fields after the whole body; `more`: another trailers message follows.
     /// True when the caller must wait for `Hooks.wake_write` (as for `writeBody`).
     pub fn writeTrailers(self: *Stream, fields: []const [2][]const u8, more: bool) TrailersError!bool {
-        return switch (self.protocol) {
-            .http1 => h1.writeTrailers(self, fields, more),
-            .http2 => h2.writeTrailers(self, fields, more),
-        };
+        return seam.writeTrailers(self, fields, more);
     }
 
     /// One body message. True when the caller must wait for `Hooks.wake_write` before
     /// the next one. `owner` keeps `data` alive while it is queued (retained by the queue).
     pub fn writeBody(self: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
-        return switch (self.protocol) {
-            .http1 => h1.writeBody(self, data, more, owner),
-            .http2 => h2.writeBody(self, data, more, owner),
-        };
+        return seam.writeBody(self, data, more, owner);
     }
 
     /// `http.response.pathsend`: the file at `path` is the rest of the body. Returns when
@@ -268,10 +240,7 @@ pub const Stream = struct {
         self.resp_body_done = true;
         self.resp_complete = true;
         if (self.gone()) return;
-        return switch (self.protocol) {
-            .http1 => h1.sendFile(self, path),
-            .http2 => h2.sendFile(self, path),
-        };
+        return seam.sendFile(self, path);
     }
 
     /// An open file's `len` bytes from `offset` are the whole body (the engine's static
@@ -288,28 +257,17 @@ pub const Stream = struct {
             sys.close(fd);
             return;
         }
-        return switch (self.protocol) {
-            .http1 => h1.sendFd(self, fd, offset, len),
-            .http2 => h2.sendFd(self, fd, offset, len),
-        };
+        return seam.sendFd(self, fd, offset, len);
     }
 
     /// The app is done. The stream is the protocol's from now on.
     pub fn finish(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.finishStream(self),
-            .http2 => h2.finishStream(self),
-        }
+        seam.finishStream(self);
     }
 
     /// The app failed after its response started: the exchange cannot be completed.
     pub fn abort(self: *Stream) void {
-        switch (self.protocol) {
-            // HTTP/1.1 has no way to end one exchange but closing the connection.
-            .http1 => self.conn.close(),
-            // HTTP/2 resets the one stream.
-            .http2 => h2.abortStream(self),
-        }
+        seam.abortStream(self);
         self.finish();
     }
 
@@ -327,10 +285,7 @@ pub const Stream = struct {
 
     /// The stream's WebSocket session, if its request opened one.
     fn wsSession(self: *const Stream) ?*wsconn.Session {
-        return switch (self.protocol) {
-            .http1 => if (self.conn.act) |act| act.ws else null,
-            .http2 => h2.wsSessionOf(self),
-        };
+        return seam.wsSession(self);
     }
 
     pub fn wsAccept(self: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
