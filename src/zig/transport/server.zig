@@ -605,6 +605,7 @@ pub const Server = struct {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
         }
+        if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {
             m.resident_bytes = metrics.residentBytes();
             if (self.io.uring) |u| m.io_buffer_waits = u.buffer_waits;
@@ -828,6 +829,15 @@ pub const Server = struct {
             act.flush_queued = false;
             if (c.state == .h2) c.flush();
         }
+    }
+
+    /// io_uring_enter failed for a reason no retry mends (the ring is broken): once a
+    /// tick, one line on `zigcorn.error` with how often and the last error.
+    fn reportRingFailures(self: *Server, u: *@import("../os/io_uring.zig").Uring) void {
+        const f = u.takeFailures() orelse return;
+        var buf: [160]u8 = undefined;
+        const line = std.fmt.bufPrint(&buf, "io_uring_enter failed {d} time(s) ({s}): queued operations may be lost", .{ f.count, @errorName(f.err) }) catch "io_uring_enter failed";
+        self.hooks.logError(line);
     }
 
     /// A job went to the writer thread: wake it, once, when this pass of the loop ends.
