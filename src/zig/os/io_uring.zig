@@ -83,8 +83,17 @@ const poll_rdhup: u32 = 0x2000;
 
 const Op = enum(u8) { none = 0, recv = 1, pollout = 2, pollhup = 3, accept = 4, pollable = 5, cancel = 6, close = 7, send = 8 };
 
+/// A submission's user data: the operation in the top byte; below it the slot's
+/// generation (24 bits) and the descriptor (32 bits), or a send's owner token (56 bits).
+const op_shift = 56;
+const gen_shift = 32;
+const gen_mask: u32 = 0xffffff;
+const send_token_mask: u64 = (@as(u64, 1) << op_shift) - 1;
+/// Tokens are pointers: user-space addresses fit 48 bits (the slot's `token` field).
+const token_bits = 48;
+
 fn userData(op: Op, gen: u32, fd: i32) u64 {
-    return (@as(u64, @intFromEnum(op)) << 56) | (@as(u64, gen & 0xffffff) << 32) | @as(u32, @bitCast(fd));
+    return (@as(u64, @intFromEnum(op)) << op_shift) | (@as(u64, gen & gen_mask) << gen_shift) | @as(u32, @bitCast(fd));
 }
 
 /// What the backend keeps per descriptor: 16 bytes, in a table indexed by descriptor
@@ -357,7 +366,7 @@ pub const Uring = struct {
     pub fn register(self: *Uring, fd_: i32, token: usize, readable: bool, writable: bool) bool {
         const s = self.slot(fd_) orelse return false;
         std.debug.assert(!s.registered);
-        if (token >> 48 != 0) return false;
+        if (token >> token_bits != 0) return false;
         if (!self.reserve(self.registered_count + 1, self.sends_pending)) return false;
         self.registered_count += 1;
         s.* = .{ .token = @intCast(token), .gen = s.gen +% 1, .registered = true };
@@ -583,11 +592,11 @@ pub const Uring = struct {
     /// A whole response, sent from the ring: the owner (`token`) keeps `msg` and the bytes
     /// it points at alive until the `sent` event. False: nothing was queued.
     pub fn sendAsync(self: *Uring, fd_: i32, msg: *const std.posix.msghdr_const, token: usize) bool {
-        std.debug.assert(token >> 56 == 0 and token != 0);
+        std.debug.assert(token >> op_shift == 0 and token != 0);
         if (!self.reserve(self.registered_count, self.sends_pending + 1)) return false;
         const q = self.sqe() orelse return false;
         q.prep_sendmsg(fd_, msg, linux.MSG.NOSIGNAL);
-        q.user_data = (@as(u64, @intFromEnum(Op.send)) << 56) | token;
+        q.user_data = (@as(u64, @intFromEnum(Op.send)) << op_shift) | token;
         self.sends_pending += 1;
         return true;
     }
@@ -763,14 +772,14 @@ pub const Uring = struct {
 
     fn complete(self: *Uring, cqe: linux.io_uring_cqe) void {
         const ud = cqe.user_data;
-        const op: Op = std.meta.intToEnum(Op, @as(u8, @truncate(ud >> 56))) catch return;
+        const op: Op = std.meta.intToEnum(Op, @as(u8, @truncate(ud >> op_shift))) catch return;
         if (op == .send) {
-            const token: usize = @intCast(ud & ((@as(u64, 1) << 56) - 1));
+            const token: usize = @intCast(ud & send_token_mask);
             // Room reserved by `sendAsync`: without the event the owner would wait forever.
             self.push(.{ .fd = -1, .gen = 0, .kind = .sent, .token = token, .result = cqe.res });
             return;
         }
-        const gen: u32 = @truncate((ud >> 32) & 0xffffff);
+        const gen: u32 = @truncate((ud >> gen_shift) & gen_mask);
         const fd_: i32 = @bitCast(@as(u32, @truncate(ud)));
         const more = cqe.flags & linux.IORING_CQE_F_MORE != 0;
         switch (op) {
