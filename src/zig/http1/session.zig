@@ -19,8 +19,8 @@ const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h2 = @import("../http2/session.zig");
-const scratch = @import("../http/scratch.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const scratch = @import("../http/scratch.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
