@@ -135,7 +135,7 @@ pub const Kick = struct {
 };
 
 /// What `enter` did: the work went in, waits for the next pass (the kernel was short of
-/// memory or completions were not yet reaped), or the ring is broken (`failure`).
+/// memory or completions were not yet reaped), or the ring is broken (`failures`).
 const Entered = enum { done, deferred, failed };
 
 pub const EnterError = @typeInfo(@typeInfo(@TypeOf(IoUring.enter)).@"fn".return_type.?).error_union.error_set;
