@@ -877,3 +877,68 @@ pub const Uring = struct {
         return if (s.gen == gen) s else null;
     }
 };
+
+// ---- tests ---------------------------------------------------------------------------
+
+const testing = std.testing;
+
+fn socketPair() ![2]i32 {
+    var fds: [2]i32 = undefined;
+    const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);
+    if (sys.E.init(rc) != .SUCCESS) return error.SocketPair;
+    return fds;
+}
+
+/// Collects completions into the queue without handing their events out (`waitSent`
+/// hands out only `sent` ones) until `want` events wait, or a second passes.
+fn queueUntil(u: *Uring, want: usize) !void {
+    var none: [1]Event = undefined;
+    var rounds: usize = 0;
+    while (u.queue.items.len < want) : (rounds += 1) {
+        if (rounds == 1000) return error.Timeout;
+        _ = u.waitSent(&none);
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+}
+
+test "io_uring: a read, a write and a hang-up waiting for every descriptor fit the room reserved at register; a closed one's events leave" {
+    const u = Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    const pairs = 6;
+    var fds: [pairs][2]i32 = undefined;
+    var owners: [pairs]u8 = undefined;
+    for (&fds, &owners) |*p, *o| {
+        p.* = try socketPair();
+        try testing.expect(u.register(p[0], @intFromPtr(o), true, true));
+        try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
+    }
+    defer for (fds[1..]) |p| u.close(p[0]);
+    // Each: its byte (a read) and POLLOUT (a write).
+    try queueUntil(u, 2 * pairs);
+    // Reading stops (a poll for the hang-up instead) and the peers go: a hang-up each,
+    // and the end of stream behind the byte adds nothing (one read waits already).
+    for (fds) |p| {
+        try testing.expect(u.update(p[0], false, true));
+        sys.close(p[1]);
+    }
+    try queueUntil(u, 3 * pairs);
+    try testing.expectEqual(@as(usize, events_per_slot * pairs), u.queue.items.len);
+    try testing.expect(u.queue.capacity >= events_per_slot * pairs + tokens_max);
+    // A descriptor closed with events waiting takes them out of the queue.
+    const gone = fds[0][0];
+    u.close(gone);
+    for (u.queue.items) |p| try testing.expect(p.fd != gone);
+    try testing.expectEqual(@as(usize, events_per_slot * (pairs - 1)), u.queue.items.len);
+    // Handed out in small batches: a write and a hang-up each (reading stopped).
+    var events: [4]Event = undefined;
+    var writes: usize = 0;
+    var hangups: usize = 0;
+    while (u.queue.items.len > 0) {
+        for (events[0..u.wait(&events)]) |e| {
+            writes += @intFromBool(e.writable);
+            hangups += @intFromBool(e.hangup);
+        }
+    }
+    try testing.expectEqual(@as(usize, pairs - 1), writes);
+    try testing.expectEqual(@as(usize, pairs - 1), hangups);
+}

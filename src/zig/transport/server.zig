@@ -4,9 +4,9 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
-const compression = @import("../http/compression.zig");
-const tracing = @import("../http/tracing.zig");
-const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
+const compression = @import("../http/compression.zig"); // against the layers: the server holds the --compression settings every protocol reads
+const tracing = @import("../http/tracing.zig"); // against the layers: the server holds the request-id and trace settings every protocol reads
+const static_files = @import("../http/static_files.zig"); // against the layers: the engine's own answers for --static mounts, before the app
 const per_ip = @import("per_ip.zig");
 const proxy_protocol = @import("proxy_protocol.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
