@@ -132,6 +132,10 @@ const FileStep = enum { progress, wait, closed };
 const file_chunk_bytes = 16 * 1024;
 /// At most this much per sendfile(2) call, so one connection does not hold the loop.
 const sendfile_bytes_max = 1 << 20;
+/// A lingering close drops the peer's bytes in reads of this size, at most
+/// `linger_reads_max` per event (64 KiB).
+const linger_scratch_bytes = 4096;
+const linger_reads_max = 16;
 
 /// An HTTPS connection: the Conn and its TLS session, in one allocation.
 pub const TlsConn = struct {
@@ -708,8 +712,8 @@ pub const Conn = struct {
     /// Up to 64 KiB are dropped per event (io_uring may hold far more than a socket
     /// buffer's worth already received), so the peer's end is reached in few passes.
     fn drainLinger(self: *Conn) void {
-        var scratch: [4096]u8 = undefined;
-        for (0..16) |_| switch (self.server.io.recv(self.fd, &scratch)) {
+        var scratch: [linger_scratch_bytes]u8 = undefined;
+        for (0..linger_reads_max) |_| switch (self.server.io.recv(self.fd, &scratch)) {
             .ok => |n| if (n == 0) return self.close(),
             .err => |e| return if (e != .AGAIN) self.close(),
         };
