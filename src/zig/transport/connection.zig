@@ -16,6 +16,7 @@ const timer = @import("../os/deadlines.zig");
 const Server = @import("server.zig").Server;
 const Interest = io.Interest;
 const tls = @import("openssl.zig");
+const proxy_protocol = @import("proxy_protocol.zig");
 const writer_mod = @import("writer_thread.zig");
 const outq = @import("output_queue.zig");
 const stream_mod = @import("stream.zig");
@@ -299,6 +300,30 @@ pub const Conn = struct {
     /// A deadline of the current phase passed.
     pub fn timedOut(self: *Conn) void {
         protocol.timedOut(self);
+    }
+
+    /// `.proxy`: the balancer's header, whole, names the client (the peer from now on);
+    /// the bytes after it are the connection's first. Malformed, too long or anything
+    /// else closes the connection before any HTTP is read.
+    pub fn proxyStep(self: *Conn) void {
+        const act = self.act orelse return;
+        const buf = act.rbuf orelse return;
+        switch (proxy_protocol.parse(buf[act.rstart..act.rlen])) {
+            .incomplete => {
+                // `parse` never waits past `header_bytes_max` bytes.
+                std.debug.assert(act.rlen - act.rstart < proxy_protocol.header_bytes_max);
+            },
+            .invalid => self.close(),
+            .done => |h| {
+                act.rstart += @intCast(h.len);
+                if (h.source) |src| {
+                    if (!self.server.repeer(self, src)) return self.close();
+                }
+                self.state = .head;
+                protocol.afterProxyHeader(act);
+                if (act.rstart < act.rlen) self.process() else self.releaseIfIdle();
+            },
+        }
     }
 
     // ---- reading ----------------------------------------------------------------

@@ -17,7 +17,6 @@ const Conn = conn_mod.Conn;
 const Active = conn_mod.Active;
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
-const proxy_protocol = @import("proxy_protocol.zig");
 const timer = @import("../os/deadlines.zig");
 const h1 = @import("../http1/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
 const h2 = @import("../http2/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
@@ -59,7 +58,7 @@ pub fn release(act: *Active) void {
 /// Hands whatever is buffered to the protocol of the current phase.
 pub fn process(conn: *Conn) void {
     switch (conn.state) {
-        .proxy => proxyStep(conn),
+        .proxy => conn.proxyStep(),
         .head, .request => h1.process(conn),
         .websocket => websocket.process(conn),
         .h2 => h2.process(conn),
@@ -157,29 +156,10 @@ pub fn pongTimeout(entry: *timer.Entry) void {
     websocket.pongTimeout(@fieldParentPtr("timer", entry));
 }
 
-/// `.proxy`: the balancer's header, whole, names the client (the peer from now on);
-/// the bytes after it are the connection's first. Malformed, too long or anything
-/// else closes the connection before any HTTP is read.
-fn proxyStep(conn: *Conn) void {
-    const act = conn.act orelse return;
-    const buf = act.rbuf orelse return;
-    switch (proxy_protocol.parse(buf[act.rstart..act.rlen])) {
-        .incomplete => {
-            // `parse` never waits past `header_bytes_max` bytes.
-            std.debug.assert(act.rlen - act.rstart < proxy_protocol.header_bytes_max);
-        },
-        .invalid => conn.close(),
-        .done => |h| {
-            act.rstart += @intCast(h.len);
-            if (h.source) |src| {
-                if (!conn.server.repeer(conn, src)) return conn.close();
-            }
-            conn.state = .head;
-            std.debug.assert(act.proto == .none);
-            act.proto = .{ .http1 = h1.ConnState.init(conn) };
-            if (act.rstart < act.rlen) process(conn) else conn.releaseIfIdle();
-        },
-    }
+/// The PROXY header was read (`Conn.proxyStep`): HTTP/1.1 reads what follows.
+pub fn afterProxyHeader(act: *Active) void {
+    std.debug.assert(act.conn.state == .head and act.proto == .none);
+    act.proto = .{ .http1 = h1.ConnState.init(act.conn) };
 }
 
 // ---- the stream's verbs -------------------------------------------------------------
