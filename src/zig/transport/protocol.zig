@@ -6,11 +6,11 @@
 //! the per-protocol switches are all here. What a protocol keeps on a busy connection
 //! is one `Session`, in its `Active`: the transport holds no HTTP state beside it.
 //!
-//! The protocols: the PROXY header before any HTTP (`transport/proxy_protocol.zig`),
-//! HTTP/1.1 (`http1/session.zig`), WebSocket after an HTTP/1.1 upgrade
-//! (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and HTTP/2
-//! (`http2/session.zig`). Protocols import the transport, never the other way round:
-//! the imports of this file are the only ones that point up, and they are the seam.
+//! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
+//! `transport/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
+//! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
+//! HTTP/2 (`http2/session.zig`). Protocols import the transport, never the other way
+//! round: this file's imports of the protocol sessions are the transport's only ones.
 const std = @import("std");
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
