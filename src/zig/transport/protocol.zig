@@ -99,6 +99,12 @@ pub inline fn fill(conn: *Conn) void {
     if (conn.state == .h2) h2.fill(conn);
 }
 
+/// Whether the protocol queues its output for one write when the loop's pass ends
+/// (HTTP/2, `Server.flushSoon`); a connection that left that phase meanwhile is skipped.
+pub inline fn batchesWrites(conn: *const Conn) bool {
+    return conn.state == .h2;
+}
+
 /// All output is written: the protocol goes on.
 pub fn afterFlush(conn: *Conn) void {
     switch (conn.state) {

@@ -827,7 +827,7 @@ pub const Server = struct {
             self.flush_soon = act.flush_next;
             act.flush_next = null;
             act.flush_queued = false;
-            if (c.state == .h2) c.flush();
+            if (protocol.batchesWrites(c)) c.flush();
         }
     }
 
