@@ -19,8 +19,8 @@ const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h2 = @import("../http2/session.zig");
-const scratch = @import("../http/scratch.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const scratch = @import("../http/scratch.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
 const response_head_bytes_max = 1024 * 1024;
@@ -34,8 +34,51 @@ const discard_bytes_max = 1024 * 1024;
 var ops_head_scratch: [512]u8 = undefined;
 var ops_body_scratch: [metrics.render_bytes_max]u8 = undefined;
 
+/// What HTTP/1.1 keeps on a busy connection: `protocol.Session.http1`, in its `Active`.
+pub const ConnState = struct {
+    /// HTTP/1.1 serves one stream at a time, here; it keeps the last exchange's state
+    /// until the next begins.
+    stream: Stream,
+    /// Between requests: the rest of an unread request body is being skipped.
+    discarding: bool = false,
+    discarded_bytes: u64 = 0,
+    /// A WebSocket upgrade: pending the app's accept, then the open session.
+    ws: ?*wsconn.Session = null,
+
+    pub fn init(conn: *Conn) ConnState {
+        return .{ .stream = Stream.init(conn, .http1) };
+    }
+};
+
+/// The connection's HTTP/1.1 state (its phase is `.head`, `.request` or `.websocket`).
+pub fn stateOf(conn: *const Conn) *ConnState {
+    return &conn.a().proto.http1;
+}
+
 fn streamOf(conn: *Conn) *Stream {
-    return &conn.a().h1_stream;
+    return &stateOf(conn).stream;
+}
+
+/// The WebSocket session upgraded from this connection's request, if any.
+pub fn wsSessionOf(conn: *const Conn) ?*wsconn.Session {
+    const act = conn.act orelse return null;
+    return switch (act.proto) {
+        .http1 => |*s| s.ws,
+        else => null,
+    };
+}
+
+/// Whether the queued output is one whole HTTP/1.1 response, neither an engine refusal
+/// nor a WebSocket handshake (`protocol.wholeResponseQueued`).
+pub fn wholeResponseQueued(conn: *const Conn) bool {
+    const s = stateOf(conn);
+    return s.stream.resp_complete and !s.stream.refused and s.ws == null;
+}
+
+/// Whether the stream's writer must wait: too many of its bytes are queued, or the
+/// connection's queue could not take another message.
+pub fn mustWait(st: *const Stream) bool {
+    return st.out.queued > stream_mod.queued_bytes_high or st.conn.a().out.segmentsFree() < stream_mod.segments_per_write;
 }
 
 /// The connection's stream, reset for a new exchange. Its last one's output is written.
@@ -63,9 +106,10 @@ pub fn process(conn: *Conn) void {
 
 fn parseHead(conn: *Conn) void {
     const act = conn.a();
-    if (act.discarding) {
+    const h1s = stateOf(conn);
+    if (h1s.discarding) {
         discardBody(conn);
-        if (act.discarding) return;
+        if (h1s.discarding) return;
     }
     const buf = act.rbuf orelse return;
     if (act.rstart == act.rlen) return;
@@ -630,7 +674,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     if (st.resp_no_body or length == 0) {
         sys.close(file.fd);
     } else {
-        conn.a().file = .{ .fd = file.fd, .pos = 0, .left = length };
+        conn.a().file = .{ .fd = file.fd, .pos = 0, .left = length, .account = &st.out };
     }
     conn.flush();
 }
@@ -647,7 +691,7 @@ pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!
     if (st.resp_no_body or len == 0) {
         sys.close(fd);
     } else {
-        conn.a().file = .{ .fd = fd, .pos = offset, .left = len };
+        conn.a().file = .{ .fd = fd, .pos = offset, .left = len, .account = &st.out };
     }
     conn.flush();
 }
@@ -750,7 +794,7 @@ pub fn finishStream(st: *Stream) void {
     if (!st.refused) observe(conn, if (st.resp_started) st.status else 500);
     conn.server.streamFinished();
     if (conn.state == .closed) return conn.server.retire(conn);
-    if (act.ws != null and conn.state != .request) return wsconn.streamFinished(conn);
+    if (stateOf(conn).ws != null and conn.state != .request) return wsconn.streamFinished(conn);
     if (!st.resp_complete) return conn.close();
     afterResponse(conn);
 }
@@ -793,14 +837,14 @@ fn afterResponse(conn: *Conn) void {
     conn.state = .head;
     if (!st.body_done) {
         // The app answered without reading the whole body: skip the rest, then go on.
-        act.discarding = true;
+        stateOf(conn).discarding = true;
         discardBody(conn);
         if (conn.state != .head) return;
     }
     srv.idle_timeouts.arm(&conn.timer, srv.now_ms);
     if (!conn.interest.readable) conn.setReading(true);
     if (act.rlen > act.rstart) return srv.schedule(conn);
-    if (act.discarding) return;
+    if (stateOf(conn).discarding) return;
     // Idle: the connection keeps only its small struct.
     conn.releaseActive();
 }
@@ -817,20 +861,20 @@ fn canDiscardBody(st: *const Stream) bool {
 }
 
 fn discardBody(conn: *Conn) void {
-    const act = conn.a();
-    const st = streamOf(conn);
+    const h1s = stateOf(conn);
+    const st = &h1s.stream;
     var segs: [16][]const u8 = undefined;
     while (!st.body_done and conn.state != .closed) {
         const r = takeBody(st, &segs);
-        for (segs[0..r.count]) |seg| act.discarded_bytes += seg.len;
-        if (r.failed or act.discarded_bytes > discard_bytes_max) return conn.close();
+        for (segs[0..r.count]) |seg| h1s.discarded_bytes += seg.len;
+        if (r.failed or h1s.discarded_bytes > discard_bytes_max) return conn.close();
         if (r.count == 0) break;
     }
     if (conn.state == .closed) return;
     bodyConsumed(st);
     if (st.body_done) {
-        act.discarding = false;
-        act.discarded_bytes = 0;
+        h1s.discarding = false;
+        h1s.discarded_bytes = 0;
     }
 }
 

@@ -191,7 +191,7 @@ pub const Session = struct {
 };
 
 pub fn sessionOf(conn: *Conn) *Session {
-    return conn.a().h2.?;
+    return conn.a().proto.http2;
 }
 
 /// Whether `data` (the first bytes of a connection) is, or may still become, the preface.
@@ -288,7 +288,11 @@ pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) 
         .decoder = hpack.Decoder.initWith(gpa, header_table_size),
         .max_streams = srv.opts.h2_max_streams,
     };
-    conn.a().h2 = s;
+    // HTTP/2 replaces HTTP/1.1 before any HTTP/1.1 stream began (the preface, or the h2c
+    // upgrade's request, which becomes HTTP/2's stream 1).
+    const act = conn.a();
+    std.debug.assert(act.stream == null);
+    act.proto = .{ .http2 = s };
     conn.state = .h2;
     conn.timer.disarm();
     return s;

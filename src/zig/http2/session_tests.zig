@@ -217,7 +217,7 @@ const Harness = struct {
     /// The session, while the connection speaks HTTP/2.
     fn session(self: *Harness) *h2.Session {
         std.debug.assert(self.conn().state == .h2);
-        return self.conn().a().h2.?;
+        return self.conn().a().proto.http2;
     }
 
     fn live(self: *Harness) bool {

@@ -2165,14 +2165,20 @@ pub const Case = struct {
     fn session(self: *Case) ?*h2.Session {
         const conn = self.fixture.server.live orelse return null;
         if (conn.state != .h2) return null;
-        return (conn.act orelse return null).h2;
+        return switch ((conn.act orelse return null).proto) {
+            .http2 => |s| s,
+            else => null,
+        };
     }
 
     /// The server's view of its streams, for a replay's diagnosis.
     fn dumpSession(self: *Case) void {
         if (!trace) return;
         const conn = self.fixture.server.live orelse return note("   (no live connection)", .{});
-        const s = (conn.act orelse return).h2 orelse return;
+        const s = switch ((conn.act orelse return).proto) {
+            .http2 => |h| h,
+            else => return,
+        };
         note("   session: state {s}, send window {d}, dead {}, goaway {}, output {d}, live {d}, held {d}", .{ @tagName(conn.state), s.send_window, s.dead, s.goaway_sent, conn.outputLen(), s.live, s.held });
         var it = s.first;
         while (it) |st| : (it = st.next) {

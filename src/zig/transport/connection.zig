@@ -2,9 +2,9 @@
 //! read buffer, its output queue (`transport/output_queue.zig`), its writer-thread job, its timers.
 //!
 //! A connection knows nothing of HTTP framing and nothing of Python. What arrives is
-//! handed to the protocol that owns the connection's current phase (`http1/session.zig` for
-//! HTTP/1.1 heads and bodies, `websocket/session.zig` after a WebSocket upgrade); what the
-//! protocols queue is written here, and when the queue drains they are told so.
+//! handed through the protocol seam (`transport/protocol.zig`) to the protocol that owns
+//! the connection's current phase; what the protocols queue is written here, and when
+//! the queue drains they are told so.
 //! Requests are exchanges on `Stream`s (`transport/stream.zig`); the app side holds those, never
 //! a connection. Every system call goes through the server's I/O backend (`os/io.zig`).
 const std = @import("std");
@@ -15,15 +15,13 @@ const pool_mod = @import("../os/buffer_pool.zig");
 const timer = @import("../os/deadlines.zig");
 const Server = @import("server.zig").Server;
 const Interest = io.Interest;
-const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
 const tls = @import("openssl.zig");
 const proxy_protocol = @import("proxy_protocol.zig");
 const writer_mod = @import("writer_thread.zig");
 const outq = @import("output_queue.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
-const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const protocol = @import("protocol.zig");
 
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
@@ -68,6 +66,8 @@ pub const Peer = struct {
     }
 };
 
+/// The connection's phase: which protocol reads it (`protocol.zig` dispatches on it),
+/// or the transport's own ending. One byte in `Conn`: an idle connection waits in `.head`.
 pub const State = enum(u8) {
     /// `--proxy-protocol`: waiting for a trusted balancer's PROXY header, before any HTTP.
     proxy,
@@ -105,19 +105,12 @@ pub const Active = struct {
     rstart: u32 = 0,
     rlen: u32 = 0,
 
-    /// The stream the app side holds (null once it finished). HTTP/1.1 serves one at a
-    /// time, in `h1_stream`, which keeps the last exchange's state until the next begins.
+    /// The stream the app side holds (null once it finished).
     stream: ?*Stream = null,
-    h1_stream: Stream = undefined,
-    /// HTTP/1.1, between requests: the rest of an unread request body is being skipped.
-    discarding: bool = false,
-    discarded_bytes: u64 = 0,
+    /// What the protocol of the current phase keeps (the transport's only HTTP state).
+    proto: protocol.Session = .none,
 
     out: outq.Output = .{},
-    /// A WebSocket upgrade: pending the app's accept, then the open session.
-    ws: ?*wsconn.Session = null,
-    /// HTTP/2: the session (settings, windows, HPACK table, its streams).
-    h2: ?*h2.Session = null,
     /// HTTP/1.1 pathsend: a file that follows the queued bytes (`sendFileStep`).
     file: ?FileSend = null,
     /// `--proxy-protocol` over TLS: the bytes that came after the PROXY header, the start
@@ -135,9 +128,10 @@ pub const Active = struct {
     job: writer_mod.Job = undefined,
 };
 
-/// A file being sent after the queued output: `left` bytes from `pos`. Plain
-/// connections use sendfile(2); TLS reads it in pieces into the output to encrypt.
-pub const FileSend = struct { fd: i32, pos: u64, left: u64 };
+/// A file being sent after the queued output: `left` bytes from `pos`, counted to the
+/// stream's `account`. Plain connections use sendfile(2); TLS reads it in pieces into
+/// the output to encrypt.
+pub const FileSend = struct { fd: i32, pos: u64, left: u64, account: *outq.Account };
 
 const FileStep = enum { progress, wait, closed };
 
@@ -145,6 +139,10 @@ const FileStep = enum { progress, wait, closed };
 const file_chunk_bytes = 16 * 1024;
 /// At most this much per sendfile(2) call, so one connection does not hold the loop.
 const sendfile_bytes_max = 1 << 20;
+/// A lingering close drops the peer's bytes in reads of this size, at most
+/// `linger_reads_max` per event (64 KiB).
+const linger_scratch_bytes = 4096;
+const linger_reads_max = 16;
 
 /// An HTTPS connection: the Conn and its TLS session, in one allocation.
 pub const TlsConn = struct {
@@ -235,8 +233,7 @@ pub const Conn = struct {
     pub fn ensureActive(self: *Conn) ?*Active {
         if (self.act == null) {
             const act = std.heap.c_allocator.create(Active) catch return null;
-            act.* = .{ .conn = self };
-            act.h1_stream = Stream.init(self, .http1);
+            act.* = .{ .conn = self, .proto = protocol.initialSession(self) };
             self.act = act;
         }
         return self.act;
@@ -247,7 +244,7 @@ pub const Conn = struct {
     pub fn releaseIfIdle(self: *Conn) void {
         if (!self.isIdle()) return;
         const act = self.act orelse return;
-        if (act.out.isEmpty() and !act.discarding and !act.io_busy) self.releaseActive();
+        if (act.out.isEmpty() and !protocol.keepsActive(act) and !act.io_busy) self.releaseActive();
     }
 
     /// Frees the busy part once nothing needs it: no stream, no buffered bytes, no output.
@@ -263,10 +260,7 @@ pub const Conn = struct {
         act.rbuf = null;
         act.out.drop(self.bufferSource(), self.server.hooks.release_fn);
         self.dropFile();
-        if (act.ws) |s| wsconn.destroy(s);
-        act.ws = null;
-        if (act.h2) |s| h2.destroy(s);
-        act.h2 = null;
+        protocol.release(act);
         std.heap.c_allocator.destroy(act);
         self.act = null;
     }
@@ -308,29 +302,18 @@ pub const Conn = struct {
 
     /// Hands whatever is buffered to the protocol of the current phase.
     pub fn process(self: *Conn) void {
-        switch (self.state) {
-            .proxy => self.proxyStep(),
-            .head, .request => h1.process(self),
-            .websocket => wsconn.process(self),
-            .h2 => h2.process(self),
-            .lingering, .closed => {},
-        }
+        protocol.process(self);
     }
 
     /// A deadline of the current phase passed.
     pub fn timedOut(self: *Conn) void {
-        switch (self.state) {
-            .head, .request => h1.timedOut(self),
-            .h2 => h2.timedOut(self),
-            // The peer's close frame (or the rest of a lingering close) did not come in time.
-            .proxy, .websocket, .lingering, .closed => self.close(),
-        }
+        protocol.timedOut(self);
     }
 
     /// `.proxy`: the balancer's header, whole, names the client (the peer from now on);
     /// the bytes after it are the connection's first. Malformed, too long or anything
     /// else closes the connection before any HTTP is read.
-    fn proxyStep(self: *Conn) void {
+    pub fn proxyStep(self: *Conn) void {
         const act = self.act orelse return;
         const buf = act.rbuf orelse return;
         switch (proxy_protocol.parse(buf[act.rstart..act.rlen])) {
@@ -345,6 +328,7 @@ pub const Conn = struct {
                     if (!self.server.repeer(self, src)) return self.close();
                 }
                 self.state = .head;
+                protocol.afterProxyHeader(act);
                 // Over TLS what follows is ciphertext: `onTlsEvent` starts the handshake with it.
                 if (self.is_tls) return self.keepForTls();
                 if (act.rstart < act.rlen) self.process() else self.releaseIfIdle();
@@ -477,7 +461,7 @@ pub const Conn = struct {
         }
         while (true) {
             // HTTP/2 moves its streams' frames into the queue as it empties.
-            if (self.state == .h2) h2.fill(self);
+            protocol.fill(self);
             if (self.state == .closed) break;
             if (act.out.isEmpty()) {
                 // A pathsend file goes once everything before it is written.
@@ -512,9 +496,7 @@ pub const Conn = struct {
         act.write_timer.disarm();
         if (self.interest.writable) self.setWriting(false);
         if (act.stream) |st| self.wakeWriter(st);
-        if (self.state == .websocket) return wsconn.afterFlush(self);
-        if (self.state == .h2) return h2.afterFlush(self);
-        h1.afterFlush(self);
+        protocol.afterFlush(self);
     }
 
     /// A stream told to wait (`writeBody` returned true) may write again.
@@ -528,9 +510,7 @@ pub const Conn = struct {
     /// refusals stay inline.
     fn completePlainResponse(self: *const Conn) bool {
         const act = self.a();
-        const st = &act.h1_stream;
-        return !self.is_tls and self.state == .request and
-            st.resp_complete and !st.refused and act.ws == null and act.file == null and
+        return !self.is_tls and protocol.wholeResponseQueued(self) and act.file == null and
             !self.interest.writable and !act.out.isEmpty();
     }
 
@@ -647,7 +627,6 @@ pub const Conn = struct {
     fn sendFileStep(self: *Conn) FileStep {
         const act = self.a();
         const f = &act.file.?;
-        const st = &act.h1_stream;
         if (f.left == 0) {
             self.dropFile();
             return .progress;
@@ -662,7 +641,7 @@ pub const Conn = struct {
                 .ok => |n| {
                     if (n == 0) return self.fileTruncated();
                     act.out.addStaged(n);
-                    act.out.commitStaged(&st.out) catch unreachable;
+                    act.out.commitStaged(f.account) catch unreachable;
                     f.pos += n;
                     f.left -= n;
                     return .progress;
@@ -674,7 +653,7 @@ pub const Conn = struct {
             .ok => |n| {
                 if (n == 0) return self.fileTruncated();
                 f.left -= n;
-                st.out.sent += n;
+                f.account.sent += n;
                 self.server.bytes_out += n;
                 if (self.server.metrics) |m| m.sent_bytes += n;
                 if (act.write_timer.armed()) self.server.write_timeouts.arm(&act.write_timer, self.server.now_ms);
@@ -785,10 +764,7 @@ pub const Conn = struct {
     /// a record, and the rest of a message's last record would wait for the peer's next.
     fn tlsPending(self: *const Conn) bool {
         const ssl = self.session() orelse return false;
-        switch (self.state) {
-            .head, .request, .h2, .websocket => {},
-            .proxy, .lingering, .closed => return false,
-        }
+        if (!protocol.readsDecrypted(self)) return false;
         return tls.handshakeDone(ssl) and tls.hasPending(ssl);
     }
 
@@ -814,8 +790,8 @@ pub const Conn = struct {
     /// Up to 64 KiB are dropped per event (io_uring may hold far more than a socket
     /// buffer's worth already received), so the peer's end is reached in few passes.
     fn drainLinger(self: *Conn) void {
-        var scratch: [4096]u8 = undefined;
-        for (0..16) |_| switch (self.server.io.recv(self.fd, &scratch)) {
+        var scratch: [linger_scratch_bytes]u8 = undefined;
+        for (0..linger_reads_max) |_| switch (self.server.io.recv(self.fd, &scratch)) {
             .ok => |n| if (n == 0) return self.close(),
             .err => |e| return if (e != .AGAIN) self.close(),
         };
@@ -853,7 +829,7 @@ pub const Conn = struct {
         // A busy connection's output is dropped by writeDone; the graveyard waits for it.
         if (!act.io_busy) self.dropOutput();
         self.dropFile();
-        if (act.h2 != null) return h2.connClosed(self);
+        if (protocol.closed(self)) return;
         if (act.stream) |st| {
             self.server.hooks.wakeRead(st);
             self.wakeWriter(st);

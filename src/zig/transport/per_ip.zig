@@ -20,6 +20,11 @@ const Entry = struct {
 };
 
 const capacity_min = 64;
+/// The table is at most 1/`fill_ratio_max` full, so every probe ends at an empty slot soon.
+const fill_ratio_max = 2;
+/// It halves once the halved table would be less than 1/`shrink_ratio` full: well below
+/// the growth point, so a count going up and down by one does not resize every time.
+const shrink_ratio = 4;
 
 /// The table's key of a peer; null for peers without an IP address (Unix sockets).
 pub fn keyOf(peer: *const Peer) ?Key {
@@ -74,8 +79,7 @@ pub const Table = struct {
             self.entries[i].count += 1;
             return true;
         }
-        // At most half full, so every probe ends at an empty slot soon.
-        if ((self.used + 1) * 2 > self.entries.len) try self.resize(@max(capacity_min, self.entries.len * 2));
+        if ((self.used + 1) * fill_ratio_max > self.entries.len) try self.resize(@max(capacity_min, self.entries.len * 2));
         self.insert(key, 1);
         self.used += 1;
         return true;
@@ -89,10 +93,17 @@ pub const Table = struct {
         if (self.entries[i].count > 0) return;
         self.remove(i);
         self.used -= 1;
-        // Shrinking is best effort: on failure the larger table stays, still correct.
-        if (self.entries.len > capacity_min and self.used * 4 < self.entries.len / 2) {
-            self.resize(self.entries.len / 2) catch {};
-        }
+        self.shrinkIfSparse();
+    }
+
+    fn shrinkIfSparse(self: *Table) void {
+        if (self.entries.len <= capacity_min) return;
+        const half = self.entries.len / 2;
+        if (self.used * shrink_ratio >= half) return;
+        self.resize(half) catch |err| switch (err) {
+            // Shrinking only saves memory: the larger table stays, still correct.
+            error.OutOfMemory => return,
+        };
     }
 
     /// Connections open from `key`.

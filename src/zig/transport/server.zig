@@ -4,9 +4,9 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
-const compression = @import("../http/compression.zig");
-const tracing = @import("../http/tracing.zig");
-const static_files = @import("../http/static_files.zig"); // the engine's own answers for --static mounts, before the app
+const compression = @import("../http/compression.zig"); // against the layers: the server holds the --compression settings every protocol reads
+const tracing = @import("../http/tracing.zig"); // against the layers: the server holds the request-id and trace settings every protocol reads
+const static_files = @import("../http/static_files.zig"); // against the layers: the engine's own answers for --static mounts, before the app
 const per_ip = @import("per_ip.zig");
 const proxy_protocol = @import("proxy_protocol.zig");
 const lifetime = @import("lifetime.zig");
@@ -15,7 +15,7 @@ const forwarded = @import("../http/forwarded.zig"); // against the layers: which
 const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const http1 = @import("../http1/parser.zig"); // against the layers: the server owns the request-head limits and the header scratch the protocols parse into
 const io = @import("../os/io.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
@@ -24,8 +24,8 @@ const timer = @import("../os/deadlines.zig");
 const response = @import("../http/response.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
-const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const deflate = @import("../websocket/deflate.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const protocol = @import("protocol.zig");
+const deflate = @import("../websocket/deflate.zig"); // against the layers: the server owns the zlib library WebSocket sessions share (loaded once)
 const tls = @import("openssl.zig");
 const writer_mod = @import("writer_thread.zig");
 
@@ -621,15 +621,16 @@ pub const Server = struct {
             }
         }
         while (self.ws_ping_timeouts.popExpired(self.now_ms)) |entry| {
-            wsconn.pingDue(@fieldParentPtr("timer", entry));
+            protocol.pingDue(entry);
         }
         while (self.ws_pong_timeouts.popExpired(self.now_ms)) |entry| {
-            wsconn.pongTimeout(@fieldParentPtr("timer", entry));
+            protocol.pongTimeout(entry);
         }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
         }
+        if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {
             m.resident_bytes = metrics.residentBytes();
             if (self.io.uring) |u| m.io_buffer_waits = u.buffer_waits;
@@ -668,7 +669,7 @@ pub const Server = struct {
             // HTTP/2 too: frames read before its reading paused (its output was long)
             // wait in the buffer, and nothing else makes it read them if the client,
             // waiting on us, sends nothing more (a WINDOW_UPDATE, a request's HEADERS).
-            if (c.state == .proxy or c.state == .head or c.state == .websocket or c.state == .h2) c.process();
+            if (protocol.parsesBuffered(c)) c.process();
             // An event may have consumed the buffered bytes meanwhile, leaving the
             // connection idle with the Active releaseActive() kept for this list.
             c.releaseIfIdle();
@@ -851,8 +852,17 @@ pub const Server = struct {
             self.flush_soon = act.flush_next;
             act.flush_next = null;
             act.flush_queued = false;
-            if (c.state == .h2) c.flush();
+            if (protocol.batchesWrites(c)) c.flush();
         }
+    }
+
+    /// io_uring_enter failed for a reason no retry mends (the ring is broken): once a
+    /// tick, one line on `zigcorn.error` with how often and the last error.
+    fn reportRingFailures(self: *Server, u: *@import("../os/io_uring.zig").Uring) void {
+        const f = u.takeFailures() orelse return;
+        var buf: [160]u8 = undefined;
+        const line = std.fmt.bufPrint(&buf, "io_uring_enter failed {d} time(s) ({s}): queued operations may be lost", .{ f.count, @errorName(f.err) }) catch "io_uring_enter failed";
+        self.hooks.logError(line);
     }
 
     /// A job went to the writer thread: wake it, once, when this pass of the loop ends.
@@ -957,9 +967,8 @@ pub const Server = struct {
         var it = self.live;
         while (it) |c| {
             it = c.next;
-            if (c.state == .websocket) wsconn.goingAway(c);
             // HTTP/2: GOAWAY; streams in flight finish, then the connection closes.
-            if (c.state == .h2) @import("../http2/session.zig").goAway(c);
+            protocol.goingAway(c);
         }
     }
 

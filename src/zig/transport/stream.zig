@@ -13,10 +13,9 @@ const std = @import("std");
 const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
 const decompression = @import("../http/decompression.zig"); // against the layers: request bodies are decoded here, once for every protocol
 const response = @import("../http/response.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const h1 = @import("../http1/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const h2 = @import("../http2/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
-const wsconn = @import("../websocket/session.zig"); // against the layers until the protocol seam: the transport dispatches to the protocols directly (docs/ARCHITECTURE.md)
+const http1 = @import("../http1/parser.zig"); // against the layers: the header field type every protocol hands over, and HTTP/1.1's body decoder kept in the stream
+const seam = @import("protocol.zig");
+const wsconn = seam.websocket;
 const Conn = @import("connection.zig").Conn;
 const outq = @import("output_queue.zig");
 const tracing = @import("../http/tracing.zig"); // against the layers: `prepare` and `startResponse` decide what every protocol adds for operators, once
@@ -78,10 +77,7 @@ pub const segments_per_write = 3;
 /// Whether the stream's writer must wait before its next body message: too many of its
 /// bytes are queued, or the connection's queue could not take another message.
 pub fn mustWait(st: *const Stream) bool {
-    return switch (st.protocol) {
-        .http1 => st.out.queued > queued_bytes_high or st.conn.a().out.segmentsFree() < segments_per_write,
-        .http2 => h2.mustWait(st),
-    };
+    return seam.mustWait(st);
 }
 
 pub const Stream = struct {
@@ -155,22 +151,7 @@ pub const Stream = struct {
     /// ones when the body has a content coding the engine undoes.
     pub fn takeBody(self: *Stream, segs: [][]const u8) TakeResult {
         if (self.body_coding.encoding() != null) return self.takeDecoded(segs);
-        return self.takeEncoded(segs);
-    }
-
-    /// The body bytes as they came (after the protocol's own framing).
-    fn takeEncoded(self: *Stream, segs: [][]const u8) TakeResult {
-        return switch (self.protocol) {
-            .http1 => h1.takeBody(self, segs),
-            .http2 => h2.takeBody(self, segs),
-        };
-    }
-
-    fn encodedConsumed(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.bodyConsumed(self),
-            .http2 => h2.bodyConsumed(self),
-        }
+        return seam.takeBody(self, segs);
     }
 
     /// Body bytes read from the socket straight into `dst`, where the protocol can (HTTP/1.1
@@ -178,24 +159,18 @@ pub const Stream = struct {
     /// Only after `takeBody` returned everything buffered.
     pub fn readBodyDirect(self: *Stream, dst: []u8) usize {
         if (self.body_coding.encoding() != null) return 0;
-        return switch (self.protocol) {
-            .http1 => h1.readBodyDirect(self, dst),
-            .http2 => 0,
-        };
+        return seam.readBodyDirect(self, dst);
     }
 
     /// The app copied the slices from `takeBody`: room for more.
     pub fn bodyConsumed(self: *Stream) void {
         if (self.decoder) |d| d.consumed(d.pending().len);
-        self.encodedConsumed();
+        seam.bodyConsumed(self);
     }
 
     /// The app waits for body bytes that have not arrived: they must come in time.
     pub fn awaitBody(self: *Stream) void {
-        switch (self.protocol) {
-            .http1 => h1.awaitBody(self),
-            .http2 => h2.awaitBody(self),
-        }
+        seam.awaitBody(self);
     }
 
     // ---- request bodies in a content coding (`--request-decompression`) ---------------
@@ -233,7 +208,7 @@ pub const Stream = struct {
                 }
             }
             var coded: [16][]const u8 = undefined;
-            const t = self.takeEncoded(&coded);
+            const t = seam.takeBody(self, &coded);
             if (t.failed) return t;
             var bytes: usize = 0;
             for (coded[0..t.count]) |seg| bytes += seg.len;
@@ -247,7 +222,7 @@ pub const Stream = struct {
                 return self.decodeFailed(error.OutOfMemory);
             self.decoder = d;
             d.feed(coded[0..t.count]) catch |err| return self.decodeFailed(err);
-            self.encodedConsumed();
+            seam.bodyConsumed(self);
         }
     }
 
@@ -261,11 +236,10 @@ pub const Stream = struct {
             error.TooLarge => 413,
             error.OutOfMemory => 500,
         };
-        switch (self.protocol) {
-            .http1 => if (!self.resp_started) h1.refuse(self.conn, status) else self.conn.close(),
-            .http2 => if (!self.resp_started) {
-                if (self.answer(status, "")) self.refused = true else h2.abortStream(self);
-            } else h2.abortStream(self),
+        if (self.resp_started) {
+            seam.abortStream(self);
+        } else if (!seam.refuseRequest(self, status)) {
+            if (self.answer(status, "")) self.refused = true else seam.abortStream(self);
         }
         return .{ .count = 0, .done = false, .failed = true };
     }
@@ -334,10 +308,7 @@ pub const Stream = struct {
     }
 
     fn startResponseWith(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
-        return switch (self.protocol) {
-            .http1 => h1.startResponse(self, status, headers, extra, trailers),
-            .http2 => h2.startResponse(self, status, headers, extra, trailers),
-        };
+        return seam.startResponse(self, status, headers, extra, trailers);
     }
 
     /// A request head is complete and about to reach the app (or the engine's own
@@ -360,28 +331,19 @@ pub const Stream = struct {
 
     /// A `103 Early Hints` with one `link` field per entry, before the response starts.
     pub fn earlyHint(self: *Stream, links: []const []const u8) StartError!void {
-        return switch (self.protocol) {
-            .http1 => h1.earlyHint(self, links),
-            .http2 => h2.earlyHint(self, links),
-        };
+        return seam.earlyHint(self, links);
     }
 
     /// Trailer fields after the whole body; `more`: another trailers message follows.
     /// True when the caller must wait for `Hooks.wake_write` (as for `writeBody`).
     pub fn writeTrailers(self: *Stream, fields: []const [2][]const u8, more: bool) TrailersError!bool {
-        return switch (self.protocol) {
-            .http1 => h1.writeTrailers(self, fields, more),
-            .http2 => h2.writeTrailers(self, fields, more),
-        };
+        return seam.writeTrailers(self, fields, more);
     }
 
     /// One body message. True when the caller must wait for `Hooks.wake_write` before
     /// the next one. `owner` keeps `data` alive while it is queued (retained by the queue).
     pub fn writeBody(self: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) WriteError!bool {
-        return switch (self.protocol) {
-            .http1 => h1.writeBody(self, data, more, owner),
-            .http2 => h2.writeBody(self, data, more, owner),
-        };
+        return seam.writeBody(self, data, more, owner);
     }
 
     /// `http.response.pathsend`: the file at `path` is the rest of the body. Returns when
@@ -394,10 +356,7 @@ pub const Stream = struct {
         self.resp_body_done = true;
         self.resp_complete = true;
         if (self.gone()) return;
-        return switch (self.protocol) {
-            .http1 => h1.sendFile(self, path),
-            .http2 => h2.sendFile(self, path),
-        };
+        return seam.sendFile(self, path);
     }
 
     /// An open file's `len` bytes from `offset` are the whole body (the engine's static
@@ -414,29 +373,18 @@ pub const Stream = struct {
             sys.close(fd);
             return;
         }
-        return switch (self.protocol) {
-            .http1 => h1.sendFd(self, fd, offset, len),
-            .http2 => h2.sendFd(self, fd, offset, len),
-        };
+        return seam.sendFd(self, fd, offset, len);
     }
 
     /// The app is done. The stream is the protocol's from now on.
     pub fn finish(self: *Stream) void {
         self.dropDecoder();
-        switch (self.protocol) {
-            .http1 => h1.finishStream(self),
-            .http2 => h2.finishStream(self),
-        }
+        seam.finishStream(self);
     }
 
     /// The app failed after its response started: the exchange cannot be completed.
     pub fn abort(self: *Stream) void {
-        switch (self.protocol) {
-            // HTTP/1.1 has no way to end one exchange but closing the connection.
-            .http1 => self.conn.close(),
-            // HTTP/2 resets the one stream.
-            .http2 => h2.abortStream(self),
-        }
+        seam.abortStream(self);
         self.finish();
     }
 
@@ -454,10 +402,7 @@ pub const Stream = struct {
 
     /// The stream's WebSocket session, if its request opened one.
     fn wsSession(self: *const Stream) ?*wsconn.Session {
-        return switch (self.protocol) {
-            .http1 => if (self.conn.act) |act| act.ws else null,
-            .http2 => h2.wsSessionOf(self),
-        };
+        return seam.wsSession(self);
     }
 
     pub fn wsAccept(self: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {

@@ -160,7 +160,7 @@ pub const Session = struct {
 /// The request is a valid upgrade: the session waits for the app's accept.
 pub fn begin(conn: *Conn, hs: ws.Handshake) bool {
     const s = create(.{ .conn = conn }, hs) orelse return false;
-    conn.a().ws = s;
+    conn.a().proto.http1.ws = s;
     return true;
 }
 
@@ -182,7 +182,7 @@ pub fn destroy(s: *Session) void {
 }
 
 fn session(conn: *Conn) *Session {
-    return conn.a().ws.?;
+    return conn.a().proto.http1.ws.?;
 }
 
 pub const AcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory, NotPending };
@@ -205,7 +205,7 @@ pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const
     }
     const act = conn.a();
     if (conn.state == .closed) return;
-    const st = &act.h1_stream;
+    const st = &act.proto.http1.stream;
     if (conn.state != .request or s.open or st.resp_started) return error.NotPending;
     const space = conn.stageOut(1024, head_bytes_max) catch return error.OutOfMemory;
     var w = response.HeadWriter{ .buf = space };

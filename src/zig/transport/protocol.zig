@@ -1,0 +1,286 @@
+//! The protocol seam: the one place where the transport meets the protocols.
+//!
+//! A connection (`transport/connection.zig`) and a stream (`transport/stream.zig`) call
+//! the verbs below without knowing which protocol serves them; each verb picks the
+//! protocol from the connection's phase (`Conn.state`) or the stream's `protocol`, so
+//! the per-protocol switches are all here. What a protocol keeps on a busy connection
+//! is one `Session`, in its `Active`: the transport holds no HTTP state beside it.
+//!
+//! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
+//! `transport/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
+//! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
+//! HTTP/2 (`http2/session.zig`). Protocols import the transport, never the other way
+//! round: this file's imports of the protocol sessions are the transport's only ones.
+const std = @import("std");
+const conn_mod = @import("connection.zig");
+const Conn = conn_mod.Conn;
+const Active = conn_mod.Active;
+const stream_mod = @import("stream.zig");
+const Stream = stream_mod.Stream;
+const timer = @import("../os/deadlines.zig");
+const h1 = @import("../http1/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
+const h2 = @import("../http2/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
+/// The WebSocket verbs a stream offers the app side (`Stream.wsAccept` ...) and their types.
+pub const websocket = @import("../websocket/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
+
+/// What the protocol of a busy connection keeps, in its `Active`. The phase
+/// (`Conn.state`) says which protocol reads the connection; this is that protocol's state.
+pub const Session = union(enum) {
+    /// Before any HTTP: the PROXY header is read from the connection's buffer alone.
+    none,
+    /// HTTP/1.1: its one stream, the skipping of an unread body, and a WebSocket
+    /// upgraded from it (the session runs on the HTTP/1.1 stream, `.websocket` phase).
+    http1: h1.ConnState,
+    /// HTTP/2: the session (settings, windows, HPACK table, its streams).
+    http2: *h2.Session,
+};
+
+/// The session a connection's new `Active` starts with, for the phase it is in.
+pub fn initialSession(conn: *Conn) Session {
+    return switch (conn.state) {
+        .proxy => .none,
+        else => .{ .http1 = h1.ConnState.init(conn) },
+    };
+}
+
+/// Frees what the protocol holds (the connection's `Active` goes with it).
+pub fn release(act: *Active) void {
+    switch (act.proto) {
+        .none => {},
+        .http1 => |*s| if (s.ws) |w| websocket.destroy(w),
+        .http2 => |s| h2.destroy(s),
+    }
+    act.proto = .none;
+}
+
+// ---- the connection's verbs ---------------------------------------------------------
+
+/// Hands whatever is buffered to the protocol of the current phase.
+pub fn process(conn: *Conn) void {
+    switch (conn.state) {
+        .proxy => conn.proxyStep(),
+        .head, .request => h1.process(conn),
+        .websocket => websocket.process(conn),
+        .h2 => h2.process(conn),
+        .lingering, .closed => {},
+    }
+}
+
+/// Whether a connection on the server's pending list has buffered input its protocol
+/// parses by itself (HTTP/1.1's request phase waits for the app to read the body).
+pub fn parsesBuffered(conn: *const Conn) bool {
+    return switch (conn.state) {
+        .proxy, .head, .websocket, .h2 => true,
+        .request, .lingering, .closed => false,
+    };
+}
+
+/// Whether the phase reads through TLS (decrypted bytes waiting in OpenSSL matter).
+pub fn readsDecrypted(conn: *const Conn) bool {
+    return switch (conn.state) {
+        .head, .request, .h2, .websocket => true,
+        .proxy, .lingering, .closed => false,
+    };
+}
+
+/// A deadline of the current phase passed (`Conn.timer`).
+pub fn timedOut(conn: *Conn) void {
+    switch (conn.state) {
+        .head, .request => h1.timedOut(conn),
+        .h2 => h2.timedOut(conn),
+        // The peer's close frame (or the rest of a lingering close) did not come in time.
+        .proxy, .websocket, .lingering, .closed => conn.close(),
+    }
+}
+
+/// The output queue is about to be written: a protocol that schedules its own frames
+/// (HTTP/2) moves them in as the queue empties.
+pub inline fn fill(conn: *Conn) void {
+    if (conn.state == .h2) h2.fill(conn);
+}
+
+/// Whether the protocol queues its output for one write when the loop's pass ends
+/// (HTTP/2, `Server.flushSoon`); a connection that left that phase meanwhile is skipped.
+pub inline fn batchesWrites(conn: *const Conn) bool {
+    return conn.state == .h2;
+}
+
+/// All output is written: the protocol goes on.
+pub fn afterFlush(conn: *Conn) void {
+    switch (conn.state) {
+        .websocket => websocket.afterFlush(conn),
+        .h2 => h2.afterFlush(conn),
+        // Lingering or closed: an HTTP/1.1 stream may still wait to be woken.
+        .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1) h1.afterFlush(conn),
+    }
+}
+
+/// The socket closed. True when the protocol took over retiring the connection (HTTP/2
+/// waits for its streams); false leaves it to the transport.
+pub fn closed(conn: *Conn) bool {
+    const act = conn.a();
+    if (act.proto == .http2) {
+        h2.connClosed(conn);
+        return true;
+    }
+    return false;
+}
+
+/// Whether the protocol still needs the idle connection's `Active` (HTTP/1.1 skipping
+/// the rest of an unread body).
+pub fn keepsActive(act: *const Active) bool {
+    return switch (act.proto) {
+        .http1 => |*s| s.discarding,
+        .none, .http2 => false,
+    };
+}
+
+/// Whether the output is one whole plain HTTP/1.1 response that the writer thread or
+/// the ring may send (only the first write, nothing blocked yet).
+pub fn wholeResponseQueued(conn: *const Conn) bool {
+    if (conn.state != .request) return false;
+    return h1.wholeResponseQueued(conn);
+}
+
+/// The server shuts down: open WebSockets are told it is going away (1012), HTTP/2
+/// sends GOAWAY; streams in flight finish.
+pub fn goingAway(conn: *Conn) void {
+    switch (conn.state) {
+        .websocket => websocket.goingAway(conn),
+        .h2 => h2.goAway(conn),
+        else => {},
+    }
+}
+
+/// A WebSocket's ping interval passed (the server's ping deadline queue).
+pub fn pingDue(entry: *timer.Entry) void {
+    websocket.pingDue(@fieldParentPtr("timer", entry));
+}
+
+/// A WebSocket's pong did not come in time (the server's pong deadline queue).
+pub fn pongTimeout(entry: *timer.Entry) void {
+    websocket.pongTimeout(@fieldParentPtr("timer", entry));
+}
+
+/// The PROXY header was read (`Conn.proxyStep`): HTTP/1.1 reads what follows.
+pub fn afterProxyHeader(act: *Active) void {
+    std.debug.assert(act.conn.state == .head and act.proto == .none);
+    act.proto = .{ .http1 = h1.ConnState.init(act.conn) };
+}
+
+// ---- the stream's verbs -------------------------------------------------------------
+
+pub fn mustWait(st: *const Stream) bool {
+    return switch (st.protocol) {
+        .http1 => h1.mustWait(st),
+        .http2 => h2.mustWait(st),
+    };
+}
+
+pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
+    return switch (st.protocol) {
+        .http1 => h1.takeBody(st, segs),
+        .http2 => h2.takeBody(st, segs),
+    };
+}
+
+pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
+    return switch (st.protocol) {
+        .http1 => h1.readBodyDirect(st, dst),
+        .http2 => 0,
+    };
+}
+
+pub fn bodyConsumed(st: *Stream) void {
+    switch (st.protocol) {
+        .http1 => h1.bodyConsumed(st),
+        .http2 => h2.bodyConsumed(st),
+    }
+}
+
+pub fn awaitBody(st: *Stream) void {
+    switch (st.protocol) {
+        .http1 => h1.awaitBody(st),
+        .http2 => h2.awaitBody(st),
+    }
+}
+
+pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
+    return switch (st.protocol) {
+        .http1 => h1.startResponse(st, status, headers, extra, trailers),
+        .http2 => h2.startResponse(st, status, headers, extra, trailers),
+    };
+}
+
+pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!void {
+    return switch (st.protocol) {
+        .http1 => h1.earlyHint(st, links),
+        .http2 => h2.earlyHint(st, links),
+    };
+}
+
+pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool {
+    return switch (st.protocol) {
+        .http1 => h1.writeTrailers(st, fields, more),
+        .http2 => h2.writeTrailers(st, fields, more),
+    };
+}
+
+pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
+    return switch (st.protocol) {
+        .http1 => h1.writeBody(st, data, more, owner),
+        .http2 => h2.writeBody(st, data, more, owner),
+    };
+}
+
+pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
+    return switch (st.protocol) {
+        .http1 => h1.sendFile(st, path),
+        .http2 => h2.sendFile(st, path),
+    };
+}
+
+pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
+    return switch (st.protocol) {
+        .http1 => h1.sendFd(st, fd, offset, len),
+        .http2 => h2.sendFd(st, fd, offset, len),
+    };
+}
+
+pub fn finishStream(st: *Stream) void {
+    switch (st.protocol) {
+        .http1 => h1.finishStream(st),
+        .http2 => h2.finishStream(st),
+    }
+}
+
+/// The app failed after its response started: the exchange cannot be completed.
+pub fn abortStream(st: *Stream) void {
+    switch (st.protocol) {
+        // HTTP/1.1 has no way to end one exchange but closing the connection.
+        .http1 => st.conn.close(),
+        // HTTP/2 resets the one stream.
+        .http2 => h2.abortStream(st),
+    }
+}
+
+/// A request refused before its response started, where the protocol answers it on its
+/// own (HTTP/1.1: the status, then the connection closes); false where the stream answers
+/// through its verbs (HTTP/2).
+pub fn refuseRequest(st: *Stream, status: u16) bool {
+    switch (st.protocol) {
+        .http1 => {
+            h1.refuse(st.conn, status);
+            return true;
+        },
+        .http2 => return false,
+    }
+}
+
+/// The stream's WebSocket session, if its request opened one.
+pub fn wsSession(st: *const Stream) ?*websocket.Session {
+    return switch (st.protocol) {
+        .http1 => h1.wsSessionOf(st.conn),
+        .http2 => h2.wsSessionOf(st),
+    };
+}
