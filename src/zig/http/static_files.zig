@@ -471,6 +471,48 @@ pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) v
     st.conn.server.hooks.log(st.conn.server.hooks.ctx, .access, text);
 }
 
+/// A directory's `index.html`, joined in `path_scratch` after `rel` (which `decodePath`
+/// left at its start, with room kept for this suffix).
+fn indexPath(rel: [:0]const u8) [:0]const u8 {
+    const index = "index.html";
+    if (std.mem.eql(u8, rel, ".")) {
+        @memcpy(path_scratch[0..index.len], index);
+        path_scratch[index.len] = 0;
+        return path_scratch[0..index.len :0];
+    }
+    const n = rel.len;
+    std.debug.assert(@intFromPtr(rel.ptr) == @intFromPtr(&path_scratch) and n + 1 + index.len < path_scratch.len);
+    path_scratch[n] = '/';
+    @memcpy(path_scratch[n + 1 ..][0..index.len], index);
+    path_scratch[n + 1 + index.len] = 0;
+    return path_scratch[0 .. n + 1 + index.len :0];
+}
+
+const Variant = struct { fd: i32, stat: linux.Stat, coding: Encoding };
+
+/// The best precompressed sibling the client takes (`app.js.br`, `.zst`, `.gz`), opened.
+fn precompressedVariant(dir_fd: i32, rel: []const u8, accept: []const u8) ?Variant {
+    var order: [encodings.len]Encoding = undefined;
+    for (acceptable(accept, &order)) |enc| {
+        const suffix = enc.suffix();
+        if (rel.len + suffix.len + 1 > variant_scratch.len) return null;
+        @memcpy(variant_scratch[0..rel.len], rel);
+        @memcpy(variant_scratch[rel.len..][0..suffix.len], suffix);
+        variant_scratch[rel.len + suffix.len] = 0;
+        const vfd = switch (openBeneath(dir_fd, variant_scratch[0 .. rel.len + suffix.len :0])) {
+            .ok => |f| f,
+            .err => continue,
+        };
+        var vstat: linux.Stat = undefined;
+        if (sys.E.init(linux.fstat(vfd, &vstat)) != .SUCCESS or !linux.S.ISREG(vstat.mode)) {
+            sys.close(vfd);
+            continue;
+        }
+        return .{ .fd = vfd, .stat = vstat, .coding = enc };
+    }
+    return null;
+}
+
 fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount: *const Mount, rest: []const u8) void {
     const get = std.mem.eql(u8, req.method, "GET");
     if (!get and !std.mem.eql(u8, req.method, "HEAD")) return plain(st, 405, "Method Not Allowed\n", &.{.{ "allow", "GET, HEAD" }});
@@ -490,18 +532,7 @@ fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount:
     if (linux.S.ISDIR(stat.mode)) {
         // A directory: its index.html, never a listing.
         sys.close(fd);
-        const n = rel.len;
-        const tail = "/index.html";
-        const joined = if (std.mem.eql(u8, rel, ".")) blk: {
-            @memcpy(path_scratch[0..10], "index.html");
-            path_scratch[10] = 0;
-            break :blk path_scratch[0..10 :0];
-        } else blk: {
-            @memcpy(path_scratch[n..][0..tail.len], tail);
-            path_scratch[n + tail.len] = 0;
-            break :blk path_scratch[0 .. n + tail.len :0];
-        };
-        rel = joined;
+        rel = indexPath(rel);
         fd = switch (openBeneath(mount.dir_fd, rel)) {
             .ok => |f| f,
             .err => |e| return openFailed(st, e),
@@ -517,28 +548,11 @@ fn serve(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, mount:
     }
     var coding: ?Encoding = null;
     if (cfg.precompressed) if (findField(req.headers, "accept-encoding")) |accept| {
-        // The best precompressed sibling the client takes (`app.js.br`, `.zst`, `.gz`).
-        var order: [encodings.len]Encoding = undefined;
-        for (acceptable(accept, &order)) |enc| {
-            const suffix = enc.suffix();
-            if (rel.len + suffix.len + 1 > variant_scratch.len) break;
-            @memcpy(variant_scratch[0..rel.len], rel);
-            @memcpy(variant_scratch[rel.len..][0..suffix.len], suffix);
-            variant_scratch[rel.len + suffix.len] = 0;
-            const vfd = switch (openBeneath(mount.dir_fd, variant_scratch[0 .. rel.len + suffix.len :0])) {
-                .ok => |f| f,
-                .err => continue,
-            };
-            var vstat: linux.Stat = undefined;
-            if (sys.E.init(linux.fstat(vfd, &vstat)) != .SUCCESS or !linux.S.ISREG(vstat.mode)) {
-                sys.close(vfd);
-                continue;
-            }
+        if (precompressedVariant(mount.dir_fd, rel, accept)) |v| {
             sys.close(fd);
-            fd = vfd;
-            stat = vstat;
-            coding = enc;
-            break;
+            fd = v.fd;
+            stat = v.stat;
+            coding = v.coding;
         }
     };
     sendRegular(st, req, cfg, fd, &stat, rel, get, coding);
@@ -714,6 +728,11 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
         sys.close(fd);
         return abandon(st);
     };
+    sendBody(st, fd, start, len);
+}
+
+/// The body after its head: `len` bytes of `fd` from `start`; owns `fd`.
+fn sendBody(st: *Stream, fd: i32, start: u64, len: u64) void {
     if (len <= small_file_bytes and !st.is_head_method) {
         // A small body is read at once and leaves with the head in one write.
         defer sys.close(fd);

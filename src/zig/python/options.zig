@@ -471,38 +471,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
     inline for (seconds) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyFloat_FromDouble(@as(f64, @floatFromInt(f[1])) / 1000.0))) return fail(d);
     }
-    const ints = .{
-        .{ "limit_connections", s.opts.connections_max },
-        .{ "timeout_connection", s.opts.timeout_connection_s },
-        .{ "limit_keep_alive_requests", s.opts.keep_alive_requests_max },
-        .{ "limit_request_body", s.opts.body_bytes_max },
-        .{ "limit_request_head", s.opts.limits.head_bytes_max },
-        .{ "limit_request_line", s.opts.limits.target_bytes_max },
-        .{ "limit_request_fields", s.opts.limits.headers_count_max },
-        .{ "ws_max_size", s.opts.ws_message_bytes_max },
-        .{ "ws_max_queue", s.opts.ws_queue_max },
-        .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
-        .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
-        .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
-        .{ "io_uring_buffers", s.opts.io.uring.buffers },
-        .{ "io_uring_buffer_size", s.opts.io.uring.buffer_bytes },
-        .{ "tcp_keepalive_idle", s.opts.tcp.keepalive_idle_s },
-        .{ "tcp_keepalive_interval", s.opts.tcp.keepalive_interval_s },
-        .{ "tcp_keepalive_count", s.opts.tcp.keepalive_count },
-        .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
-        .{ "tcp_fastopen", s.opts.tcp.fastopen },
-        .{ "limit_connections_per_ip", s.opts.connections_per_ip_max },
-        .{ "limit_request_rate", s.opts.rate_limit.rate },
-        .{ "limit_request_burst", s.opts.rate_limit.burst },
-        .{ "limit_request_table", s.opts.rate_limit.table_entries },
-        .{ "compression_min_size", s.opts.compression.min_size },
-        .{ "compression_gzip_level", s.opts.compression.gzip_level },
-        .{ "compression_brotli_level", s.opts.compression.brotli_level },
-        .{ "compression_zstd_level", s.opts.compression.zstd_level },
-    };
-    inline for (ints) |f| {
-        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return fail(d), c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return fail(d);
-    }
+    if (!putCounts(d, s)) return fail(d);
     const bools = .{
         .{ "server_header", s.opts.server_header },
         .{ "date_header", s.opts.date_header },
@@ -535,6 +504,43 @@ pub fn report(self: *EngineObjectCore) ?*Object {
     var order: [16]u8 = undefined;
     if (!py.dictSetSteal(d, py.intern("compression") orelse return fail(d), py.str(s.opts.compression.orderText(&order)))) return fail(d);
     return d;
+}
+
+/// The report's counts and sizes (false: an error is set).
+fn putCounts(d: *Object, s: *const server_mod.Server) bool {
+    const ints = .{
+        .{ "limit_connections", s.opts.connections_max },
+        .{ "timeout_connection", s.opts.timeout_connection_s },
+        .{ "limit_keep_alive_requests", s.opts.keep_alive_requests_max },
+        .{ "limit_request_body", s.opts.body_bytes_max },
+        .{ "limit_request_head", s.opts.limits.head_bytes_max },
+        .{ "limit_request_line", s.opts.limits.target_bytes_max },
+        .{ "limit_request_fields", s.opts.limits.headers_count_max },
+        .{ "ws_max_size", s.opts.ws_message_bytes_max },
+        .{ "ws_max_queue", s.opts.ws_queue_max },
+        .{ "busy_poll", s.spin_ns / std.time.ns_per_us },
+        .{ "writer_thread", @intFromEnum(s.writer_mode_configured) },
+        .{ "http2_max_concurrent_streams", s.opts.h2_max_streams },
+        .{ "io_uring_buffers", s.opts.io.uring.buffers },
+        .{ "io_uring_buffer_size", s.opts.io.uring.buffer_bytes },
+        .{ "tcp_keepalive_idle", s.opts.tcp.keepalive_idle_s },
+        .{ "tcp_keepalive_interval", s.opts.tcp.keepalive_interval_s },
+        .{ "tcp_keepalive_count", s.opts.tcp.keepalive_count },
+        .{ "tcp_user_timeout", s.opts.tcp.user_timeout_ms },
+        .{ "tcp_fastopen", s.opts.tcp.fastopen },
+        .{ "limit_connections_per_ip", s.opts.connections_per_ip_max },
+        .{ "limit_request_rate", s.opts.rate_limit.rate },
+        .{ "limit_request_burst", s.opts.rate_limit.burst },
+        .{ "limit_request_table", s.opts.rate_limit.table_entries },
+        .{ "compression_min_size", s.opts.compression.min_size },
+        .{ "compression_gzip_level", s.opts.compression.gzip_level },
+        .{ "compression_brotli_level", s.opts.compression.brotli_level },
+        .{ "compression_zstd_level", s.opts.compression.zstd_level },
+    };
+    inline for (ints) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return false, c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return false;
+    }
+    return true;
 }
 
 fn fail(d: *Object) ?*Object {
