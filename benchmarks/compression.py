@@ -154,8 +154,6 @@ def commands(encoding: str, port: int) -> dict[str, list[str]]:
     flags = [] if encoding == "off" else ["--compression", encoding]
     out = {"zigcorn": [py, "-m", "zigcorn", "compress_fastapi_app:app", "--port", str(port), *flags,
                        "--no-access-log", "--log-level", "warning"]}
-    # The experiment of 2026-11-26: one-shot bodies compressed on the writer thread.
-    out["zigcorn@writer"] = ["env", "ZIGCORN_COMPRESS_PLACEMENT=writer", *out["zigcorn"]]
     if encoding == "off":
         return out
     if encoding == "gzip":
@@ -184,8 +182,6 @@ def main() -> None:
     ap.add_argument("--encodings", default="gzip,br,zstd")
     ap.add_argument("--placement", action="store_true",
                     help="add an off row, split the CPU by thread and time each codec alone (no peers)")
-    ap.add_argument("--compare-placement", action="store_true",
-                    help="with --placement: also run zigcorn with one-shot bodies compressed on the writer thread")
     ap.add_argument("--rounds", type=int, default=1, help="alternated rounds per server; medians reported")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
@@ -195,11 +191,9 @@ def main() -> None:
     if args.placement and "off" not in encodings:
         encodings.insert(0, "off")
     for encoding in encodings:
-        names = [n for n in commands(encoding, 0) if "@" not in n and available(n.split("+")[0])]
+        names = [n for n in commands(encoding, 0) if available(n.split("+")[0])]
         if args.placement:
             names = ["zigcorn"]
-            if args.compare_placement and encoding != "off":
-                names = ["zigcorn", "zigcorn@writer"]
         accept = "gzip, br, zstd" if encoding == "off" else encoding
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for i in range(args.rounds):
@@ -213,9 +207,9 @@ def main() -> None:
         print(f"{r['server']:24} {r['encoding']:5} {r['rps']:9.0f} {r['p99']:>9} {r['wire']:6d} {r['ratio']:6.2f} "
               f"{r['cpu_s_per_mb']:9.4f}  {', '.join(f'{x:.0f}' for x in r['rounds'])}")
     if args.placement:
-        print(f"\n{'server':16} {'enc':5} {'loop us/req':>12} {'others us/req':>14} {'codec alone us':>15}  other threads (CPU s)")
+        print(f"\n{'enc':5} {'loop us/req':>12} {'others us/req':>14} {'codec alone us':>15}  other threads (CPU s)")
         for r in rows:
-            print(f"{r['server']:16} {r['encoding']:5} {r['loop_us']:12.1f} {r['other_us']:14.1f} {codec_us(r['encoding']):15.1f}  "
+            print(f"{r['encoding']:5} {r['loop_us']:12.1f} {r['other_us']:14.1f} {codec_us(r['encoding']):15.1f}  "
                   f"{r['threads']}")
 
 

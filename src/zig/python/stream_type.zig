@@ -326,13 +326,6 @@ fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, more: bool,
     }
     if (body) |data| if (!more and compression.bodyLargeEnough(opts, data.len)) compressed: {
         const enc = st.compress.?;
-        if (deferToWriter(st)) {
-            if (startDeferred(st, status, pairs, enc, data.len, engine.extraHeaders())) |err| {
-                failed.* = true;
-                return startError(err);
-            }
-            if (st.deferred_compress != null) return null;
-        }
         // The codec runs without the GIL: other Python threads go on meanwhile.
         const saved = py.releaseGil();
         const out = compression.compress(std.heap.c_allocator, enc, opts.level(enc), data);
@@ -357,34 +350,6 @@ fn startPending(self: *StreamObject, st: *Stream, body: ?[]const u8, more: bool,
         failed.* = true;
         return startError(err);
     };
-    return null;
-}
-
-/// Experiment: `ZIGCORN_COMPRESS_PLACEMENT=writer` leaves a one-shot body's codec to the
-/// writer thread (plain HTTP/1.1 only, where the writer thread writes responses today).
-var placement_writer: ?bool = null;
-
-fn deferToWriter(st: *const Stream) bool {
-    const on = placement_writer orelse blk: {
-        const v = std.posix.getenv("ZIGCORN_COMPRESS_PLACEMENT") orelse "";
-        placement_writer = std.mem.eql(u8, v, "writer");
-        break :blk placement_writer.?;
-    };
-    return on and st.protocol == .http1 and !st.conn.is_tls and st.conn.server.writer_mode != .off;
-}
-
-/// Starts the response with the compressed head and a padded content-length slot (the
-/// raw length, filled in by `writer_thread.compressBody`). Leaves `deferred_compress`
-/// unset when the head cannot be rewritten (the caller compresses inline).
-fn startDeferred(st: *Stream, status: u16, pairs: []const [2][]const u8, enc: compression.Encoding, body_len: usize, extra: []const [2][]const u8) ?stream_mod.StartError {
-    var rewritten: [max_headers + 3][2][]const u8 = undefined;
-    var scratch: [compression.value_bytes_max]u8 = undefined;
-    const n = compression.rewriteHead(enc, pairs, rewritten[0 .. max_headers + 2], &scratch) orelse return null;
-    var slot: [20]u8 = @splat(' ');
-    _ = std.fmt.bufPrint(&slot, "{d}", .{body_len}) catch return null;
-    rewritten[n] = .{ "content-length", &slot };
-    st.startResponse(status, rewritten[0 .. n + 1], extra, false) catch |err| return err;
-    st.deferred_compress = .{ .enc = enc, .level = st.conn.server.opts.compression.level(enc), .body_len = body_len };
     return null;
 }
 

@@ -143,8 +143,6 @@ const FileStep = enum { progress, wait, closed };
 
 /// What a TLS connection reads of a file at once (one output segment's worth).
 const file_chunk_bytes = 16 * 1024;
-/// Room past a compressed body's copy in the output (the experiment's `replaceOutput`).
-const outq_slack_bytes = 4096;
 /// At most this much per sendfile(2) call, so one connection does not hold the loop.
 const sendfile_bytes_max = 1 << 20;
 
@@ -471,9 +469,7 @@ pub const Conn = struct {
         const act = self.act orelse return self.setWriting(false);
         // The writer thread has the output: its completion goes on from here.
         if (act.io_busy) return;
-        if (self.state == .request and act.h1_stream.deferred_compress != null) {
-            if (self.flushDeferred()) return;
-        } else if (self.completePlainResponse()) {
+        if (self.completePlainResponse()) {
             if (self.server.writer_mode != .off and self.server.wantsHandOff() and self.handOff()) return;
             // A lone stream's response goes at once: batching it with nothing would
             // only wait for the end of the pass.
@@ -538,52 +534,6 @@ pub const Conn = struct {
             !self.interest.writable and !act.out.isEmpty();
     }
 
-    /// Experiment (`ZIGCORN_COMPRESS_PLACEMENT=writer`): the queued one-shot body is raw.
-    /// True when the writer thread took it (it compresses, then writes); otherwise it is
-    /// compressed here and the flush goes on inline.
-    fn flushDeferred(self: *Conn) bool {
-        const act = self.a();
-        const job = self.prepareJob();
-        job.compress = act.h1_stream.deferred_compress;
-        act.h1_stream.deferred_compress = null;
-        if (self.completePlainResponse() and self.server.handOffCompression() and self.server.writer.?.submit(job)) {
-            act.io_busy = true;
-            self.server.kickWriterSoon();
-            return true;
-        }
-        if (!writer_mod.compressBody(job)) {
-            self.close();
-            return true;
-        }
-        defer {
-            std.heap.c_allocator.free(job.compressed);
-            job.compressed = &.{};
-        }
-        self.replaceOutput(job, 0) catch {
-            self.close();
-            return true;
-        };
-        return false;
-    }
-
-    /// The output becomes what `job` (compressed) has past its first `written` bytes.
-    fn replaceOutput(self: *Conn, job: *const writer_mod.Job, written: usize) outq.Error!void {
-        const act = self.a();
-        const rest = job.bytes() - written;
-        const copy = try std.heap.c_allocator.alloc(u8, rest);
-        defer std.heap.c_allocator.free(copy);
-        var skip = written;
-        var at: usize = 0;
-        for (job.iov[0..job.iov_len]) |v| {
-            const from = @min(skip, v.len);
-            skip -= from;
-            @memcpy(copy[at..][0 .. v.len - from], v.base[from..v.len]);
-            at += v.len - from;
-        }
-        self.advanceOutput(act.out.len());
-        try act.out.append(self.bufferSource(), copy, null, rest + outq_slack_bytes);
-    }
-
     /// The output as one job for the writer thread or the ring.
     fn prepareJob(self: *Conn) *writer_mod.Job {
         const act = self.a();
@@ -632,14 +582,6 @@ pub const Conn = struct {
         const act = self.a();
         std.debug.assert(act.io_busy and job == &act.job);
         act.io_busy = false;
-        // The experiment's compressed body (`flushDeferred`): what is unwritten is copied.
-        const compressed = act.job.compressed;
-        act.job.compressed = &.{};
-        defer if (compressed.len != 0) std.heap.c_allocator.free(compressed);
-        if (compressed.len != 0 and act.deferred_fd < 0) {
-            self.replaceOutput(job, job.written) catch return self.close();
-            return self.afterWrite(job.err);
-        }
         if (act.deferred_fd >= 0) {
             // Closed meanwhile: what close() left for now is done here.
             std.debug.assert(self.state == .closed);
@@ -652,12 +594,7 @@ pub const Conn = struct {
         }
         std.debug.assert(job.written <= act.out.len());
         if (job.written > 0) self.advanceOutput(job.written);
-        self.afterWrite(job.err);
-    }
-
-    fn afterWrite(self: *Conn, err: sys.E) void {
-        const act = self.a();
-        switch (err) {
+        switch (job.err) {
             .SUCCESS => {
                 std.debug.assert(act.out.isEmpty());
                 self.flushed();

@@ -421,15 +421,6 @@ pub const Server = struct {
         return self.writer != null;
     }
 
-    /// Experiment (`ZIGCORN_COMPRESS_PLACEMENT=writer`): a one-shot body to compress goes
-    /// to the writer thread whenever it runs at all (the CPU window would read the work
-    /// moved off this thread as a reason to stop handing over).
-    pub fn handOffCompression(self: *Server) bool {
-        if (self.writer_mode == .off or self.connections < 2) return false;
-        if (self.writer == null) self.startWriter();
-        return self.writer != null;
-    }
-
     /// Applies the writer thread's finished jobs: each connection goes on where its
     /// inline write would have.
     fn applyWrites(self: *Server) void {

@@ -139,9 +139,6 @@ pub const Stream = struct {
     /// `--compression`: the encoding the request's accept-encoding chose (the response
     /// may still go uncompressed: `compression.mayCompress`).
     compress: ?compression.Encoding = null,
-    /// Experiment (`ZIGCORN_COMPRESS_PLACEMENT=writer`): the queued one-shot body is still
-    /// raw; the connection's flush has it compressed on the writer thread (or inline).
-    deferred_compress: ?@import("writer_thread.zig").Deferred = null,
     /// `--request-decompression`: the request body's coding, and its decoder (created at
     /// the first encoded bytes, destroyed by `finish`).
     body_coding: decompression.Coding = .identity,

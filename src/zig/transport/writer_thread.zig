@@ -10,7 +10,6 @@ const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const outq = @import("output_queue.zig");
-const compression = @import("../http/compression.zig"); // experiment: the codec on this thread (`Deferred`)
 
 /// Jobs in flight at once; past this the Python thread writes inline as before.
 pub const jobs_max = 1024;
@@ -27,11 +26,6 @@ pub const Job = struct {
     err: sys.E = .SUCCESS,
     /// io_uring: the same job as a `sendmsg` in the ring (the message points at `iov`).
     msg: std.posix.msghdr_const = undefined,
-    /// Experiment (`ZIGCORN_COMPRESS_PLACEMENT=writer`): the last `body_len` bytes are a
-    /// raw one-shot body to compress here before writing (`compressBody`).
-    compress: ?Deferred = null,
-    /// `compressBody`'s output (C heap), written in place of the raw body; the owner frees it.
-    compressed: []u8 = &.{},
 
     pub fn bytes(self: *const Job) usize {
         var n: usize = 0;
@@ -39,82 +33,6 @@ pub const Job = struct {
         return n;
     }
 };
-
-/// A one-shot body whose compression was left to the writer thread. Its head carries a
-/// padded `content-length` (the raw length, then spaces: trailing whitespace is allowed
-/// in a field value) that is overwritten with the compressed length.
-pub const Deferred = struct {
-    enc: compression.Encoding,
-    level: u8,
-    body_len: usize,
-};
-
-/// Replaces the job's raw body with its compression and fixes the head's content-length.
-/// False when the codec or the head fails (the head may be half patched: the caller
-/// closes the connection).
-pub fn compressBody(job: *Job) bool {
-    const d = job.compress.?;
-    job.compress = null;
-    const total = job.bytes();
-    if (d.body_len == 0 or d.body_len > total) return false;
-    const head_len = total - d.body_len;
-    // The head's segments, then the body's (gathered only when it spans segments).
-    var head_iov: [outq.segments_max]std.posix.iovec_const = undefined;
-    var head_n: usize = 0;
-    var gathered: ?[]u8 = null;
-    defer if (gathered) |g| std.heap.c_allocator.free(g);
-    var body: []const u8 = &.{};
-    var off: usize = 0;
-    for (job.iov[0..job.iov_len]) |v| {
-        const end = off + v.len;
-        if (off < head_len) {
-            head_iov[head_n] = .{ .base = v.base, .len = @min(v.len, head_len - off) };
-            head_n += 1;
-        }
-        if (end > head_len) {
-            const from = if (off < head_len) head_len - off else 0;
-            const part = v.base[from..v.len];
-            if (body.len == 0 and gathered == null and part.len == d.body_len) {
-                body = part;
-            } else {
-                if (gathered == null) gathered = std.heap.c_allocator.alloc(u8, d.body_len) catch return false;
-                const at = off + from - head_len;
-                @memcpy(gathered.?[at..][0..part.len], part);
-                body = gathered.?;
-            }
-        }
-        off = end;
-    }
-    if (!patchLength(head_iov[0..head_n], 0)) return false;
-    const out = compression.compress(std.heap.c_allocator, d.enc, d.level, body) catch return false;
-    std.debug.assert(patchLength(head_iov[0..head_n], out.len));
-    @memcpy(job.iov[0..head_n], head_iov[0..head_n]);
-    job.iov[head_n] = .{ .base = out.ptr, .len = out.len };
-    job.iov_len = @intCast(head_n + 1);
-    job.compressed = out;
-    return true;
-}
-
-/// Overwrites the padded content-length value in the head with `n` (a dry run with 0
-/// only checks the slot is there and wide enough). The head's bytes belong to a busy
-/// connection: nobody else touches them until the job completes.
-fn patchLength(head: []const std.posix.iovec_const, n: usize) bool {
-    const key = "\r\ncontent-length: ";
-    for (head) |v| {
-        const bytes = v.base[0..v.len];
-        const at = std.mem.indexOf(u8, bytes, key) orelse continue;
-        const start = at + key.len;
-        const stop = std.mem.indexOfScalarPos(u8, bytes, start, '\r') orelse return false;
-        var digits: [24]u8 = undefined;
-        const text = std.fmt.bufPrint(&digits, "{d}", .{n}) catch unreachable;
-        if (text.len > stop - start) return false;
-        const slot = @constCast(bytes[start..stop]);
-        @memcpy(slot[0..text.len], text);
-        @memset(slot[text.len..], ' ');
-        return true;
-    }
-    return false;
-}
 
 /// A fixed ring of job pointers; callers hold the writer's mutex.
 const Ring = struct {
@@ -211,11 +129,7 @@ pub const Writer = struct {
                 continue;
             };
             self.mutex.unlock();
-            if (job.compress != null and !compressBody(job)) {
-                // The head already names the coding: the connection cannot go on.
-                job.err = .NOMEM;
-                job.written = 0;
-            } else write(job);
+            write(job);
             self.mutex.lock();
             const was_empty = self.done.len == 0;
             self.done.push(job);
