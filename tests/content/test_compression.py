@@ -182,6 +182,43 @@ def test_keep_alive_after_compressed_responses(server):
             assert r.headers["content-encoding"] == encoding and r.content == DOC
 
 
+def test_many_connections_at_once_with_the_writer_thread(start_server):
+    """With other connections open the writer thread writes complete responses (the codec
+    has run on the loop's thread first): every body still decodes whole, with its length,
+    on every keep-alive connection."""
+    s = start_server("compress_app:app", "--compression", "zstd,br,gzip", "--writer-thread", "on")
+    socks = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(6)]
+    try:
+        for encoding in ("gzip", "br", "zstd", "gzip"):
+            for sock in socks:  # all in flight together
+                sock.sendall(f"GET / HTTP/1.1\r\nhost: x\r\naccept-encoding: {encoding}\r\n\r\n".encode())
+            for sock in socks:
+                head, body = read_response(sock)
+                assert head.startswith(b"HTTP/1.1 200") and f"content-encoding: {encoding}".encode() in head
+                assert DECODE[encoding](body) == DOC
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One content-length framed response from a keep-alive socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before the head"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    field = next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = int(field.split(b":")[1])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside the body"
+        body += chunk
+    assert len(body) == length
+    return head, body
+
+
 def test_http2_compressed(server):
     with httpx.Client(http2=True, http1=False) as client:  # h2c with prior knowledge
         for encoding in ("gzip", "br", "zstd"):
