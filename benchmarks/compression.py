@@ -6,6 +6,7 @@ GZipMiddleware and saltare's engine compression (`--response-gzip`, `--response-
     python benchmarks/compression.py                      # 10 s points
     python benchmarks/compression.py --seconds 3 --encodings gzip
     python benchmarks/compression.py --rounds 3           # alternated rounds, medians
+    python benchmarks/compression.py --encodings off,gzip # with the uncompressed ceiling
 
 It runs the servers from the current interpreter: use the benchmark venv's
 (`benchmarks/.venv/bin/python`, which has uvicorn, FastAPI and saltare) for every row.
@@ -155,6 +156,9 @@ def commands(encoding: str, port: int) -> dict[str, list[str]]:
     out = {"zigcorn": [py, "-m", "zigcorn", "compress_fastapi_app:app", "--port", str(port), *flags,
                        "--no-access-log", "--log-level", "warning"]}
     if encoding == "off":
+        # The ceiling: the same app uncompressed on each server.
+        out["uvicorn"] = [py, "-m", "uvicorn", "compress_fastapi_app:app", "--port", str(port), "--no-access-log",
+                          "--log-level", "warning"]
         return out
     if encoding == "gzip":
         out["uvicorn+GZipMiddleware"] = [py, "-m", "uvicorn", "compress_fastapi_app:gzip_app", "--port", str(port),
