@@ -632,20 +632,28 @@ class Pool:
 
     def _all_stuck(self) -> bool:
         """Whether every thread waits on something else than the GIL: on its request for
-        over `_STUCK`, having spent less than half of that on the CPU. (A thread waiting for
-        the GIL spends no CPU either, but not for longer than a few switch intervals.)"""
+        over `_STUCK`, having spent less than half of the time since this method last
+        sampled it on the CPU (at least `_STUCK` / 2 ago, on the same request). (A thread
+        waiting for the GIL spends no CPU either, but not for longer than a few switch
+        intervals.) The thread's CPU clock is read here, on the rare look at a long
+        request, not by the worker per request: reading it is a system call."""
         now = time.perf_counter()
+        stuck = True
         for state in self.threads:
-            started, clock, cpu_at_start = state
+            started, clock, sampled_for, sampled_at, cpu_then = state
             if not started or now - started < _STUCK:
                 return False
+            if sampled_for == started and now - sampled_at < _STUCK / 2:
+                stuck = False  # too soon after the last sample to tell
+                continue
             try:
-                cpu = time.clock_gettime(clock) - cpu_at_start
+                cpu = time.clock_gettime(clock)
             except OSError:  # the thread is gone
                 return False
-            if cpu > (now - started) / 2:
-                return False  # computing: another thread would only take turns with it
-        return True
+            state[2:] = started, now, cpu
+            if sampled_for != started or cpu - cpu_then > (now - sampled_at) / 2:
+                stuck = False  # a first sample of this request, or computing
+        return stuck
 
     def _recheck(self) -> None:
         self.recheck = None
@@ -656,26 +664,25 @@ class Pool:
         self.recheck = self.loop.call_later(_STUCK, self._recheck)
 
     def _spawn(self) -> None:
-        state = [0.0, time.CLOCK_THREAD_CPUTIME_ID, 0.0]
+        state = [0.0, time.CLOCK_THREAD_CPUTIME_ID, 0.0, 0.0, 0.0]
         self.threads.append(state)
         thread = threading.Thread(target=self._work, args=(state,), name=f"zigcorn-wsgi-{len(self.threads)}",
                                   daemon=True)  # fmt: skip
         thread.start()
 
     def _work(self, state: list) -> None:
-        """`state`: [when the current request started or 0.0, this thread's CPU clock, its CPU time then]."""
+        """`state`: [when the current request started or 0.0, this thread's CPU clock, and
+        `_all_stuck`'s last sample of it: the request's start then, the time, the CPU time]."""
         get = self.jobs.get
         idle = self.idle
         clock = time.perf_counter
-        cpu_clock = state[1] = time.pthread_getcpuclockid(threading.get_ident())
-        cpu = time.clock_gettime
+        state[1] = time.pthread_getcpuclockid(threading.get_ident())
         while True:
             idle.append(None)
             job = get()
             idle.pop()
             if job is None:
                 return
-            state[2] = cpu(cpu_clock)
             state[0] = clock()
             try:
                 job()

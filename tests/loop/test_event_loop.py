@@ -181,6 +181,31 @@ def test_call_soon_threadsafe_wakes_a_sleeping_loop(loop):
     assert ident != threading.get_ident() and time.monotonic() - started < 5
 
 
+def test_call_soon_threadsafe_while_the_loop_is_awake_is_not_slept_through(loop):
+    """A thread posting while the loop's thread runs a callback gets no eventfd write
+    (the loop is awake): the next pass must still see the handle before it sleeps."""
+    done = loop.create_future()
+    posted = threading.Event()
+
+    def from_thread():
+        loop.call_soon_threadsafe(done.set_result, "ran")
+        posted.set()
+
+    def busy_callback():
+        threading.Thread(target=from_thread).start()
+        assert posted.wait(5)  # the loop's thread is in this callback meanwhile
+
+    # If the handle were slept through, this wakes the loop after 5 s (and the test fails).
+    rescue = threading.Timer(5, lambda: loop.call_soon_threadsafe(lambda: done.done() or done.set_result("late")))
+    rescue.start()
+    loop.call_soon(busy_callback)
+    started = time.monotonic()
+    try:
+        assert _run(loop, done) == "ran" and time.monotonic() - started < 4
+    finally:
+        rescue.cancel()
+
+
 def test_a_closed_loop_refuses_new_work(loop):
     loop.close()
     coro = asyncio.sleep(0)

@@ -67,6 +67,11 @@ const Core = struct {
     epfd: i32 = -1,
     /// call_soon_threadsafe's wake-up, registered in `epfd`.
     wake_fd: i32 = -1,
+    /// The loop's thread waits in `poll` without the GIL: only then does
+    /// call_soon_threadsafe need the eventfd. Read and written with the GIL held only
+    /// (set before the wait gives it up, cleared after it is taken back), so the GIL
+    /// orders every access; an awake loop sees the new handle in its next pass.
+    sleeping: bool = false,
     /// The attached Engine: its descriptor is in `epfd`, its events handled in the pass.
     engine: ?*Object = null,
     engine_fd: i32 = -1,
@@ -284,7 +289,9 @@ fn loopCallSoonThreadsafe(self: ?*Object, args: [*c]const ?*Object, nargsf: usiz
         callDebug(self.?, "_zc_call_soon_threadsafe_debug", null, a)
     else
         soon(self.?, core, a)) orelse return null;
-    wake(core);
+    // A worker thread posting while the loop's thread is busy (the usual case under
+    // load) costs no write(2) here and no read(2) and extra epoll event there.
+    if (core.sleeping) wake(core);
     return h;
 }
 
@@ -542,7 +549,9 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
     // the system call, and no other thread needs it for that long.
     const rc = if (timeout_ms == 0) linux.epoll_wait(core.epfd, &core.events, events_max, 0) else blk: {
         const spin_ns = writerSpinNs(core);
+        core.sleeping = true;
         const ts = py.releaseGil();
+        defer core.sleeping = false; // after takeGil (defers run in reverse)
         defer py.takeGil(ts);
         if (spin_ns != 0) {
             if (spinEvents(core, spin_ns)) |r| break :blk r;
