@@ -245,3 +245,18 @@ def test_missing_library_said_once_and_its_coding_refused(start_server, tmp_path
     assert s.output().count("libbrotlidec.so.1 cannot be loaded") == 1
     # The engine's 415 has its access line, as the app's answers do.
     assert '"POST / HTTP/1.1" 415' in s.output()
+
+
+def test_decoded_body_beside_request_ids_and_trace_context(start_server):
+    """Three fields appended to what the app sees at once (request id, traceparent and the
+    decoded body's transfer-encoding), twice, so the engine's cached pairs are reused."""
+    s = start_server("decode_app:app", "--request-decompression", "--request-id-header", "x-request-id",
+                     "--trace-context")
+    for _ in range(3):
+        status, fields, body = raw_post(s, ENCODE["gzip"](DOC), "content-encoding: gzip", piece=4096)
+        assert status == 200
+        got = json.loads(body)
+        assert {k: got[k] for k in ("size", "sha256")} == expected(DOC)
+        assert got["headers"] == {"transfer-encoding": "chunked"}
+        assert len(fields["x-request-id"]) == 32
+    assert s.proc.poll() is None

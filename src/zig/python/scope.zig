@@ -210,7 +210,7 @@ fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
 /// The name objects of the fields the engine appends (`Added.appended`'s slots): their
 /// texts are the server's settings or literals, the same slices every request, so the
 /// last one's object serves again without a look-up.
-var added_names: [2]struct { text: []const u8 = "", obj: ?*Object = null } = .{ .{}, .{} };
+var added_names: [tracing.appended_max]struct { text: []const u8 = "", obj: ?*Object = null } = @splat(.{});
 
 fn addedName(slot: usize, text: []const u8) ?*Object {
     const cached = &added_names[slot];
@@ -233,7 +233,7 @@ fn addedName(slot: usize, text: []const u8) ?*Object {
 /// written into them in place instead of making and freeing two objects a request (the
 /// reuse CPython's own zip() does with its result tuple). A request whose headers the
 /// app kept, or a value of another length, gets new objects.
-var added_pairs: [2]?*Object = .{ null, null };
+var added_pairs: [tracing.appended_max]?*Object = @splat(null);
 
 /// New reference: the tuple for appended slot `slot`.
 fn addedPair(slot: usize, name_text: []const u8, value_text: []const u8) ?*Object {
