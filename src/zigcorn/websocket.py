@@ -140,6 +140,10 @@ class WebSocketCycle(Stream):
         scope = _websocket_scope(self.scope)
         try:
             result = await app(scope, self.receive, self.send)
+        except ClientDisconnected:
+            # Our own send() raised it because the client had gone: an echo loop racing a
+            # client's close meets it, and it is no error of the app's (nor in uvicorn).
+            self._fail()
         except BaseException as exc:  # the worker must survive anything an app raises
             if not isinstance(exc, asyncio.CancelledError):
                 logger.error("Exception in ASGI application\n", exc_info=exc)

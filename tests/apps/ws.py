@@ -66,6 +66,16 @@ async def app(scope, receive, send):
         except OSError:
             pass
         EVENTS.append({"sent": sent})
+    elif path == "/send-after-disconnect":
+        # Sends once the client has gone and lets what send() raises propagate, as an echo
+        # loop racing a client's close does; /events reports the exception's name.
+        await send({"type": "websocket.accept"})
+        await receive()
+        try:
+            await send({"type": "websocket.send", "text": "too late"})
+        except BaseException as exc:
+            EVENTS.append({"raised": type(exc).__name__, "oserror": isinstance(exc, OSError)})
+            raise
     elif path == "/idle":
         await send({"type": "websocket.accept"})
         await receive()

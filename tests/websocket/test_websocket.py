@@ -169,6 +169,27 @@ def test_abrupt_disconnect_is_1006_for_the_app(ws_server):
     assert run(go()) == [{"type": "websocket.disconnect", "code": 1006, "reason": ""}]
 
 
+def test_send_after_the_client_left_raises_an_oserror_that_is_not_logged(start_server):
+    """An app that sends after the client's close gets an OSError from send(); letting it
+    propagate is not an error of the app's (uvicorn does not log it either)."""
+    server = start_server("ws:app")
+    ws = RawWS(server.port, "/send-after-disconnect")
+    assert ws.status == 101
+    ws.send_frame(CLOSE, close_payload(1000))
+    assert ws.recv_close()[0] == 1000
+    ws.close()
+
+    async def go():
+        async with websockets.connect(url(server, "/events")) as client:
+            return json.loads(await client.recv())
+
+    raised = run(go())
+    assert raised and raised[0]["oserror"] is True, raised
+    server.stop()
+    assert "Exception in ASGI application" not in server.output(), server.output()
+    assert "Traceback" not in server.output(), server.output()
+
+
 def test_close_before_accept_is_403(ws_server):
     async def go():
         with pytest.raises(InvalidStatus) as info:
