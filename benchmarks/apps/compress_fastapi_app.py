@@ -1,7 +1,9 @@
 """FastAPI returning a 20 KiB JSON document, for benchmarks/compression.py.
 
 `app` is bare (the server compresses); `gzip_app` wraps it in Starlette's GZipMiddleware
-(compression in Python, on the event loop's thread)."""
+at level 6 (compression in Python, on the event loop's thread), the level zigcorn uses by
+default; `gzip_default_app` in the middleware as `add_middleware(GZipMiddleware)` gives it
+(level 9, 500 bytes minimum)."""
 
 import json
 
@@ -21,3 +23,4 @@ async def doc() -> Response:
 
 
 gzip_app = GZipMiddleware(app, minimum_size=1024, compresslevel=6)
+gzip_default_app = GZipMiddleware(app)
