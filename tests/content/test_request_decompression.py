@@ -53,14 +53,14 @@ def pieces(data: bytes, size: int = 997):
 
 
 def raw_post(server, body: bytes, *headers: str, chunked: bool = False, piece: int = 997,
-             target: str = "/") -> tuple[int, dict, bytes]:
-    """One HTTP/1.1 POST on a raw socket, its body written in small pieces (each a chunk
+             target: str = "/", version: str = "1.1") -> tuple[int, dict, bytes]:
+    """One HTTP/1.x POST on a raw socket, its body written in small pieces (each a chunk
     when `chunked`); the status, the response's fields and its body."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         framing = "transfer-encoding: chunked" if chunked else f"content-length: {len(body)}"
         extra = "".join(f"{h}\r\n" for h in headers)
-        s.sendall(f"POST {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{framing}\r\n{extra}\r\n".encode())
+        s.sendall(f"POST {target} HTTP/{version}\r\nhost: x\r\nconnection: close\r\n{framing}\r\n{extra}\r\n".encode())
         try:
             for n, part in enumerate(pieces(body, piece)):
                 s.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
@@ -94,6 +94,15 @@ def test_http1_bodies_decoded(server, coding, chunked):
     assert {k: got[k] for k in ("size", "sha256")} == expected(DOC)
     # The app sees a body of unknown length, as chunked: no coding, no length.
     assert got["headers"] == {"transfer-encoding": "chunked"}
+
+
+def test_http10_body_decoded_without_a_chunked_field(server):
+    # HTTP/1.0 has no chunked coding: the app sees neither a length nor transfer-encoding.
+    status, _, body = raw_post(server, ENCODE["gzip"](DOC), "content-encoding: gzip", version="1.0")
+    assert status == 200
+    got = json.loads(body)
+    assert {k: got[k] for k in ("size", "sha256")} == expected(DOC)
+    assert got["headers"] == {}
 
 
 @pytest.mark.parametrize("coding", CODINGS)

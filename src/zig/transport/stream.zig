@@ -185,7 +185,9 @@ pub const Stream = struct {
         if (self.body_coding.encoding() == null) return;
         req.added.drop_body_fields = true;
         req.added.drops_some = true;
-        req.added.add_chunked = req.version != .http2 and self.body_kind == .length;
+        // HTTP/1.1's app sees an unknown length as chunked; HTTP/1.0 has no chunked
+        // coding and HTTP/2 no transfer-encoding: theirs see no length at all.
+        req.added.add_chunked = req.version == .http11 and self.body_kind == .length;
     }
 
     /// Decoded body bytes: the decoder's pending window, else what it makes of the next
