@@ -690,7 +690,8 @@ fn sendRegular(st: *Stream, req: *const stream_mod.Request, cfg: *const Config, 
     switch (outcome) {
         .not_modified => {
             sys.close(fd);
-            return respond(st, 304, fields[0..n], "");
+            if (!st.answerWhole(304, fields[0..n], "", extraOf(st))) abandon(st);
+            return;
         },
         .precondition_failed => {
             sys.close(fd);
@@ -759,16 +760,9 @@ fn extraOf(st: *Stream) []const [2][]const u8 {
     return cfg.extra;
 }
 
-fn plain(st: *Stream, status: u16, body: []const u8, extra: []const [2][]const u8) void {
-    var fields: [4][2][]const u8 = undefined;
-    fields[0] = .{ "content-type", "text/plain; charset=utf-8" };
-    for (extra, 0..) |f, i| fields[1 + i] = f;
-    respond(st, status, fields[0 .. 1 + extra.len], body);
-}
-
-fn respond(st: *Stream, status: u16, fields: []const [2][]const u8, body: []const u8) void {
-    st.startResponse(status, fields, extraOf(st), false) catch return abandon(st);
-    _ = st.writeBody(body, false, null) catch return abandon(st);
+/// An error's plain-text answer with the --header fields (`fields` follow its content-type).
+fn plain(st: *Stream, status: u16, body: []const u8, fields: []const [2][]const u8) void {
+    if (!st.answerPlain(status, fields, body, extraOf(st))) abandon(st);
 }
 
 // ---- tests -------------------------------------------------------------------------------

@@ -256,20 +256,39 @@ pub const Stream = struct {
         return false;
     }
 
-    /// A short plain-text answer made by the engine through the stream's verbs; false
-    /// when it could not be queued (the caller then cuts the exchange).
+    /// A refused body's answer: its reason phrase as a plain-text body with its own
+    /// content-length, and accept-encoding when given; without the --header fields.
     fn answer(self: *Stream, status: u16, accept_encoding: []const u8) bool {
         const reason = response.reasonPhrase(status);
         var len_buf: [8]u8 = undefined;
         const len_text = std.fmt.bufPrint(&len_buf, "{d}", .{reason.len}) catch unreachable;
         const fields = [_][2][]const u8{
-            .{ "content-type", "text/plain; charset=utf-8" },
             .{ "content-length", len_text },
             .{ "accept-encoding", accept_encoding },
         };
-        const n: usize = if (accept_encoding.len > 0) 3 else 2;
-        self.startResponse(status, fields[0..n], &.{}, false) catch return false;
-        _ = self.writeBody(reason, false, null) catch return false;
+        const n: usize = if (accept_encoding.len > 0) 2 else 1;
+        return self.answerPlain(status, fields[0..n], reason, &.{});
+    }
+
+    /// Fields an engine's plain answer may carry after its content-type.
+    pub const plain_fields_max = 3;
+
+    /// The engine's own short plain-text answer (a refused request body, a --static
+    /// error): content-type, then `fields`, then `body`. `extra` as for `startResponse`.
+    /// False when it could not be queued (the caller then cuts the exchange).
+    pub fn answerPlain(self: *Stream, status: u16, fields: []const [2][]const u8, body: []const u8, extra: []const [2][]const u8) bool {
+        std.debug.assert(fields.len <= plain_fields_max);
+        var all: [1 + plain_fields_max][2][]const u8 = undefined;
+        all[0] = .{ "content-type", "text/plain; charset=utf-8" };
+        @memcpy(all[1 .. 1 + fields.len], fields);
+        return self.answerWhole(status, all[0 .. 1 + fields.len], body, extra);
+    }
+
+    /// An answer the engine makes whole through the stream's verbs, as an app would:
+    /// the head, then the one body message. False when it could not be queued.
+    pub fn answerWhole(self: *Stream, status: u16, fields: []const [2][]const u8, body: []const u8, extra: []const [2][]const u8) bool {
+        self.startResponse(status, fields, extra, false) catch return false;
+        _ = self.writeBody(body, false, null) catch return false;
         return true;
     }
 
