@@ -21,12 +21,17 @@ pub const tracestate_members_max = 32;
 pub const appended_max = 3;
 
 pub const Added = struct {
-    /// The request id the app sees under `request_id_name` ("" = the feature is off);
-    /// incoming fields of that name are replaced by it.
+    /// The request id the app sees under `request_id_name` ("" = the feature is off).
     request_id: []const u8 = "",
     request_id_name: []const u8 = "",
     /// A traceparent that replaces the incoming one ("" = keep what came).
     traceparent: []const u8 = "",
+    // Each drop flag is set only when the request has a field it drops (`prepare`'s scan
+    // counted one; `--request-decompression` saw a content-encoding), so `dropsSome`
+    // is exact and the usual request (nothing to drop) is copied without asking
+    // `drops` of every field.
+    /// Incoming fields named `request_id_name` came: `request_id` replaces them.
+    drop_request_id: bool = false,
     drop_traceparent: bool = false,
     drop_tracestate: bool = false,
     /// `--request-decompression` decodes the body: its content-encoding and
@@ -34,19 +39,20 @@ pub const Added = struct {
     drop_body_fields: bool = false,
     /// ... and over HTTP/1.x a body that had a content-length reads as chunked.
     add_chunked: bool = false,
-    /// Whether some incoming field is replaced or dropped (`drops` holds for it): found
-    /// by `prepare`'s one scan, so that the usual request (nothing to drop) is copied
-    /// without asking `drops` of every field.
-    drops_some: bool = false,
 
     pub fn any(self: *const Added) bool {
-        return self.request_id.len > 0 or self.traceparent.len > 0 or self.drop_traceparent or self.drop_tracestate or
-            self.drop_body_fields or self.add_chunked;
+        return self.request_id.len > 0 or self.traceparent.len > 0 or self.dropsSome() or self.add_chunked;
+    }
+
+    /// Whether some incoming field is replaced or dropped: whenever `drops` holds for
+    /// a field, some flag it reads is set, so this is never false then.
+    pub fn dropsSome(self: *const Added) bool {
+        return self.drop_request_id or self.drop_traceparent or self.drop_tracestate or self.drop_body_fields;
     }
 
     /// Whether an incoming header (a lower-case name) is replaced or dropped.
     pub fn drops(self: *const Added, name: []const u8) bool {
-        if (self.request_id.len > 0 and nameIs(name, self.request_id_name)) return true;
+        if (self.drop_request_id and nameIs(name, self.request_id_name)) return true;
         if (self.drop_traceparent and nameIs(name, "traceparent")) return true;
         if (self.drop_tracestate and nameIs(name, "tracestate")) return true;
         if (self.drop_body_fields and (nameIs(name, "content-encoding") or nameIs(name, "content-length"))) return true;
@@ -151,7 +157,7 @@ pub fn prepare(opts: Options, headers: anytype, id: *RequestId) Added {
         }
         added.request_id = id.get();
         added.request_id_name = opts.request_id_header;
-        added.drops_some = s.ids > 0;
+        added.drop_request_id = s.ids > 0;
     }
     if (opts.trace_context) {
         if (s.parents != 1 or !validTraceparent(s.parent)) {
@@ -159,11 +165,11 @@ pub fn prepare(opts: Options, headers: anytype, id: *RequestId) Added {
             newTraceparent(&traceparent_scratch);
             added.traceparent = &traceparent_scratch;
             added.drop_traceparent = s.parents > 0;
-            added.drop_tracestate = true;
+            added.drop_tracestate = s.states > 0;
         } else if (!s.state_ok or s.state_bytes > tracestate_bytes_max or s.state_members > tracestate_members_max) {
+            std.debug.assert(s.states > 0);
             added.drop_tracestate = true;
         }
-        if (added.drop_traceparent or (added.drop_tracestate and s.states > 0)) added.drops_some = true;
     }
     return added;
 }
@@ -475,24 +481,38 @@ test "tracing: the id pool refills when empty and after a fork" {
     try testing.expectEqual(@as(usize, 24), id_pool.used);
 }
 
-test "tracing: drops_some is exactly whether some field is dropped" {
+test "tracing: dropsSome is exactly whether some field is dropped" {
     const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    const cases = [_]struct { opts: Options, hs: []const H }{
+    const both = Options{ .request_id_header = "x-request-id", .trace_context = true };
+    const coded = H{ .name = "content-encoding", .value = "gzip" };
+    // `body`: --request-decompression decodes the body (`Stream.decideCoding` sets
+    // `drop_body_fields` for a request with a content-encoding).
+    const cases = [_]struct { opts: Options, hs: []const H, body: bool = false }{
         .{ .opts = .{ .request_id_header = "x-request-id" }, .hs = &.{.{ .name = "host", .value = "a" }} },
         .{ .opts = .{ .request_id_header = "x-request-id" }, .hs = &.{.{ .name = "x-request-id", .value = "ok" }} },
+        .{ .opts = .{ .request_id_header = "x-request-id" }, .hs = &.{.{ .name = "x-request-id", .value = "bad id" }} },
         .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "host", .value = "a" }} },
         .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "tracestate", .value = "a=b" }} },
         .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "traceparent", .value = parent }} },
         .{ .opts = .{ .trace_context = true }, .hs = &.{.{ .name = "traceparent", .value = "bad" }} },
+        .{ .opts = .{ .trace_context = true }, .hs = &.{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = "Bad=1" } } },
         .{ .opts = .{ .trace_context = true, .request_id_header = "traceparent" }, .hs = &.{.{ .name = "traceparent", .value = parent }} },
+        .{ .opts = both, .hs = &.{.{ .name = "host", .value = "a" }} },
+        .{ .opts = both, .hs = &.{ .{ .name = "host", .value = "a" }, coded }, .body = true },
+        .{ .opts = .{}, .hs = &.{ .{ .name = "content-length", .value = "9" }, coded }, .body = true },
     };
+    var dropping: usize = 0;
     for (cases) |case| {
         var id = RequestId{};
-        const a = prepare(case.opts, case.hs, &id);
+        var a = prepare(case.opts, case.hs, &id);
+        a.drop_body_fields = case.body;
         var some = false;
         for (case.hs) |h| some = some or a.drops(h.name);
-        try testing.expectEqual(some, a.drops_some);
+        try testing.expectEqual(some, a.dropsSome());
+        dropping += @intFromBool(some);
     }
+    // Both answers occur: the cases tell a wrong derivation from a right one.
+    try testing.expect(dropping > 0 and dropping < cases.len);
 }
 
 test "tracing: traceparent validation at its edges" {
@@ -525,8 +545,11 @@ test "tracing: trace context kept, restarted or its state dropped" {
     try testing.expect(validTraceparent(b.traceparent));
     try testing.expect(!b.drop_traceparent and b.drop_tracestate);
     // Invalid or doubled parent: replaced, with its state.
-    const c = prepare(opts, &[_]H{.{ .name = "traceparent", .value = "garbage" }}, &id);
+    const c = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = "garbage" }, .{ .name = "tracestate", .value = "a=b" } }, &id);
     try testing.expect(c.drop_traceparent and c.drop_tracestate and c.traceparent.len == traceparent_len);
+    // ... and with no state there is none to drop.
+    const c2 = prepare(opts, &[_]H{.{ .name = "traceparent", .value = "garbage" }}, &id);
+    try testing.expect(c2.drop_traceparent and !c2.drop_tracestate and c2.traceparent.len == traceparent_len);
     const d = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "traceparent", .value = parent } }, &id);
     try testing.expect(d.drop_traceparent);
     // A valid parent with a bad state keeps the parent, drops the state.

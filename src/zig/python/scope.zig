@@ -188,14 +188,15 @@ fn headers(req: *const Request, forwarded_host: ?[]const u8) ?*Object {
     var extra: [tracing.appended_max][2][]const u8 = undefined;
     const appended = added.appended(&extra);
     // Only a request that brought fields of those names pays for a second look at each.
+    const drops_some = added.dropsSome();
     var kept = req.headers.len;
-    if (added.drops_some) {
+    if (drops_some) {
         for (req.headers) |h| kept -= @intFromBool(added.drops(h.name));
     }
     const list = c.PyList_New(@intCast(kept + appended.len)) orelse return null;
     var i: usize = 0;
     for (req.headers) |h| {
-        if (added.drops_some and added.drops(h.name)) continue;
+        if (drops_some and added.drops(h.name)) continue;
         if (!setHeader(list, i, h.name, if (forwarded_host != null and std.mem.eql(u8, h.name, "host")) forwarded_host.? else h.value)) return fail(list);
         i += 1;
     }

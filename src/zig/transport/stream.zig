@@ -183,8 +183,8 @@ pub const Stream = struct {
         if (self.isWebSocket()) return;
         self.body_coding = decompression.codingOf(req.headers);
         if (self.body_coding.encoding() == null) return;
+        // A coding means a content-encoding field came (`Added`'s drop flags are exact).
         req.added.drop_body_fields = true;
-        req.added.drops_some = true;
         // HTTP/1.1's app sees an unknown length as chunked; HTTP/1.0 has no chunked
         // coding and HTTP/2 no transfer-encoding: theirs see no length at all.
         req.added.add_chunked = req.version == .http11 and self.body_kind == .length;
