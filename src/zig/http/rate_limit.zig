@@ -12,9 +12,11 @@ const std = @import("std");
 
 const forwarded = @import("forwarded.zig");
 const Peer = @import("../transport/connection.zig").Peer;
+const per_ip = @import("../transport/per_ip.zig");
 const Header = @import("../http1/parser.zig").Header; // against the layers: the header field type lives with the HTTP/1.1 parser
 
-pub const Key = [16]u8;
+/// A client's address (`per_ip.ipKey`: one key for IPv4 and IPv4-mapped IPv6).
+pub const Key = per_ip.Key;
 
 /// The address a request is counted against: what trusted proxies say the client is
 /// (`--forwarded-allow-ips`, as the scope's `client`), else the peer. Null for a peer
@@ -24,24 +26,13 @@ pub fn clientKey(trust: ?*const forwarded.Trust, peer: *const Peer, headers: []c
         if (t.trustsPeer(peer.family, &peer.addr)) {
             const fwd = forwarded.resolve(t, headers);
             if (fwd.client_host) |host| {
-                if (forwarded.parseIp(std.mem.trim(u8, host, "[]"))) |ip| return ipKey(ip.version, ip.addr);
+                if (forwarded.parseIp(std.mem.trim(u8, host, "[]"))) |ip| return per_ip.ipKey(ip.version, ip.addr);
             }
         }
     }
-    return switch (peer.family) {
-        std.os.linux.AF.INET => ipKey(4, peer.addr[0..4].* ++ [_]u8{0} ** 12),
-        std.os.linux.AF.INET6 => ipKey(6, peer.addr),
-        else => null,
-    };
+    return per_ip.keyOf(peer);
 }
 
-/// IPv6 bytes; IPv4 as `::ffff:a.b.c.d`, so both spellings of one client share a bucket.
-fn ipKey(version: u8, addr: [16]u8) Key {
-    if (version == 6) return addr;
-    var k = [_]u8{0} ** 10 ++ [_]u8{ 0xff, 0xff } ++ [_]u8{0} ** 4;
-    @memcpy(k[12..16], addr[0..4]);
-    return k;
-}
 pub const ways = 4;
 /// Tokens are counted in thousandths, so a rate below one per millisecond still refills.
 const milli = 1000;
@@ -217,16 +208,19 @@ test "rate limit: the client counted is the one trusted proxies name, else the p
     stranger.addr[0..4].* = .{ 203, 0, 113, 7 };
     const xff = [_]Header{.{ .name = "x-forwarded-for", .value = "198.51.100.4, 10.0.0.9" }};
     // Read right to left: 10.0.0.9 is not trusted, so it is the client.
-    try testing.expectEqualSlices(u8, &ipKey(4, [_]u8{ 10, 0, 0, 9 } ++ [_]u8{0} ** 12), &clientKey(&trust, &local, &xff).?);
+    try testing.expectEqualSlices(u8, &per_ip.ipKey(4, [_]u8{ 10, 0, 0, 9 } ++ [_]u8{0} ** 12), &clientKey(&trust, &local, &xff).?);
+    // A proxy naming the client in its IPv4-mapped IPv6 spelling names the same client.
+    const xff6 = [_]Header{.{ .name = "x-forwarded-for", .value = "198.51.100.4, ::ffff:10.0.0.9" }};
+    try testing.expectEqualSlices(u8, &clientKey(&trust, &local, &xff).?, &clientKey(&trust, &local, &xff6).?);
     // An untrusted peer cannot name anyone.
-    try testing.expectEqualSlices(u8, &ipKey(4, stranger.addr), &clientKey(&trust, &stranger, &xff).?);
+    try testing.expectEqualSlices(u8, &per_ip.ipKey(4, stranger.addr), &clientKey(&trust, &stranger, &xff).?);
     // Proxy headers off: the peer.
-    try testing.expectEqualSlices(u8, &ipKey(4, local.addr), &clientKey(null, &local, &xff).?);
+    try testing.expectEqualSlices(u8, &per_ip.ipKey(4, local.addr), &clientKey(null, &local, &xff).?);
     // A Unix-socket peer without a trusted proxy header is not limited.
     const unix = Peer{ .family = std.os.linux.AF.UNIX };
     try testing.expect(clientKey(&trust, &unix, &xff) == null);
     // IPv4 and IPv4-mapped IPv6 share a key.
     var mapped = Peer{ .family = std.os.linux.AF.INET6 };
-    mapped.addr = ipKey(4, stranger.addr);
+    mapped.addr = per_ip.ipKey(4, stranger.addr);
     try testing.expectEqualSlices(u8, &clientKey(null, &stranger, &.{}).?, &clientKey(null, &mapped, &.{}).?);
 }

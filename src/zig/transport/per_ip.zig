@@ -26,17 +26,25 @@ const fill_ratio_max = 2;
 /// the growth point, so a count going up and down by one does not resize every time.
 const shrink_ratio = 4;
 
-/// The table's key of a peer; null for peers without an IP address (Unix sockets).
+/// The key of an IP address (`version` 4: its bytes are `addr[0..4]`, the rest is
+/// ignored; 6: all 16): IPv6 bytes as they are, IPv4 as `::ffff:a.b.c.d`, so an IPv4
+/// client and its IPv4-mapped IPv6 spelling are one client. `--limit-request-rate`
+/// keys its buckets with it too.
+pub fn ipKey(version: u8, addr: [16]u8) Key {
+    std.debug.assert(version == 4 or version == 6);
+    if (version == 6) return addr;
+    var k = [_]u8{0} ** 10 ++ [_]u8{ 0xff, 0xff } ++ [_]u8{0} ** 4;
+    @memcpy(k[12..16], addr[0..4]);
+    return k;
+}
+
+/// The key of a peer; null for peers without an IP address (Unix sockets).
 pub fn keyOf(peer: *const Peer) ?Key {
-    switch (peer.family) {
-        linux.AF.INET => {
-            var k = [_]u8{0} ** 10 ++ [_]u8{ 0xff, 0xff } ++ [_]u8{0} ** 4;
-            @memcpy(k[12..16], peer.addr[0..4]);
-            return k;
-        },
-        linux.AF.INET6 => return peer.addr,
-        else => return null,
-    }
+    return switch (peer.family) {
+        linux.AF.INET => ipKey(4, peer.addr),
+        linux.AF.INET6 => ipKey(6, peer.addr),
+        else => null,
+    };
 }
 
 pub const Table = struct {
@@ -225,9 +233,34 @@ test "per-ip: out of memory leaves the table as it was" {
     try testing.expectEqual(@as(u32, 0), t.count(keyN(999)));
 }
 
+test "per-ip: address keys at their boundaries" {
+    const v4 = struct {
+        fn key(a: [4]u8) Key {
+            // An IPv4 peer's bytes past the fourth are not its address: they must not count.
+            return ipKey(4, a ++ [_]u8{0xaa} ** 12);
+        }
+    };
+    const mapped = [_]u8{0} ** 10 ++ [_]u8{ 0xff, 0xff };
+    try testing.expectEqualSlices(u8, &(mapped ++ [_]u8{ 0, 0, 0, 0 }), &v4.key(.{ 0, 0, 0, 0 }));
+    try testing.expectEqualSlices(u8, &(mapped ++ [_]u8{ 255, 255, 255, 255 }), &v4.key(.{ 255, 255, 255, 255 }));
+    try testing.expectEqualSlices(u8, &v4.key(.{ 1, 2, 3, 4 }), &ipKey(4, [_]u8{ 1, 2, 3, 4 } ++ [_]u8{0} ** 12));
+    // IPv6 as it is, at both ends; `::` is not 0.0.0.0.
+    const zero6 = [_]u8{0} ** 16;
+    const ones6 = [_]u8{0xff} ** 16;
+    try testing.expectEqualSlices(u8, &zero6, &ipKey(6, zero6));
+    try testing.expectEqualSlices(u8, &ones6, &ipKey(6, ones6));
+    try testing.expect(!std.mem.eql(u8, &ipKey(6, zero6), &v4.key(.{ 0, 0, 0, 0 })));
+    // IPv4-mapped IPv6 is the IPv4 client; the deprecated IPv4-compatible form (`::a.b.c.d`)
+    // and the neighbours of the ffff marker are other addresses.
+    try testing.expectEqualSlices(u8, &v4.key(.{ 1, 2, 3, 4 }), &ipKey(6, mapped ++ [_]u8{ 1, 2, 3, 4 }));
+    try testing.expect(!std.mem.eql(u8, &v4.key(.{ 1, 2, 3, 4 }), &ipKey(6, [_]u8{0} ** 12 ++ [_]u8{ 1, 2, 3, 4 })));
+    try testing.expect(!std.mem.eql(u8, &v4.key(.{ 1, 2, 3, 4 }), &ipKey(6, [_]u8{0} ** 10 ++ [_]u8{ 0xff, 0xfe, 1, 2, 3, 4 })));
+    try testing.expect(!std.mem.eql(u8, &v4.key(.{ 1, 2, 3, 4 }), &ipKey(6, [_]u8{0} ** 9 ++ [_]u8{ 1, 0xff, 0xff, 1, 2, 3, 4 })));
+}
+
 test "per-ip: keys of IPv4 and IPv6 peers" {
     var p4 = Peer{ .family = linux.AF.INET };
-    p4.addr[0..4].* = .{ 127, 0, 0, 2 };
+    p4.addr = [_]u8{ 127, 0, 0, 2 } ++ [_]u8{0x55} ** 12;
     const k4 = keyOf(&p4).?;
     try testing.expectEqualSlices(u8, &[_]u8{ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2 }, &k4);
     var p6 = Peer{ .family = linux.AF.INET6 };
