@@ -448,10 +448,11 @@ def test_access_log_file_single_server_reopens_on_sigusr1(start_server, tmp_path
 
 def test_warmup_request_runs_before_accepting_then_freezes(start_server):
     server = start_server("basic:app", "--warmup-path", "/warm")
+    # The socket listens before "Zigcorn running on" is logged; an answer comes after it.
+    warmed, frozen = httpx.get(server.url + "/warmed").text.split()
     output = server.output()
     assert "Warm-up GET /warm: 200 in" in output, output
-    assert output.index("Warm-up GET /warm") < output.index("Zigcorn running on")
-    warmed, frozen = httpx.get(server.url + "/warmed").text.split()
+    assert output.index("Warm-up GET /warm") < output.index("Zigcorn running on"), output
     assert warmed == "zigcorn-warmup"  # once, before any client
     assert int(frozen) > 1000
 
