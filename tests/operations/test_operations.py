@@ -488,9 +488,9 @@ def test_drain_path_needs_the_token_and_drains_gracefully(start_server, workers)
     assert server.proc.poll() is None and httpx.get(server.url + "/pid").status_code == 200
     # A request in flight when the drain starts still finishes.
     results: list = []
-    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1", timeout=10)))
+    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1&mark=drain", timeout=10)))
     slow.start()
-    time.sleep(0.3)
+    assert wait_for(lambda: "SLEEP-START drain" in server.output(), 10), server.output()
     r = httpx.post(url, headers={"authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 202 and r.text == "draining\n"
     slow.join(10)
