@@ -239,10 +239,10 @@ class Server:
         return _core.Engine(dispatcher, wake, HTTPCycle, options)
 
     async def _shutdown(self, loop, engine) -> None:
-        logger.info("Shutting down")
         # Stop accepting and close idle keep-alive connections; busy ones close right
-        # after their current response.
+        # after their current response. Logged after: the line says accepting has stopped.
         engine.drain()
+        logger.info("Shutting down")
         timeout = self.config.timeout_graceful_shutdown
         deadline = None if timeout is None else loop.time() + timeout
         while engine.connections and not self.force_exit:

@@ -81,7 +81,9 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": int(path[8:]), "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    elif path == "/sleep":  # ?s=seconds, then a 200
+    elif path == "/sleep":  # ?s=seconds, then a 200; &mark=M prints "SLEEP-START M" as it starts
+        if "mark" in query:
+            print("SLEEP-START", query["mark"], flush=True)  # a test's sign that the app has it
         await asyncio.sleep(float(query.get("s", 1)))
         await respond(send, body=b"slept")
 

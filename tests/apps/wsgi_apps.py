@@ -125,8 +125,12 @@ def router(environ, start_response):
         environ["wsgi.errors"].write("an app's complaint\n")
         environ["wsgi.errors"].flush()
         return _text(start_response, "logged")
-    if head == "sleep":
+    if head == "sleep":  # ?s=seconds; &mark=M prints "SLEEP-START M" as it starts
+        if "mark" in query:
+            print("SLEEP-START", query["mark"], flush=True)  # a test's sign that the app has it
         time.sleep(float(query.get("s", "1")))
+        if "mark" in query:
+            print("SLEEP-END", query["mark"], flush=True)
         return _text(start_response, "slept")
     if head == "head-empty":
         start_response("204 No Content", [])

@@ -197,10 +197,11 @@ def test_wsgi_errors_go_to_the_error_log(server):
 def test_timeout_request_answers_503_and_drops_the_result(start_server):
     server = start_server("wsgi_apps:app", "--interface", "wsgi", "--timeout-request", "0.3")
     started = time.monotonic()
-    r = httpx.get(server.url + "/sleep?s=1.5", timeout=10)
-    assert r.status_code == 503 and time.monotonic() - started < 1.4
+    r = httpx.get(server.url + "/sleep?s=3&mark=late", timeout=10)
+    # Answered at 0.3 s, long before the app's 3 s (a margin for a loaded machine).
+    assert r.status_code == 503 and time.monotonic() - started < 2.5
     assert "Request timed out" in server.output()
-    time.sleep(1.5)  # the thread finishes; its response is dropped
+    assert wait_for(lambda: "SLEEP-END late" in server.output(), 10), server.output()  # its response is dropped
     assert httpx.get(server.url + "/sleep?s=0").text == "slept"
     assert "Traceback" not in server.output()
 
@@ -314,8 +315,8 @@ def test_sigterm_drains_a_request_still_in_a_thread(start_server):
 
     server = start_server("wsgi_apps:app", "--interface", "wsgi")
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
-        pending = ex.submit(lambda: httpx.get(server.url + "/sleep?s=1", timeout=10))
-        time.sleep(0.3)
+        pending = ex.submit(lambda: httpx.get(server.url + "/sleep?s=1&mark=inflight", timeout=10))
+        assert wait_for(lambda: "SLEEP-START inflight" in server.output(), 10), server.output()
         assert server.stop() == 0
         r = pending.result()
     assert r.status_code == 200 and r.text == "slept"

@@ -260,8 +260,8 @@ def test_sigterm_while_idle_and_slow_clients_are_held_drains_and_exits(start_ser
         s.sendall(b"GET /slow HTTP/1.1\r\n")
         slow.append(s)
     inflight = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    inflight.sendall(get("/sleep?s=1"))
-    time.sleep(0.3)
+    inflight.sendall(get("/sleep?s=1&mark=inflight"))
+    assert wait_for(lambda: "SLEEP-START inflight" in server.output(), 10), server.output()
     started = time.monotonic()
     try:
         assert server.stop() == 0

@@ -182,8 +182,8 @@ def test_second_sigint_while_draining_exits_at_once(start_server):
         assert server.proc.poll() is None, "the first SIGINT did not wait for the in-flight request"
         server.proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        returncode = server.wait(5)
-        assert time.monotonic() - started < 2
+        returncode = server.wait(15)
+        assert time.monotonic() - started < 10  # not the 30 s the request would take (margin for load)
         assert returncode != 0
 
 
@@ -194,8 +194,9 @@ def test_graceful_shutdown_timeout_bounds_the_drain(start_server):
         assert wait_for(lambda: "SLEEP-START long" in server.output())
         server.proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
-        server.wait(6)
-        assert time.monotonic() - started < 3, "the drain outlived --timeout-graceful-shutdown 1"
+        server.wait(15)
+        # Far from the request's 30 s; the margin is for a loaded machine's exit.
+        assert time.monotonic() - started < 10, "the drain outlived --timeout-graceful-shutdown 1"
         try:
             rest = conn.read_until_close()
         except ConnectionResetError:

@@ -45,8 +45,10 @@ class Gunicorn:
             return False
 
     def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        # pread, not seek and read: the processes write through this same open file, and
+        # a seek could land their next line at offset 0, over earlier ones (see harness).
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def pids(self, n: int = 40) -> set[str]:
         with httpx.Client(timeout=5) as client:
@@ -91,9 +93,9 @@ def test_workers_serve_with_the_engine_and_log_through_gunicorn(gunicorn):
 def test_sigterm_is_a_graceful_stop_for_requests_in_flight(gunicorn):
     g = gunicorn("basic:app", "-w", "1", "--graceful-timeout", "10")
     results = []
-    t = threading.Thread(target=lambda: results.append(httpx.get(f"{g.url}/sleep?s=1.5", timeout=10).text))
+    t = threading.Thread(target=lambda: results.append(httpx.get(f"{g.url}/sleep?s=1.5&mark=inflight", timeout=10).text))
     t.start()
-    time.sleep(0.5)
+    assert wait_for(lambda: "SLEEP-START inflight" in g.output(), 10), g.output()
     assert g.stop() == 0
     t.join(10)
     assert results == ["slept"]
@@ -166,9 +168,9 @@ def test_an_app_that_cannot_be_imported_stops_gunicorn(tmp_path):
 def test_sigquit_stops_at_once(gunicorn):
     g = gunicorn("basic:app", "-w", "1", "--graceful-timeout", "30")
     results = []
-    t = threading.Thread(target=lambda: results.append(_get_or_error(f"{g.url}/sleep?s=20")))
+    t = threading.Thread(target=lambda: results.append(_get_or_error(f"{g.url}/sleep?s=20&mark=long")))
     t.start()
-    time.sleep(0.5)
+    assert wait_for(lambda: "SLEEP-START long" in g.output(), 10), g.output()
     started = time.monotonic()
     g.proc.send_signal(signal.SIGQUIT)
     assert g.proc.wait(15) == 0

@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.harness import CLEAN_SIGTERM_EXIT
+from tests.support.harness import CLEAN_SIGTERM_EXIT, wait_for
 from tests.support.rawhttp import RawConn, get
 
 
@@ -59,10 +59,11 @@ def test_lifespan_on_calls_app_with_lifespan(start_server, markers):
 def test_sigterm_drains_in_flight_request(start_server):
     server = start_server("basic:app")
     with RawConn(server.port) as conn:
-        conn.send(get("/sleep?s=1"))
-        time.sleep(0.3)  # the handler is now sleeping
+        conn.send(get("/sleep?s=2&mark=drain"))
+        assert wait_for(lambda: "SLEEP-START drain" in server.output(), 10), server.output()
         server.proc.terminate()
-        time.sleep(0.3)
+        # Logged once the server has stopped accepting (its request still sleeps a while).
+        assert wait_for(lambda: "Shutting down" in server.output(), 10), server.output()
         try:  # best effort: the listening socket is closed once shutdown starts
             socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
             new_connection_accepted = server.proc.poll() is None

@@ -110,7 +110,7 @@ def test_health_path_answers_200_then_503_while_draining(start_server):
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         time.sleep(0.2)
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        assert wait_for(lambda: "Shutting down" in server.output(), 10), server.output()  # the drain has begun
         sock.sendall(b"\r\n")
         reply = b""
         while chunk := sock.recv(4096):

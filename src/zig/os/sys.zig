@@ -122,6 +122,48 @@ pub fn threadCpuNs() u64 {
     return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
 }
 
+/// `/proc/thread-self/schedstat` of the calling thread, opened for `runQueueWaitNs`
+/// (the file stays bound to the thread that opened it); -1 where the kernel has none.
+pub fn openThreadSchedStat() i32 {
+    const rc = linux.open("/proc/thread-self/schedstat", .{ .ACCMODE = .RDONLY, .CLOEXEC = true }, 0);
+    if (E.init(rc) != .SUCCESS) return -1;
+    return @intCast(rc);
+}
+
+/// Nanoseconds the thread of `schedstat_fd` has spent runnable but waiting for a CPU:
+/// on a shared machine, what a saturated thread's CPU time falls short of the wall
+/// time by. 0 when unknown (`schedstat_fd` < 0, an unreadable or odd file).
+pub fn runQueueWaitNs(schedstat_fd: i32) u64 {
+    if (schedstat_fd < 0) return 0;
+    var buf: [96]u8 = undefined;
+    return switch (pread(schedstat_fd, &buf, 0)) {
+        .ok => |n| parseRunQueueWaitNs(buf[0..n]),
+        .err => 0,
+    };
+}
+
+/// The second of schedstat's three numbers: "<on cpu ns> <waiting ns> <timeslices>\n".
+fn parseRunQueueWaitNs(text: []const u8) u64 {
+    var fields = std.mem.tokenizeAny(u8, text, " \n");
+    _ = fields.next() orelse return 0;
+    const waiting = fields.next() orelse return 0;
+    _ = fields.next() orelse return 0; // a cut-off read: the second number may be too
+    return std.fmt.parseInt(u64, waiting, 10) catch 0;
+}
+
+test "schedstat: the run queue wait is the second number; anything odd is 0" {
+    try std.testing.expectEqual(@as(u64, 31608331), parseRunQueueWaitNs("167041 31608331 3\n"));
+    try std.testing.expectEqual(@as(u64, 0), parseRunQueueWaitNs("0 0 0\n"));
+    try std.testing.expectEqual(@as(u64, 0), parseRunQueueWaitNs(""));
+    try std.testing.expectEqual(@as(u64, 0), parseRunQueueWaitNs("167041 316"));
+    try std.testing.expectEqual(@as(u64, 0), parseRunQueueWaitNs("167041 x 3\n"));
+    try std.testing.expectEqual(@as(u64, 0), parseRunQueueWaitNs("1 99999999999999999999999 3\n"));
+    try std.testing.expect(runQueueWaitNs(-1) == 0);
+    const fd = openThreadSchedStat();
+    defer if (fd >= 0) close(fd);
+    _ = runQueueWaitNs(fd); // whatever this machine says, no failure
+}
+
 /// Microseconds of CLOCK_MONOTONIC, for request durations (only read when metrics are on).
 pub fn monotonicUs() u64 {
     var ts: linux.timespec = undefined;

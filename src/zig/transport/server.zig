@@ -207,7 +207,9 @@ pub const TcpOptions = struct {
 pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
 
 /// `auto` measures the Python thread over windows of `offload_window` responses: its
-/// CPU time per response, and how busy it was (CPU time over wall time). It hands over
+/// CPU time per response, and how busy it was (CPU time, plus the time it was runnable
+/// but waited for a CPU another process held, over wall time: on a loaded machine a
+/// saturated thread gets less CPU than wall time, yet never waits for work). It hands over
 /// once the thread is saturated (`busy_above_pct`) and each response costs it more than
 /// `offload_above_ns`; it stops when either falls (below `busy_below_pct` or
 /// `offload_below_ns`; a handed-over write no longer counts). A thread that waits for
@@ -266,6 +268,9 @@ pub const Server = struct {
     window_responses: u32 = 0,
     window_cpu_ns: u64 = 0,
     window_wall_ns: u64 = 0,
+    window_waited_ns: u64 = 0,
+    /// The Python thread's schedstat (run queue wait), opened at the first window; -1: none.
+    schedstat_fd: i32 = -2,
     offloading: bool = false,
 
     idle_timeouts: timer.Queue,
@@ -399,13 +404,17 @@ pub const Server = struct {
         self.window_responses += 1;
         if (self.window_responses >= offload_window) {
             // Time spent busy polling is the thread waiting, not the app working.
+            if (self.schedstat_fd == -2) self.schedstat_fd = sys.openThreadSchedStat();
             const cpu = sys.threadCpuNs() -| self.spun_ns;
             const wall = sys.monotonicNs();
+            const waited = sys.runQueueWaitNs(self.schedstat_fd);
             const first = self.window_cpu_ns == 0; // no window measured yet
             const per_response = (cpu -| self.window_cpu_ns) / offload_window;
-            const busy_pct = (cpu -| self.window_cpu_ns) * 100 / @max(wall -| self.window_wall_ns, 1);
+            const wanted_ns = (cpu -| self.window_cpu_ns) + (waited -| self.window_waited_ns);
+            const busy_pct = wanted_ns * 100 / @max(wall -| self.window_wall_ns, 1);
             self.window_cpu_ns = cpu;
             self.window_wall_ns = wall;
+            self.window_waited_ns = waited;
             self.window_responses = 0;
             if (first) {} else if (self.offloading) {
                 if (per_response < offload_below_ns or busy_pct < busy_below_pct) self.offloading = false;
@@ -1012,6 +1021,7 @@ pub const Server = struct {
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);
+        if (self.schedstat_fd >= 0) sys.close(self.schedstat_fd);
         self.io.deinit();
         self.pool.deinit();
         self.zlib.deinit();
