@@ -247,8 +247,11 @@ SETTINGS: tuple[Setting, ...] = (
     # Metrics and health
     _S("metrics_path", None, "serve Prometheus metrics here, without the app (e.g. /metrics)", "Metrics and health",
        metavar="PATH", shown="off"),
-    _S("health_path", None, "answer 200 here without the app, 503 while draining", "Metrics and health",
-       metavar="PATH", shown="off"),
+    _S("health_path", None, "answer 200 here without the app from the moment the server listens (startup "
+       "included), 503 from the drain's start", "Metrics and health", metavar="PATH", shown="off"),
+    _S("ready_path", None, "answer 200 here without the app while the server wants traffic, 503 during startup "
+       "and warm-up (the server then listens from the start; other requests get 503 with retry-after) and from "
+       "the drain's start", "Metrics and health", metavar="PATH", shown="off"),
     _S("metrics_buckets", None, "upper bounds of the request-duration histogram, comma-separated, rising",
        "Metrics and health", metavar="SECONDS,...", shown=",".join(f"{b:g}" for b in METRICS_BUCKETS)),
     _S("request_id_header", None, "keep a sane incoming request id in this header, else make one (128 random "
@@ -261,6 +264,12 @@ SETTINGS: tuple[Setting, ...] = (
        "other requests get 403", "Metrics and health", metavar="PATH", shown="off"),
     _S("admin_token", None, "the bearer token --drain-path asks for (or $ZIGCORN_ADMIN_TOKEN)", "Metrics and health",
        metavar="TOKEN", shown="none"),
+    _S("drain_delay", 0.0, "after a --drain-path request: health and ready paths answer 503 at once, the server "
+       "keeps accepting and serving this long, then stops accepting and drains (5-10 s behind a load balancer)",
+       "Metrics and health", type=float, metavar="SECONDS", low=0, high=3600),
+    _S("shutdown_delay", 0.0, "the same on SIGTERM: keep accepting and serving this long after it (Kubernetes' "
+       "preStop sleep built in); SIGINT does not wait", "Metrics and health", type=float, metavar="SECONDS", low=0,
+       high=3600),
     # Static files
     _S("static", None, "serve the files under DIR at ROUTE from the engine, without the app; repeatable",
        "Static files", kind="append", metavar="ROUTE=DIR", shown="none"),
@@ -452,7 +461,7 @@ class Config:
             raise ValueError("drain_path needs admin_token (the bearer token a drain request must carry)")
         if self.admin_token is not None and (len(self.admin_token) < 16 or any(c in self.admin_token for c in " \t\r\n")):
             raise ValueError("admin_token must be at least 16 characters, without spaces")
-        for name in ("metrics_path", "health_path", "warmup_path", "drain_path"):
+        for name in ("metrics_path", "health_path", "ready_path", "warmup_path", "drain_path"):
             path = getattr(self, name)
             if path is not None and (not path.startswith("/") or any(ch in path for ch in " ?#\r\n")):
                 raise ValueError(f"{name} must be a path starting with '/', not {path!r}")
@@ -614,6 +623,7 @@ class Config:
             "forwarded_allow_ips": self.forwarded_allow_ips if self.proxy_headers else None,
             "metrics_path": self.metrics_path,
             "health_path": self.health_path,
+            "ready_path": self.ready_path,
             "metrics_buckets": list(self.metrics_bucket_seconds),
             "request_id_header": self.request_id_header,
             "trace_context": bool(self.trace_context),

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 logger = logging.getLogger("zigcorn.error")
 
 PR_SET_NAME = 15
+# Under --workers, the master passes a --drain-path request on to every worker with this
+# signal (their delay is then --drain-delay, not SIGTERM's --shutdown-delay).
+DRAIN_SIGNAL = signal.SIGUSR2
 _COMM_MAX = 15  # the kernel's task name holds 15 bytes and a NUL
 
 

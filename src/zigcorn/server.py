@@ -20,7 +20,7 @@ from zigcorn import _core
 from zigcorn import http as http_module
 from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
-from zigcorn.process import after_bind
+from zigcorn.process import DRAIN_SIGNAL, after_bind
 from zigcorn.sockets import Listener, bind
 from zigcorn.tls import load_openssl
 from zigcorn.websocket import WebSocketCycle
@@ -28,6 +28,9 @@ from zigcorn.websocket import WebSocketCycle
 logger = logging.getLogger("zigcorn.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# At the drain's deadline, WebSockets closed with 1001 have this long for the client's
+# close frame before their connections are cut.
+WEBSOCKET_CLOSE_GRACE_SECONDS = 1.0
 
 
 def _with_jitter(limit: int | None, jitter: int) -> int | None:
@@ -60,7 +63,8 @@ class Server:
     one the server binds its own socket. `on_ready` is called once it accepts."""
 
     def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0,
-                 owns_listener: bool = False, pid_file=None, on_drain=None) -> None:  # fmt: skip
+                 owns_listener: bool = False, pid_file=None, on_drain=None, listen_early: bool = True,
+                 drain_signal: bool = False) -> None:  # fmt: skip
         self.config = config
         self.listener = listener
         # True when this process bound `listener` for itself (before dropping privileges):
@@ -69,6 +73,13 @@ class Server:
         self.pid_file = pid_file
         # --drain-path: what an authorised drain request does (a worker asks its master).
         self.on_drain = on_drain
+        # --ready-path: listen before the app's startup (not for a worker that joins others
+        # already serving: it would answer their traffic with 503).
+        self.listen_early = listen_early
+        # Under --workers: DRAIN_SIGNAL is the master passing a drain request on.
+        self.drain_signal = drain_signal
+        # How long to go on accepting once the drain starts (--drain-delay, --shutdown-delay).
+        self.drain_delay = 0.0
         self.on_ready = on_ready
         self.metrics_slot = metrics_slot
         self.started = False
@@ -116,19 +127,54 @@ class Server:
                 return
         logger.info("Started server process [%d]", os.getpid())
         lifespan = config.lifespan_class(config)
-        announce = config.lifespan != "off" and config.interface != "wsgi"
-        if announce:
-            logger.info("Waiting for application startup.")
-        await lifespan.startup()
-        if lifespan.should_exit:
-            return
-        if announce:
-            logger.info("Application startup complete.")
-        if getattr(config, "warmup_path", None) is not None:
-            from zigcorn.warmup import warm_up
+        serving = None
+        if config.ready_path is not None and self.listen_early:
+            # --ready-path: the server listens from the start. Until the app's startup and
+            # warm-up are over, the ready path says 503 and other requests get 503 with
+            # retry-after (the health path says 200: the process is alive).
+            serving = self._listen(config, loop, ready=False)
+            if serving is None:
+                return
+        try:
+            announce = config.lifespan != "off" and config.interface != "wsgi"
+            if announce:
+                logger.info("Waiting for application startup.")
+            await lifespan.startup()
+            if lifespan.should_exit:
+                return
+            if announce:
+                logger.info("Application startup complete.")
+            if getattr(config, "warmup_path", None) is not None:
+                from zigcorn.warmup import warm_up
 
-            await warm_up(config, lifespan.state)
+                await warm_up(config, lifespan.state)
+            if serving is None:
+                serving = self._listen(config, loop, ready=True)
+                if serving is None:
+                    await lifespan.shutdown()
+                    return
+            engine = serving.engine
+            engine.set_state(lifespan.state)
+            engine.set_ready(True)
+            self.started = True
+            # Startup (imports, argument parsing, the app's own setup) leaves garbage and
+            # freed heap behind: collect it and give the pages back before serving.
+            gc.collect()
+            _core.trim_memory()
+            if self.on_ready is not None:
+                self.on_ready()
+            await self._exit_event.wait()
+            await self._shutdown(loop, engine)
+            serving.closed = True
+            await lifespan.shutdown()
+        finally:
+            if serving is not None:
+                serving.close(loop)
+        logger.info("Finished server process [%d]", os.getpid())
 
+    def _listen(self, config, loop, ready: bool) -> _Serving | None:
+        """The engine, serving the listener (bound here unless given): None, with the
+        reason logged, when it cannot start."""
         http_module.access_format = getattr(config, "access_format", None)
         import zigcorn.accesslog as accesslog_module
 
@@ -161,62 +207,44 @@ class Server:
                 on_limit=self.handle_exit_request,
                 drain_path=getattr(config, "drain_path", None),
                 admin_token=getattr(config, "admin_token", None),
-                on_drain=self.on_drain or self.handle_exit_request,
+                on_drain=self.on_drain or self.handle_drain_request,
             )
+        serving = _Serving(dispatcher, self.owns_listener, self.pid_file)
         try:
             engine = self._new_engine(dispatcher)
         except (OSError, ValueError, TypeError) as exc:
             # A bad certificate, key or password: one line naming which (never the key's bytes).
             logger.error("%s", exc)
-            await lifespan.shutdown()
-            return
+            serving.close(loop)
+            return None
         dispatcher.engine = engine
+        serving.engine = engine
         self.engine = engine
         _, refused = engine.backend()
         if refused:
             logger.info("io_uring is not available here (%s): serving with epoll", refused)
-        own_listener = self.owns_listener
-        pid_file = self.pid_file
+        engine.set_ready(ready)
         try:
             if self.listener is None:
                 listener = bind(config)
-                pid_file = after_bind(config)
+                serving.pid_file = after_bind(config)
             else:
                 listener = self.listener
+            serving.listener = listener
             bound = engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
-            engine.close()
-            await lifespan.shutdown()
-            return
+            serving.close(loop)
+            return None
         if wsgi:
             from zigcorn.wsgi import set_server
 
             set_server(self._wsgi_environ, bound)
-        engine.set_state(lifespan.state)
         _attach(loop, engine)
-        if own_listener:
+        serving.attached = True
+        if serving.own_listener:
             logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
-        self.started = True
-        # Startup (imports, argument parsing, the app's own setup) leaves garbage and
-        # freed heap behind: collect it and give the pages back before serving.
-        gc.collect()
-        _core.trim_memory()
-        if self.on_ready is not None:
-            self.on_ready()
-
-        try:
-            await self._exit_event.wait()
-            await self._shutdown(loop, engine)
-            await lifespan.shutdown()
-        finally:
-            if own_listener:
-                listener.remove_uds()
-            if pid_file is not None:
-                pid_file.remove()
-            if wsgi:
-                dispatcher.pool.shutdown()
-        logger.info("Finished server process [%d]", os.getpid())
+        return serving
 
     def _new_engine(self, dispatcher):
         options = self.config.engine_options()
@@ -239,15 +267,29 @@ class Server:
         return _core.Engine(dispatcher, wake, HTTPCycle, options)
 
     async def _shutdown(self, loop, engine) -> None:
-        # Stop accepting and close idle keep-alive connections; busy ones close right
-        # after their current response. Logged after: the line says accepting has stopped.
+        # The drain's start: the health and ready paths answer 503, idle keep-alive
+        # connections close, busy ones after their current response, HTTP/2 ones get
+        # GOAWAY. With --drain-delay / --shutdown-delay the server goes on accepting
+        # and serving meanwhile, until the balancer has seen the 503 and sends no more.
         engine.drain()
-        logger.info("Shutting down")
+        delay = self.drain_delay
+        if delay > 0:
+            logger.info("Draining: health and ready paths answer 503; still accepting for %gs.", delay)
+            await asyncio.sleep(delay)
+        # Then no new connections. Logged after: the line says accepting has stopped.
         timeout = self.config.timeout_graceful_shutdown
+        engine.stop_accepting(timeout is None)  # no deadline will come: WebSockets go now (1001)
+        logger.info("Shutting down")
         deadline = None if timeout is None else loop.time() + timeout
         while engine.connections and not self.force_exit:
             if deadline is not None and loop.time() >= deadline:
                 logger.error("Cancel %d running task(s), timeout graceful shutdown exceeded", engine.streams)
+                # WebSockets get 1001 and a moment for the client's close frame; other
+                # connections close now (streaming apps see http.disconnect).
+                engine.deadline()
+                end = loop.time() + WEBSOCKET_CLOSE_GRACE_SECONDS
+                while engine.connections and loop.time() < end:
+                    await asyncio.sleep(0.02)
                 break
             await asyncio.sleep(0.05)
         # Whatever is left is cut; apps still running see http.disconnect.
@@ -285,7 +327,7 @@ class Server:
                 pass
 
         try:
-            for sig in HANDLED_SIGNALS:
+            for sig in HANDLED_SIGNALS + ((DRAIN_SIGNAL,) if self.drain_signal else ()):
                 self._previous_handlers[sig] = signal.signal(sig, on_signal)
             if has_log_files():  # --access-log-file: SIGUSR1 reopens it (logrotate)
                 self._previous_handlers[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_reopen)
@@ -303,12 +345,56 @@ class Server:
             self.force_exit = True
             logger.warning("Second interrupt: exiting now.")
             os._exit(1)
-        self.handle_exit_request()
+        if sig == signal.SIGTERM:
+            self.handle_exit_request(self.config.shutdown_delay)
+        elif sig == DRAIN_SIGNAL:
+            self.handle_drain_request()
+        else:
+            self.handle_exit_request()
 
-    def handle_exit_request(self) -> None:
+    def handle_drain_request(self) -> None:
+        """--drain-path (or, in a worker, the master passing one on): --drain-delay."""
+        self.handle_exit_request(self.config.drain_delay)
+
+    def handle_exit_request(self, delay: float = 0.0) -> None:
+        """Shut down gracefully, accepting for `delay` seconds more (the first request's)."""
+        if not self.should_exit:
+            self.drain_delay = delay
         self.should_exit = True
         if self._exit_event is not None:
             self._exit_event.set()
+
+
+class _Serving:
+    """What serving holds, released once whatever happens: the engine (and its place on
+    the loop), the listener, the pid file, the WSGI threads."""
+
+    __slots__ = ("dispatcher", "engine", "listener", "own_listener", "pid_file", "attached", "closed")
+
+    def __init__(self, dispatcher, own_listener: bool, pid_file) -> None:
+        self.dispatcher = dispatcher
+        self.engine = None
+        self.listener = None
+        self.own_listener = own_listener
+        self.pid_file = pid_file
+        self.attached = False
+        self.closed = False  # the engine was shut down (`Server._shutdown`)
+
+    def close(self, loop) -> None:
+        engine = self.engine
+        if engine is not None and not self.closed:
+            self.closed = True
+            if self.attached:
+                _detach(loop, engine)
+            engine.close()
+        if self.own_listener and self.listener is not None:
+            self.listener.remove_uds()
+        if self.pid_file is not None:
+            self.pid_file.remove()
+            self.pid_file = None
+        pool = getattr(self.dispatcher, "pool", None)
+        if pool is not None:
+            pool.shutdown()
 
 
 __all__ = ["Server"]

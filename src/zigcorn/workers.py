@@ -5,7 +5,8 @@ forking and calls ``gc.freeze()``, so the workers share those pages copy-on-writ
 It then only watches: a worker that dies is replaced (with back-off when they keep
 dying), signals are turned into actions the way gunicorn users expect:
 
-- SIGTERM / SIGINT: every worker drains gracefully, then the master exits.
+- SIGTERM / SIGINT: every worker drains gracefully, then the master exits. A
+  --drain-path request to any worker does the same, with --drain-delay.
 - SIGHUP: a new generation of workers starts; once all of them accept, the old ones
   drain and exit. Both generations accept from the same socket meanwhile, so no
   connection is refused. (The app is not re-imported: workers fork from the master,
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from zigcorn import _core
 from zigcorn.accesslog import reopen_log_files
 from zigcorn.config import STARTUP_FAILURE
-from zigcorn.process import drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
+from zigcorn.process import DRAIN_SIGNAL, drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
 from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
@@ -56,7 +57,7 @@ class Worker:
     pid: int
     slot: int
     generation: int
-    ready_fd: int  # worker -> master: b"r" once it accepts, b"p" for each health-check pong
+    ready_fd: int  # worker -> master: b"r" once it accepts, b"p" for each health-check pong, b"d" to drain
     started_at: float
     ping_fd: int = -1  # master -> worker: health-check pings
     ping_sent_at: float | None = None
@@ -128,7 +129,7 @@ class Master:
         wakeup_r = self._install_signals()
         try:
             for _ in range(self.target):
-                self._spawn()
+                self._spawn(first=True)
             self._loop(wakeup_r)
         finally:
             if self.listener is not None:
@@ -218,18 +219,24 @@ class Master:
                     logger.info("SIGTTOU: %d workers", self.target)
                     self._retire(sorted(self._serving(), key=lambda w: w.started_at)[-1:])
 
-    def _stop(self, sig: int) -> None:
+    def _stop(self, sig: int, drain: bool = False) -> None:
+        """SIGTERM / SIGINT, or (`drain`) a --drain-path request a worker passed on: every
+        worker drains, going on accepting for --shutdown-delay / --drain-delay first."""
         if self.stopping:
             if sig == signal.SIGINT:  # a second Ctrl+C: no more waiting
                 logger.warning("Second interrupt: killing workers.")
                 self._kill_all(signal.SIGKILL)
             return
         self.stopping = True
-        logger.info("Received %s: stopping %d worker(s).", signal.Signals(sig).name, len(self.workers))
-        timeout = self.config.timeout_graceful_shutdown
-        if timeout is not None:
-            self.stop_deadline = time.monotonic() + timeout + KILL_GRACE_SECONDS
-        self._kill_all(signal.SIGTERM)
+        if drain:
+            logger.info("Drain requested: stopping %d worker(s).", len(self.workers))
+        else:
+            logger.info("Received %s: stopping %d worker(s).", signal.Signals(sig).name, len(self.workers))
+        config = self.config
+        delay = config.drain_delay if drain else config.shutdown_delay if sig == signal.SIGTERM else 0.0
+        if config.timeout_graceful_shutdown is not None:
+            self.stop_deadline = time.monotonic() + delay + config.timeout_graceful_shutdown + KILL_GRACE_SECONDS
+        self._kill_all(DRAIN_SIGNAL if drain else signal.SIGTERM)
 
     def _reload(self) -> None:
         if any(not w.ready and not w.retiring for w in self.workers.values()):
@@ -265,7 +272,9 @@ class Master:
             if self._spawn(replaces=worker.pid) is None:
                 worker.recycling = False  # no successor (yet): checked again next time
 
-    def _spawn(self, replaces: int | None = None) -> int | None:
+    def _spawn(self, replaces: int | None = None, first: bool = False) -> int | None:
+        """A new worker; `first`: one of those started with the master, which (with
+        --ready-path) listen before their app's startup is over."""
         used = {w.slot for w in self.workers.values()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
         if len(used) >= METRICS_SLOTS_MAX:
@@ -292,7 +301,7 @@ class Master:
             os.close(ping_w)
             code = 1
             try:
-                code = self._worker_main(slot, ready_w, ping_r)
+                code = self._worker_main(slot, ready_w, ping_r, first)
             except BaseException:
                 logger.exception("Worker failed")
             finally:
@@ -303,7 +312,7 @@ class Master:
                                    replaces=replaces)  # fmt: skip
         return pid
 
-    def _worker_main(self, slot: int, ready_w: int, ping_r: int) -> int:
+    def _worker_main(self, slot: int, ready_w: int, ping_r: int, first: bool) -> int:
         master_pid = os.getppid()
         _core.set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != master_pid:  # the master died before the request above took effect
@@ -334,9 +343,10 @@ class Master:
                 except OSError as exc:
                     logger.error("%s", exc)
                     return STARTUP_FAILURE
-        # --drain-path: a drain request to any worker stops the whole server, through the master.
+        # --drain-path: a drain request to any worker stops the whole server, through the
+        # master, which passes it on to every worker (DRAIN_SIGNAL).
         server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot,
-                        on_drain=lambda: _signal(master_pid, signal.SIGTERM))  # fmt: skip
+                        on_drain=lambda: os.write(ready_w, b"d"), listen_early=first, drain_signal=True)  # fmt: skip
         try:
             server.run()
         except KeyboardInterrupt:
@@ -358,6 +368,8 @@ class Master:
         if b"p" in data:
             worker.ping_sent_at = None
             worker.last_pong = time.monotonic()
+        if b"d" in data:
+            self._stop(signal.SIGTERM, drain=True)
         if worker.ready or b"r" not in data:
             return
         worker.ready = True

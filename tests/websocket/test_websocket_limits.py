@@ -10,7 +10,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.harness import CLEAN_SIGTERM_EXIT, wait_for, zigcorn_only
+from tests.support.harness import CLEAN_SIGTERM_EXIT, IS_ZIGCORN, wait_for, zigcorn_only
 from tests.hardening.test_hardening_limits import raise_nofile
 from tests.support.wsraw import RawWS, close_payload, compress
 
@@ -121,7 +121,9 @@ def test_server_pings_and_closes_without_pong(start_server):
         silent.close()
 
 
-def test_graceful_shutdown_closes_websockets_with_1012(start_server):
+def test_graceful_shutdown_closes_websockets_going_away(start_server):
+    """No --timeout-graceful-shutdown: once accepting stops, WebSockets are told to go:
+    1001 (going away) from zigcorn, 1012 (service restart) from uvicorn."""
     server = start_server("ws:app")
 
     async def go():
@@ -131,7 +133,7 @@ def test_graceful_shutdown_closes_websockets_with_1012(start_server):
             server.proc.send_signal(signal.SIGTERM)
             with pytest.raises(ConnectionClosed) as info:
                 await ws.recv()
-            assert info.value.rcvd.code == 1012
+            assert info.value.rcvd.code == (1001 if IS_ZIGCORN else 1012)
 
     run(go())
     assert server.wait(10) == CLEAN_SIGTERM_EXIT

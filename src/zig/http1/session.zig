@@ -274,19 +274,28 @@ pub fn tooManyRequests(wait_s: u32) OpsAnswer {
     return .{ .status = 429, .content_type = "text/plain; charset=utf-8", .body = "Too Many Requests\n", .head_only = false, .retry_after = wait_s };
 }
 
-/// Whether `method path` is the health or metrics path (GET and HEAD only: anything else
-/// goes to the app), and the answer. Shared by HTTP/1.1 and HTTP/2; a metrics body lives
-/// in a scratch buffer until the next call (both copy it into their output).
+/// Whether `method path` is the health, ready or metrics path (GET and HEAD only:
+/// anything else goes to the app), and the answer; before the server is ready, every
+/// other request gets 503 with `retry-after` (the app's startup is not over). Shared by
+/// HTTP/1.1 and HTTP/2; a metrics body lives in a scratch buffer until the next call
+/// (both copy it into their output).
 pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer {
     const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
     const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
-    if (!is_metrics and !is_health) return null;
+    const is_ready = srv.opts.ready_path.len > 0 and std.mem.eql(u8, path, srv.opts.ready_path);
     const head_only = std.mem.eql(u8, method, "HEAD");
-    if (!head_only and !std.mem.eql(u8, method, "GET")) return null;
+    const ops_method = head_only or std.mem.eql(u8, method, "GET");
+    if (!ops_method or !(is_metrics or is_health or is_ready)) {
+        if (srv.ready) return null;
+        return .{ .status = 503, .content_type = "text/plain; charset=utf-8", .body = "starting\n", .head_only = head_only, .retry_after = not_ready_retry_after_s };
+    }
     var a = OpsAnswer{ .status = 200, .content_type = "text/plain; charset=utf-8", .body = "ok\n", .head_only = head_only };
-    if (is_health and srv.draining) {
+    if ((is_health or is_ready) and srv.draining) {
         a.status = 503;
         a.body = "draining\n";
+    } else if (is_ready and !srv.ready) {
+        a.status = 503;
+        a.body = "starting\n";
     } else if (is_metrics) {
         if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
         a.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -296,6 +305,9 @@ pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer 
     }
     return a;
 }
+
+/// `retry-after` on the 503 a request gets before the server is ready.
+pub const not_ready_retry_after_s: u32 = 1;
 
 /// Health and metrics paths are answered here, without the app, on a keep-alive
 /// connection like any response.

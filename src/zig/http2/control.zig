@@ -1,5 +1,6 @@
 //! HTTP/2 connection-level frames (SETTINGS, PING, GOAWAY, RST_STREAM) and the
 //! per-second budgets for frames that cost work and carry nothing.
+const std = @import("std");
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const windowGrow = frames.windowGrow;
@@ -57,7 +58,12 @@ pub fn settingsDone(s: *Session) void {
 }
 
 pub fn onPing(s: *Session, fh: FrameHeader) void {
-    if (fh.flags & flag_ack != 0) return;
+    if (fh.flags & flag_ack != 0) {
+        // The drain's PING came back: streams the client sent before our first GOAWAY
+        // have arrived, so the final one can name the last of them.
+        if (s.drain_ping_sent and std.mem.eql(u8, s.fixed[0..8], &session.drain_ping_payload)) session.finalGoaway(s);
+        return;
+    }
     useless(s);
     if (s.dead) return;
     const h = frames.header_bytes;

@@ -47,13 +47,20 @@ pub fn connErrorFor(s: *Session, reason: []const u8) void {
     connError(s, .internal);
 }
 
+/// The final GOAWAY: it names the last stream read; no later stream is taken.
 pub fn sendGoaway(s: *Session, code: ErrorCode) void {
+    s.goaway_sent = true;
+    sendGoawayWith(s, s.last_stream_id, code);
+}
+
+/// A GOAWAY naming `last_id` (a drain's first one names the largest id: streams the
+/// client already sent are still taken, see `session.drainStarted`).
+pub fn sendGoawayWith(s: *Session, last_id: u32, code: ErrorCode) void {
     const h = frames.header_bytes;
     var buf: [h + 8]u8 = undefined;
     (FrameHeader{ .len = 8, .type = .goaway, .flags = 0, .stream = 0 }).write(buf[0..h]);
-    std.mem.writeInt(u32, buf[h..][0..4], s.last_stream_id, .big);
+    std.mem.writeInt(u32, buf[h..][0..4], last_id, .big);
     std.mem.writeInt(u32, buf[h + 4 ..][0..4], @intFromEnum(code), .big);
-    s.goaway_sent = true;
     // A GOAWAY that cannot be queued (no memory, the output at its bound): the
     // connection closes without it, which the peer reads as the same end.
     s.sink.queue(&buf) catch s.conn.closeFor("out of memory for an HTTP/2 GOAWAY");

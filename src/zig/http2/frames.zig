@@ -61,6 +61,9 @@ pub const frame_size_limit: u32 = (1 << 24) - 1;
 /// The largest flow-control window RFC 9113 6.9.1 allows: 2^31-1.
 pub const window_max: i64 = std.math.maxInt(i32);
 
+/// The largest stream identifier (31 bits): a drain's first GOAWAY names it.
+pub const stream_id_max: u32 = std.math.maxInt(u31);
+
 /// A flow-control window grown by `delta` (a WINDOW_UPDATE increment, or the change of
 /// SETTINGS_INITIAL_WINDOW_SIZE applied to an open stream, which may be negative).
 /// A window may go below zero after a SETTINGS decrease (RFC 9113 6.9.2) but never

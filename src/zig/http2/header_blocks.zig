@@ -164,7 +164,8 @@ pub fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool
     const srv = conn.server;
     conn.requests_count +|= 1;
     if (st.base.prepare(view)) |wait| return answerOps(s, st, h1.tooManyRequests(wait));
-    if (ops) {
+    // Not ready yet: an extended CONNECT (a WebSocket) gets the 503 too.
+    if (ops or !srv.ready) {
         if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
     st.held = true;

@@ -144,7 +144,10 @@ pub const Session = struct {
     max_streams: u32,
     /// Highest stream id the client opened.
     last_stream_id: u32 = 0,
+    /// The final GOAWAY went out: no new stream is taken; the connection closes once settled.
     goaway_sent: bool = false,
+    /// The drain's first GOAWAY (no stream named) and its PING went out (`drainStarted`).
+    drain_ping_sent: bool = false,
     /// A connection error was sent: nothing more is read; the connection closes once written.
     dead: bool = false,
     preface_settings: bool = false,
@@ -324,6 +327,9 @@ pub fn sendPreface(s: *Session) outq.Error!void {
     try queueControl(s, buf[0..n]);
     s.conn.flush();
     if (s.conn.state == .closed) return error.OutOfMemory;
+    // A connection that begins while the server drains is told to go at once: what the
+    // client sends first is served, then the final GOAWAY.
+    if (srv.draining) drainStartedSession(s);
 }
 
 /// Frees the session and any stream no app holds (the connection is being freed).
@@ -387,18 +393,57 @@ pub fn timedOut(conn: *Conn) void {
     conn.close();
 }
 
-/// Graceful shutdown: GOAWAY now; streams in flight finish, then the connection closes.
+/// The drain began (RFC 9113 6.8): a GOAWAY with the largest stream id tells the client
+/// to open no more streams while those already on their way are still served; a PING
+/// measures the round trip, and its answer (`control.onPing`) sends the final GOAWAY.
+pub fn drainStarted(conn: *Conn) void {
+    drainStartedSession(sessionOf(conn));
+}
+
+fn drainStartedSession(s: *Session) void {
+    if (s.goaway_sent or s.drain_ping_sent or s.dead) return;
+    s.drain_ping_sent = true;
+    errors.sendGoawayWith(s, frames.stream_id_max, .no_error);
+    if (s.conn.state != .h2) return;
+    var buf: [header_bytes + 8]u8 = undefined;
+    (FrameHeader{ .len = 8, .type = .ping, .flags = 0, .stream = 0 }).write(buf[0..header_bytes]);
+    @memcpy(buf[header_bytes..][0..8], &drain_ping_payload);
+    queueControl(s, &buf) catch return;
+    s.conn.flush();
+}
+
+/// The opaque data of the drain's PING (RFC 9113 6.7): its ACK sends the final GOAWAY.
+pub const drain_ping_payload = [8]u8{ 'z', 'c', '-', 'd', 'r', 'a', 'i', 'n' };
+
+/// The second GOAWAY of a drain (the PING came back, or accepting stops): it names the
+/// last stream read; streams in flight finish (a WebSocket too, until the deadline),
+/// then the connection closes.
 pub fn goAway(conn: *Conn) void {
-    const s = sessionOf(conn);
-    if (s.goaway_sent) return;
+    finalGoaway(sessionOf(conn));
+}
+
+pub fn finalGoaway(s: *Session) void {
+    if (s.goaway_sent or s.dead) return;
     sendGoaway(s, .no_error);
-    // Open WebSockets are told the server is going away (1012), as over HTTP/1.1.
+    // Once written, a settled connection closes (`afterFlush`).
+    if (s.conn.state == .h2) s.conn.flush();
+}
+
+/// The drain's deadline: WebSockets on the connection's streams are closed with 1001.
+/// True when there was one.
+pub fn closeWebSockets(conn: *Conn) bool {
+    const s = sessionOf(conn);
+    var any = false;
     var it = s.first;
     while (it) |st| {
         it = st.next;
-        if (st.ws) |w| wsconn.goingAwaySession(w);
+        if (st.ws) |w| {
+            any = true;
+            wsconn.goingAwaySession(w);
+        }
     }
-    conn.flush();
+    if (conn.state == .h2) conn.flush();
+    return any;
 }
 
 /// The socket closed: every stream is over. Apps still running see a disconnect.

@@ -42,6 +42,7 @@ pub const EngineObjectCore = struct {
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
     health_path: ?*Object = null,
+    ready_path: ?*Object = null,
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
     /// --static mounts (python/options.zig `setStatic`), freed after the server.
@@ -179,6 +180,7 @@ fn engineDealloc(obj: ?*Object) callconv(.c) void {
         py.xdecref(self.extra_storage);
         py.xdecref(self.metrics_path);
         py.xdecref(self.health_path);
+        py.xdecref(self.ready_path);
         py.xdecref(self.request_id_header);
         options.freeStatic(self);
         py.xdecref(self.hsts);
@@ -333,9 +335,38 @@ fn engineSetState(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
+/// drain(): the drain's start (health and ready paths 503, connections told to leave);
+/// the listener still accepts.
 fn engineDrain(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
     server.drain();
+    return py.none();
+}
+
+/// stop_accepting(websockets_too): no new connections; idle ones close; with
+/// `websockets_too` (no deadline will come) open WebSockets are closed with 1001.
+fn engineStopAccepting(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const websockets_too = c.PyObject_IsTrue(arg);
+    if (websockets_too < 0) return null;
+    server.stopServing(websockets_too == 1);
+    return py.none();
+}
+
+/// deadline(): the drain's deadline came: WebSockets are closed with 1001, connections
+/// without one close now.
+fn engineDeadline(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.deadlinePassed();
+    return py.none();
+}
+
+/// set_ready(bool): whether the app's startup is over (before it, requests get 503).
+fn engineSetReady(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    const ready = c.PyObject_IsTrue(arg);
+    if (ready < 0) return null;
+    server.ready = ready == 1;
     return py.none();
 }
 
@@ -405,7 +436,10 @@ var engine_methods = [_]c.PyMethodDef{
     .{ .ml_name = "poll", .ml_meth = @ptrCast(&enginePoll), .ml_flags = c.METH_NOARGS, .ml_doc = "Process ready events without blocking." },
     .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
     .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },
-    .{ .ml_name = "drain", .ml_meth = @ptrCast(&engineDrain), .ml_flags = c.METH_NOARGS, .ml_doc = "Stop accepting, close idle connections." },
+    .{ .ml_name = "drain", .ml_meth = @ptrCast(&engineDrain), .ml_flags = c.METH_NOARGS, .ml_doc = "The drain starts: health and ready paths 503, connections told to leave; still accepting." },
+    .{ .ml_name = "stop_accepting", .ml_meth = @ptrCast(&engineStopAccepting), .ml_flags = c.METH_O, .ml_doc = "Stop accepting, close idle connections; True: WebSockets closed with 1001 too." },
+    .{ .ml_name = "deadline", .ml_meth = @ptrCast(&engineDeadline), .ml_flags = c.METH_NOARGS, .ml_doc = "The drain's deadline: WebSockets closed with 1001, other connections now." },
+    .{ .ml_name = "set_ready", .ml_meth = @ptrCast(&engineSetReady), .ml_flags = c.METH_O, .ml_doc = "Whether the app's startup is over (before it, requests get 503)." },
     .{ .ml_name = "close_all", .ml_meth = @ptrCast(&engineCloseAll), .ml_flags = c.METH_NOARGS, .ml_doc = "Close every connection now." },
     .{ .ml_name = "close", .ml_meth = @ptrCast(&engineClose), .ml_flags = c.METH_NOARGS, .ml_doc = "Release everything." },
     .{ .ml_name = "stats", .ml_meth = @ptrCast(&engineStats), .ml_flags = c.METH_NOARGS, .ml_doc = "Counters as a dict." },

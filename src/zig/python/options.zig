@@ -88,9 +88,9 @@ pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
     return true;
 }
 
-/// metrics_path / health_path (str or None) and metrics_slot (int): engine-answered paths.
+/// metrics_path / health_path / ready_path (str or None) and metrics_slot (int): engine-answered paths.
 pub fn setOps(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
-    inline for (.{ "metrics_path", "health_path" }) |key| {
+    inline for (.{ "metrics_path", "health_path", "ready_path" }) |key| {
         const v = required(opts, key) orelse return false;
         if (!py.isNone(v)) {
             const text = py.strView(v) orelse return false;
@@ -413,6 +413,7 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         // setOps fills these in when the paths are given.
         .metrics_path = "",
         .health_path = "",
+        .ready_path = "",
         .metrics = null,
         .timeout_keep_alive_ms = optMs(opts, "timeout_keep_alive") orelse return null,
         .timeout_header_ms = optMs(opts, "timeout_header") orelse return null,
@@ -491,6 +492,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
     const strs = .{
         .{ "metrics_path", s.opts.metrics_path },
         .{ "health_path", s.opts.health_path },
+        .{ "ready_path", s.opts.ready_path },
         .{ "root_path", self.info.root_path_utf8 },
         .{ "request_id_header", s.opts.tracing.request_id_header },
         .{ "hsts", s.opts.hsts },

@@ -125,6 +125,7 @@ pub fn testOptions() server_mod.Options {
         .h2_max_streams = 100,
         .metrics_path = "",
         .health_path = "",
+        .ready_path = "",
         .metrics = null,
         .ws_enabled = false,
         .ws_deflate = false,

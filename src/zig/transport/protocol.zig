@@ -142,14 +142,31 @@ pub fn wholeResponseQueued(conn: *const Conn) bool {
     return h1.wholeResponseQueued(conn);
 }
 
-/// The server shuts down: open WebSockets are told it is going away (1012), HTTP/2
-/// sends GOAWAY; streams in flight finish.
+/// The drain began: HTTP/2 says a GOAWAY naming no stream yet, and a PING whose answer
+/// lets the final GOAWAY follow (`h2.drainStarted`). HTTP/1.1 needs nothing here: its
+/// next response closes the connection. WebSockets go on until the deadline.
+pub fn drainStarted(conn: *Conn) void {
+    if (conn.state == .h2) h2.drainStarted(conn);
+}
+
+/// The server stops accepting: HTTP/2 sends its final GOAWAY (if the PING has not come
+/// back yet); streams in flight finish.
 pub fn goingAway(conn: *Conn) void {
-    switch (conn.state) {
-        .websocket => websocket.goingAway(conn),
-        .h2 => h2.goAway(conn),
-        else => {},
-    }
+    if (conn.state == .h2) h2.goAway(conn);
+}
+
+/// The drain's deadline came (or none will come and accepting stopped): open WebSockets
+/// on the connection, over HTTP/1.1 or HTTP/2, are closed with 1001 (going away). True
+/// when the connection carries one, so it is left to finish the closing handshake.
+pub fn closeWebSockets(conn: *Conn) bool {
+    return switch (conn.state) {
+        .websocket => blk: {
+            websocket.goingAway(conn);
+            break :blk true;
+        },
+        .h2 => h2.closeWebSockets(conn),
+        else => false,
+    };
 }
 
 /// A WebSocket's ping interval passed (the server's ping deadline queue).

@@ -115,6 +115,9 @@ pub const Options = struct {
     /// Paths the engine answers itself ("" = off); the memory belongs to the caller.
     metrics_path: []const u8,
     health_path: []const u8,
+    /// `--ready-path`: 200 while the server wants new traffic, 503 before it is ready and
+    /// from the drain's start.
+    ready_path: []const u8,
     /// This process's slot in the shared counters, when metrics are on.
     metrics: ?*metrics.Slot,
     /// WebSocket upgrades are served (`--ws`); off, they are plain HTTP requests.
@@ -300,7 +303,15 @@ pub const Server = struct {
     /// flushed together when the pass ends (`settleBegin`), one write for many streams.
     flush_soon: ?*Conn = null,
     in_poll: bool = false,
+    /// The server's life, as the engine answers for it: `ready` false until the app's
+    /// startup is over (every request but the health, ready and metrics paths then gets
+    /// 503 with retry-after); `draining` from the drain's start (health and ready paths
+    /// say 503, HTTP/1.1 responses close their connection, HTTP/2 connections are told to
+    /// go), while the listener may still accept for a delay; `going_away` once the
+    /// drain's deadline came (WebSockets are closed with 1001, even one accepted now).
+    ready: bool = true,
     draining: bool = false,
+    going_away: bool = false,
     /// Busy poll: once every stream is done, poll without sleeping for up to this long
     /// before the loop goes back to its blocking wait (0: never).
     spin_ns: u64,
@@ -959,25 +970,59 @@ pub const Server = struct {
         }
     }
 
-    /// Graceful shutdown, step one: no new connections, idle ones closed, busy ones
-    /// closed as soon as their current response is out.
+    /// Graceful shutdown, step one (the drain's start): the health and ready paths answer
+    /// 503 and connections are told to leave, each in its protocol's way, while the
+    /// listener still accepts (`stopAccepting` follows, at once or after a delay):
+    /// idle keep-alive connections close now, busy HTTP/1.1 ones after their current
+    /// response (`connection: close`), HTTP/2 ones get a GOAWAY naming no stream yet and
+    /// a PING, then the real last stream once the PING comes back (RFC 9113 6.8).
+    /// WebSockets and responses in flight go on.
     pub fn drain(self: *Server) void {
+        if (self.draining) return;
         self.draining = true;
-        // Connections the kernel already completed are taken and served (with
-        // `connection: close`), not reset by closing the listener under them; requests
-        // that just arrived on keep-alive connections are read before idle ones go.
+        // Requests that just arrived on keep-alive connections are read before idle ones go.
         if (!self.in_poll) self.poll();
+        var it = self.live;
+        while (it) |c| {
+            it = c.next;
+            if (c.state == .head and c.isIdle() and c.requests_count > 0) {
+                if (c.act) |act| if (act.stream != null) continue;
+                c.close();
+            } else protocol.drainStarted(c);
+        }
+    }
+
+    /// Graceful shutdown, step two: no new connections. Those the kernel already
+    /// completed are taken and served (with `connection: close`), not reset by closing
+    /// the listener under them; idle ones close; HTTP/2 connections get their final
+    /// GOAWAY if the PING has not come back. With `websockets_too` (no deadline will
+    /// come), open WebSockets are told to go (1001) now.
+    pub fn stopServing(self: *Server, websockets_too: bool) void {
+        self.drain();
         self.acceptAll();
         self.stopAccepting();
         if (!self.in_poll) self.poll();
         self.closeIdle();
-        // Open WebSockets are told the server is going away (1012); their apps see the
-        // disconnect once the client answers.
+        if (websockets_too) self.going_away = true;
         var it = self.live;
         while (it) |c| {
             it = c.next;
-            // HTTP/2: GOAWAY; streams in flight finish, then the connection closes.
             protocol.goingAway(c);
+            if (websockets_too) _ = protocol.closeWebSockets(c);
+        }
+    }
+
+    /// Graceful shutdown, step three: the deadline came. WebSockets are closed with 1001
+    /// (their apps see websocket.disconnect once the client answers or the connection
+    /// goes); a connection carrying no WebSocket closes now, so apps still streaming a
+    /// response see http.disconnect.
+    pub fn deadlinePassed(self: *Server) void {
+        self.drain();
+        self.going_away = true;
+        var it = self.live;
+        while (it) |c| {
+            it = c.next;
+            if (!protocol.closeWebSockets(c) and c.state != .lingering and c.state != .closed) c.close();
         }
     }
 

@@ -199,7 +199,7 @@ pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const
         const ext: ?[]const u8 = if (s.deflate) |d| d.response(&tmp) else null;
         try h2.wsAccept(s.carrier.h2, subprotocol, ext, headers, extra);
         s.open = true;
-        if (conn.server.draining) return goingAwaySession(s);
+        if (conn.server.going_away) return goingAwaySession(s);
         processSession(s);
         return;
     }
@@ -222,8 +222,8 @@ pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const
     s.open = true;
     conn.state = .websocket;
     armPing(conn);
-    // Accepted while the server drains: it is told at once that the server is going away.
-    if (conn.server.draining) return goingAway(conn);
+    // Accepted after the drain's deadline: it is told at once that the server is going away.
+    if (conn.server.going_away) return goingAway(conn);
     conn.flush();
     if (conn.state != .websocket) return;
     conn.setReading(true);
@@ -570,7 +570,7 @@ pub fn sessionFinished(s: *Session) void {
     s.conn().flush();
 }
 
-/// Graceful shutdown: 1012 (service restart), as uvicorn does.
+/// Graceful shutdown's deadline: 1001 (going away). Until then a WebSocket is not cut.
 pub fn goingAway(conn: *Conn) void {
     if (conn.state != .websocket) return;
     goingAwaySession(session(conn));
@@ -578,8 +578,8 @@ pub fn goingAway(conn: *Conn) void {
 
 pub fn goingAwaySession(s: *Session) void {
     if (!s.open or !s.live() or s.close_sent) return;
-    if (!s.close_received and !s.failed) s.close_code = 1012;
-    sendClose(s, 1012, "") catch return s.closeFor(out_of_memory);
+    if (!s.close_received and !s.failed) s.close_code = 1001;
+    sendClose(s, 1001, "") catch return s.closeFor(out_of_memory);
     s.wake();
     s.conn().flush();
 }
