@@ -172,7 +172,7 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="MODE", low=0, high=0o777, shown="unchanged"),
     # Application
     _S("warmup_path", None, "after lifespan startup, GET this path through the app once (in-process) before "
-       "accepting, then freeze what is left (gc.freeze)", "Application", metavar="PATH", shown="off"),
+       "accepting (with --ready-path: before it says 200), then freeze what is left (gc.freeze)", "Application", metavar="PATH", shown="off"),
     _S("factory", False, "APP is a factory to call for the app", "Application", kind="switch"),
     _S("lifespan", "auto", "lifespan events", "Application", choices=LIFESPAN_CHOICES),
     _S("root_path", "", "the path prefix a proxy mounts the app at", "Application", metavar="PATH"),

@@ -337,3 +337,41 @@ def test_without_a_deadline_websockets_get_1001_when_accepting_stops(start_serve
     assert code == 1001 and after >= 0.9
     assert wait_for(lambda: "WS-DISCONNECT 1001" in server.output(), 5), server.output()
     assert server.wait(10) == 0
+
+
+def test_websocket_over_http2_goes_on_until_the_deadline_then_1001(start_server):
+    from hyperframe.frame import DataFrame
+
+    from tests.websocket.test_websocket_h2 import WsOverH2, frame, parse_frames
+
+    server = start_server("lifecycle:app", *OPS, "--timeout-graceful-shutdown", "2")
+    ws = WsOverH2(server.port, "/ws")
+    try:
+        assert ws.response()[":status"] == "200"
+        ws.send(frame(0x1, b"before"))
+        assert ws.frames(1)[0][:2] == (0x1, b"before")
+        sigterm_at = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        frames = ws.h2.raw_frames(timeout=8)
+        ping = next(f for f in frames if isinstance(f, PingFrame))
+        ws.h2.send_raw(ping_ack(ping))
+        final = next(f for f in frames if isinstance(f, GoAwayFrame) and f.last_stream_id != 2**31 - 1)
+        assert final.last_stream_id == ws.sid
+        # The stream named by the final GOAWAY is not cut: its app still answers...
+        time.sleep(0.5)
+        ws.h2.send_raw(DataFrame(ws.sid, data=frame(0x1, b"during")).serialize())
+        payloads = []
+        for f in frames:
+            if isinstance(f, DataFrame) and f.stream_id == ws.sid:
+                payloads += parse_frames(f.data)
+                if any(op == 0x8 for op, _, _ in payloads):
+                    break
+        closed_after = time.monotonic() - sigterm_at
+        # ...until the deadline, which brings the close frame, 1001.
+        assert payloads[0][:2] == (0x1, b"during")
+        assert payloads[-1][0] == 0x8 and int.from_bytes(payloads[-1][1][:2], "big") == 1001
+        assert 1.8 < closed_after < 4, closed_after
+    finally:
+        ws.h2.close()
+    assert wait_for(lambda: "WS-DISCONNECT 1001" in server.output(), 5), server.output()
+    assert server.wait(10) == 0
