@@ -116,6 +116,9 @@ const Seen = struct {
     settings_acks: usize = 0,
     ping_acks: usize = 0,
     ping_payload: [8]u8 = .{0} ** 8,
+    /// PINGs the server sent (not acks), and the GOAWAYs, in order.
+    pings: usize = 0,
+    goaways: usize = 0,
     /// Response heads with :status 500.
     status_500: usize = 0,
     /// The :status of each stream's last HEADERS that began with one.
@@ -148,6 +151,7 @@ const Seen = struct {
             .rst_stream => self.rst[id] = std.mem.readInt(u32, f.payload[0..4], .big),
             .window_update => self.window_updates[id] += std.mem.readInt(u32, f.payload[0..4], .big),
             .goaway => {
+                self.goaways += 1;
                 self.goaway_last_id = std.mem.readInt(u32, f.payload[0..4], .big);
                 self.goaway = std.mem.readInt(u32, f.payload[4..8], .big);
             },
@@ -157,9 +161,8 @@ const Seen = struct {
                 self.settings += 1;
             },
             .ping => {
-                std.debug.assert(f.flags & frames.flag_ack != 0);
-                self.ping_acks += 1;
                 @memcpy(&self.ping_payload, f.payload[0..8]);
+                if (f.flags & frames.flag_ack != 0) self.ping_acks += 1 else self.pings += 1;
             },
             else => {},
         }
@@ -1425,4 +1428,100 @@ test "h2 session RFC 8441: with WebSockets off a CONNECT with :protocol is malfo
     h.pump();
     try testing.expectEqual(code(.protocol), h.sink.seen().rst[1]);
     try testing.expectEqual(@as(usize, 0), rec.count);
+}
+
+test "h2 session: a drain's first GOAWAY names every stream, the final one the last read once the PING comes back" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try get(&h, 1);
+    try h.respond(0, "one");
+    h.drain();
+    _ = h.sink.seen();
+
+    h.fixture.server.draining = true;
+    h2.drainStarted(h.conn());
+    var s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), s.goaways);
+    try testing.expectEqual(frames.stream_id_max, s.goaway_last_id);
+    try testing.expectEqual(@as(u32, 0x7fff_ffff), s.goaway_last_id);
+    try testing.expectEqual(@as(?u32, 0), s.goaway);
+    try testing.expectEqual(@as(usize, 1), s.pings);
+    try testing.expectEqualSlices(u8, &h2.drain_ping_payload, &s.ping_payload);
+    // Once more does nothing: one GOAWAY and one PING per drain.
+    h2.drainStarted(h.conn());
+    try testing.expectEqual(@as(usize, 0), h.sink.seen().frames);
+
+    // A stream sent before the client saw the GOAWAY is still taken and answered.
+    try get(&h, 3);
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    // Another PING's ack (not ours) changes nothing.
+    try h.send(.ping, frames.flag_ack, 0, "other!!!");
+    try testing.expectEqual(@as(usize, 0), h.sink.seen().goaways);
+    try h.send(.ping, frames.flag_ack, 0, &h2.drain_ping_payload);
+    s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), s.goaways);
+    try testing.expectEqual(@as(u32, 3), s.goaway_last_id);
+    // After the final GOAWAY a new stream is not taken; the one in flight finishes.
+    try get(&h, 5);
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try h.respond(1, "three");
+    h.drain();
+    s = h.sink.seen();
+    try testing.expect(s.end_stream[3]);
+    try testing.expectEqual(@as(usize, 0), s.goaways);
+}
+
+test "h2 session: a connection that begins while the server drains is told to go after its preface" {
+    var h: Harness = undefined;
+    var opts = test_server.testOptions();
+    _ = &opts;
+    h = .{ .fixture = try test_server.Fixture.initWith(opts) };
+    h.fixture.server.draining = true;
+    const c = h.fixture.conn;
+    _ = c.ensureActive() orelse return error.OutOfMemory;
+    h2.beginWith(c, testing.allocator, h.sink.sink());
+    defer h.deinit();
+    const first = h.sink.next().?;
+    try testing.expectEqual(FrameType.settings, first.type);
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 1), s.goaways);
+    try testing.expectEqual(frames.stream_id_max, s.goaway_last_id);
+    try testing.expectEqual(@as(usize, 1), s.pings);
+}
+
+test "h2 session: before the server is ready the health path says 200, the ready path and every request 503; then 200, and 503 again from the drain" {
+    var h: Harness = undefined;
+    var opts = test_server.testOptions();
+    opts.health_path = "/h";
+    opts.ready_path = "/r";
+    try h.start(testing.allocator, opts);
+    defer h.deinit();
+    h.fixture.server.ready = false;
+    try h.send(.settings, 0, 0, "");
+    // :method GET, :scheme http, :path /r (or /h), :authority x.
+    const ready_block = [_]u8{ 0x82, 0x86, 0x04, 0x02, '/', 'r', 0x41, 0x01, 'x' };
+    try h.send(.headers, end_both, 1, &ready_block);
+    try h.send(.headers, end_both, 3, &health_block);
+    try get(&h, 5);
+    h.pump();
+    var s = h.sink.seen();
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    try testing.expectEqual(@as(u16, 503), s.status[1]);
+    try testing.expectEqual(@as(u16, 200), s.status[3]);
+    try testing.expectEqual(@as(u16, 503), s.status[5]);
+    h.fixture.server.ready = true;
+    try h.send(.headers, end_both, 7, &ready_block);
+    try get(&h, 9);
+    h.pump();
+    s = h.sink.seen();
+    try testing.expectEqual(@as(u16, 200), s.status[7]);
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    h.fixture.server.draining = true;
+    try h.send(.headers, end_both, 11, &ready_block);
+    try h.send(.headers, end_both, 13, &health_block);
+    h.pump();
+    s = h.sink.seen();
+    try testing.expectEqual(@as(u16, 503), s.status[11]);
+    try testing.expectEqual(@as(u16, 503), s.status[13]);
 }
