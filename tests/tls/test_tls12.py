@@ -1,11 +1,11 @@
 """TLS 1.2 clients at their defaults, against the real server with RSA and ECDSA certificates.
 
 The server's default --ssl-ciphers allows TLS 1.2 only ECDHE suites with AES-GCM or
-ChaCha20-Poly1305 (Mozilla's "intermediate" profile without DHE). It used to be uvicorn's
-"TLSv1", which in OpenSSL's cipher-string grammar is not "TLS 1.0 and later" but "the
-suites defined by TLS 1.0": SHA-1 CBC suites only, none of TLS 1.2's GCM, ChaCha20 or
-SHA-256/384 suites. Python's default client context leaves SHA-1 out (``!SHA1``) and got
-a handshake_failure alert. An explicit --ssl-ciphers, "TLSv1" included, is passed to
+ChaCha20-Poly1305 (Mozilla's "intermediate" profile without DHE). It used to be "TLSv1",
+uvicorn's default before 0.48, which in OpenSSL's cipher-string grammar is not "TLS 1.0
+and later" but "the suites defined by TLS 1.0": SHA-1 CBC suites only, none of TLS 1.2's
+GCM, ChaCha20 or SHA-256/384 suites. Python's default client context leaves SHA-1 out
+(``!SHA1``) and got a handshake_failure alert. An explicit --ssl-ciphers, "TLSv1" included, is passed to
 OpenSSL as given (less anonymous and null suites).
 
 Clients: Python's ssl default context and curl (``--tlsv1.2 --tls-max 1.2``) here; Go's
