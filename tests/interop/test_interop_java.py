@@ -42,7 +42,8 @@ import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import (  # noqa: F401 (fixtures)
-    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text, tls_server,
+    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text,
+    tls_server,
 )
 
 

@@ -789,7 +789,8 @@ public final class Interop {
     }
 
     static final String USAGE = "usage: java Interop " + String.join("|", HTTP_CHECKS) + "|"
-            + String.join("|", WS_CHECKS) + "|" + String.join("|", TLS_CHECKS) + " --transport h2c|h2|ws|wss --port PORT [--ca ca.pem] [--n N]"
+            + String.join("|", WS_CHECKS) + "|" + String.join("|", TLS_CHECKS)
+            + " --transport h2c|h2|ws|wss --port PORT [--ca ca.pem] [--n N]"
             + " [--size BYTES] [--timeout SECONDS]\n"
             + "   or: java Interop serve (one such line of arguments per check on stdin)";
 
