@@ -323,7 +323,18 @@ SETTINGS: tuple[Setting, ...] = (
     _S("ssl_cert_reqs", CERT_NONE, "client certificates: 0 none, 1 optional, 2 required", "TLS (HTTPS)", type=int,
        metavar="N"),
     _S("ssl_ca_certs", None, "CA certificates (PEM) that verify client certificates", "TLS (HTTPS)", metavar="PATH"),
-    _S("ssl_ciphers", "TLSv1", "TLS 1.2 ciphers", "TLS (HTTPS)", metavar="LIST"),
+    # The default: TLS 1.2 gets ECDHE (forward secrecy) with AEAD suites only, AES-GCM and
+    # ChaCha20-Poly1305, for ECDSA and RSA certificates: Mozilla's "intermediate" TLS 1.2
+    # suites less DHE (the server sets no DH parameters). Not "TLSv1", uvicorn's default
+    # before 0.48 (since then it leaves the list to Python's ssl): in OpenSSL's cipher
+    # grammar that names the suites TLS 1.0 defined, under TLS 1.2 SHA-1 CBC suites only,
+    # none of which Python's default client (!SHA1) offers: it got handshake_failure.
+    _S("ssl_ciphers",
+       "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+       "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305",
+       "TLS 1.2 cipher suites in OpenSSL's syntax, less anonymous and null ones (TLS 1.3's are OpenSSL's). The "
+       "default, ECDHE with AES-GCM or ChaCha20-Poly1305 as in Mozilla's intermediate profile, is not TLSv1 "
+       "(uvicorn's before 0.48), whose TLS 1.2 suites are SHA-1 CBC only", "TLS (HTTPS)", metavar="LIST"),
     _S("ssl_min_version", None, "the lowest TLS version accepted (raises --ssl-version's)", "TLS (HTTPS)",
        choices=("TLSv1.2", "TLSv1.3"), shown="TLSv1.2"),
     _S("ssl_session_tickets", True, "issue TLS session tickets (resumption without a server cache; the keys are "

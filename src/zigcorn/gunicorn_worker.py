@@ -67,7 +67,7 @@ class ZigcornWorker(Worker):
         if cfg.is_ssl:
             kwargs.update(
                 ssl_certfile=cfg.certfile, ssl_keyfile=cfg.keyfile, ssl_ca_certs=cfg.ca_certs,
-                ssl_cert_reqs=int(cfg.cert_reqs), ssl_ciphers=cfg.ciphers or "TLSv1",
+                ssl_cert_reqs=int(cfg.cert_reqs), ssl_ciphers=cfg.ciphers or SETTING["ssl_ciphers"].default,
             )
         kwargs.update(self.CONFIG_KWARGS)
         self.config_kwargs = kwargs

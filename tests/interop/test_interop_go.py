@@ -11,22 +11,26 @@ Rows:
     download read incrementally and checked against the pattern bytes(i % 251)
   gRPC over h2c (insecure credentials) and TLS: a unary call, server streaming, and an
     error status
+  net/http limited to TLS 1.2 (MaxVersion tls.VersionTLS12, Go's defaults otherwise), with
+    an RSA and an ECDSA certificate: an ECDHE suite with AES-GCM or ChaCha20-Poly1305
 
-Without `go` on PATH the file skips; a failing build fails. To see the frames of a failing
+Without `go` on PATH the file skips (on CI, CI=true, it fails); a failing build fails. To see the frames of a failing
 HTTP/2 row: ``GODEBUG=http2debug=2 pytest tests/interop/test_interop_go.py -k ...``.
 """
 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
-from tests.support.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
+from tests.support.interop_support import (  # noqa: F401 (fixtures)
+    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text,
+    tls_server,
+)
 
 
 GO_SOURCES = ROOT / "tests" / "interop" / "go"
@@ -69,9 +73,7 @@ def build(go: str, binary: Path) -> None:
 @pytest.fixture(scope="session")
 def go_client() -> Path:
     """The built Go program, from the cache when its sources have not changed."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("`go` is not on PATH: the Go interop rows need a Go toolchain to build their client")
+    [go] = require_tool("go", why="the Go interop rows need a Go toolchain to build their client")
     binary = BUILD_CACHE / f"go-{source_hash(go)}" / "interop"
     if not binary.exists():
         build(go, binary)
@@ -80,11 +82,12 @@ def go_client() -> Path:
 
 @pytest.fixture
 def go(request, go_client):
-    """``go(check, transport, *flags) -> dict``: runs one check of the Go program against
-    the server for that transport (started on first use) and returns its JSON result."""
+    """``go(check, transport, *flags, tls_server="tls_server") -> dict``: runs one check of
+    the Go program against the server for that transport (started on first use; over h2
+    the fixture named by `tls_server`) and returns its JSON result."""
 
-    def run(check: str, transport: str, *flags: str) -> dict:
-        server = request.getfixturevalue("tls_server" if transport == "h2" else "plain_server")
+    def run(check: str, transport: str, *flags: str, tls_server: str = "tls_server") -> dict:
+        server = request.getfixturevalue(tls_server if transport == "h2" else "plain_server")
         cmd = [str(go_client), check, "-addr", f"127.0.0.1:{server.port}", "-transport", transport,
                "-timeout", f"{TIMEOUT - 10}s", *flags]
         if transport == "h2":
@@ -151,3 +154,14 @@ def test_grpc_go_server_streaming_call(go, transport):
 def test_grpc_go_error_status(go, transport):
     result = go("grpc-error", transport)
     assert (result["code"], result["message"]) == ("NotFound", "nothing here")
+
+
+@pytest.mark.parametrize("key", ["rsa", "ecdsa"])
+def test_net_http_limited_to_tls12_negotiates_an_aead_suite(go, key):
+    """Go's default TLS 1.2 suites, the server's default --ssl-ciphers: an ECDHE suite with
+    AES-GCM or ChaCha20-Poly1305 for the certificate's key (before the default became
+    those suites, uvicorn's "TLSv1" gave TLS 1.2 clients CBC-SHA1 suites only)."""
+    result = go("tls12", "h2", tls_server="tls_server" if key == "rsa" else "ecdsa_tls_server")
+    assert result["version"] == "TLS 1.2"
+    assert result["cipher"] in TLS12_AEAD_IANA[key], result
+    assert (result["status"], result["body"]) == (200, "hello")

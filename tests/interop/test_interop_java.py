@@ -19,8 +19,11 @@ Rows:
       against the pattern bytes(i % 251)
   the WebSocket client over ws:// and wss://: a text message echoed, a 1 MiB binary message
     echoed, a ping answered by its pong, a close with 1000 answered with 1000
+  HttpClient whose SSLParameters allow TLSv1.2 only (the JDK's defaults otherwise), with an
+    RSA and an ECDSA certificate: an ECDHE suite with AES-GCM or ChaCha20-Poly1305
 
-Without `java` and `javac` on PATH the file skips; a failing build fails. To see the frames
+Without `java` and `javac` on PATH the file skips (on CI, CI=true, it fails); a failing
+build fails. To see the frames
 of a failing HTTP/2 row, run the check by hand from the built folder with
 ``java -Djdk.httpclient.HttpClient.log=frames,headers -cp DIR Interop CHECK ...``.
 """
@@ -38,7 +41,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
-from tests.support.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
+from tests.support.interop_support import (  # noqa: F401 (fixtures)
+    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text,
+    tls_server,
+)
 
 
 JAVA_SOURCES = ROOT / "tests" / "interop" / "java"
@@ -94,9 +100,7 @@ def build(javac: str, folder: Path) -> None:
 @pytest.fixture(scope="session")
 def java_client() -> tuple[str, Path]:
     """`java` and the folder of the compiled program, from the cache when nothing changed."""
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None:
-        pytest.skip("`java` or `javac` is not on PATH: the Java interop rows need a JDK (17 or later)")
+    java, javac = require_tool("java", "javac", why="the Java interop rows need a JDK (17 or later)")
     folder = BUILD_CACHE / f"java-{source_hash(javac)}"
     if not folder.is_dir():
         build(javac, folder)
@@ -163,11 +167,12 @@ def worker(java_client):
 
 @pytest.fixture
 def java(request, worker):
-    """``java(check, transport, *flags) -> dict``: runs one check of the program against the
-    server for that transport (started on first use) and returns its result."""
+    """``java(check, transport, *flags, tls_server="tls_server") -> dict``: runs one check of
+    the program against the server for that transport (started on first use; over TLS the
+    fixture named by `tls_server`) and returns its result."""
 
-    def run(check: str, transport: str, *flags: str) -> dict:
-        server = request.getfixturevalue("tls_server" if transport in TLS else "plain_server")
+    def run(check: str, transport: str, *flags: str, tls_server: str = "tls_server") -> dict:
+        server = request.getfixturevalue(tls_server if transport in TLS else "plain_server")
         args = [check, "--transport", transport, "--port", str(server.port), "--timeout", str(TIMEOUT - 10), *flags]
         if transport in TLS:
             args += ["--ca", request.getfixturevalue("certs")["ca"]]
@@ -250,3 +255,16 @@ def test_websocket_ping_is_answered_by_its_pong(java, transport):
 @pytest.mark.parametrize("transport", WS_TRANSPORTS)
 def test_websocket_close_1000_is_answered_with_1000(java, transport):
     assert java("ws-close", transport)["close_code"] == 1000
+
+
+# ---- TLS 1.2 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["rsa", "ecdsa"])
+def test_http_client_limited_to_tls12_negotiates_an_aead_suite(java, key):
+    """The JDK's default TLS 1.2 suites, the server's default --ssl-ciphers: an ECDHE suite
+    with AES-GCM or ChaCha20-Poly1305 for the certificate's key."""
+    result = java("tls12", "h2", tls_server="tls_server" if key == "rsa" else "ecdsa_tls_server")
+    assert result["protocol"] == "TLSv1.2"
+    assert result["cipher"] in TLS12_AEAD_IANA[key], result
+    assert (result["status"], result["body"]) == (200, "hello")

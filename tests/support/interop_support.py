@@ -1,8 +1,11 @@
 """What the interop matrix's files share: where the clients are cached, the servers they
-talk to (tests/apps/interop.py, plain and over TLS, each started once per test module),
-the test CA, and the download pattern's digest."""
+talk to (tests/apps/interop.py, plain and over TLS with an RSA or an ECDSA certificate, each
+started once per test module), the test CA, the download pattern's digest, and what a test
+does when a client's tool is missing (skip, but fail on CI)."""
 
 import hashlib
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,8 +15,30 @@ from tests.support.harness import Server
 
 trustme = pytest.importorskip("trustme")
 
+# The TLS 1.2 suites the server's default --ssl-ciphers allows, by the certificate's key
+# type, by their IANA names (which Go and Java use): ECDHE with AES-GCM or ChaCha20-Poly1305.
+TLS12_AEAD_IANA = {
+    key: {f"TLS_ECDHE_{auth}_WITH_{cipher}" for cipher in ("AES_128_GCM_SHA256", "AES_256_GCM_SHA384",
+                                                          "CHACHA20_POLY1305_SHA256")}
+    for key, auth in (("rsa", "RSA"), ("ecdsa", "ECDSA"))
+}
+
 # Built clients, one folder per language and source hash (kept across runs on a machine).
 CLIENT_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
+
+
+def require_tool(*names: str, why: str) -> list[str]:
+    """The paths of the named programs on PATH. When one is missing the test skips, but
+    on CI (CI=true), where the tools are installed, it fails: a missing toolchain must not
+    pass as a green run."""
+    paths = [shutil.which(name) for name in names]
+    missing = [name for name, path in zip(names, paths) if path is None]
+    if missing:
+        message = f"{' and '.join(f'`{name}`' for name in missing)} not on PATH: {why}"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"{message} (CI=true: the tool is meant to be installed, so this fails instead of skipping)")
+        pytest.skip(message)
+    return paths
 
 
 def text(output: str | bytes | None) -> str:
@@ -28,14 +53,18 @@ def pattern_sha256(n: int) -> str:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> dict:
-    """A CA and a certificate for localhost it signed, as PEM files."""
+    """A CA and two certificates for localhost it signed, as PEM files: an RSA one
+    (certfile, keyfile) and an ECDSA P-256 one (ecdsa_certfile, ecdsa_keyfile)."""
     root = tmp_path_factory.mktemp("interopcerts")
     ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    files = {"certfile": root / "server.pem", "keyfile": root / "server.key", "ca": root / "ca.pem"}
-    files["certfile"].write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    files["keyfile"].write_bytes(cert.private_key_pem.bytes())
+    files = {"ca": root / "ca.pem"}
     files["ca"].write_bytes(ca.cert_pem.bytes())
+    for prefix, key_type in (("", trustme.KeyType.RSA), ("ecdsa_", trustme.KeyType.ECDSA)):
+        cert = ca.issue_cert("localhost", "127.0.0.1", key_type=key_type)
+        files[prefix + "certfile"] = root / f"{prefix}server.pem"
+        files[prefix + "keyfile"] = root / f"{prefix}server.key"
+        files[prefix + "certfile"].write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
+        files[prefix + "keyfile"].write_bytes(cert.private_key_pem.bytes())
     return {name: str(path) for name, path in files.items()}
 
 
@@ -51,6 +80,16 @@ def plain_server():
 @pytest.fixture(scope="module")
 def tls_server(certs):
     server = Server("interop:app", "--ssl-certfile", certs["certfile"], "--ssl-keyfile", certs["keyfile"])
+    try:
+        yield server.wait_ready()
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def ecdsa_tls_server(certs):
+    """The same app over TLS with the ECDSA certificate (ECDHE-ECDSA suites under TLS 1.2)."""
+    server = Server("interop:app", "--ssl-certfile", certs["ecdsa_certfile"], "--ssl-keyfile", certs["ecdsa_keyfile"])
     try:
         yield server.wait_ready()
     finally:

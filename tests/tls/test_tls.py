@@ -198,10 +198,9 @@ def test_close_delimited_body_ends_with_close_notify(https, certs):
 
 def test_tls12_and_tls13_clients(https, certs):
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        # Python's client defaults as they are: with uvicorn's old default --ssl-ciphers
+        # "TLSv1" (SHA-1 CBC suites only) TLS 1.2 failed; tests/tls/test_tls12.py has more.
         ctx = certs.client_context(minimum_version=version, maximum_version=version)
-        # uvicorn's default --ssl-ciphers "TLSv1" has only CBC suites for TLS 1.2, which
-        # Python's client defaults leave out.
-        ctx.set_ciphers("DEFAULT")
         with tls_raw(https.port, ctx) as conn:
             assert conn.sock.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
             conn.send(get("/echo"))
@@ -309,7 +308,6 @@ def test_scope_scheme_and_tls_extension(https_scope, certs):
 @zigcorn_only
 def test_tls12_scope_reports_version_and_no_sni_for_an_ip(https_scope, certs):
     ctx = certs.client_context(maximum_version=ssl.TLSVersion.TLSv1_2)
-    ctx.set_ciphers("DEFAULT")
     with tls_raw(https_scope.port, ctx, server_hostname="127.0.0.1") as conn:
         conn.send(get("/"))
         import json
@@ -434,7 +432,6 @@ def test_tls_version_5_refuses_tls13_clients(start_server, certs):
     with pytest.raises(ssl.SSLError):
         tls_raw(server.port, ctx).close()
     ctx = certs.client_context(maximum_version=ssl.TLSVersion.TLSv1_2)
-    ctx.set_ciphers("DEFAULT")
     with tls_raw(server.port, ctx) as conn:
         conn.send(get("/echo"))
         assert conn.read_response().status == 200

@@ -8,7 +8,8 @@
 //	interop CHECK -addr 127.0.0.1:PORT -transport http1|h2c|h2 [-ca ca.pem] [flags]
 //
 // Checks: reuse, concurrent, echo, download (net/http); grpc-unary, grpc-stream,
-// grpc-error (gRPC, transports h2c and h2 only).
+// grpc-error (gRPC, transports h2c and h2 only); tls12 (net/http limited to TLS 1.2,
+// transport h2 only).
 package main
 
 import (
@@ -46,6 +47,7 @@ type check struct {
 	requests int   // default for -n
 	size     int64 // default for -size
 	grpc     bool  // gRPC checks have no plain HTTP/1.1 transport
+	tlsOnly  bool  // the check is about the TLS handshake: transport h2 only
 }
 
 var checks = map[string]check{
@@ -56,6 +58,7 @@ var checks = map[string]check{
 	"grpc-unary":  {run: checkGRPCUnary, grpc: true},
 	"grpc-stream": {run: checkGRPCStream, requests: 5, grpc: true},
 	"grpc-error":  {run: checkGRPCError, grpc: true},
+	"tls12":       {run: checkTLS12, tlsOnly: true},
 }
 
 func main() {
@@ -114,6 +117,8 @@ func validate(o options, c check) error {
 		return fmt.Errorf("-transport must be http1, h2c or h2, not %q", o.transport)
 	case c.grpc && o.transport == "http1":
 		return errors.New("gRPC needs HTTP/2: -transport h2c or h2")
+	case c.tlsOnly && o.transport != "h2":
+		return fmt.Errorf("%s is a TLS check: -transport h2", o.check)
 	case o.transport == "h2" && o.caFile == "":
 		return errors.New("-transport h2 needs -ca")
 	}

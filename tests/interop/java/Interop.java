@@ -47,6 +47,8 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSession;
 import javax.net.ssl.TrustManagerFactory;
 
 /**
@@ -65,7 +67,8 @@ import javax.net.ssl.TrustManagerFactory;
  * </pre>
  *
  * HTTP checks (transports h2c, h2): reuse, concurrent, echo, download. WebSocket checks
- * (transports ws, wss): ws-text, ws-binary, ws-ping, ws-close.
+ * (transports ws, wss): ws-text, ws-binary, ws-ping, ws-close. TLS checks (transport h2):
+ * tls12, an HttpClient whose SSLParameters allow TLSv1.2 only.
  */
 public final class Interop {
     static final int MIB = 1 << 20;
@@ -81,6 +84,7 @@ public final class Interop {
     }
     static final List<String> HTTP_CHECKS = List.of("reuse", "concurrent", "echo", "download");
     static final List<String> WS_CHECKS = List.of("ws-text", "ws-binary", "ws-ping", "ws-close");
+    static final List<String> TLS_CHECKS = List.of("tls12");
     static final int HEADS_TIMEOUT = 15; // seconds for every response of the concurrent check to begin
 
     record Options(String check, String transport, int port, String ca, int n, long size, int timeout) {
@@ -163,7 +167,8 @@ public final class Interop {
         try {
             Future<Map<String, Object>> result = runner.submit(() -> {
                 Map<String, Object> out = map("check", o.check(), "transport", o.transport());
-                out.putAll(WS_CHECKS.contains(o.check()) ? new Socket(o).run() : new Target(o).run());
+                out.putAll(WS_CHECKS.contains(o.check()) ? new Socket(o).run()
+                        : TLS_CHECKS.contains(o.check()) ? tls12(o) : new Target(o).run());
                 return out;
             });
             try {
@@ -585,6 +590,32 @@ public final class Interop {
         }
     }
 
+    // ---- TLS ---------------------------------------------------------------------------
+
+    /**
+     * GET /hello from an HttpClient with Java's defaults but for one thing: SSLParameters
+     * whose protocols are TLSv1.2 alone (SSLParameters.setProtocols, as a program that must
+     * not use TLS 1.3 sets it; the JDK's default cipher suites otherwise). Reports the
+     * protocol and cipher suite of the session and the HTTP version the answer came over;
+     * the answer must be a 200 with the body "hello".
+     */
+    static Map<String, Object> tls12(Options o) throws Exception {
+        SSLContext context = sslContext(o.ca());
+        SSLParameters parameters = context.getDefaultSSLParameters();
+        parameters.setProtocols(new String[] {"TLSv1.2"});
+        HttpClient client = HttpClient.newBuilder()
+                .sslContext(context)
+                .sslParameters(parameters)
+                .connectTimeout(Duration.ofSeconds(10))
+                .build();
+        URI uri = URI.create("https://localhost:" + o.port() + "/hello");
+        HttpResponse<String> response = client.send(HttpRequest.newBuilder(uri).build(), BodyHandlers.ofString());
+        SSLSession session = response.sslSession()
+                .orElseThrow(() -> new Failure("GET /hello: the response has no TLS session"));
+        return map("status", response.statusCode(), "body", response.body(), "protocol", session.getProtocol(),
+                "cipher", session.getCipherSuite(), "http_version", response.version().toString());
+    }
+
     // ---- helpers -------------------------------------------------------------------------
 
     /** Trusts only the CA certificate(s) in the PEM file `caFile`. */
@@ -732,10 +763,11 @@ public final class Interop {
         }
         String check = positionals.get(0);
         boolean ws = WS_CHECKS.contains(check);
-        if (!ws && !HTTP_CHECKS.contains(check)) {
+        boolean tlsCheck = TLS_CHECKS.contains(check);
+        if (!ws && !tlsCheck && !HTTP_CHECKS.contains(check)) {
             usage("unknown check " + check);
         }
-        List<String> transports = ws ? List.of("ws", "wss") : List.of("h2c", "h2");
+        List<String> transports = ws ? List.of("ws", "wss") : tlsCheck ? List.of("h2") : List.of("h2c", "h2");
         String transport = flags.getOrDefault("transport", "");
         if (!transports.contains(transport)) {
             usage(check + " runs over " + transports + ", not \"" + transport + "\"");
@@ -757,7 +789,8 @@ public final class Interop {
     }
 
     static final String USAGE = "usage: java Interop " + String.join("|", HTTP_CHECKS) + "|"
-            + String.join("|", WS_CHECKS) + " --transport h2c|h2|ws|wss --port PORT [--ca ca.pem] [--n N]"
+            + String.join("|", WS_CHECKS) + "|" + String.join("|", TLS_CHECKS)
+            + " --transport h2c|h2|ws|wss --port PORT [--ca ca.pem] [--n N]"
             + " [--size BYTES] [--timeout SECONDS]\n"
             + "   or: java Interop serve (one such line of arguments per check on stdin)";
 
