@@ -407,3 +407,18 @@ def test_lifespan_on_is_refused_with_the_reason():
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert result.returncode == 2, result
     assert "lifespan" in result.stderr and "WSGI" in result.stderr, result.stderr
+
+
+def test_limit_concurrency_and_limit_max_requests(start_server):
+    import concurrent.futures
+
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--limit-concurrency", "1")
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(lambda: httpx.get(server.url + "/sleep?s=3&mark=busy", timeout=10))
+        assert wait_for(lambda: "SLEEP-START busy" in server.output(), 10), server.output()
+        assert httpx.get(server.url + "/gen?n=1").status_code == 503  # the app is not called
+        assert pending.result().text == "slept"
+    limited = start_server("wsgi_apps:app", "--interface", "wsgi", "--limit-max-requests", "3")
+    assert [httpx.get(limited.url + "/gen?n=1").text for _ in range(3)] == ["part0;"] * 3
+    assert limited.wait(10) == 0
+    assert "Maximum request limit of 3 exceeded" in limited.output()
