@@ -1,4 +1,9 @@
-"""``--access-log-format``, ``--access-log-file`` and ``--access-log-exclude``.
+"""The access log: one line per request, for ASGI and WSGI apps alike.
+
+`log` writes a request's line: uvicorn's (with `` request_id=`` / `` trace_id=`` at its end
+under ``--request-id-header`` / ``--trace-context``), or the ``--access-log-format`` one,
+unless ``--access-log-exclude`` names its path. A request is seen through `Request` (an
+ASGI scope) or `EnvironRequest` (a WSGI environ), so both interfaces share every line.
 
 A format is compiled once, at configuration: the atoms it names (gunicorn's, e.g.
 ``%(h)s %(r)s %(s)s %(b)s %(D)s %({user-agent}i)s``) become a list of small functions,
@@ -14,10 +19,14 @@ import os
 import re
 import time
 
+access_logger = logging.getLogger("zigcorn.access")
+
 _ATOM = re.compile(r"%\(([^)]*)\)")
 _HEADER_ATOM = re.compile(r"\{([^}]*)\}([ioe])")
 _JSON = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with options makes one per call
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+#: Bytes a path shows as they are; any other is percent-encoded (a WSGI path is decoded).
+_UNSAFE = re.compile(rb"[^A-Za-z0-9/\-._~!$&'()*+,;=:@]")
 
 # gunicorn's atoms and what each means (the README's table comes from the same words).
 ATOMS = {
@@ -31,7 +40,7 @@ ATOMS = {
     "q": "query string",
     "H": "protocol, HTTP/1.1",
     "s": "status",
-    "B": "response body bytes",
+    "B": "response body bytes (compressed ones when compressed)",
     "b": "response body bytes, '-' for none",
     "f": "referer",
     "a": "user agent",
@@ -46,23 +55,162 @@ ATOMS = {
 }
 
 
-# Set by the server from --request-id-header and --trace-context: the json format then
-# carries the request's id and trace id (the engine put both in the request's headers).
+# Set by the server from its Config (`configure`), read only when a line is due.
+#: The compiled --access-log-format; None: uvicorn's line.
+access_format = None
+#: --access-log-exclude: paths that log no line.
+access_exclude: frozenset = frozenset()
+#: --request-id-header and --trace-context: the default and json lines carry the request's
+#: id and trace id (the engine put both in the request's headers).
 request_id_header: bytes | None = None
 trace_context = False
 
 
+def configure(config) -> None:
+    """The access log's settings from a `zigcorn.config.Config`, for every request after."""
+    global access_format, access_exclude, request_id_header, trace_context
+    access_format = getattr(config, "access_format", None)
+    access_exclude = frozenset(getattr(config, "access_log_exclude", ()) or ())
+    request_id_header = config.request_id_header.encode() if getattr(config, "request_id_header", None) else None
+    trace_context = bool(getattr(config, "trace_context", False))
+
+
 class Request:
-    """What one line may need: gathered once per logged request."""
+    """What one line may need of an ASGI request (its scope): gathered once per logged request.
+
+    `size` is the response body's bytes (the engine's count: after compression, no head
+    or framing); `duration` is in seconds; `response_headers` are the app's, when a
+    ``%({name}o)s`` atom asked for them to be kept.
+    """
 
     __slots__ = ("scope", "status", "size", "duration", "response_headers")
 
-    def __init__(self, scope, status, size, duration, response_headers) -> None:
+    def __init__(self, scope, status, size, duration, response_headers=None) -> None:
         self.scope = scope
         self.status = status
         self.size = size
         self.duration = duration  # seconds
         self.response_headers = response_headers
+
+    def client(self):
+        """(host, port), or None (a Unix socket)."""
+        return self.scope.get("client")
+
+    def method(self) -> str:
+        return self.scope["method"]
+
+    def path(self) -> str:
+        """The path, decoded (with --root-path in front, as the app sees it)."""
+        return self.scope["path"]
+
+    def target(self) -> str:
+        """The path as sent, and the query: what a request line shows."""
+        scope = self.scope
+        path = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
+        query = scope["query_string"]
+        return f"{path}?{query.decode('latin-1')}" if query else path
+
+    def query(self) -> str:
+        return self.scope["query_string"].decode("latin-1")
+
+    def version(self) -> str:
+        """``1.1``, ``1.0`` or ``2``."""
+        return self.scope["http_version"]
+
+    def header(self, name: bytes) -> str:
+        """A request header (a lower-case name), repeated ones joined; '-' if absent."""
+        return _header(self.scope["headers"], name)
+
+
+_environ_keys: dict[bytes, str] = {}
+
+
+def _environ_key(name: bytes) -> str:
+    key = _environ_keys.get(name)
+    if key is None:
+        text = name.decode("latin-1").upper().replace("-", "_")
+        key = text if text in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{text}"
+        if len(_environ_keys) < 256:
+            _environ_keys[name] = key
+    return key
+
+
+class EnvironRequest(Request):
+    """The same for a WSGI request: `scope` holds its environ (PEP 3333's latin-1 strs)."""
+
+    __slots__ = ()
+
+    def client(self):
+        environ = self.scope
+        host = environ.get("REMOTE_ADDR")
+        if not host:
+            return None
+        port = environ.get("REMOTE_PORT")
+        return (host, int(port) if port and port.isdigit() else 0)
+
+    def method(self) -> str:
+        return self.scope["REQUEST_METHOD"]
+
+    def path(self) -> str:
+        # SCRIPT_NAME is --root-path (middleware may move a prefix between the two: the sum stays).
+        return self.scope.get("SCRIPT_NAME", "") + self.scope["PATH_INFO"]
+
+    def target(self) -> str:
+        path = self.path()
+        raw = path.encode("latin-1", "replace")
+        if _UNSAFE.search(raw):  # PATH_INFO is decoded: shown percent-encoded, as a client sends it
+            path = _UNSAFE.sub(lambda m: b"%%%02X" % m.group()[0], raw).decode("ascii")
+        query = self.scope["QUERY_STRING"]
+        return f"{path}?{query}" if query else path
+
+    def query(self) -> str:
+        return self.scope["QUERY_STRING"]
+
+    def version(self) -> str:
+        return self.scope["SERVER_PROTOCOL"][5:]  # HTTP/1.1 -> 1.1
+
+    def header(self, name: bytes) -> str:
+        return self.scope.get(_environ_key(name), "-")
+
+
+def log(request: Request) -> None:
+    """`request`'s access line, unless --access-log-exclude names its path."""
+    if access_exclude and request.path() in access_exclude:
+        return
+    if access_format is not None:
+        access_logger.info(access_format.line(request))
+        return
+    client = request.client()
+    args = (
+        f"{client[0]}:{client[1]}" if client else "-",
+        request.method(),
+        request.target(),
+        request.version(),
+        request.status,
+        request.size,
+        request.duration * 1000,
+    )
+    ids = _ids(request) if request_id_header is not None or trace_context else ""
+    if ids:
+        access_logger.info('%s - "%s %s HTTP/%s" %d %d %.1fms%s', *args, ids)
+    else:
+        access_logger.info('%s - "%s %s HTTP/%s" %d %d %.1fms', *args)
+
+
+def _trace_id(request: Request) -> str:
+    parent = request.header(b"traceparent")
+    return parent[3:35] if len(parent) >= 55 else "-"
+
+
+def _ids(request: Request) -> str:
+    """`` request_id=<id>`` and `` trace_id=<32 hex>``, as the engine's own lines end
+    (`tracing.logSuffix`); the engine vetted both (a kept id has no space or quote)."""
+    text = ""
+    if request_id_header is not None:
+        text = f" request_id={request.header(request_id_header)}"
+    if trace_context:
+        text += f" trace_id={_trace_id(request)}"
+    return text
 
 
 def _header(headers, name: bytes) -> str:
@@ -80,14 +228,8 @@ def _response_header(headers, name: bytes) -> str:
     return _header([(key.lower(), value) for key, value in headers], name) if headers else "-"
 
 
-def _target(scope) -> str:
-    path = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
-    query = scope["query_string"]
-    return f"{path}?{query.decode('latin-1')}" if query else path
-
-
-def _user(scope) -> str:
-    auth = _header(scope["headers"], b"authorization")
+def _user(r: Request) -> str:
+    auth = r.header(b"authorization")
     if auth[:6].lower() != "basic ":
         return "-"
     import base64
@@ -124,21 +266,26 @@ def _iso_time(started: float) -> str:
     return f"{_iso_cache[1]}.{int(started * 1000) % 1000:03d}Z"
 
 
+def _host(r: Request) -> str:
+    client = r.client()
+    return client[0] if client else "-"
+
+
 _GETTERS = {
-    "h": lambda r: r.scope["client"][0] if r.scope.get("client") else "-",
+    "h": _host,
     "l": lambda r: "-",
-    "u": lambda r: _user(r.scope),
+    "u": _user,
     "t": lambda r: _date(time.time() - r.duration),
-    "r": lambda r: f"{r.scope['method']} {_target(r.scope)} HTTP/{r.scope['http_version']}",
-    "m": lambda r: r.scope["method"],
-    "U": lambda r: r.scope["path"],
-    "q": lambda r: r.scope["query_string"].decode("latin-1"),
-    "H": lambda r: f"HTTP/{r.scope['http_version']}",
+    "r": lambda r: f"{r.method()} {r.target()} HTTP/{r.version()}",
+    "m": lambda r: r.method(),
+    "U": lambda r: r.path(),
+    "q": lambda r: r.query(),
+    "H": lambda r: f"HTTP/{r.version()}",
     "s": lambda r: r.status,
     "B": lambda r: r.size,
     "b": lambda r: r.size if r.size else "-",
-    "f": lambda r: _header(r.scope["headers"], b"referer"),
-    "a": lambda r: _header(r.scope["headers"], b"user-agent"),
+    "f": lambda r: r.header(b"referer"),
+    "a": lambda r: r.header(b"user-agent"),
     "T": lambda r: int(r.duration),
     "M": lambda r: int(r.duration * 1000),
     "D": lambda r: int(r.duration * 1_000_000),
@@ -159,7 +306,7 @@ def _getter(key: str):
         return lambda r: os.environ.get(name, "-")
     encoded = name.lower().encode("latin-1")
     if kind == "i":
-        return lambda r: _header(r.scope["headers"], encoded)
+        return lambda r: r.header(encoded)
     return lambda r: _response_header(r.response_headers, encoded)
 
 
@@ -187,36 +334,33 @@ class AccessFormat:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"access_log_format {text!r} is not a valid %-format: {exc}") from None
 
-    def format(self, scope, status: int, size: int, duration: float, response_headers=None) -> str:
-        """One request's line (`duration` in seconds)."""
-        request = Request(scope, status, size, duration, response_headers)
+    def line(self, request: Request) -> str:
+        """One request's line."""
         if self.json:
             return _json_line(request)
         return self.text % {key: getter(request) for key, getter in self.getters}
 
 
 def _json_line(r: Request) -> str:
-    scope = r.scope
-    client = scope.get("client")
+    client = r.client()
     started = time.time() - r.duration
     entry = {
         "time": _iso_time(started),
         "client": f"{client[0]}:{client[1]}" if client else None,
-        "method": scope["method"],
-        "path": scope["path"],
-        "query": scope["query_string"].decode("latin-1"),
-        "protocol": f"HTTP/{scope['http_version']}",
+        "method": r.method(),
+        "path": r.path(),
+        "query": r.query(),
+        "protocol": f"HTTP/{r.version()}",
         "status": r.status,
         "bytes": r.size,
         "duration_ms": round(r.duration * 1000, 3),
-        "referer": _header(scope["headers"], b"referer"),
-        "user_agent": _header(scope["headers"], b"user-agent"),
+        "referer": r.header(b"referer"),
+        "user_agent": r.header(b"user-agent"),
     }  # fmt: skip
     if request_id_header is not None:
-        entry["request_id"] = _header(scope["headers"], request_id_header)
+        entry["request_id"] = r.header(request_id_header)
     if trace_context:
-        parent = _header(scope["headers"], b"traceparent")
-        entry["trace_id"] = parent[3:35] if len(parent) >= 55 else "-"
+        entry["trace_id"] = _trace_id(r)
     return _JSON.encode(entry)
 
 

@@ -533,6 +533,10 @@ class Config:
 
     def _check_choices(self) -> None:
         """What the settings table cannot say alone (choices and bounds are checked there)."""
+        if self.interface == "wsgi" and self.lifespan == "on":
+            # Not ignored quietly: "on" asks for startup to fail without the protocol.
+            raise ValueError("lifespan 'on' needs an ASGI app: a WSGI app (interface wsgi) has no lifespan "
+                             "protocol; use lifespan auto or off")
         port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")

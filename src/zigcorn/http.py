@@ -15,15 +15,10 @@ import os
 import sys
 import time
 
+from zigcorn import accesslog
 from zigcorn._core import Stream
 
 logger = logging.getLogger("zigcorn.error")
-access_logger = logging.getLogger("zigcorn.access")
-
-# Set by the server from its Config: the compiled --access-log-format (None: uvicorn's
-# line) and the --access-log-exclude paths. Read only when an access line is due.
-access_format = None
-access_exclude: frozenset = frozenset()
 
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 _ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
@@ -100,6 +95,7 @@ class HTTPCycle(Stream):
         started_at = time.perf_counter() if access_log else 0.0
         send = self.send
         response_headers = None
+        access_format = accesslog.access_format
         if access_log and access_format is not None and access_format.response_headers:
             response_headers = []  # %({name}o)s: the headers the app sends, seen on their way
             send = _recording_send(send, response_headers)
@@ -153,24 +149,8 @@ class HTTPCycle(Stream):
             self.abort()
 
     def _log_access(self, started_at: float, response_headers=None) -> None:
-        scope = self.scope
-        if access_exclude and scope["path"] in access_exclude:
-            return
-        if access_format is not None:
-            duration = time.perf_counter() - started_at
-            access_logger.info(access_format.format(scope, self.status, self.bytes_sent, duration, response_headers))
-            return
-        client_addr, path = access_fields(scope)
-        access_logger.info(
-            '%s - "%s %s HTTP/%s" %d %d %.1fms',
-            client_addr,
-            scope["method"],
-            path,
-            scope["http_version"],
-            self.status,
-            self.bytes_sent,
-            (time.perf_counter() - started_at) * 1000,
-        )
+        duration = time.perf_counter() - started_at
+        accesslog.log(accesslog.Request(self.scope, self.status, self.body_bytes, duration, response_headers))
 
 
 _DRAIN_ANSWERS = {
@@ -184,6 +164,30 @@ def _drain_answer(stream, status: int, extra=()) -> None:
     stream.start(status, [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"), *extra])
     stream.write(_DRAIN_ANSWERS[status], False)
     stream.finish()
+
+
+def drain_token(admin_token: str | None) -> bytes:
+    """The ``Authorization`` value a --drain-path request must carry (b"" matches nothing)."""
+    return f"Bearer {admin_token}".encode() if admin_token else b""
+
+
+def answer_drain(stream, method: str, authorization: bytes, client_addr: str, token: bytes, on_drain) -> None:
+    """--drain-path, for ASGI and WSGI apps alike: the app never sees it. A POST carrying
+    ``Authorization: Bearer <--admin-token>`` (compared in constant time) answers 202 and
+    starts the graceful shutdown (`on_drain`); any request without the token gets 403, one
+    with it but not a POST 405."""
+    import hmac
+
+    if not token or not hmac.compare_digest(authorization, token):
+        logger.warning("Drain request refused: no valid admin token (from %s).", client_addr)
+        _drain_answer(stream, 403)
+        return
+    if method != "POST":
+        _drain_answer(stream, 405, [(b"allow", b"POST")])
+        return
+    logger.info("Drain requested by %s: shutting down gracefully.", client_addr)
+    _drain_answer(stream, 202)
+    on_drain()
 
 
 def _recording_send(send, headers: list):
@@ -208,7 +212,7 @@ class Dispatcher:
         reset_contextvars: bool = False, drain_path: str | None = None, admin_token: str | None = None, on_drain=None,
     ) -> None:
         self.drain_path = drain_path
-        self.admin_token = f"Bearer {admin_token}".encode() if admin_token else b""
+        self.admin_token = drain_token(admin_token)
         self.on_drain = on_drain
         self.reset_contextvars = reset_contextvars
         self.timeout_request = timeout_request
@@ -245,23 +249,9 @@ class Dispatcher:
             self.loop.create_task(coro, context=context)
 
     def _drain_request(self, stream: HTTPCycle) -> None:
-        """--drain-path: the app never sees it. A POST carrying ``Authorization: Bearer
-        <--admin-token>`` (compared in constant time) starts the graceful shutdown; any
-        request without the token gets 403, one with it but not a POST 405."""
-        import hmac
-
         scope = stream.scope
         given = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 given = value
-        if not hmac.compare_digest(given, self.admin_token):
-            logger.warning("Drain request refused: no valid admin token (from %s).", access_fields(scope)[0])
-            _drain_answer(stream, 403)
-            return
-        if scope["method"] != "POST":
-            _drain_answer(stream, 405, [(b"allow", b"POST")])
-            return
-        logger.info("Drain requested by %s: shutting down gracefully.", access_fields(scope)[0])
-        _drain_answer(stream, 202)
-        self.on_drain()
+        answer_drain(stream, scope["method"], given, access_fields(scope)[0], self.admin_token, self.on_drain)

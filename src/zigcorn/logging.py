@@ -144,10 +144,12 @@ class AccessFormatter(ColourizedFormatter):
     """Formatter for access lines (stdout).
 
     The server logs ``'%s - "%s %s HTTP/%s" %d %d %.1fms'`` with args
-    ``(client_addr, method, path, http_version, status, bytes_sent, duration_ms)``.
-    Besides ``%(message)s``, the record gains uvicorn's ``%(client_addr)s``,
+    ``(client_addr, method, path, http_version, status, bytes_sent, duration_ms)``
+    (``bytes_sent``: the response body's bytes), and with ``--request-id-header`` or
+    ``--trace-context`` an eighth, ``ids`` (`` request_id=... trace_id=...``, at the
+    line's end). Besides ``%(message)s``, the record gains uvicorn's ``%(client_addr)s``,
     ``%(request_line)s`` and ``%(status_code)s`` ("200 OK") for custom formats, plus
-    ``%(bytes_sent)s`` and ``%(duration_ms)s``. Records with other args pass through.
+    ``%(bytes_sent)s``, ``%(duration_ms)s`` and ``%(ids)s``. Records with other args pass through.
     """
 
     def default_stream(self) -> TextIO | None:
@@ -155,9 +157,10 @@ class AccessFormatter(ColourizedFormatter):
 
     def decorate(self, record: logging.LogRecord) -> None:
         args = record.args
-        if not isinstance(args, tuple) or len(args) != 7:
+        if not isinstance(args, tuple) or not 7 <= len(args) <= 8:
             return
-        client_addr, method, path, http_version, status, bytes_sent, duration_ms = args
+        client_addr, method, path, http_version, status, bytes_sent, duration_ms = args[:7]
+        ids = args[7] if len(args) == 8 else ""
         request_line = f"{method} {path} HTTP/{http_version}"
         status_code = f"{status} {_phrase(status)}".rstrip()
         if self.use_colors:
@@ -165,13 +168,14 @@ class AccessFormatter(ColourizedFormatter):
             request_line = _paint(request_line, _BOLD)
             status_code = _paint(status_code, color)
             record.message = (
-                f'{client_addr} - "{request_line}" {_paint(str(status), color)} {bytes_sent} {duration_ms:.1f}ms'
+                f'{client_addr} - "{request_line}" {_paint(str(status), color)} {bytes_sent} {duration_ms:.1f}ms{ids}'
             )
         record.client_addr = client_addr
         record.request_line = request_line
         record.status_code = status_code
         record.bytes_sent = bytes_sent
         record.duration_ms = duration_ms
+        record.ids = ids
 
 
 def _phrase(status: int) -> str:

@@ -16,8 +16,7 @@ import os
 import signal
 
 
-from zigcorn import _core
-from zigcorn import http as http_module
+from zigcorn import _core, accesslog
 from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
 from zigcorn.process import DRAIN_SIGNAL, after_bind
@@ -175,40 +174,27 @@ class Server:
     def _listen(self, config, loop, ready: bool) -> _Serving | None:
         """The engine, serving the listener (bound here unless given): None, with the
         reason logged, when it cannot start."""
-        http_module.access_format = getattr(config, "access_format", None)
-        import zigcorn.accesslog as accesslog_module
-
-        accesslog_module.request_id_header = config.request_id_header.encode() if config.request_id_header else None
-        accesslog_module.trace_context = bool(config.trace_context)
-        http_module.access_exclude = getattr(config, "access_log_exclude", frozenset())
+        accesslog.configure(config)
         wsgi = config.interface == "wsgi"
+        # What both dispatchers take: every operations flag means the same for ASGI and WSGI apps.
+        common = dict(
+            access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
+            limit_concurrency=config.limit_concurrency,
+            limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
+            reset_contextvars=config.reset_contextvars,
+            timeout_request=config.timeout_request,
+            on_limit=self.handle_exit_request,
+            drain_path=getattr(config, "drain_path", None),
+            admin_token=getattr(config, "admin_token", None),
+            on_drain=self.on_drain or self.handle_drain_request,
+        )
         if wsgi:
             from zigcorn.wsgi import WSGIDispatcher, default_threads
 
-            dispatcher = WSGIDispatcher(
-                config.loaded_app,
-                loop,
-                threads=config.wsgi_threads or default_threads(),
-                access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
-                limit_concurrency=config.limit_concurrency,
-                limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
-                timeout_request=config.timeout_request,
-                on_limit=self.handle_exit_request,
-            )
+            threads = config.wsgi_threads or default_threads()
+            dispatcher = WSGIDispatcher(config.loaded_app, loop, threads=threads, **common)
         else:
-            dispatcher = Dispatcher(
-                config.loaded_app,
-                loop,
-                access_log=bool(config.access_log) and logging.getLogger("zigcorn.access").isEnabledFor(logging.INFO),
-                limit_concurrency=config.limit_concurrency,
-                limit_max_requests=_with_jitter(config.limit_max_requests, config.limit_max_requests_jitter),
-                reset_contextvars=config.reset_contextvars,
-                timeout_request=config.timeout_request,
-                on_limit=self.handle_exit_request,
-                drain_path=getattr(config, "drain_path", None),
-                admin_token=getattr(config, "admin_token", None),
-                on_drain=self.on_drain or self.handle_drain_request,
-            )
+            dispatcher = Dispatcher(config.loaded_app, loop, **common)
         serving = _Serving(dispatcher, self.owns_listener, self.pid_file)
         try:
             engine = self._new_engine(dispatcher)

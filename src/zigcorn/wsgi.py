@@ -16,6 +16,7 @@ than ``_OUTPUT_HIGH`` bytes it wrote are not yet taken by the engine.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import queue
@@ -25,8 +26,10 @@ import threading
 import time
 from collections import deque
 
+from zigcorn import accesslog
+from zigcorn.http import answer_drain, drain_token
+
 logger = logging.getLogger("zigcorn.error")
-access_logger = logging.getLogger("zigcorn.access")
 
 _ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 _ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
@@ -398,24 +401,14 @@ class Exchange:
             stream.abort()
 
     def _log_access(self) -> None:
+        """The request's access line: the same code and format as an ASGI request's."""
         if not self.owner.access_log:
             return
-        environ = self.stream.scope
-        client = environ.get("REMOTE_ADDR")
-        client_addr = f"{client}:{environ.get('REMOTE_PORT')}" if client else "-"
-        path = environ["PATH_INFO"]
-        if environ["QUERY_STRING"]:
-            path = f"{path}?{environ['QUERY_STRING']}"
-        access_logger.info(
-            '%s - "%s %s %s" %d %d %.1fms',
-            client_addr,
-            environ["REQUEST_METHOD"],
-            path,
-            environ["SERVER_PROTOCOL"],
-            self.stream.status,
-            self.stream.bytes_sent,
-            (time.perf_counter() - self.started_at) * 1000,
-        )
+        stream = self.stream
+        access_format = accesslog.access_format
+        headers = self.headers if access_format is not None and access_format.response_headers else None
+        duration = time.perf_counter() - self.started_at
+        accesslog.log(accesslog.EnvironRequest(stream.scope, stream.status, stream.body_bytes, duration, headers))
 
     # ---- the worker thread: output -------------------------------------------------
 
@@ -700,15 +693,24 @@ class Pool:
 
 
 class WSGIDispatcher:
-    """The engine's on_request for a WSGI app: each request becomes a job for the pool."""
+    """The engine's on_request for a WSGI app: each request becomes a job for the pool.
+
+    The operations flags behave as for an ASGI app (`zigcorn.http.Dispatcher`):
+    --drain-path is answered here (the app never sees it), --limit-concurrency,
+    --limit-max-requests and --timeout-request apply, and each request runs in a copy of
+    the server's `contextvars` context (a fresh, empty one with --reset-contextvars), so
+    that what one request sets is never seen by the next one on the same thread.
+    """
 
     __slots__ = (
         "app", "loop", "outbox", "pool", "access_log", "limit_concurrency", "limit_max_requests",
-        "timeout_request", "requests", "on_limit", "engine", "cond", "lock",
+        "timeout_request", "requests", "on_limit", "engine", "cond", "lock", "context", "drain_path",
+        "admin_token", "on_drain",
     )  # fmt: skip
 
     def __init__(self, app, loop, *, threads: int, access_log: bool, limit_concurrency, limit_max_requests,
-                 timeout_request, on_limit) -> None:  # fmt: skip
+                 timeout_request, on_limit, reset_contextvars: bool = False, drain_path: str | None = None,
+                 admin_token: str | None = None, on_drain=None) -> None:  # fmt: skip
         self.app = app
         self.loop = loop
         self.outbox = Outbox(loop)
@@ -723,8 +725,18 @@ class WSGIDispatcher:
         self.requests = 0
         self.on_limit = on_limit
         self.engine = None
+        # The server's context as it starts serving (what the app's import set), copied per
+        # request; None: --reset-contextvars, an empty one per request.
+        self.context = None if reset_contextvars else contextvars.copy_context()
+        self.drain_path = drain_path
+        self.admin_token = drain_token(admin_token)
+        self.on_drain = on_drain
 
     def __call__(self, stream) -> None:
+        environ = stream.scope
+        if self.drain_path is not None and environ["SCRIPT_NAME"] + environ["PATH_INFO"] == self.drain_path:
+            self._drain_request(stream)
+            return
         if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
             stream.start(503, _ERROR_HEADERS)
             stream.write(b"Service Unavailable", False)
@@ -738,11 +750,11 @@ class WSGIDispatcher:
         exchange = Exchange(stream, self)
         if self.access_log:
             exchange.started_at = time.perf_counter()
-        environ = stream.scope
         environ["wsgi.input"] = exchange
         if self.timeout_request is not None:
             exchange.timer = self.loop.call_later(self.timeout_request, exchange.expire, self.timeout_request)
-        job = lambda: run(self.app, exchange)  # noqa: E731
+        context = contextvars.Context() if self.context is None else self.context.copy()
+        job = lambda: context.run(run, self.app, exchange)  # noqa: E731
         length = environ.get("CONTENT_LENGTH")
         if length is not None or "HTTP_TRANSFER_ENCODING" in environ or environ["SERVER_PROTOCOL"] == "HTTP/2":
             # A body that fits the read-ahead is read before a thread is given the request:
@@ -756,6 +768,14 @@ class WSGIDispatcher:
         else:
             exchange.body_done = True
         self.pool.submit(job)
+
+    def _drain_request(self, stream) -> None:
+        """--drain-path: the same answers as for an ASGI app (`zigcorn.http.answer_drain`)."""
+        environ = stream.scope
+        client = environ.get("REMOTE_ADDR")
+        client_addr = f"{client}:{environ.get('REMOTE_PORT')}" if client else "-"
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")
+        answer_drain(stream, environ["REQUEST_METHOD"], given, client_addr, self.admin_token, self.on_drain)
 
 
 def run(app, exchange: Exchange) -> None:

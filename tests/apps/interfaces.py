@@ -44,6 +44,14 @@ def wsgi_app(environ, start_response):
     return [f"wsgi {path}".encode()]
 
 
+def wsgi_context_app(environ, start_response):
+    """What VAR holds as the request starts; then the request sets it (a later request must not see that)."""
+    seen = VAR.get()
+    VAR.set("set by a request")
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [seen.encode()]
+
+
 async def env_app(scope, receive, send):
     if scope["type"] == "http":
         await _plain(send, GREETING.encode())

@@ -135,6 +135,10 @@ def router(environ, start_response):
     if head == "head-empty":
         start_response("204 No Content", [])
         return []
+    if head == "bytes":  # ?n=N: N bytes of text, one chunk with its content-length
+        return _text(start_response, b"x" * int(query.get("n", "8")))
+    if head == "admin":  # --drain-path tests: the app must never see these
+        print("APP-SAW", path, flush=True)
     return _text(start_response, "not found", "404 Not Found")
 
 

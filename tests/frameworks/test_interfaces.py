@@ -48,6 +48,16 @@ def test_reset_contextvars_runs_each_request_in_a_fresh_context(start_server):
     assert httpx.get(reset.url + "/").text == "unset"
 
 
+def test_reset_contextvars_for_a_wsgi_app(start_server):
+    # One thread, so that every request runs on the same one: what a request sets must not
+    # reach the next, and the flag hides what was set as the server started, as for ASGI.
+    plain = start_server("interfaces:wsgi_context_app", "--interface", "wsgi", "--wsgi-threads", "1")
+    assert [httpx.get(plain.url + "/").text for _ in range(3)] == ["set while the server started"] * 3
+    reset = start_server("interfaces:wsgi_context_app", "--interface", "wsgi", "--wsgi-threads", "1",
+                         "--reset-contextvars")  # fmt: skip
+    assert [httpx.get(reset.url + "/").text for _ in range(3)] == ["unset"] * 3
+
+
 def test_h11_max_incomplete_event_size_is_the_head_limit(start_server):
     server = start_server("basic:app", "--h11-max-incomplete-event-size", "1024")
     assert httpx.get(server.url + "/ok", headers={"x-a": "a" * 500}).status_code == 200

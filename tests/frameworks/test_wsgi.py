@@ -7,6 +7,7 @@ the request with a 500 and a traceback in the log."""
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 
@@ -320,3 +321,104 @@ def test_sigterm_drains_a_request_still_in_a_thread(start_server):
         assert server.stop() == 0
         r = pending.result()
     assert r.status_code == 200 and r.text == "slept"
+
+
+# ---- operations flags: the same behaviour as for an ASGI app -------------------------------
+
+TOKEN = "s3cret-token-0123456789"
+
+
+def test_drain_path_is_answered_by_the_server_and_drains_gracefully(start_server):
+    import threading
+
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--drain-path", "/admin/drain",
+                          "--admin-token", TOKEN)  # fmt: skip
+    url = server.url + "/admin/drain"
+    assert httpx.post(url).status_code == 403
+    assert httpx.post(url, headers={"authorization": "Bearer wrong-token-0123456789"}).status_code == 403
+    assert httpx.post(url, headers={"authorization": TOKEN}).status_code == 403  # not a bearer token
+    assert httpx.get(url).status_code == 403
+    r = httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert server.proc.poll() is None and httpx.get(server.url + "/gen?n=1").text == "part0;"
+    # A request in a pool thread when the drain starts still finishes.
+    results: list = []
+    slow = threading.Thread(target=lambda: results.append(httpx.get(server.url + "/sleep?s=1&mark=drain", timeout=10)))
+    slow.start()
+    assert wait_for(lambda: "SLEEP-START drain" in server.output(), 10), server.output()
+    r = httpx.post(url, headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 202 and r.text == "draining\n"
+    slow.join(10)
+    assert [x.status_code for x in results] == [200]
+    assert server.wait(15) == 0
+    output = server.output()
+    assert "APP-SAW" not in output, output  # the app never saw the drain path
+    assert "Drain requested by 127.0.0.1:" in output and "Drain request refused" in output
+    assert TOKEN not in output
+
+
+def _access_lines(server, marker: str) -> list[str]:
+    return [line for line in server.output().splitlines() if marker in line]
+
+
+def test_access_log_format_and_exclude(start_server):
+    fmt = ('%(h)s "%(r)s" %(s)s b=%(b)s B=%(B)s %(m)s %(U)s q=%(q)s %(H)s u=%(u)s in=%({x-test}i)s '
+           'out=%({content-type}o)s a=%(a)s')
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--access-log-format", fmt,
+                          "--access-log-exclude", "/env", "--compression", "gzip")  # fmt: skip
+    httpx.get(server.url + "/bytes?n=8", headers={"x-test": "hi", "user-agent": "ua/1"}, auth=("bob", "pw"))
+    httpx.get(server.url + "/env")
+    with httpx.stream("GET", server.url + "/bytes?n=20000", headers={"accept-encoding": "gzip"}) as r:
+        r.read()
+        assert r.headers["content-encoding"] == "gzip"
+        wire = r.num_bytes_downloaded
+    with httpx.Client(http1=False, http2=True) as client:
+        client.get(server.url + "/gen?n=2", headers={"accept-encoding": "identity"})
+    assert wait_for(lambda: _access_lines(server, "/gen")), server.output()
+    lines = _access_lines(server, '"GET /')
+    assert lines == [
+        '127.0.0.1 "GET /bytes?n=8 HTTP/1.1" 200 b=8 B=8 GET /bytes q=n=8 HTTP/1.1 u=bob in=hi out=text/plain a=ua/1',
+        f'127.0.0.1 "GET /bytes?n=20000 HTTP/1.1" 200 b={wire} B={wire} GET /bytes q=n=20000 HTTP/1.1 u=- in=- '
+        'out=text/plain a=python-httpx/' + httpx.__version__,
+        '127.0.0.1 "GET /gen?n=2 HTTP/2" 200 b=12 B=12 GET /gen q=n=2 HTTP/2 u=- in=- out=text/plain a=python-httpx/'
+        + httpx.__version__,
+    ], server.output()  # /env is excluded
+    assert wire < 20000
+
+
+def test_access_log_exclude_with_the_default_line(start_server):
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--access-log-exclude", "/env")
+    httpx.get(server.url + "/env")
+    httpx.get(server.url + "/bytes?n=8")
+    assert wait_for(lambda: _access_lines(server, "/bytes")), server.output()
+    (line,) = _access_lines(server, '"GET /')
+    # uvicorn's line, the body's 8 bytes as its size.
+    assert re.search(r'127\.0\.0\.1:\d+ - "GET /bytes\?n=8 HTTP/1\.1" 200 8 \d+\.\dms$', line), line
+
+
+def test_lifespan_on_is_refused_with_the_reason():
+    import subprocess
+    import sys
+
+    from tests.support.harness import ROOT
+
+    cmd = [sys.executable, "-m", "zigcorn", "tests.apps.wsgi_apps:app", "--interface", "wsgi", "--lifespan", "on",
+           "--port", "0"]  # fmt: skip
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=20)
+    assert result.returncode == 2, result
+    assert "lifespan" in result.stderr and "WSGI" in result.stderr, result.stderr
+
+
+def test_limit_concurrency_and_limit_max_requests(start_server):
+    import concurrent.futures
+
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--limit-concurrency", "1")
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(lambda: httpx.get(server.url + "/sleep?s=3&mark=busy", timeout=10))
+        assert wait_for(lambda: "SLEEP-START busy" in server.output(), 10), server.output()
+        assert httpx.get(server.url + "/gen?n=1").status_code == 503  # the app is not called
+        assert pending.result().text == "slept"
+    limited = start_server("wsgi_apps:app", "--interface", "wsgi", "--limit-max-requests", "3")
+    assert [httpx.get(limited.url + "/gen?n=1").text for _ in range(3)] == ["part0;"] * 3
+    assert limited.wait(10) == 0
+    assert "Maximum request limit of 3 exceeded" in limited.output()

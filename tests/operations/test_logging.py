@@ -152,3 +152,45 @@ def test_a_changed_default_dict_goes_through_dict_config(monkeypatch):
     assert zlogging.is_default_logging(zlogging.LOGGING_CONFIG)
     monkeypatch.setitem(zlogging.LOGGING_CONFIG["loggers"]["zigcorn.error"], "level", "DEBUG")
     assert not zlogging.is_default_logging(zlogging.LOGGING_CONFIG)
+
+
+# ---- the response size: the body's bytes, as gunicorn's %(b)s -----------------------------
+
+
+def _lines(server, marker: str) -> list[str]:
+    return [line for line in server.output().splitlines() if marker in line]
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_b_atom_is_the_body_length_on_the_wire(start_server, http2):
+    server = start_server("compress_app:app", "--access-log-format", "q=%(q)s %(m)s b=%(b)s B=%(B)s",
+                          "--compression", "gzip")  # fmt: skip
+    wire = {}
+    with httpx.Client(base_url=server.url, http1=not http2, http2=http2, timeout=30) as client:
+        assert len(client.get("/?size=8").content) == 8
+        for query in ("size=20000", "size=20000&chunks=4"):  # compressed in one piece, and streamed
+            with client.stream("GET", "/?" + query, headers={"accept-encoding": "gzip"}) as r:
+                r.read()
+                assert r.headers["content-encoding"] == "gzip"
+                wire[query] = r.num_bytes_downloaded
+        client.get("/?size=0")
+        client.head("/?size=8&last")
+    assert wait_for(lambda: _lines(server, "last")), server.output()
+    assert _lines(server, "q=") == [
+        "q=size=8 GET b=8 B=8",
+        f"q=size=20000 GET b={wire['size=20000']} B={wire['size=20000']}",
+        f"q=size=20000&chunks=4 GET b={wire['size=20000&chunks=4']} B={wire['size=20000&chunks=4']}",
+        "q=size=0 GET b=- B=0",
+        "q=size=8&last HEAD b=- B=0",
+    ], server.output()
+    assert 0 < wire["size=20000"] < 20000 and 0 < wire["size=20000&chunks=4"] < 20000
+
+
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_the_default_line_counts_the_body(start_server, interface):
+    args = ("wsgi_apps:app", "--interface", "wsgi") if interface == "wsgi" else ("basic:app",)
+    server = start_server(*args)
+    r = httpx.get(server.url + "/bytes?n=8")  # basic.py echoes the path: 6 bytes
+    assert wait_for(lambda: _lines(server, "GET /bytes")), server.output()
+    (line,) = _lines(server, "GET /bytes")
+    assert re.search(rf'"GET /bytes\?n=8 HTTP/1\.1" 200 {len(r.content)} \d+\.\dms$', line), line

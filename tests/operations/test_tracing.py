@@ -178,3 +178,48 @@ def test_a_request_id_the_app_keeps_never_changes(path):
                 assert r.json() == sent
     finally:
         server.kill()
+
+
+def _access_lines(server, marker: str) -> list[str]:
+    return [line for line in server.output().splitlines() if marker in line]
+
+
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_the_default_access_line_carries_the_request_id_and_trace_id(start_server, interface):
+    from tests.support.harness import wait_for
+
+    app = ("wsgi_apps:app", "--interface", "wsgi") if interface == "wsgi" else ("basic:app",)
+    server = start_server(*app, "--request-id-header", "x-request-id", "--trace-context")
+    httpx.get(server.url + "/one", headers={"x-request-id": "edge-7f3a:01J8ZK", "traceparent": PARENT})
+    made = httpx.get(server.url + "/two").headers["x-request-id"]
+    assert wait_for(lambda: _access_lines(server, "GET /two")), server.output()
+    (one,) = _access_lines(server, "GET /one")
+    (two,) = _access_lines(server, "GET /two")
+    assert re.search(r'"GET /one HTTP/1\.1" \d+ \d+ \d+\.\dms request_id=edge-7f3a:01J8ZK '
+                     r"trace_id=4bf92f3577b34da6a3ce929d0e0e4736$", one), one  # fmt: skip
+    assert re.search(rf" request_id={made} trace_id=[0-9a-f]{{32}}$", two), two
+    assert "4bf92f3577b34da6a3ce929d0e0e4736" not in two  # a new trace
+
+
+def test_the_default_access_line_with_the_request_id_alone(start_server):
+    from tests.support.harness import wait_for
+
+    server = start_server("wsgi_apps:app", "--interface", "wsgi", "--request-id-header", "x-request-id")
+    with httpx.Client(http1=False, http2=True) as client:
+        client.get(server.url + "/env", headers={"x-request-id": "abc-1"})
+    assert wait_for(lambda: _access_lines(server, "GET /env")), server.output()
+    (line,) = _access_lines(server, "GET /env")
+    assert re.search(r'"GET /env HTTP/2" 200 \d+ \d+\.\dms request_id=abc-1$', line), line
+
+
+def test_an_engine_answer_carries_the_ids_too(start_server, tmp_path):
+    from tests.support.harness import wait_for
+
+    (tmp_path / "a.txt").write_text("static!")
+    server = start_server("basic:app", "--static", f"/s={tmp_path}", "--request-id-header", "x-request-id",
+                          "--trace-context")  # fmt: skip
+    assert httpx.get(server.url + "/s/a.txt", headers={"x-request-id": "st-1", "traceparent": PARENT}).text == "static!"
+    assert wait_for(lambda: _access_lines(server, "GET /s/a.txt")), server.output()
+    (line,) = _access_lines(server, "GET /s/a.txt")
+    assert re.search(r'"GET /s/a\.txt HTTP/1\.1" 200 7 \d+\.\dms request_id=st-1 '
+                     r"trace_id=4bf92f3577b34da6a3ce929d0e0e4736$", line), line  # fmt: skip

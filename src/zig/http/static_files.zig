@@ -17,6 +17,7 @@ const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const stream_mod = @import("../transport/stream.zig"); // against the layers: the engine answers on the protocol-neutral stream, as the app would
 const Stream = stream_mod.Stream;
+const tracing = @import("tracing.zig");
 
 /// One `--static ROUTE=DIR`.
 pub const Mount = struct {
@@ -460,13 +461,15 @@ pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) v
     };
     const path = req.path[0..@min(req.path.len, 600)];
     const query = req.query[0..@min(req.query.len, 200)];
-    const text = std.fmt.bufPrint(&line, "{s}:{d} - \"{s} {s}{s}{s} HTTP/{s}\" {d} {d} {d}.{d}ms", .{
+    var ids_buf: [160]u8 = undefined;
+    const ids = tracing.logSuffix(st.conn.server.opts.tracing, &req.added, req.headers, &ids_buf);
+    const text = std.fmt.bufPrint(&line, "{s}:{d} - \"{s} {s}{s}{s} HTTP/{s}\" {d} {d} {d}.{d}ms{s}", .{
         if (addr.len > 0) addr else "-",         peer.port,
         req.method[0..@min(req.method.len, 32)], path,
         if (query.len > 0) "?" else "",          query,
         version,                                 st.status,
         st.resp_body_bytes,                      elapsed_us / 1000,
-        (elapsed_us % 1000) / 100,
+        (elapsed_us % 1000) / 100,               ids,
     }) catch return;
     st.conn.server.hooks.log(st.conn.server.hooks.ctx, .access, text);
 }

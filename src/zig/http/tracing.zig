@@ -174,6 +174,29 @@ pub fn prepare(opts: Options, headers: anytype, id: *RequestId) Added {
     return added;
 }
 
+/// The trace id (32 hex digits) the request goes on with under `--trace-context`: the new
+/// traceparent's, else the incoming one's (`prepare` kept it: valid and sent once); ""
+/// when the feature is off. `headers` are the request's as received.
+pub fn traceId(opts: Options, added: *const Added, headers: anytype) []const u8 {
+    if (!opts.trace_context) return "";
+    var parent = added.traceparent;
+    if (parent.len == 0) for (headers) |h| {
+        if (nameIs(h.name, "traceparent")) parent = h.value;
+    };
+    return if (parent.len == traceparent_len) parent[3..35] else "";
+}
+
+/// What the default access line ends with: ` request_id=<id>` under `--request-id-header`,
+/// ` trace_id=<32 hex>` under `--trace-context` (`zigcorn/accesslog.py` writes the same for
+/// the app's requests). A kept id is sane (`saneRequestId`): it cannot break the line.
+pub fn logSuffix(opts: Options, added: *const Added, headers: anytype, buf: []u8) []const u8 {
+    const trace = traceId(opts, added, headers);
+    return std.fmt.bufPrint(buf, "{s}{s}{s}{s}", .{
+        if (added.request_id.len > 0) " request_id=" else "", added.request_id,
+        if (trace.len > 0) " trace_id=" else "",              trace,
+    }) catch "";
+}
+
 /// An incoming id is kept when it is 1 to 64 bytes of letters, digits and `-_.:+/=@`
 /// (UUIDs, ULIDs, base64 and hex ids, what load balancers send); anything else could
 /// smuggle text into logs, and is replaced.
@@ -555,6 +578,30 @@ test "tracing: trace context kept, restarted or its state dropped" {
     // A valid parent with a bad state keeps the parent, drops the state.
     const e = prepare(opts, &[_]H{ .{ .name = "traceparent", .value = parent }, .{ .name = "tracestate", .value = "Bad=1" } }, &id);
     try testing.expect(e.traceparent.len == 0 and !e.drop_traceparent and e.drop_tracestate);
+}
+
+test "tracing: the access line's ids" {
+    var buf: [160]u8 = undefined;
+    var id = RequestId{};
+    const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const both = Options{ .request_id_header = "x-request-id", .trace_context = true };
+    const kept = [_]H{ .{ .name = "x-request-id", .value = "edge-1" }, .{ .name = "traceparent", .value = parent } };
+    var a = prepare(both, &kept, &id);
+    try testing.expectEqualStrings(" request_id=edge-1 trace_id=4bf92f3577b34da6a3ce929d0e0e4736", logSuffix(both, &a, &kept, &buf));
+    // A new trace: its id, not the refused one's.
+    const refused = [_]H{.{ .name = "traceparent", .value = "garbage" }};
+    a = prepare(both, &refused, &id);
+    const line = logSuffix(both, &a, &refused, &buf);
+    try testing.expectEqualStrings(a.traceparent[3..35], line[line.len - 32 ..]);
+    try testing.expect(std.mem.startsWith(u8, line, " request_id=") and line.len == " request_id= trace_id=".len + 64);
+    // Either alone, or neither.
+    const ids_only = Options{ .request_id_header = "x-request-id" };
+    a = prepare(ids_only, &kept, &id);
+    try testing.expectEqualStrings(" request_id=edge-1", logSuffix(ids_only, &a, &kept, &buf));
+    const trace_only = Options{ .trace_context = true };
+    a = prepare(trace_only, &kept, &id);
+    try testing.expectEqualStrings(" trace_id=4bf92f3577b34da6a3ce929d0e0e4736", logSuffix(trace_only, &a, &kept, &buf));
+    try testing.expectEqualStrings("", logSuffix(.{}, &Added{}, &kept, &buf));
 }
 
 test "tracing: tracestate members and bounds" {

@@ -28,7 +28,9 @@ const StreamObject = extern struct {
     read_waiter: ?*Object,
     write_waiter: ?*Object,
     status: c_long,
-    bytes_sent: c_longlong,
+    /// The response body's bytes as they went out (after compression; no head, chunk
+    /// framing or HTTP/2 frame headers), kept when the stream finishes: the access log's size.
+    body_bytes: c_longlong,
     body_final: bool,
     finished: bool,
     /// `--compression`: a response head held back until its first body message shows
@@ -503,7 +505,7 @@ fn detach(self: *StreamObject, abort: bool) void {
         if (failed) c.PyErr_Clear();
     }
     dropEncoder(self);
-    self.bytes_sent = @intCast(st.bytesSentOrQueued());
+    self.body_bytes = @intCast(st.resp_body_bytes);
     self.stream = null;
     self.finished = true;
     if (abort) st.abort() else st.finish();
@@ -523,9 +525,9 @@ fn streamGetStatus(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     return c.PyLong_FromLong(asStream(self_obj).status);
 }
 
-fn streamGetBytesSent(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+fn streamGetBodyBytes(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
-    const n: c_longlong = if (self.stream) |st| @intCast(st.bytesSentOrQueued()) else self.bytes_sent;
+    const n: c_longlong = if (self.stream) |st| @intCast(st.resp_body_bytes) else self.body_bytes;
     return c.PyLong_FromLongLong(n);
 }
 
@@ -645,7 +647,7 @@ var stream_members = [_]c.PyMemberDef{
 var stream_getset = [_]c.PyGetSetDef{
     .{ .name = "disconnected", .get = &streamGetDisconnected, .set = null, .doc = null, .closure = null },
     .{ .name = "status", .get = &streamGetStatus, .set = null, .doc = null, .closure = null },
-    .{ .name = "bytes_sent", .get = &streamGetBytesSent, .set = null, .doc = null, .closure = null },
+    .{ .name = "body_bytes", .get = &streamGetBodyBytes, .set = null, .doc = null, .closure = null },
     .{ .name = "response_started", .get = &streamGetStarted, .set = null, .doc = null, .closure = null },
     .{ .name = "response_complete", .get = &streamGetComplete, .set = null, .doc = null, .closure = null },
     .{ .name = "ws_finished", .get = &streamGetWsFinished, .set = null, .doc = null, .closure = null },

@@ -606,12 +606,6 @@ pub const Conn = struct {
         return act.io_busy;
     }
 
-    /// Output bytes the writer thread holds right now (counted as sent by the access log).
-    pub fn handedOffBytes(self: *const Conn) u64 {
-        const act = self.act orelse return 0;
-        return if (act.io_busy) act.job.bytes() else 0;
-    }
-
     fn advanceOutput(self: *Conn, written: usize) void {
         const act = self.a();
         self.server.bytes_out += written;

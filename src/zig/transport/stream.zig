@@ -119,6 +119,8 @@ pub const Stream = struct {
     /// HTTP/2: the stream was reset (by the client, or by us for an error).
     reset: bool = false,
     resp_length: ?u64 = null,
+    /// Body bytes of the response queued so far, as they go out (compressed ones when
+    /// compressed; no head or framing; 0 for HEAD): the metrics' size and the access log's.
     resp_body_bytes: u64 = 0,
     /// This stream's bytes in the connection's output queue (its backpressure), and
     /// those written to the socket.
@@ -412,11 +414,6 @@ pub const Stream = struct {
     /// The client went away, or the engine answered the request itself: the app sees a disconnect.
     pub fn gone(self: *const Stream) bool {
         return self.conn.state == .closed or self.refused or self.reset;
-    }
-
-    /// Output bytes handed to the socket or the writer thread.
-    pub fn bytesSentOrQueued(self: *const Stream) u64 {
-        return self.out.sent + self.conn.handedOffBytes();
     }
 
     // ---- WebSocket (HTTP/1.1 upgrade, or RFC 8441 over HTTP/2) ----------------------
