@@ -20,9 +20,9 @@ Rows:
   the WebSocket client over ws:// and wss://: a text message echoed, a 1 MiB binary message
     echoed, a ping answered by its pong, a close with 1000 answered with 1000
 
-Without `java` and `javac` on PATH the file skips; a failing build fails. To see the frames
-of a failing HTTP/2 row, run the check by hand from the built folder with
-``java -Djdk.httpclient.HttpClient.log=frames,headers -cp DIR Interop CHECK ...``.
+Without `java` and `javac` on PATH the file skips (fails with CI=true); a failing build
+fails. To see the frames of a failing HTTP/2 row, run the check by hand from the built
+folder with ``java -Djdk.httpclient.HttpClient.log=frames,headers -cp DIR Interop CHECK ...``.
 """
 
 import hashlib
@@ -39,6 +39,7 @@ import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
+from tests.support.tools import require_tool
 
 
 JAVA_SOURCES = ROOT / "tests" / "interop" / "java"
@@ -94,9 +95,7 @@ def build(javac: str, folder: Path) -> None:
 @pytest.fixture(scope="session")
 def java_client() -> tuple[str, Path]:
     """`java` and the folder of the compiled program, from the cache when nothing changed."""
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None:
-        pytest.skip("`java` or `javac` is not on PATH: the Java interop rows need a JDK (17 or later)")
+    java, javac = require_tool("java", "javac", reason="the Java interop rows need a JDK (17 or later)")
     folder = BUILD_CACHE / f"java-{source_hash(javac)}"
     if not folder.is_dir():
         build(javac, folder)

@@ -15,8 +15,9 @@ server's log). Rows:
   ws over ws:// and wss://: a text message echoed, a 1 MiB binary message echoed, a ping
     answered by its pong, a close with 1000 answered with 1000
 
-Without `node` and `npm` on PATH the file skips; a failing install fails. The client runs by
-hand too: ``node client.js download --transport h2c --port PORT`` from the installed folder.
+Without `node` and `npm` on PATH the file skips (fails with CI=true); a failing install
+fails. The client runs by hand too:
+``node client.js download --transport h2c --port PORT`` from the installed folder.
 """
 
 import hashlib
@@ -30,6 +31,7 @@ import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
+from tests.support.tools import require_tool
 
 
 NODE_SOURCES = ROOT / "tests" / "interop" / "node"
@@ -92,9 +94,7 @@ def install(npm: str, folder: Path) -> None:
 @pytest.fixture(scope="session")
 def node_client() -> tuple[str, Path]:
     """`node` and the installed client's folder, from the cache when nothing changed."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("`node` or `npm` is not on PATH: the Node interop rows need Node.js and npm")
+    node, npm = require_tool("node", "npm", reason="the Node interop rows need Node.js and npm")
     folder = INSTALL_CACHE / f"node-{source_hash(node)}"
     if not folder.is_dir():
         install(npm, folder)

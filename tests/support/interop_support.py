@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness import Server
+from tests.support.tools import require_module
 
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 
 # Built clients, one folder per language and source hash (kept across runs on a machine).
 CLIENT_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"

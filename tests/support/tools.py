@@ -34,6 +34,7 @@ DISTRIBUTIONS = {"grpc": "grpcio", "yaml": "pyyaml", "dotenv": "python-dotenv"}
 
 def skip_or_fail(reason: str) -> None:
     """Skips with `reason` locally; fails with it on CI, where the thing is installed."""
+    __tracebackhide__ = True  # reports name the test's line, not this one
     if ON_CI:
         pytest.fail(f"{reason} [CI=true: .ci/run installs this, so its absence is a failure, not a skip]",
                     pytrace=False)
@@ -43,6 +44,7 @@ def skip_or_fail(reason: str) -> None:
 def require_tool(*names: str, reason: str) -> str | tuple[str, ...]:
     """The path of each program in `names` (one path, or a tuple for several) from PATH;
     if one is missing, ``skip_or_fail(reason)``."""
+    __tracebackhide__ = True
     found = tuple(shutil.which(name) for name in names)
     missing = [name for name, path in zip(names, found) if path is None]
     if missing:
@@ -65,6 +67,7 @@ def uninstallable() -> set[str]:
 def require_module(name: str, reason: str | None = None) -> ModuleType:
     """``pytest.importorskip(name)``, but a failure on CI unless the package is one the
     chroot's venv recorded as having no wheel or build for this interpreter."""
+    __tracebackhide__ = True
     try:
         return importlib.import_module(name)
     except ImportError as exc:
