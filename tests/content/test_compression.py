@@ -12,10 +12,11 @@ import pytest
 
 from tests.apps.compress_app import DOC
 from tests.support.harness import Server, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-brotli = pytest.importorskip("brotli")
-zstandard = pytest.importorskip("zstandard")
+brotli = require_module("brotli")
+zstandard = require_module("zstandard")
 
 DECODE = {
     "gzip": gzip.decompress,
@@ -234,7 +235,7 @@ def test_http2_compressed(server):
 
 
 def test_tls_http1_and_http2(tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     pem = tmp_path / "server.pem"

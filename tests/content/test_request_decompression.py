@@ -14,10 +14,11 @@ import httpx
 import pytest
 
 from tests.support.harness import Server, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-brotli = pytest.importorskip("brotli")
-zstandard = pytest.importorskip("zstandard")
+brotli = require_module("brotli")
+zstandard = require_module("zstandard")
 
 DOC = b"".join(b'{"id": %d, "name": "item %d", "tags": ["a", "b", "c"]}\n' % (i, i * 7) for i in range(6000))
 ENCODE = {
@@ -209,7 +210,7 @@ def test_wsgi_reads_decoded_bytes(wsgi_server, coding):
 
 
 def test_tls_http1_and_http2(tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     ca = trustme.CA()
     pem = tmp_path / "server.pem"
     pem.write_bytes(ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.bytes())

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.support.harness import ROOT, Server, wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
 
@@ -310,7 +311,7 @@ def test_bad_mounts_are_refused_at_startup(flag):
 
 
 def test_over_tls_http1_and_http2(tree, tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     _, pub, blobs = tree
     ca = trustme.CA()
     cert = ca.issue_cert("localhost", "127.0.0.1")

@@ -36,6 +36,7 @@ import time
 import pytest
 
 from tests.support.harness import ROOT, free_port, port_open, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = [
     zigcorn_only,
@@ -368,7 +369,7 @@ def batch(port: int) -> None:
 def debug_server(request):
     """The server on its own loop (native handles, the engine in the loop's pass) and on
     asyncio's (the engine behind an add_reader callback)."""
-    pytest.importorskip("h2", reason="the HTTP/2 batch's client needs the h2 library")
+    require_module("h2", "the HTTP/2 batch's client needs the h2 library")
     port = free_port()
     log = tempfile.TemporaryFile()
     cmd = [sys.executable, "-m", "zigcorn", "tests.engine.test_refcount_debug:app", "--host", "127.0.0.1",

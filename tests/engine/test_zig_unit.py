@@ -9,8 +9,9 @@ import sysconfig
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
+from tests.support.tools import require_module
 
-pytest.importorskip("ziglang", reason="the ziglang wheel is not installed")
+require_module("ziglang", "the ziglang wheel is not installed")
 
 ZIG_DIR = ROOT / "src" / "zig"
 TEST_ROOT = ZIG_DIR / "unit_tests.zig"

@@ -10,6 +10,7 @@ import pytest
 import websockets
 
 from tests.support.harness import Server
+from tests.support.tools import require_module
 
 
 def serve(app: str, **env):
@@ -19,7 +20,7 @@ def serve(app: str, **env):
 
 @pytest.fixture(scope="module")
 def django_server(tmp_path_factory):
-    pytest.importorskip("django")
+    require_module("django")
     files = tmp_path_factory.mktemp("djfiles")
     (files / "data.bin").write_bytes(os.urandom(200_000))
     server = serve("django_app:app", ZIGCORN_TEST_FILES=str(files))
@@ -46,7 +47,7 @@ def test_django_async_views_bodies_streaming_and_files(django_server):
 
 @pytest.fixture(scope="module")
 def litestar_server():
-    pytest.importorskip("litestar")
+    require_module("litestar")
     server = serve("litestar_app:app")
     yield server
     server.kill()
@@ -68,7 +69,7 @@ def test_litestar_http_and_websocket(litestar_server):
 
 @pytest.fixture(scope="module")
 def quart_server():
-    pytest.importorskip("quart")
+    require_module("quart")
     server = serve("quart_app:app")
     yield server
     server.kill()
@@ -119,7 +120,7 @@ def wsgi_files(tmp_path_factory):
 
 @pytest.mark.parametrize("framework", ["flask", "django"])
 def test_wsgi_frameworks_sync_views_uploads_streaming_and_files(framework, wsgi_files):
-    pytest.importorskip(framework)
+    require_module(framework)
     server = Server(f"{framework}_wsgi:app", "--interface", "wsgi", "--root-path", "/mnt",
                     env={"ZIGCORN_TEST_FILES": str(wsgi_files)})  # fmt: skip
     try:

@@ -4,14 +4,13 @@ flag uvicorn --help names."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import httpx
-import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
 
@@ -34,7 +33,7 @@ def test_wsgi_apps_run_in_a_thread_pool_streaming_both_ways(start_server):
 
 
 def test_env_file_sets_the_environment_before_the_app_loads(start_server, tmp_path):
-    pytest.importorskip("dotenv")
+    require_module("dotenv")
     env = tmp_path / ".env"
     env.write_text("ZIGCORN_TEST_GREETING=from the env file\n")
     server = start_server("interfaces:env_app", "--env-file", str(env))
@@ -69,12 +68,7 @@ def _flags(help_text: str) -> set[str]:
 
 
 def test_help_names_every_uvicorn_flag():
-    uvicorn = shutil.which("uvicorn")
-    try:
-        import uvicorn as _uv  # noqa: F401
-    except ImportError:
-        if uvicorn is None:
-            pytest.skip("uvicorn is not installed")
+    require_module("uvicorn", "compared with uvicorn's --help")
     theirs = subprocess.run([sys.executable, "-m", "uvicorn", "--help"], capture_output=True, text=True).stdout
     ours = subprocess.run([sys.executable, "-m", "zigcorn", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
     theirs_flags = {f for f in _flags(theirs) if f != "--help"}

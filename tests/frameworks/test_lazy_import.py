@@ -23,8 +23,9 @@ import httpx
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
+from tests.support.tools import require_module
 
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 pytestmark = zigcorn_only
 # The default (zigcorn's own loop, no flag) and asyncio's loop: both defer ssl and inspect.
 LOOPS = pytest.mark.parametrize("loop_args", [(), ("--loop", "asyncio")], ids=["default", "asyncio"])

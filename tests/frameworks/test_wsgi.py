@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.harness import wait_for, zigcorn_only
 from tests.support.rawhttp import RawConn, get
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
 
@@ -292,7 +293,7 @@ def test_a_body_read_straight_from_the_socket_stops_at_its_end(server):
 def test_over_tls_http1_and_h2(start_server, tmp_path, http2):
     import ssl
 
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     certfile = tmp_path / "server.pem"

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.harness import cpu_seconds, wait_for, zigcorn_only
 from tests.support.rawhttp import RawConn, get
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
 MB = 1024 * 1024
@@ -155,7 +156,7 @@ def test_a_client_that_pipelines_faster_than_it_reads_is_held_back(start_server)
 
 
 def test_tls_garbage_and_stalled_handshakes_are_dropped(start_server, tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("localhost", "127.0.0.1")
     pem = tmp_path / "server.pem"

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from tests.support.harness import Server, wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 
 MB = 1024 * 1024
 

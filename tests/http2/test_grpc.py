@@ -10,10 +10,11 @@ only HEADERS frame carries grpc-status and ends the stream).
 import pytest
 
 from tests.support.harness import Server, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-grpc = pytest.importorskip("grpc")
-trustme = pytest.importorskip("trustme")
+grpc = require_module("grpc")
+trustme = require_module("trustme")
 
 TIMEOUT = 10
 MB = 1024 * 1024

@@ -28,9 +28,10 @@ from hyperframe.frame import ContinuationFrame, DataFrame, GoAwayFrame, HeadersF
 
 from tests.support.h2raw import H2Conn
 from tests.support.harness import ROOT, Server, wait_for, zigcorn_only
+from tests.support.tools import require_module, require_tool, skip_or_fail
 
 pytestmark = zigcorn_only
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 
 MB = 1024 * 1024
 PATTERN = bytes(range(256)) * 256
@@ -632,8 +633,9 @@ def _curl_has_http2() -> bool:
     return "HTTP2" in subprocess.run([curl, "-V"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(not _curl_has_http2(), reason="curl with HTTP/2 support is not installed")
 def test_curl(server, tls_server, certs):
+    if not _curl_has_http2():
+        skip_or_fail("curl with HTTP/2 support is not installed (Debian: curl)")
     out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-w", " %{http_version}", f"{server.url}/"],
                          capture_output=True, text=True, timeout=20).stdout
     assert out == "hello 2"
@@ -668,7 +670,7 @@ def _h2spec() -> str | None:
 def test_h2spec_strict_over_tls_passes_every_case(tls_server):
     h2spec = _h2spec()
     if h2spec is None:
-        pytest.skip("h2spec is not installed and Go is not here to build it")
+        skip_or_fail("h2spec is not installed and Go is not here to build it (or `go install` failed)")
     done = subprocess.run([h2spec, "-h", "127.0.0.1", "-p", str(tls_server.port), "-t", "-k", "-S", "-o", "5"],
                           capture_output=True, text=True, timeout=600)
     summary = done.stdout.strip().splitlines()[-1]
@@ -715,9 +717,8 @@ def test_random_and_mutated_frames_never_take_the_server_down(server):
         assert client.get(f"{server.url}/").text == "hello"
 
 
-@pytest.mark.skipif(shutil.which("nghttp") is None or shutil.which("h2load") is None,
-                    reason="nghttp2-client (nghttp, h2load) is not installed")
 def test_nghttp_and_h2load(server, tls_server):
+    require_tool("nghttp", "h2load", reason="nghttp2-client (nghttp, h2load) is not installed")
     out = subprocess.run(["nghttp", "-nv", f"{server.url}/", f"{server.url}/scope"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr

@@ -18,10 +18,11 @@ import pytest
 import websockets
 
 from tests.support.harness import ROOT, Server, free_port, zigcorn_only
+from tests.support.tools import require_module, skip_or_fail
 
 pytestmark = zigcorn_only
-trustme = pytest.importorskip("trustme")
-pytest.importorskip("starlette")
+trustme = require_module("trustme")
+require_module("starlette")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CERTUTIL = shutil.which("certutil")
@@ -30,7 +31,7 @@ CERTUTIL = shutil.which("certutil")
 @pytest.fixture(scope="module")
 def browser_env(tmp_path_factory):
     if CHROMIUM is None or CERTUTIL is None:
-        pytest.skip("Chromium or certutil (Debian: chromium, libnss3-tools) is not installed")
+        skip_or_fail("Chromium or certutil (Debian: chromium, libnss3-tools) is not installed")
     root = tmp_path_factory.mktemp("browser")
     ca = trustme.CA()
     cert = ca.issue_cert("localhost")

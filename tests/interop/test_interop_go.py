@@ -14,8 +14,9 @@ Rows:
   net/http limited to TLS 1.2 (MaxVersion tls.VersionTLS12, Go's defaults otherwise), with
     an RSA and an ECDSA certificate: an ECDHE suite with AES-GCM or ChaCha20-Poly1305
 
-Without `go` on PATH the file skips (on CI, CI=true, it fails); a failing build fails. To see the frames of a failing
-HTTP/2 row: ``GODEBUG=http2debug=2 pytest tests/interop/test_interop_go.py -k ...``.
+Without `go` on PATH the file skips (fails with CI=true); a failing build fails. To see
+the frames of a failing HTTP/2 row:
+``GODEBUG=http2debug=2 pytest tests/interop/test_interop_go.py -k ...``.
 """
 
 import hashlib
@@ -28,9 +29,9 @@ import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import (  # noqa: F401 (fixtures)
-    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text,
-    tls_server,
+    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, text, tls_server,
 )
+from tests.support.tools import require_tool
 
 
 GO_SOURCES = ROOT / "tests" / "interop" / "go"
@@ -73,7 +74,7 @@ def build(go: str, binary: Path) -> None:
 @pytest.fixture(scope="session")
 def go_client() -> Path:
     """The built Go program, from the cache when its sources have not changed."""
-    [go] = require_tool("go", why="the Go interop rows need a Go toolchain to build their client")
+    go = require_tool("go", reason="the Go interop rows need a Go toolchain to build their client")
     binary = BUILD_CACHE / f"go-{source_hash(go)}" / "interop"
     if not binary.exists():
         build(go, binary)

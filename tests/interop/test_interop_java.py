@@ -22,10 +22,9 @@ Rows:
   HttpClient whose SSLParameters allow TLSv1.2 only (the JDK's defaults otherwise), with an
     RSA and an ECDSA certificate: an ECDHE suite with AES-GCM or ChaCha20-Poly1305
 
-Without `java` and `javac` on PATH the file skips (on CI, CI=true, it fails); a failing
-build fails. To see the frames
-of a failing HTTP/2 row, run the check by hand from the built folder with
-``java -Djdk.httpclient.HttpClient.log=frames,headers -cp DIR Interop CHECK ...``.
+Without `java` and `javac` on PATH the file skips (fails with CI=true); a failing build
+fails. To see the frames of a failing HTTP/2 row, run the check by hand from the built
+folder with ``java -Djdk.httpclient.HttpClient.log=frames,headers -cp DIR Interop CHECK ...``.
 """
 
 import hashlib
@@ -42,9 +41,9 @@ import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import (  # noqa: F401 (fixtures)
-    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, require_tool, text,
-    tls_server,
+    CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, text, tls_server,
 )
+from tests.support.tools import require_tool
 
 
 JAVA_SOURCES = ROOT / "tests" / "interop" / "java"
@@ -100,7 +99,7 @@ def build(javac: str, folder: Path) -> None:
 @pytest.fixture(scope="session")
 def java_client() -> tuple[str, Path]:
     """`java` and the folder of the compiled program, from the cache when nothing changed."""
-    java, javac = require_tool("java", "javac", why="the Java interop rows need a JDK (17 or later)")
+    java, javac = require_tool("java", "javac", reason="the Java interop rows need a JDK (17 or later)")
     folder = BUILD_CACHE / f"java-{source_hash(javac)}"
     if not folder.is_dir():
         build(javac, folder)

@@ -15,9 +15,9 @@ server's log). Rows:
   ws over ws:// and wss://: a text message echoed, a 1 MiB binary message echoed, a ping
     answered by its pong, a close with 1000 answered with 1000
 
-Without `node` and `npm` on PATH the file skips (on CI, CI=true, it fails); a failing
-install fails. The client runs by hand too: ``node client.js download --transport h2c
---port PORT`` from the installed folder.
+Without `node` and `npm` on PATH the file skips (fails with CI=true); a failing install
+fails. The client runs by hand too:
+``node client.js download --transport h2c --port PORT`` from the installed folder.
 """
 
 import hashlib
@@ -30,9 +30,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
-from tests.support.interop_support import (  # noqa: F401 (fixtures)
-    CLIENT_CACHE, certs, pattern_sha256, plain_server, require_tool, text, tls_server,
-)
+from tests.support.interop_support import CLIENT_CACHE, certs, pattern_sha256, plain_server, text, tls_server  # noqa: F401 (fixtures)
+from tests.support.tools import require_tool
 
 
 NODE_SOURCES = ROOT / "tests" / "interop" / "node"
@@ -95,7 +94,7 @@ def install(npm: str, folder: Path) -> None:
 @pytest.fixture(scope="session")
 def node_client() -> tuple[str, Path]:
     """`node` and the installed client's folder, from the cache when nothing changed."""
-    node, npm = require_tool("node", "npm", why="the Node interop rows need Node.js and npm")
+    node, npm = require_tool("node", "npm", reason="the Node interop rows need Node.js and npm")
     folder = INSTALL_CACHE / f"node-{source_hash(node)}"
     if not folder.is_dir():
         install(npm, folder)

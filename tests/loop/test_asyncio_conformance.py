@@ -9,15 +9,15 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from tests.support.asyncio_suite import EXPECTED
 from tests.support.harness import ROOT
+from tests.support.tools import skip_or_fail
 
 
-@pytest.mark.skipif(importlib.util.find_spec("test.test_asyncio") is None,
-                    reason="this interpreter ships without its test suite (test.test_asyncio)")  # fmt: skip
 def test_cpython_asyncio_suite_passes_on_zigcorns_loop(tmp_path):
+    if importlib.util.find_spec("test.test_asyncio") is None:
+        skip_or_fail("this interpreter ships without its test suite, test.test_asyncio "
+                     "(Debian: libpython3.X-testsuite)")
     out = tmp_path / "suite.json"
     proc = subprocess.run([sys.executable, "-m", "tests.support.asyncio_suite", "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)  # fmt: skip

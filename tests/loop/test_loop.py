@@ -1,6 +1,5 @@
 """The app runs on a standard asyncio loop: tasks, contextvars, loop choice, IPv6."""
 
-import importlib.util
 import json
 import socket
 import time
@@ -10,6 +9,7 @@ import pytest
 
 from tests.support.harness import IS_ZIGCORN, free_port
 from tests.support.rawhttp import RawConn, get
+from tests.support.tools import require_module
 
 
 def _fetch_json(port: int, paths: list[str]) -> list[dict]:
@@ -24,8 +24,8 @@ def _fetch_json(port: int, paths: list[str]) -> list[dict]:
 @pytest.mark.parametrize("loop", ["zigcorn", "asyncio", "uvloop"])
 @pytest.mark.parametrize("busy_poll", ["0", "5000"])
 def test_app_runs_in_a_task_with_its_own_context(start_server, loop, busy_poll):
-    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        pytest.skip("uvloop is not installed")
+    if loop == "uvloop":
+        require_module("uvloop")
     # A long busy poll (zigcorn) catches the second request inside the spin the first
     # one's end scheduled: its task must not inherit the first one's context.
     extra = ("--busy-poll", busy_poll) if IS_ZIGCORN else ()

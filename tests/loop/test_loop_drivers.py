@@ -3,7 +3,7 @@ PostgreSQL, redis-py's asyncio client against a real Redis, httpx over TLS.
 
 PostgreSQL and Redis come from Debian's packages (`.ci/run` installs them); the fixtures
 start a private instance of each on loopback and stop it afterwards. Where one cannot
-be found the tests that need it skip, saying which.
+be found the tests that need it skip, saying which (with CI=true they fail).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.support.harness import free_port, port_open, wait_for, zigcorn_only
+from tests.support.tools import require_module, require_tool, skip_or_fail
 
 pytestmark = zigcorn_only
 LOOPS = ["zigcorn", "asyncio"]
@@ -45,14 +46,14 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 def postgres():
     initdb, server = _postgres_bin("initdb"), _postgres_bin("postgres")
     if not (initdb and server):
-        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+        skip_or_fail("PostgreSQL is not installed (Debian: apt-get install postgresql)")
     # PostgreSQL refuses to run as root: as root, run it as the package's own user.
     user = None
     if os.geteuid() == 0:
         try:
             user = pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run PostgreSQL as")
+            skip_or_fail("running as root and there is no 'postgres' user (Debian's postgresql package makes it)")
     data = tempfile.mkdtemp(prefix="zigcorn-pg-")
     as_user = {"user": user.pw_uid, "group": user.pw_gid} if user else {}
     if user:
@@ -81,9 +82,7 @@ def postgres():
 
 @pytest.fixture(scope="module")
 def redis_url():
-    server = shutil.which("redis-server")
-    if not server:
-        pytest.skip("Redis is not installed (Debian: apt-get install redis-server)")
+    server = require_tool("redis-server", reason="Redis is not installed (Debian: apt-get install redis-server)")
     port = free_port()
     work = tempfile.mkdtemp(prefix="zigcorn-redis-")
     proc = subprocess.Popen(
@@ -119,7 +118,7 @@ def test_the_default_loop_is_zigcorns(start_server):
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_asyncpg_against_a_real_postgresql(start_server, postgres, loop):
-    pytest.importorskip("asyncpg")
+    require_module("asyncpg")
     server = start_server("drivers:app", "--loop", loop)
     result = _get(server, "/pg", dsn=postgres)
     assert result == {"rows": ["n0", "n50", "n100", "n150"], "notify": "hello", "timed_out": True, "count": 200,
@@ -128,14 +127,14 @@ def test_asyncpg_against_a_real_postgresql(start_server, postgres, loop):
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_redis_asyncio_client_against_a_real_redis(start_server, redis_url, loop):
-    pytest.importorskip("redis")
+    require_module("redis")
     server = start_server("drivers:app", "--loop", loop)
     result = _get(server, "/redis", url=redis_url)
     assert result == {"value": "value", "pipeline": [5, 12], "message": "message", "blpop": None, "many": 50}
 
 
 def test_httpx_over_tls_to_a_local_server(start_server, tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = require_module("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("localhost", "127.0.0.1")
     ca_path, key_path, cert_path = tmp_path / "ca.pem", tmp_path / "key.pem", tmp_path / "cert.pem"

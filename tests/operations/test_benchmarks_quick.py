@@ -6,12 +6,13 @@ anything is.
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
@@ -53,8 +54,8 @@ def test_parse_wrk_output():
     assert result["socket_errors_total"] == 4
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 def test_quick_benchmark_produces_results(tmp_path):
+    require_tool("wrk", reason="wrk is not installed (apt-get install -y wrk)")
     out, md = tmp_path / "quick.json", tmp_path / "quick.md"
     cmd = [sys.executable, str(BENCH / "run.py"), "--quick", "--servers", "zigcorn", "--no-venv",
            "--apps", "raw", "--idle-connections", "500", "--json", str(out), "--markdown", str(md),
@@ -104,9 +105,9 @@ def test_rss_trend_sees_a_climb_and_ignores_the_warm_up():
     assert memory.rss_trend([(0.0, 1), (1.0, 2)], skip_s=10)["growth_kib"] is None
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 def test_static_mount_benchmark_produces_results(tmp_path):
     """``benchmarks/static.py --mount`` against zigcorn alone: every figure is there."""
+    require_tool("wrk", reason="wrk is not installed (apt-get install -y wrk)")
     out = tmp_path / "static.json"
     cmd = [sys.executable, str(BENCH / "static.py"), "--mount", "--servers", "zigcorn", "--no-venv",
            "--seconds", "1", "--json", str(out)]

@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 from tests.support.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-pytest.importorskip("gunicorn")
+require_module("gunicorn")
 
 
 class Gunicorn:

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from tests.support.harness import wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
 
@@ -43,7 +44,7 @@ def test_json_log_config(start_server, tmp_path):
 
 
 def test_yaml_log_config(start_server, tmp_path):
-    yaml = pytest.importorskip("yaml")
+    yaml = require_module("yaml")
     config = tmp_path / "log.yaml"
     config.write_text(yaml.safe_dump(dict_config(tmp_path / "out.log")))
     check_file_logging(start_server, config, tmp_path / "out.log")

@@ -7,12 +7,12 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from tests.support.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-pytest.importorskip("watchfiles")
+require_module("watchfiles")
 
 APP = '''
 async def app(scope, receive, send):

@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from tests.support.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
+from tests.support.tools import require_module
 
 pytestmark = zigcorn_only
-pytest.importorskip("ziglang")
+require_module("ziglang")
 
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 ABI = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -38,7 +39,7 @@ def test_one_wheel_per_target_with_the_right_tags(wheels):
 
 @pytest.mark.parametrize("platform", ["manylinux_2_17_x86_64", "manylinux_2_17_aarch64", "musllinux_1_2_x86_64"])
 def test_auditwheel_agrees_with_each_tag(wheels, platform):
-    pytest.importorskip("auditwheel")
+    require_module("auditwheel")
     (wheel,) = [w for name, w in wheels.items() if platform in name]
     shown = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr

@@ -1,19 +1,18 @@
 """What the interop matrix's files share: where the clients are cached, the servers they
 talk to (tests/apps/interop.py, plain and over TLS with an RSA or an ECDSA certificate, each
-started once per test module), the test CA, the download pattern's digest, and what a test
-does when a client's tool is missing (skip, but fail on CI)."""
+started once per test module), the test CA and the download pattern's digest (a missing
+client tool: tests/support/tools.py)."""
 
 import hashlib
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.harness import Server
+from tests.support.tools import require_module
 
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 
 # The TLS 1.2 suites the server's default --ssl-ciphers allows, by the certificate's key
 # type, by their IANA names (which Go and Java use): ECDHE with AES-GCM or ChaCha20-Poly1305.
@@ -25,20 +24,6 @@ TLS12_AEAD_IANA = {
 
 # Built clients, one folder per language and source hash (kept across runs on a machine).
 CLIENT_CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
-
-
-def require_tool(*names: str, why: str) -> list[str]:
-    """The paths of the named programs on PATH. When one is missing the test skips, but
-    on CI (CI=true), where the tools are installed, it fails: a missing toolchain must not
-    pass as a green run."""
-    paths = [shutil.which(name) for name in names]
-    missing = [name for name, path in zip(names, paths) if path is None]
-    if missing:
-        message = f"{' and '.join(f'`{name}`' for name in missing)} not on PATH: {why}"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(f"{message} (CI=true: the tool is meant to be installed, so this fails instead of skipping)")
-        pytest.skip(message)
-    return paths
 
 
 def text(output: str | bytes | None) -> str:

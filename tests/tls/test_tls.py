@@ -18,8 +18,9 @@ import pytest
 
 from tests.support.harness import ROOT, Server, wait_for, zigcorn_only
 from tests.support.rawhttp import RawConn, get
+from tests.support.tools import require_module
 
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme")
 
 MB = 1024 * 1024
 PASSWORD = "s3cret-Pa55word-7f1c"

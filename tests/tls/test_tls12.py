@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from tests.support.harness import Server, zigcorn_only
-from tests.support.interop_support import require_tool
+from tests.support.tools import require_tool
 
 trustme = pytest.importorskip("trustme")
 
@@ -106,7 +106,7 @@ def assert_hello(response: bytes) -> None:
 
 def curl(port: int, ca_file: str) -> tuple[str, str, str]:
     """curl limited to TLS 1.2, its defaults otherwise: the version and suite it reports, the status."""
-    [curl] = require_tool("curl", why="the curl rows run curl against the server")
+    curl = require_tool("curl", reason="the curl rows run curl against the server")
     url = f"https://localhost:{port}/"
     cmd = [curl, "-sS", "-v", "--tlsv1.2", "--tls-max", "1.2", "--cacert", ca_file,
            "--resolve", f"localhost:{port}:127.0.0.1", "-o", "/dev/null", "-w", "%{http_code}", url]  # fmt: skip

@@ -6,9 +6,10 @@ import json
 import pytest
 
 from tests.support.harness import zigcorn_only
+from tests.support.tools import require_module
 from tests.tls.test_tls import Certs, tls_server
 
-websockets = pytest.importorskip("websockets")
+websockets = require_module("websockets")
 pytestmark = zigcorn_only
 
 
