@@ -219,9 +219,10 @@ class Master:
                     logger.info("SIGTTOU: %d workers", self.target)
                     self._retire(sorted(self._serving(), key=lambda w: w.started_at)[-1:])
 
-    def _stop(self, sig: int, drain: bool = False) -> None:
+    def _stop(self, sig: int, drain: bool = False, now: bool = False) -> None:
         """SIGTERM / SIGINT, or (`drain`) a --drain-path request a worker passed on: every
-        worker drains, going on accepting for --shutdown-delay / --drain-delay first."""
+        worker drains, going on accepting for --shutdown-delay / --drain-delay first
+        (`now`: a worker failed to start, nothing waits)."""
         if self.stopping:
             if sig == signal.SIGINT:  # a second Ctrl+C: no more waiting
                 logger.warning("Second interrupt: killing workers.")
@@ -233,10 +234,12 @@ class Master:
         else:
             logger.info("Received %s: stopping %d worker(s).", signal.Signals(sig).name, len(self.workers))
         config = self.config
-        delay = config.drain_delay if drain else config.shutdown_delay if sig == signal.SIGTERM else 0.0
+        delay = config.drain_delay if drain else config.shutdown_delay if sig == signal.SIGTERM and not now else 0.0
         if config.timeout_graceful_shutdown is not None:
             self.stop_deadline = time.monotonic() + delay + config.timeout_graceful_shutdown + KILL_GRACE_SECONDS
-        self._kill_all(DRAIN_SIGNAL if drain else signal.SIGTERM)
+        # Each worker waits its own delay: SIGTERM (--shutdown-delay), DRAIN_SIGNAL
+        # (--drain-delay), SIGINT (none).
+        self._kill_all(DRAIN_SIGNAL if drain else signal.SIGINT if now or sig == signal.SIGINT else signal.SIGTERM)
 
     def _reload(self) -> None:
         if any(not w.ready and not w.retiring for w in self.workers.values()):
@@ -384,9 +387,12 @@ class Master:
             self._retire([w for w in self._serving() if w.generation < self.generation])
 
     def _retire(self, workers: list[Worker]) -> None:
+        """Workers whose successors accept (SIGHUP, --workers-max-rss, SIGTTOU) drain now:
+        SIGINT, which skips --shutdown-delay, so the old ones stop accepting at once and
+        the health and ready probes meet the new ones, not a worker saying 503."""
         for worker in workers:
             worker.retiring = True
-            _signal(worker.pid, signal.SIGTERM)
+            _signal(worker.pid, signal.SIGINT)
 
     def _kill_all(self, sig: int) -> None:
         for worker in self.workers.values():
@@ -421,7 +427,7 @@ class Master:
         if not worker.ready and os.waitstatus_to_exitcode(status) == STARTUP_FAILURE:
             logger.error("Worker [%d] failed to start (%s): stopping.", worker.pid, reason)
             self.exit_code = STARTUP_FAILURE
-            self._stop(signal.SIGTERM)
+            self._stop(signal.SIGTERM, now=True)
             return
         # A clean exit (--limit-max-requests) is routine, however soon it comes.
         crashed = os.waitstatus_to_exitcode(status) != 0

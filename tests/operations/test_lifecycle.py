@@ -375,3 +375,27 @@ def test_websocket_over_http2_goes_on_until_the_deadline_then_1001(start_server)
         ws.h2.close()
     assert wait_for(lambda: "WS-DISCONNECT 1001" in server.output(), 5), server.output()
     assert server.wait(10) == 0
+
+
+def test_sighup_retires_old_workers_at_once_and_the_probes_never_see_503(start_server):
+    """--shutdown-delay is for the server going away, not for a worker whose successor
+    already accepts: the old generation stops accepting at once, so a probe meets the new
+    workers, never an old one saying 503."""
+    from tests.support.harness import _children
+
+    server = start_server("lifecycle:app", "--workers", "2", *OPS, "--shutdown-delay", "30")
+    assert wait_for(lambda: server.output().count("Application startup complete") == 2, 15), server.output()
+    old = set(_children(server.proc.pid))
+    statuses = []
+    server.proc.send_signal(signal.SIGHUP)
+    started = time.monotonic()
+    while time.monotonic() - started < 15:
+        statuses.append(answer(server.port, "/readyz")[0])
+        children = set(_children(server.proc.pid))
+        if len(children) == 2 and not children & old:
+            break
+    assert not set(_children(server.proc.pid)) & old, "the old workers went"
+    assert time.monotonic() - started < 10, "they did not wait for --shutdown-delay"
+    assert set(statuses) == {200}, statuses
+    server.proc.send_signal(signal.SIGINT)  # no delay for Ctrl+C
+    assert server.wait(10) == 0
