@@ -134,6 +134,11 @@ pub const Options = struct {
     spin_ns: u64,
     /// HTTP/2 is served: h2c with prior knowledge, and "h2" offered in TLS ALPN.
     http2: bool,
+    /// `--h2c-upgrade`: an HTTP/1.1 request with `Upgrade: h2c` switches a plain connection
+    /// to HTTP/2 (RFC 7540 3.2, with `http2`). Off, the upgrade is ignored (RFC 9110 7.8) and
+    /// the request served as HTTP/1.1: behind a proxy, a 101 makes the connection a tunnel
+    /// whose requests the proxy never sees (h2c smuggling).
+    h2c_upgrade: bool = false,
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
     h2_max_streams: u32,
     /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
