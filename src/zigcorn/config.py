@@ -217,6 +217,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("http", "auto", "HTTP/1.1 implementation; every choice is the engine's own parser (uvicorn's names)", "HTTP",
        choices=HTTP_CHOICES, note="zigcorn parses HTTP in its engine: a protocol class cannot be given"),
     _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
+    _S("h2c_upgrade", False, "honour the HTTP/1.1 Upgrade to h2c (RFC 7540 3.2, deprecated): off, it is ignored "
+       "and the request served as HTTP/1.1; on behind a proxy, the upgraded connection is a tunnel the proxy no "
+       "longer reads", "HTTP", kind="switch"),
     _S("compression", None, "compress responses with these encodings, in the server's order of preference "
        "(a comma list of zstd, br, gzip), chosen against the request's accept-encoding", "Compression",
        metavar="LIST", shown="off"),
@@ -627,6 +630,7 @@ class Config:
             "io_uring_buffers": self.io_uring_buffers,
             "io_uring_buffer_size": self.io_uring_buffer_size,
             "http2": bool(self.http2),
+            "h2c_upgrade": bool(self.h2c_upgrade),
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
             "busy_poll": self.busy_poll,
             "limit_connections": self.limit_connections,

@@ -764,20 +764,107 @@ def test_an_old_http2_connection_gets_goaway_and_its_streams_finish(start_server
     conn = H2Conn(server.port, timeout=15)
     try:
         assert conn.response(conn.request("/hello"))[1] == b"/hello"
-        slow = conn.request("/sleep?s=5")  # in flight across the age
-        time.sleep(3.3)
-        last = conn.request("/hello")  # read on an old connection: its last stream
+        slow = conn.request("/sleep?s=6")  # in flight across the age
+        time.sleep(4)
+        late = conn.request("/hello")  # sent after the GOAWAY left: not served
         frames = list(conn.raw_frames(timeout=10))
     finally:
         conn.close()
     goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
-    assert [(g.last_stream_id, g.error_code) for g in goaways] == [(last, 0)]
-    data = {sid: [f for f in frames if isinstance(f, DataFrame) and f.stream_id == sid] for sid in (slow, last)}
-    assert b"".join(f.data for f in data[last]) == b"/hello"
+    # GOAWAY when the age passed, naming the last stream read then (not one sent later).
+    assert [(g.last_stream_id, g.error_code) for g in goaways] == [(slow, 0)]
+    data = {sid: [f for f in frames if isinstance(f, DataFrame) and f.stream_id == sid] for sid in (slow, late)}
+    assert data[late] == []
     # The stream in flight when GOAWAY left completes, then the server closes.
     assert frames.index(goaways[0]) < frames.index(data[slow][0])
     assert b"".join(f.data for f in data[slow]) == b"slept" and "END_STREAM" in data[slow][-1].flags
     assert conn.closed
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> float:
+    """Seconds until the server closed `sock` (recv b"" or a reset), failing past `seconds`."""
+    began = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        extra = sock.recv(65536)
+    except ConnectionResetError:
+        extra = b""
+    except TimeoutError:
+        raise AssertionError(f"the server kept the connection open for {seconds}s after the response") from None
+    assert extra == b"", extra
+    return time.monotonic() - began
+
+
+def test_a_response_whose_head_goes_out_past_the_age_closes_the_connection(start_server):
+    """Begun young, answered after --timeout-connection 1: the head says connection: close
+    and the server closes right after the body, not at the (30 s) keep-alive timeout."""
+    server = start_server("basic:app", "--timeout-connection", "1", "--timeout-keep-alive", "30", "--no-access-log")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /sleep?s=1.5 HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body, rest = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200") and body == b"slept" and rest == b""
+        assert b"connection: close" in head.lower(), head
+        assert _closed_within(sock, 1.0) < 1.0
+
+
+def test_a_response_whose_body_ends_past_the_age_closes_the_connection_after_it(start_server):
+    """The head goes out young (kept alive), the body streams past the age: the response is
+    whole, then the server closes (not at the keep-alive timeout)."""
+    server = start_server("basic:app", "--timeout-connection", "1", "--timeout-keep-alive", "30", "--no-access-log")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /drip?n=3&every=0.5 HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body, _ = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower(), head
+        assert body.count(b"drop,") == 3 and body.endswith(b"0\r\n\r\n")
+        assert _closed_within(sock, 1.0) < 1.0
+
+
+def _h2_until_closed(conn, timeout: float) -> list:
+    """(seconds since the call, frame) for each frame until the server closes the connection."""
+    began = time.monotonic()
+    return [(time.monotonic() - began, f) for f in conn.raw_frames(timeout=timeout)]
+
+
+def test_http2_gets_goaway_when_the_age_passes_and_closes_after_its_streams(start_server):
+    """GOAWAY as the age passes, while a stream is in flight and nothing else happens on
+    the connection; the stream finishes whole, then the server closes (not at the 30 s
+    keep-alive timeout). Before, the GOAWAY waited for a stream to open or end."""
+    from hyperframe.frame import DataFrame, GoAwayFrame
+
+    from tests.support.h2raw import H2Conn
+
+    server = start_server("basic:app", "--timeout-connection", "1", "--timeout-keep-alive", "30", "--no-access-log")
+    conn = H2Conn(server.port, timeout=15)
+    try:
+        slow = conn.request("/sleep?s=3.5")
+        frames = _h2_until_closed(conn, 8)
+    finally:
+        conn.close()
+    goaways = [(t, f) for t, f in frames if isinstance(f, GoAwayFrame)]
+    data = [(t, f) for t, f in frames if isinstance(f, DataFrame) and f.stream_id == slow]
+    assert [(g.last_stream_id, g.error_code) for _, g in goaways] == [(slow, 0)], frames
+    # The lifetime (1 s) passes, the server's timers run once a second: well before the 3.5 s answer.
+    assert goaways[0][0] < 2.8 and goaways[0][0] < data[0][0], frames
+    assert b"".join(f.data for _, f in data) == b"slept" and "END_STREAM" in data[-1][1].flags
+    assert conn.closed and frames[-1][0] - data[-1][0] < 1.0, frames
+
+
+def test_an_idle_http2_connection_gets_goaway_and_closes_when_the_age_passes(start_server):
+    from hyperframe.frame import GoAwayFrame
+
+    from tests.support.h2raw import H2Conn
+
+    server = start_server("basic:app", "--timeout-connection", "1", "--timeout-keep-alive", "30", "--no-access-log")
+    conn = H2Conn(server.port, timeout=15)
+    try:
+        sid = conn.request("/hello")
+        assert conn.response(sid)[1] == b"/hello"
+        frames = _h2_until_closed(conn, 8)
+    finally:
+        conn.close()
+    goaways = [f for _, f in frames if isinstance(f, GoAwayFrame)]
+    assert [(g.last_stream_id, g.error_code) for g in goaways] == [(sid, 0)], frames
+    assert conn.closed and frames[-1][0] < 3.0, frames
 
 
 def test_a_websocket_outlives_the_connection_age(start_server):

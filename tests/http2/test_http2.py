@@ -58,6 +58,14 @@ def server():
 
 
 @pytest.fixture(scope="module")
+def upgrade_server():
+    """With --h2c-upgrade: the HTTP/1.1 Upgrade to h2c is honoured (off by default)."""
+    s = Server("h2app:app", "--h2c-upgrade").wait_ready()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
 def tls_server(certs):
     s = Server("h2app:app", "--ssl-certfile", certs["certfile"]).wait_ready()
     yield s
@@ -187,8 +195,8 @@ class Upgraded:
         self.sock.close()
 
 
-def test_h2c_upgrade_answers_101_and_serves_the_request_as_stream_1(server):
-    client = Upgraded(server.port, "/scope?a=1", extra="TE: trailers\r\nX-Keep: yes\r\n")
+def test_h2c_upgrade_answers_101_and_serves_the_request_as_stream_1(upgrade_server):
+    client = Upgraded(upgrade_server.port, "/scope?a=1", extra="TE: trailers\r\nX-Keep: yes\r\n")
     try:
         assert client.head.split(b"\r\n")[0] == b"HTTP/1.1 101 Switching Protocols", client.head
         assert b"upgrade: h2c" in client.head.lower()
@@ -232,9 +240,9 @@ def read_frames(sock, data: bytes, quiet_s: float) -> list[tuple[int, int, int]]
     return frames
 
 
-def test_h2c_upgrade_applies_the_settings_it_carries(server):
+def test_h2c_upgrade_applies_the_settings_it_carries(upgrade_server):
     # INITIAL_WINDOW_SIZE 1000 in HTTP2-Settings: stream 1's response stops at 1000 bytes.
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", upgrade_server.port), timeout=5) as sock:
         sock.sendall(upgrade_request("/download?size=5000", settings=settings_header((4, 1000))))
         head, rest = read_head(sock)
         assert head.startswith(b"HTTP/1.1 101 ")
@@ -245,12 +253,12 @@ def test_h2c_upgrade_applies_the_settings_it_carries(server):
         assert not any(kind == 4 and n == 0 for kind, sid, n in frames[:1])
 
 
-def test_h2c_upgrade_holds_stream_1_until_the_client_preface(server):
+def test_h2c_upgrade_holds_stream_1_until_the_client_preface(upgrade_server):
     """Before the client's preface only the 101 and the server's own SETTINGS (and its
     connection WINDOW_UPDATE) come: Java's HttpClient can lose what it reads while it
     switches to HTTP/2 (interop issue 24, bug E). RFC 9113 section 3.2 lets the server
     wait; the preface then releases the whole response."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", upgrade_server.port), timeout=5) as sock:
         sock.sendall(upgrade_request("/download?size=5000"))
         head, rest = read_head(sock)
         assert head.startswith(b"HTTP/1.1 101 ")
@@ -264,7 +272,7 @@ def test_h2c_upgrade_holds_stream_1_until_the_client_preface(server):
 
 
 @pytest.mark.parametrize("case", ["body", "no-settings-token", "bad-settings", "two-settings", "http10"])
-def test_requests_unfit_for_h2c_upgrade_are_answered_over_http11(server, case):
+def test_requests_unfit_for_h2c_upgrade_are_answered_over_http11(upgrade_server, case):
     request = {
         "body": upgrade_request("/echo", method="POST", extra="Content-Length: 3\r\n") + b"abc",
         "no-settings-token": upgrade_request("/", connection="Upgrade"),
@@ -272,19 +280,48 @@ def test_requests_unfit_for_h2c_upgrade_are_answered_over_http11(server, case):
         "two-settings": upgrade_request("/", extra=f"HTTP2-Settings: {settings_header()}\r\n"),
         "http10": upgrade_request("/").replace(b"HTTP/1.1", b"HTTP/1.0", 1),
     }[case]
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", upgrade_server.port), timeout=5) as sock:
         sock.sendall(request)
         head, _ = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200 "), head
 
 
-def test_h2c_upgrade_is_not_offered_over_tls_or_without_http2(tls_server, certs):
-    raw = tls_context(certs).wrap_socket(socket.create_connection(("127.0.0.1", tls_server.port), timeout=5),
-                                         server_hostname="localhost")
-    with raw:
-        raw.sendall(upgrade_request("/"))
-        assert read_head(raw)[0].startswith(b"HTTP/1.1 200 ")
-    s = Server("h2app:app", "--no-http2").wait_ready()
+def test_by_default_the_h2c_upgrade_is_ignored(server):
+    """Without --h2c-upgrade the Upgrade is ignored (RFC 9110 section 7.8): the request is
+    served as HTTP/1.1, HTTP2-Settings is just a header, and the connection stays HTTP/1.1.
+    A proxy that forwards the Upgrade and tunnels after a 101 (HAProxy's default) could
+    otherwise be bypassed: tests/edge/test_h2c_smuggling.py."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(upgrade_request("/scope"))
+        head, rest = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert b"upgrade" not in head.lower(), head
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+        while len(rest) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the whole body"
+            rest += chunk
+        info = json.loads(rest[:length])
+        assert info["http_version"] == "1.1"
+        headers = dict(info["headers"])
+        assert headers["upgrade"] == "h2c" and "http2-settings" in headers
+        # Still HTTP/1.1: the next request on the connection is answered as one.
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _ = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+
+
+def test_h2c_upgrade_is_not_offered_over_tls_or_without_http2(certs):
+    tls = Server("h2app:app", "--h2c-upgrade", "--ssl-certfile", certs["certfile"]).wait_ready()
+    try:
+        raw = tls_context(certs).wrap_socket(socket.create_connection(("127.0.0.1", tls.port), timeout=5),
+                                             server_hostname="localhost")
+        with raw:
+            raw.sendall(upgrade_request("/"))
+            assert read_head(raw)[0].startswith(b"HTTP/1.1 200 ")
+    finally:
+        tls.stop()
+    s = Server("h2app:app", "--no-http2", "--h2c-upgrade").wait_ready()
     try:
         with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:
             sock.sendall(upgrade_request("/"))
@@ -293,8 +330,8 @@ def test_h2c_upgrade_is_not_offered_over_tls_or_without_http2(tls_server, certs)
         s.stop()
 
 
-def test_after_the_101_anything_but_the_preface_ends_the_connection(server):
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+def test_after_the_101_anything_but_the_preface_ends_the_connection(upgrade_server):
+    with socket.create_connection(("127.0.0.1", upgrade_server.port), timeout=5) as sock:
         sock.sendall(upgrade_request("/"))
         head, rest = read_head(sock)
         assert head.startswith(b"HTTP/1.1 101 ")
@@ -633,7 +670,7 @@ def _curl_has_http2() -> bool:
     return "HTTP2" in subprocess.run([curl, "-V"], capture_output=True, text=True).stdout
 
 
-def test_curl(server, tls_server, certs):
+def test_curl(server, upgrade_server, tls_server, certs):
     if not _curl_has_http2():
         skip_or_fail("curl with HTTP/2 support is not installed (Debian: curl)")
     out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-w", " %{http_version}", f"{server.url}/"],
@@ -644,11 +681,16 @@ def test_curl(server, tls_server, certs):
     assert out == "hello 2"
     # Over plain http, --http2 asks for the h2c upgrade: both requests ride the upgraded connection.
     out = subprocess.run(["curl", "-s", "--http2", "-w", " %{http_version} %{num_connects}\\n",
-                          f"{server.url}/", f"{server.url}/"], capture_output=True, text=True, timeout=20).stdout
+                          f"{upgrade_server.url}/", f"{upgrade_server.url}/"], capture_output=True, text=True,
+                         timeout=20).stdout
     assert out == "hello 2 1\nhello 2 0\n", out
+    # Without --h2c-upgrade the upgrade is ignored: HTTP/1.1, still one connection.
+    out = subprocess.run(["curl", "-s", "--http2", "-w", " %{http_version} %{num_connects}\\n",
+                          f"{server.url}/", f"{server.url}/"], capture_output=True, text=True, timeout=20).stdout
+    assert out == "hello 1.1 1\nhello 1.1 0\n", out
     # A request with a body is answered over HTTP/1.1 (the upgrade is declined).
     out = subprocess.run(["curl", "-s", "--http2", "--data-binary", "abc", "-w", " %{http_version}",
-                          f"{server.url}/echo"], capture_output=True, text=True, timeout=20).stdout
+                          f"{upgrade_server.url}/echo"], capture_output=True, text=True, timeout=20).stdout
     assert out.endswith(" 1.1") and "\"size\": 3" in out, out
 
 
@@ -717,7 +759,7 @@ def test_random_and_mutated_frames_never_take_the_server_down(server):
         assert client.get(f"{server.url}/").text == "hello"
 
 
-def test_nghttp_and_h2load(server, tls_server):
+def test_nghttp_and_h2load(server, upgrade_server, tls_server):
     require_tool("nghttp", "h2load", reason="nghttp2-client (nghttp, h2load) is not installed")
     out = subprocess.run(["nghttp", "-nv", f"{server.url}/", f"{server.url}/scope"],
                          capture_output=True, text=True, timeout=30)
@@ -725,7 +767,7 @@ def test_nghttp_and_h2load(server, tls_server):
     # Two streams on one connection, both answered 200.
     assert out.stdout.count(":status: 200") == 2, out.stdout[-3000:]
     # nghttp -u: HTTP/1.1 with the h2c upgrade, then HTTP/2 on the same connection.
-    out = subprocess.run(["nghttp", "-nuv", f"{server.url}/"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["nghttp", "-nuv", f"{upgrade_server.url}/"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert "HTTP Upgrade success" in out.stdout and "(stream_id=1) :status: 200" in out.stdout, out.stdout[-3000:]
     for url in (f"{server.url}/", f"https://localhost:{tls_server.port}/"):

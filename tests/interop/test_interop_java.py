@@ -8,10 +8,13 @@ together with the server's log). The checks run in one JVM (the program's ``serv
 each with clients of its own, so that the JVM's warm-up is paid once rather than per row.
 Rows:
   HttpClient set to HTTP/2, over plain http (h2c) and over TLS (h2 by ALPN); every response
-    must come over HTTP/2 (response.version() and the app's x-http-version):
+    must come over HTTP/2 (response.version() and the app's x-http-version). Over plain http
+    HttpClient reaches HTTP/2 only by the Upgrade, so those rows run against a server with
+    --h2c-upgrade; without it (zigcorn's default) HttpClient falls back to HTTP/1.1:
     - five requests on a fresh client, on one connection. Over plain http the first of them
       carries ``Upgrade: h2c`` (RFC 7540 section 3.2): it must be answered 101 Switching
       Protocols and its own response come over HTTP/2 on the upgraded connection.
+    - by default the Upgrade is ignored: the same requests are answered over HTTP/1.1
     - 50 GET /download?n=1MiB sent at once with sendAsync, every response head in before any
       body is read (50 streams open at once on one connection), then each body checked
     - a 4 MiB POST echoed back, compared by SHA-256
@@ -42,6 +45,7 @@ import pytest
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.interop_support import (  # noqa: F401 (fixtures)
     CLIENT_CACHE, TLS12_AEAD_IANA, certs, ecdsa_tls_server, pattern_sha256, plain_server, text, tls_server,
+    upgrade_server,
 )
 from tests.support.tools import require_tool
 
@@ -166,12 +170,15 @@ def worker(java_client):
 
 @pytest.fixture
 def java(request, worker):
-    """``java(check, transport, *flags, tls_server="tls_server") -> dict``: runs one check of
-    the program against the server for that transport (started on first use; over TLS the
-    fixture named by `tls_server`) and returns its result."""
+    """``java(check, transport, *flags) -> dict``: runs one check of the program against the
+    server for that transport (started on first use; h2c: the one with --h2c-upgrade; or the
+    fixture named by `server_fixture`) and returns its result (with `expect_failure`, the
+    failed answer)."""
 
-    def run(check: str, transport: str, *flags: str, tls_server: str = "tls_server") -> dict:
-        server = request.getfixturevalue(tls_server if transport in TLS else "plain_server")
+    def run(check: str, transport: str, *flags: str, server_fixture: str | None = None,
+            expect_failure: bool = False) -> dict:
+        fixture = "tls_server" if transport in TLS else "upgrade_server" if transport == "h2c" else "plain_server"
+        server = request.getfixturevalue(server_fixture or fixture)
         args = [check, "--transport", transport, "--port", str(server.port), "--timeout", str(TIMEOUT - 10), *flags]
         if transport in TLS:
             args += ["--ca", request.getfixturevalue("certs")["ca"]]
@@ -180,6 +187,9 @@ def java(request, worker):
         if answer is None:
             pytest.fail(f"{shown}: no answer within {TIMEOUT}s (the process: {worker.proc.returncode})\n{stderr}"
                         f"\n--- server output ---\n{server.output()[-4000:]}")
+        if expect_failure:
+            assert not answer["ok"], answer
+            return answer
         if not answer.pop("ok"):
             pytest.fail(f"{shown}\n{check} over {transport}: {answer['error']}\n{stderr}"
                         f"\n--- server output ---\n{server.output()[-4000:]}")
@@ -198,6 +208,14 @@ def test_http_client_sends_sequential_requests_on_one_http2_connection(java, tra
     assert result["version"] == "HTTP_2"
     assert result["requests"] == 5
     assert result["connections"] == 1
+
+
+@zigcorn_only
+def test_http_client_falls_back_to_http11_when_the_upgrade_is_ignored(java):
+    """Without --h2c-upgrade (the default) the Upgrade is ignored: HttpClient's request is
+    answered 200 over HTTP/1.1, which the check (wanting HTTP/2) reports as its failure."""
+    answer = java("reuse", "h2c", "--n", "2", server_fixture="plain_server", expect_failure=True)
+    assert "came over HTTP_1_1, want HTTP_2" in answer["error"], answer
 
 
 @pytest.mark.parametrize("transport", HTTP_TRANSPORTS)
@@ -263,7 +281,7 @@ def test_websocket_close_1000_is_answered_with_1000(java, transport):
 def test_http_client_limited_to_tls12_negotiates_an_aead_suite(java, key):
     """The JDK's default TLS 1.2 suites, the server's default --ssl-ciphers: an ECDHE suite
     with AES-GCM or ChaCha20-Poly1305 for the certificate's key."""
-    result = java("tls12", "h2", tls_server="tls_server" if key == "rsa" else "ecdsa_tls_server")
+    result = java("tls12", "h2", server_fixture="tls_server" if key == "rsa" else "ecdsa_tls_server")
     assert result["protocol"] == "TLSv1.2"
     assert result["cipher"] in TLS12_AEAD_IANA[key], result
     assert (result["status"], result["body"]) == (200, "hello")

@@ -1,7 +1,7 @@
 """What the interop matrix's files share: where the clients are cached, the servers they
-talk to (tests/apps/interop.py, plain and over TLS with an RSA or an ECDSA certificate, each
-started once per test module), the test CA and the download pattern's digest (a missing
-client tool: tests/support/tools.py)."""
+talk to (tests/apps/interop.py, plain, plain with --h2c-upgrade, and over TLS with an RSA or
+an ECDSA certificate, each started once per test module), the test CA and the download
+pattern's digest (a missing client tool: tests/support/tools.py)."""
 
 import hashlib
 import tempfile
@@ -56,6 +56,17 @@ def certs(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def plain_server():
     server = Server("interop:app")
+    try:
+        yield server.wait_ready()
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def upgrade_server():
+    """The plain server with --h2c-upgrade, for clients that reach HTTP/2 over plain http only
+    by the HTTP/1.1 Upgrade (Java's HttpClient); zigcorn ignores that Upgrade by default."""
+    server = Server("interop:app", "--h2c-upgrade")
     try:
         yield server.wait_ready()
     finally:

@@ -178,12 +178,16 @@ const h2c_settings_bytes_max = 6 * 16;
 var h2c_settings_scratch: [h2c_settings_bytes_max]u8 = undefined;
 
 /// The decoded HTTP2-Settings of a request that may upgrade to h2c (RFC 7540 3.2), or
-/// null to serve it as HTTP/1.1: HTTP/2 on, a plain connection, `Upgrade: h2c` with
-/// `Connection: Upgrade, HTTP2-Settings`, exactly one HTTP2-Settings field holding
-/// base64url settings, and no request body (a body would have to be read before the
-/// switch: such requests are answered over HTTP/1.1, as most servers do).
+/// null to serve it as HTTP/1.1: HTTP/2 and `--h2c-upgrade` on, a plain connection,
+/// `Upgrade: h2c` with `Connection: Upgrade, HTTP2-Settings`, exactly one HTTP2-Settings
+/// field holding base64url settings, and no request body (a body would have to be read
+/// before the switch: such requests are answered over HTTP/1.1, as most servers do).
+/// Without `--h2c-upgrade` the Upgrade is ignored, as RFC 9110 7.8 lets a server do, and
+/// HTTP2-Settings is just a header: a proxy that forwards the Upgrade and tunnels after a
+/// 101 would no longer see (deny, log) the HTTP/2 requests that follow.
 fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
-    if (!conn.server.opts.http2 or conn.session() != null or req.version != .http11) return null;
+    const opts = &conn.server.opts;
+    if (!opts.http2 or !opts.h2c_upgrade or conn.session() != null or req.version != .http11) return null;
     const upgrade = req.upgrade orelse return null;
     if (!http1.connectionHas(upgrade, "h2c")) return null;
     if (req.chunked or (req.content_length orelse 0) != 0) return null;

@@ -33,6 +33,7 @@ const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../transport/connection.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("../transport/stream.zig");
+const deadlines = @import("../os/deadlines.zig");
 const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");
@@ -191,6 +192,10 @@ pub const Session = struct {
     window_start_ms: u64 = 0,
     resets_in_window: u32 = 0,
     useless_in_window: u32 = 0,
+
+    /// `--timeout-connection`: due when the connection is past its age (the server's
+    /// `lifetime_timeouts`; armed only with a limit), for a GOAWAY then (`lifetimeDue`).
+    lifetime_timer: deadlines.Entry = .{},
 };
 
 pub fn sessionOf(conn: *Conn) *Session {
@@ -298,6 +303,7 @@ pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) 
     act.proto = .{ .http2 = s };
     conn.state = .h2;
     conn.timer.disarm();
+    srv.armLifetime(conn, &s.lifetime_timer);
     return s;
 }
 
@@ -338,6 +344,7 @@ pub fn destroy(s: *Session) void {
         std.debug.assert(!st.held);
         freeStream(s, st);
     }
+    s.lifetime_timer.disarm();
     s.decoder.deinit();
     s.block.deinit(s.gpa);
     s.gpa.destroy(s);
@@ -414,6 +421,20 @@ fn drainStartedSession(s: *Session) void {
 
 /// The opaque data of the drain's PING (RFC 9113 6.7): its ACK sends the final GOAWAY.
 pub const drain_ping_payload = [8]u8{ 'z', 'c', '-', 'd', 'r', 'a', 'i', 'n' };
+
+/// `--timeout-connection` passed (`lifetime_timer`): GOAWAY now, naming the last stream
+/// read; the streams in flight finish (a WebSocket on one too: it is not cut), then the
+/// connection closes (at once when none is open). Without it the GOAWAY waited for a
+/// stream to open or end, and an idle connection for the keep-alive timeout.
+pub fn lifetimeDue(entry: *deadlines.Entry) void {
+    const s: *Session = @fieldParentPtr("lifetime_timer", entry);
+    const conn = s.conn;
+    if (s.goaway_sent or s.dead or conn.state != .h2) return;
+    // Never early: a clock behind the deadline's waits for the next tick.
+    if (!conn.server.connectionExpired(conn)) return conn.server.armLifetime(conn, entry);
+    sendGoaway(s, .no_error);
+    conn.flush();
+}
 
 /// The second GOAWAY of a drain (the PING came back, or accepting stops): it names the
 /// last stream read; streams in flight finish (a WebSocket too, until the deadline),

@@ -78,6 +78,23 @@ pub const Queue = struct {
         anchor.prev = entry;
     }
 
+    /// (Re)arms `entry` to expire at `deadline_ms`, or at the last entry's deadline if that
+    /// is later: the queue stays in order (expiry looks only at its head), so an entry may
+    /// expire late, never early. For a queue whose entries each have their own deadline
+    /// that mostly come in order (`--timeout-connection`: the accept time plus the limit,
+    /// armed when an HTTP/2 session starts).
+    pub fn armAt(self: *Queue, entry: *Entry, deadline_ms: u64) void {
+        std.debug.assert(self.id != 0 and self.id <= std.math.maxInt(u4));
+        entry.disarm();
+        const anchor = self.ring();
+        const tail = anchor.prev.?;
+        var deadline = @min(deadline_ms, std.math.maxInt(u44));
+        if (tail != anchor) deadline = @max(deadline, tail.at.deadline_ms);
+        entry.* = .{ .prev = tail, .next = anchor, .at = .{ .deadline_ms = @intCast(deadline), .queue = @intCast(self.id), .stamp = entry.at.stamp } };
+        tail.next = entry;
+        anchor.prev = entry;
+    }
+
     /// Removes and returns the first entry whose deadline has passed, if any.
     pub fn popExpired(self: *Queue, now_ms: u64) ?*Entry {
         const anchor = self.ring();
@@ -118,6 +135,28 @@ test "queue expires in order and disarms in O(1)" {
     try std.testing.expectEqual(@as(usize, 1), q.count());
     try std.testing.expect(!b.armed() and a.in(&q));
     try std.testing.expectEqual(@as(usize, 24), @sizeOf(Entry));
+}
+
+test "armAt: an entry's own deadline, never before the last one's, so the queue stays in order" {
+    var q = Queue{ .timeout_ms = 0, .id = 9 };
+    var a = Entry{};
+    var b = Entry{};
+    var c = Entry{};
+    a.setStamp(7);
+    q.armAt(&a, 500);
+    q.armAt(&b, 300); // earlier than a's: it waits for a's (late, never early)
+    q.armAt(&c, 900);
+    try std.testing.expectEqual(@as(u16, 7), a.stamp());
+    try std.testing.expect(q.popExpired(499) == null);
+    try std.testing.expect(q.popExpired(500) == &a);
+    try std.testing.expect(q.popExpired(500) == &b);
+    try std.testing.expect(q.popExpired(899) == null);
+    try std.testing.expect(q.popExpired(900) == &c);
+    try std.testing.expectEqual(@as(u16, 7), a.stamp());
+    q.armAt(&a, std.math.maxInt(u64)); // saturates at the field's bound
+    try std.testing.expect(q.popExpired(std.math.maxInt(u43)) == null);
+    a.disarm();
+    try std.testing.expectEqual(@as(usize, 0), q.count());
 }
 
 test "an entry moves between queues and a huge timeout saturates" {

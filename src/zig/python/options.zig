@@ -433,6 +433,7 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         .ws_ping_timeout_ms = optMs(opts, "ws_ping_timeout") orelse return null,
         .spin_ns = (optInt(opts, "busy_poll", u64, 0, busy_poll_us_max) orelse return null) * std.time.ns_per_us,
         .http2 = optBool(opts, "http2") orelse return null,
+        .h2c_upgrade = optBool(opts, "h2c_upgrade") orelse return null,
         .h2_max_streams = optInt(opts, "http2_max_concurrent_streams", u32, 1, std.math.maxInt(i32)) orelse return null,
         .writer = std.meta.intToEnum(server_mod.WriterMode, optInt(opts, "writer_thread", u8, 0, 2) orelse return null) catch unreachable,
         .io = .{
@@ -479,6 +480,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
         .{ "ws", s.opts.ws_enabled },
         .{ "ws_per_message_deflate", s.opts.ws_deflate },
         .{ "http2", s.opts.http2 },
+        .{ "h2c_upgrade", s.opts.h2c_upgrade },
         .{ "proxy_headers", self.info.trust != null },
         .{ "trace_context", s.opts.tracing.trace_context },
         .{ "tcp_nodelay", s.opts.tcp.nodelay },

@@ -511,6 +511,25 @@ test "h2c upgrade: a request with a body stays HTTP/1.1; after the 101 anything 
     try testing.expect(f.peerClosed());
 }
 
+test "h2c upgrade off (the default): the request is HTTP/1.1's, the connection stays HTTP/1.1" {
+    var opts = testOptions();
+    opts.h2c_upgrade = false;
+    var f = try Fixture.initWith(opts);
+    defer f.deinit();
+    try f.send(h2c_upgrade_head);
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    try testing.expectEqual(stream_mod.Protocol.http1, rec.requests[0].protocol);
+    try respond(rec.requests[0], "ok");
+    var out: [4096]u8 = undefined;
+    try testing.expect(std.mem.startsWith(u8, try f.receive(&out), "HTTP/1.1 200 OK\r\n"));
+    // A second HTTP/1.1 request on the same connection is served as one.
+    try f.send("GET /again HTTP/1.1\r\nHost: x\r\n\r\n");
+    try testing.expectEqual(@as(usize, 2), rec.count);
+    try testing.expectEqual(stream_mod.Protocol.http1, rec.requests[1].protocol);
+    try respond(rec.requests[1], "ok");
+    try testing.expect(std.mem.startsWith(u8, try f.receive(&out), "HTTP/1.1 200 OK\r\n"));
+}
+
 // ---- HTTP/2 output under load: what Java's HttpClient found (50 streams, 32 MiB window) ----
 
 /// The server's end holds little in the socket: output beyond it stays in the queue.

@@ -122,6 +122,8 @@ pub fn testOptions() server_mod.Options {
         .body_bytes_max = 1 << 20,
         .limits = .{ .head_bytes_max = 16 * 1024, .target_bytes_max = 8190, .headers_count_max = 100 },
         .http2 = true,
+        // The tests exercise the h2c upgrade (off by default: `--h2c-upgrade`).
+        .h2c_upgrade = true,
         .h2_max_streams = 100,
         .metrics_path = "",
         .health_path = "",

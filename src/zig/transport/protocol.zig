@@ -179,6 +179,11 @@ pub fn pongTimeout(entry: *timer.Entry) void {
     websocket.pongTimeout(@fieldParentPtr("timer", entry));
 }
 
+/// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue).
+pub fn lifetimeDue(entry: *timer.Entry) void {
+    h2.lifetimeDue(entry);
+}
+
 /// The PROXY header was read (`Conn.proxyStep`): HTTP/1.1 reads what follows.
 pub fn afterProxyHeader(act: *Active) void {
     std.debug.assert(act.conn.state == .head and act.proto == .none);

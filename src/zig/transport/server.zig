@@ -137,6 +137,11 @@ pub const Options = struct {
     spin_ns: u64,
     /// HTTP/2 is served: h2c with prior knowledge, and "h2" offered in TLS ALPN.
     http2: bool,
+    /// `--h2c-upgrade`: an HTTP/1.1 request with `Upgrade: h2c` switches a plain connection
+    /// to HTTP/2 (RFC 7540 3.2, with `http2`). Off, the upgrade is ignored (RFC 9110 7.8) and
+    /// the request served as HTTP/1.1: behind a proxy, a 101 makes the connection a tunnel
+    /// whose requests the proxy never sees (h2c smuggling).
+    h2c_upgrade: bool = false,
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
     h2_max_streams: u32,
     /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
@@ -291,6 +296,10 @@ pub const Server = struct {
     now_ms: u64 = 0,
     /// `--timeout-connection`: stamps accept times and tells which connections are too old.
     lifetime: lifetime.Lifetime = .{},
+    /// `--timeout-connection` over HTTP/2: each session's own timer (not the connection's),
+    /// due when its age passes, for a GOAWAY even while nothing happens on the connection.
+    /// Entries have their own deadlines (`Queue.armAt`): the timeout is not used.
+    lifetime_timeouts: timer.Queue = .{ .timeout_ms = 0, .id = 9 },
 
     /// Every open connection, for draining and shutdown.
     live: ?*Conn = null,
@@ -599,6 +608,14 @@ pub const Server = struct {
         return self.lifetime.expired(c.timer.stamp(), sys.monotonicMs());
     }
 
+    /// `--timeout-connection`: arms `entry` (an HTTP/2 session's) to be due when `c` is
+    /// past its age, never before (`lifetime_timeouts`); nothing when there is no limit.
+    pub fn armLifetime(self: *Server, c: *const Conn, entry: *timer.Entry) void {
+        if (!self.lifetime.enabled()) return;
+        const now = sys.monotonicMs();
+        self.lifetime_timeouts.armAt(entry, now +| self.lifetime.remainingMs(c.timer.stamp(), now));
+    }
+
     /// Takes the listener out of the event set until the next tick (about a second, as
     /// asyncio waits after the same errors): connections that close meanwhile free
     /// descriptors. One warning per `accept_warning_interval_ms`, counting the pauses since.
@@ -649,6 +666,10 @@ pub const Server = struct {
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
             act.conn.close();
+        }
+        // The clock itself: `now_ms` may be a little behind the one the deadlines came from.
+        while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
+            protocol.lifetimeDue(entry);
         }
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {
