@@ -417,6 +417,8 @@ def generate(rng: random.Random) -> Input:
         req.headers.append(b"Transfer-Encoding: " + value)
         size = pick(_CHUNK_ODD).replace(b"{h}", h).replace(b"{H}", h.upper()) if framing == "chunk-odd" else h
         req.body = Chunked(chunks=[(size, body, b"\r\n")])
+        if req.version == b"HTTP/1.0":
+            tags.append("te-on-http10")
         if framing == "cl+te":
             tags.append("cl-and-te")
             req.headers.insert(rng.randrange(len(req.headers) + 1), b"Content-Length: " + n)

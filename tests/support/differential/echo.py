@@ -22,13 +22,22 @@ _LOG = os.environ.get("DIFF_LOG")
 
 def _finish(reading: dict) -> bytes:
     headers = []
+    hop_host = None
+    from_front = False
     for name, value in reading["headers"]:
         if name.lower().startswith(HOP_PREFIX):
+            from_front = True
             key = name.lower()[len(HOP_PREFIX):]
             if key in ("method", "target", "version"):
                 reading[key] = value[5:] if key == "version" and value.startswith("HTTP/") else value
+            elif key == "host":
+                hop_host = value
             continue
         headers.append([name, value])
+    if from_front:  # the Host the front end read (it sends none if empty), not its own
+        headers = [h for h in headers if h[0].lower() != "host"]
+        if hop_host:
+            headers.insert(0, ["host", hop_host])
     reading["headers"] = headers
     data = json.dumps(reading, sort_keys=True).encode()
     if _LOG:

@@ -38,11 +38,22 @@ def run(inputs: list[corpus.Input], started: dict, first: float = 1.5, idle: flo
         columns = dict(zip(names, pool.map(lambda n: _run_server(started[n], inputs, first, idle), names)))
     results = [{name: columns[name][i] for name in names} for i in range(len(inputs))]
     for i, item in enumerate(inputs):
-        if any(_relation(results[i], name, started) != "same" for name in names if name != "zigcorn"):
+        if any(_timing_may_matter(results[i], name, started) for name in names if name != "zigcorn"):
             with ThreadPoolExecutor(len(names)) as pool:
-                again = pool.map(lambda n: exchange(started[n].port, item.data, first=3.0, idle=1.0), names)
+                again = pool.map(lambda n: exchange(started[n].port, item.data, first=2.5, idle=0.8), names)
                 results[i] = dict(zip(names, again))
     return results
+
+
+def _timing_may_matter(result: dict, name: str, started: dict) -> bool:
+    """A difference that a late reply could explain (not one where zigcorn answered a
+    refusal and the reference answered the echo, both at once)."""
+    rel = _relation(result, name, started)
+    if rel == "same":
+        return False
+    zi, ri = result["zigcorn"].items, result[name].items
+    definite = zi and ri and ("status" in zi[0]) != ("status" in ri[0])
+    return not (definite and len(zi) == len(ri))
 
 
 def _relation(result: dict, name: str, started: dict) -> str:

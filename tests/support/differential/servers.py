@@ -135,7 +135,8 @@ http {{
             proxy_pass http://echo;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_set_header Host $http_host;
+            proxy_set_header Host diffhop.invalid;
+            proxy_set_header X-Diffhop-Host $http_host;
             proxy_set_header X-Diffhop-Method $request_method;
             proxy_set_header X-Diffhop-Target $request_uri;
             proxy_set_header X-Diffhop-Version $server_protocol;
