@@ -106,6 +106,7 @@ defaults
     timeout client 10s
     timeout server 10s
     option http-keep-alive
+    option forwardfor
     http-reuse always
 frontend fe
     bind 127.0.0.1:{port}
@@ -150,7 +151,6 @@ class CaddyFront(Front):
         (self.prefix / "Caddyfile").write_text(f"""{{
     admin off
     auto_https off
-    persist_config off
 }}
 http://127.0.0.1:{port} {{
     reverse_proxy 127.0.0.1:{upstream}
@@ -281,20 +281,23 @@ def attempt(front_port: int, log: Path, name: str, data: bytes, tag: str, victim
     out = exchange(front_port, data, first=2.0, idle=0.5)
     received["attacker"] = _echo_markers(out)
     statuses["attacker"] = [i["status"] for i in out.items if "status" in i]
-    for v in range(victims):
+    _victims(front_port, tag, victims, sent, received, statuses)
+    return _check(name, log, before, sent, received, statuses)
+
+
+def _victims(front_port: int, tag: str, count: int, sent: dict, received: dict, statuses: dict) -> None:
+    for v in range(count):
         marker = f"{tag}V{v}"
         victim = exchange(front_port, f"GET /victim?m={marker} HTTP/1.1\r\nHost: app.example\r\n\r\n".encode(),
-                          first=3.0, idle=0.3)
+                          first=3.0, idle=0.2)
         sent[f"victim{v}"] = [marker]
         received[f"victim{v}"] = _echo_markers(victim)
         statuses[f"victim{v}"] = [i["status"] for i in victim.items if "status" in i]
+
+
+def _check(name: str, log: Path, before: int, sent: dict, received: dict, statuses: dict) -> Attempt:
     time.sleep(0.2)  # an upstream read that the front end gave up on may still log
-    with open(log, "rb") as f:
-        f.seek(before)
-        logged = []
-        for line in f.read().splitlines():
-            match = MARKER.search(json.loads(line)["target"])
-            logged.append(match.group(1) if match else "(none)")
+    logged = _logged(log, before)
     problems = []
     for conn, got in received.items():
         for marker in got:
@@ -303,7 +306,129 @@ def attempt(front_port: int, log: Path, name: str, data: bytes, tag: str, victim
     got_all = sorted(m for ms in received.values() for m in ms)
     if sorted(logged) != got_all:
         problems.append(f"the app saw {sorted(logged)} but the clients received echoes of {got_all}")
-    for v in range(victims):
-        if not received[f"victim{v}"] and not statuses[f"victim{v}"]:
-            problems.append(f"victim{v} got no answer")
+    for conn in received:
+        if conn.startswith("victim") and not received[conn] and not statuses[conn]:
+            problems.append(f"{conn} got no answer")
     return Attempt(name, sent, received, logged, statuses, problems)
+
+
+# ---------------------------------------------------------------------------------------
+# HTTP/2 to the front end, HTTP/1.1 behind it: H2.CL and H2.TE.
+
+H2_ATTEMPTS = {
+    "h2.baseline": ([("content-length", "3")], b"abc"),  # must be echoed: the h2 path works
+    "h2.cl-shorter": ([("content-length", "0")], SMUGGLED),
+    "h2.cl-longer": ([("content-length", "100")], b"abc"),
+    "h2.te-chunked": ([("transfer-encoding", "chunked")], b"0\r\n\r\n" + SMUGGLED),
+    "h2.te-chunked-cl": ([("transfer-encoding", "chunked"), ("content-length", "5")], b"0\r\n\r\n" + SMUGGLED),
+    "h2.crlf-in-value": ([("x-a", "a\r\nTransfer-Encoding: chunked")], b"0\r\n\r\n" + SMUGGLED),
+    "h2.upper-case-name": ([("Content-Length", "0")], SMUGGLED),
+    "h2.connection-header": ([("connection", "keep-alive")], b""),
+    "h2.te-trailers-other": ([("te", "chunked")], b""),
+}
+
+
+def h2_attempt(front_port: int, h1_port: int, log: Path, name: str, fields: list, body: bytes, tag: str) -> Attempt:
+    """One HTTP/2 request (prior knowledge) with odd fields to the front end, then a victim
+    over HTTP/1.1; the same invariants as `attempt`."""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    before = log.stat().st_size if log.exists() else 0
+    body = body.replace(b"{m}", f"{tag}A-1".encode())
+    marker = f"{tag}A-0"
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False,
+        validate_inbound_headers=False))
+    received, statuses = {"attacker": []}, {"attacker": []}
+    with socket.create_connection(("127.0.0.1", front_port), timeout=5) as sock:
+        conn.initiate_connection()
+        headers = [(":method", "POST"), (":scheme", "http"), (":authority", "app.example"),
+                   (":path", f"/a?m={marker}")] + fields
+        conn.send_headers(1, headers, end_stream=False)
+        conn.send_data(1, body, end_stream=True)
+        try:
+            sock.sendall(conn.data_to_send())
+        except OSError:
+            pass
+        data, status, done = b"", None, False
+        sock.settimeout(3)
+        while not done:
+            try:
+                chunk = sock.recv(65536)
+            except (socket.timeout, OSError):
+                break
+            if not chunk:
+                break
+            try:
+                events = conn.receive_data(chunk)
+            except Exception:  # the front end broke the protocol: what it answered so far counts
+                break
+            for event in events:
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers).get(b":status", b"0"))
+                elif isinstance(event, h2.events.DataReceived):
+                    data += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                    done = True
+            try:
+                sock.sendall(conn.data_to_send())
+            except OSError:
+                break
+    if status == 200:
+        try:
+            match = MARKER.search(json.loads(data)["target"])
+            received["attacker"].append(match.group(1) if match else "(none)")
+        except ValueError:
+            statuses["attacker"].append(status)
+    elif status is not None:
+        statuses["attacker"].append(status)
+    sent = {"attacker": [marker, f"{tag}A-1"]}  # A-1 only ever as body bytes: its echo means smuggling
+    sent_ok = {"attacker": [marker]}
+    _victims(h1_port, tag, 1, sent_ok, received, statuses)
+    result = _check(name, log, before, sent_ok, received, statuses)
+    result.sent = sent
+    return result
+
+
+def _logged(log: Path, before: int) -> list[str]:
+    with open(log, "rb") as f:
+        f.seek(before)
+        out = []
+        for line in f.read().splitlines():
+            match = MARKER.search(json.loads(line)["target"])
+            out.append(match.group(1) if match else "(none)")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# A whole run: a front end before its own zigcorn, every attempt in turn.
+
+def run_front(front: str, proxy_protocol: bool = False, names: list[str] | None = None) -> list[Attempt]:
+    log = Path(tempfile.mkdtemp(prefix="diff-applog-")) / "app.log"
+    log.touch()
+    app = servers.zigcorn({"DIFF_LOG": str(log)}, *(("--proxy-protocol",) if proxy_protocol else ()))
+    started = [app]
+    try:
+        app.wait_ready()
+        proxy = FRONTS[front](front, app.port, proxy_protocol)
+        started.append(proxy)
+        proxy.wait_ready()
+        out = []
+        for i, (name, data) in enumerate(DESYNC.items()):
+            if names is None or name in names:
+                out.append(attempt(proxy.port, log, name, data, f"{front[:2]}{i}", victims=1))
+        if proxy.h2_port:
+            for i, (name, (fields, body)) in enumerate(H2_ATTEMPTS.items()):
+                out.append(h2_attempt(proxy.h2_port, proxy.port, log, name, fields, body, f"{front[:2]}h{i}"))
+        return out
+    except RuntimeError as exc:
+        return [Attempt("(start)", {}, {}, [], {}, [str(exc)])]
+    finally:
+        for server in reversed(started):
+            server.stop()
+        shutil.rmtree(log.parent, ignore_errors=True)
