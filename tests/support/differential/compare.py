@@ -66,10 +66,10 @@ def relation(zig: Outcome, ref: Outcome, ref_keeps_alive: bool = True) -> str:
 
 
 def verdict(relations: dict[str, str]) -> str:
-    """The input's class: "agree" when most references relate to zigcorn as "same", else
+    """The input's class: "agree" when at least half the references relate to zigcorn as "same", else
     the most common other relation (ties broken toward the graver one)."""
     counts = Counter(relations.values())
-    if counts["same"] * 2 > len(relations):
+    if counts["same"] * 2 >= len(relations):  # a tie: zigcorn sides with half the references
         return "agree"
     others = [(n, _GRAVITY.get(kind.split(":")[0], 0), kind) for kind, n in counts.items() if kind != "same"]
     if not others:

@@ -410,7 +410,12 @@ def generate(rng: random.Random) -> Input:
         req.headers.append(b"Content-Length: " + n)
         req.body = body
     elif framing == "cl-odd":
-        req.headers.append(b"Content-Length: " + pick(_CL_ODD).replace(b"{n}", n))
+        value, tag = rng.choice(_CL_ODD)
+        if tag == "cl-list-different" and n == b"1":
+            tag = "cl-list-same"
+        if tag:
+            tags.append(tag)
+        req.headers.append(b"Content-Length: " + value.replace(b"{n}", n))
         req.body = body
     elif framing in ("chunked", "te-odd", "chunk-odd", "cl+te"):
         value = pick(_TE_ODD) if framing == "te-odd" else b"chunked"
@@ -422,6 +427,8 @@ def generate(rng: random.Random) -> Input:
         if framing == "cl+te":
             tags.append("cl-and-te")
             req.headers.insert(rng.randrange(len(req.headers) + 1), b"Content-Length: " + n)
+    if req.version == b"HTTP/1.0" and b"Connection: keep-alive" in req.headers:
+        tags.append("http10-keep-alive")
     if rng.random() < 0.25:
         tags.append("pipelined")
         req.after = NEXT

@@ -42,6 +42,9 @@ _add("target-fragment", "reads-differently:target",
 _add("http10-keep-alive http10", "keeps-open",
      "RFC 9112 9.3: an HTTP/1.0 request with Connection: keep-alive may persist; zigcorn answers with "
      "Connection: keep-alive and a Content-Length, the references close")
+_add("http10-keep-alive-pipelined http10-keep-alive", "looser",
+     "RFC 9112 9.3: zigcorn keeps an HTTP/1.0 connection that asked for keep-alive, so it reads the request "
+     "pipelined after it (nginx and granian too); the references that close never read it")
 # ---- zigcorn refuses what most references accept
 _S = {
     "bare-lf-everywhere bare-lf-field-lines bare-lf-head-end bare-lf-request-line leading-bare-lf chunk-end-bare-lf "
