@@ -100,7 +100,7 @@ def report(rows, started, seed: int, count: int, elapsed: float) -> str:
         "",
         f"zigcorn against: {', '.join(refs)}.",
         "",
-        "A verdict per input: **agree** (zigcorn's outcome is the same as most references'), "
+        "A verdict per input: **agree** (zigcorn's outcome is the same as at least half the references'), "
         "**stricter** (zigcorn refused what most accepted), **looser** (zigcorn accepted what most refused), "
         "**reads-differently:PART** (both accepted, PART differs), **closes**/**keeps-open** (same readings, the "
         "connection's end differs), **split:...** (the references disagree among themselves). "
