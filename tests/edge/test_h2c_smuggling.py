@@ -9,11 +9,15 @@ over HTTP/2.
 
 - zigcorn's default (no ``--h2c-upgrade``): the upgrade is ignored, ``GET /`` is a plain
   HTTP/1.1 200, and ``/admin`` through HAProxy is HAProxy's 403.
-- ``--h2c-upgrade``: the smuggling the flag allows, shown: 101, then ``/admin`` reaches the
-  app over HTTP/2 and HAProxy's log never names it.
+- ``--h2c-upgrade`` behind HAProxy in its default configuration (which adds no
+  forwarding field): the smuggling the flag allows, shown: 101, then ``/admin`` reaches
+  the app over HTTP/2 and HAProxy's log never names it.
+- ``--h2c-upgrade`` behind HAProxy with ``send-proxy-v2`` (zigcorn ``--proxy-protocol``):
+  the upgrade is declined all the same, since a connection that began with a PROXY header
+  comes through a proxy (as is a request naming a proxy hop: tests/differential/).
 
-Both with HAProxy speaking plain HTTP/1.1 to zigcorn and with ``send-proxy-v2`` (zigcorn
-``--proxy-protocol``). Without the ``haproxy`` binary (Debian's package) the file skips (on CI, CI=true, it fails).
+The default both with HAProxy speaking plain HTTP/1.1 to zigcorn and with
+``send-proxy-v2``. Without the ``haproxy`` binary (Debian's package) the file skips (on CI, CI=true, it fails).
 """
 
 import json
@@ -198,11 +202,20 @@ def test_by_default_the_upgrade_is_ignored_and_haproxy_denies_admin(front):
     assert "be/<NOSRV> 403" in log or " 403 " in log, log
 
 
-def test_with_h2c_upgrade_requests_are_smuggled_past_haproxy(front):
+def test_with_h2c_upgrade_requests_are_smuggled_past_haproxy(front, request):
     proxy, _ = front("--h2c-upgrade")
+    through_proxy_protocol = request.node.callspec.id == "proxy-v2"
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT) as sock:
         sock.sendall(UPGRADE)
-        head, _, rest = read_response(sock)
+        head, body, rest = read_response(sock)
+        if through_proxy_protocol:
+            # A PROXY header shows the proxy: the upgrade is declined even with the flag.
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert json.loads(body)["http_version"] == "1.1"
+            sock.sendall(b"GET /admin HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            head, _, _ = read_response(sock, rest)
+            assert head.startswith(b"HTTP/1.1 403 "), head
+            return
         assert head.startswith(b"HTTP/1.1 101 "), head
         got = h2_after_upgrade(sock, rest, "/admin")
     # HAProxy would have answered 403: the request reached the app, over HTTP/2.

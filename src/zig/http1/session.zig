@@ -185,11 +185,19 @@ var h2c_settings_scratch: [h2c_settings_bytes_max]u8 = undefined;
 /// Without `--h2c-upgrade` the Upgrade is ignored, as RFC 9110 7.8 lets a server do, and
 /// HTTP2-Settings is just a header: a proxy that forwards the Upgrade and tunnels after a
 /// 101 would no longer see (deny, log) the HTTP/2 requests that follow.
+///
+/// Even with it, never through a proxy that shows itself: `Upgrade` is hop-by-hop, and a
+/// front end that passes it on (HAProxy does) and then tunnels the `101` would let the
+/// client speak HTTP/2 to us past every rule it applies per request ("h2c smuggling";
+/// RFC 9113 3.1 deprecated the upgrade). A request that names a proxy hop, or a
+/// connection that began with a PROXY header, is served over HTTP/1.1; h2c with prior
+/// knowledge is unaffected (a proxy speaks it or refuses it).
 fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
     const opts = &conn.server.opts;
     if (!opts.http2 or !opts.h2c_upgrade or conn.session() != null or req.version != .http11) return null;
     const upgrade = req.upgrade orelse return null;
     if (!http1.connectionHas(upgrade, "h2c")) return null;
+    if (conn.server.opts.proxy_protocol or viaProxy(req.headers)) return null;
     if (req.chunked or (req.content_length orelse 0) != 0) return null;
     var encoded: ?[]const u8 = null;
     var connection_lists_it = false;
@@ -203,6 +211,16 @@ fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
     }
     if (!connection_lists_it) return null;
     return decodeH2cSettings(encoded orelse return null);
+}
+
+/// Whether a request's fields show that a proxy forwarded it: `Via` (RFC 9110 7.6.3),
+/// `Forwarded` (RFC 7239) or the de facto `X-Forwarded-*` and `X-Real-IP`.
+fn viaProxy(headers: []const http1.Header) bool {
+    for (headers) |f| {
+        if (std.mem.eql(u8, f.name, "via") or std.mem.eql(u8, f.name, "forwarded") or
+            std.mem.startsWith(u8, f.name, "x-forwarded-") or std.mem.eql(u8, f.name, "x-real-ip")) return true;
+    }
+    return false;
 }
 
 /// base64url (padding tolerated) to a whole number of 6-byte settings, or null.
@@ -891,6 +909,16 @@ fn discardBody(conn: *Conn) void {
     if (st.body_done) {
         h1s.discarding = false;
         h1s.discarded_bytes = 0;
+    }
+}
+
+test "h2c upgrade: a request a proxy forwarded is never upgraded" {
+    const H = http1.Header;
+    try std.testing.expect(!viaProxy(&[_]H{ .{ .name = "host", .value = "h" }, .{ .name = "upgrade", .value = "h2c" } }));
+    try std.testing.expect(!viaProxy(&[_]H{.{ .name = "x-forwarded", .value = "a" }})); // not a proxy's field
+    try std.testing.expect(!viaProxy(&[_]H{.{ .name = "vias", .value = "a" }}));
+    for ([_][]const u8{ "via", "forwarded", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip" }) |name| {
+        try std.testing.expect(viaProxy(&[_]H{ .{ .name = "host", .value = "h" }, .{ .name = name, .value = "1.1 p" } }));
     }
 }
 
