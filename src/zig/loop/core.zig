@@ -17,6 +17,7 @@
 //! Debug mode goes through asyncio's own Python handles (source tracebacks, slow
 //! callback warnings, thread checks): the queues take any handle-like object.
 const std = @import("std");
+const assert = std.debug.assert;
 const linux = std.os.linux;
 const py = @import("../python/capi.zig");
 const c = py.c;
@@ -55,7 +56,7 @@ pub const LoopObject = extern struct {
     core: ?*Core,
 };
 
-const Core = struct {
+pub const Core = struct {
     ready: Ring = .{},
     timers: Heap = .{},
     timer_seq: u64 = 0,
@@ -176,14 +177,19 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     return 0;
 }
 
-/// Drops every queued handle (each decref may run arbitrary code: take one at a time).
+/// Drops every queued handle (each decref may run arbitrary code: take one at a time,
+/// until both queues are empty, a finalizer's call_soon included).
 fn clearQueues(core: *Core) void {
-    while (core.ready.pop()) |o| py.decref(o);
-    while (core.timers.len > 0) {
-        const t = core.timers.pop();
-        setScheduled(t.obj, false);
-        py.decref(t.obj);
+    while (true) {
+        if (core.ready.pop()) |o| {
+            py.decref(o);
+        } else if (core.timers.len > 0) {
+            const t = core.timers.pop();
+            setScheduled(t.obj, false);
+            py.decref(t.obj);
+        } else break;
     }
+    assert(core.ready.len == 0 and core.timers.len == 0);
     core.timer_cancelled_count = 0;
 }
 
@@ -322,10 +328,13 @@ fn schedule(self: *Object, core: *Core, when: f64, a: CallArgs) ?*Object {
         py.decref(h);
         return null;
     }
+    assert(asHandle(h).scheduled);
     return h;
 }
 
+/// `when` comes from `toSeconds` (or the clock plus one): never NaN.
 fn pushTimer(core: *Core, h: *Object, when: f64) bool {
+    assert(!std.math.isNan(when));
     core.timer_seq += 1;
     py.incref(h);
     if (!core.timers.push(.{ .when = when, .seq = core.timer_seq, .obj = h })) {
@@ -337,9 +346,10 @@ fn pushTimer(core: *Core, h: *Object, when: f64) bool {
     return true;
 }
 
+/// In the heap or out of it: a native handle's state changes through `markScheduled`.
 fn setScheduled(h: *Object, v: bool) void {
     if (isNativeHandle(h)) {
-        asHandle(h).scheduled = v;
+        handle.markScheduled(asHandle(h), v);
     } else if (c.PyObject_SetAttrString(h, "_scheduled", py.boolean(v)) != 0) {
         c.PyErr_WriteUnraisable(h);
     }
@@ -402,9 +412,11 @@ fn loopAddCallback(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
-/// _zc_push_timer(handle): a debug-mode asyncio TimerHandle into the heap.
+/// _zc_push_timer(handle): a debug-mode asyncio TimerHandle into the heap. Native
+/// timers enter the heap once, from call_later/call_at, only.
 fn loopPushTimer(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(self.?);
+    if (isNativeHandle(h.?)) return py.typeError("_zc_push_timer() takes an asyncio TimerHandle");
     const w = c.PyObject_GetAttrString(h.?, "_when") orelse return null;
     defer py.decref(w);
     const when = toSeconds(w, "when cannot be None") orelse return null;
@@ -420,7 +432,7 @@ fn loopTimerHandleCancelled(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
         defer py.decref(v);
         break :blk c.PyObject_IsTrue(v) == 1;
     };
-    if (scheduled) core.timer_cancelled_count += 1;
+    if (scheduled) core.timer_cancelled_count +|= 1;
     return py.none();
 }
 
@@ -454,17 +466,13 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     if (core.ready.len > 0 or core.stopping or engine_due or settlePending(core)) {
         timeout_ms = 0;
     } else if (core.timers.top()) |t| {
-        const s = std.math.clamp(t.when - monotonic(), 0, select_timeout_s_max);
-        // Rounded up, as asyncio's selector does: waking a hair early would spin.
-        timeout_ms = @intFromFloat(@ceil(s * 1000));
+        timeout_ms = waitTimeoutMs(t.when, monotonic());
     }
     if (!poll(o, core, timeout_ms, engine_due)) return null;
 
-    // Timers due by now become ready.
+    // Timers due by now become ready, behind what was already.
     const end = monotonic() + core.clock_resolution;
-    while (core.timers.top()) |t| {
-        if (t.when >= end) break;
-        _ = core.timers.pop();
+    while (core.timers.popDue(end)) |t| {
         setScheduled(t.obj, false);
         if (!core.ready.push(t.obj)) {
             py.decref(t.obj);
@@ -474,14 +482,29 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     }
 
     // Only what is ready now: callbacks these schedule run in the next pass.
-    const todo = core.ready.len;
-    for (0..todo) |_| {
-        const h = core.ready.pop() orelse break;
-        defer py.decref(h);
-        if (!runReady(o, core, h)) return null;
-    }
+    const Pass = struct {
+        loop: *Object,
+        core: *Core,
+        fn run(p: @This(), h: *Object) bool {
+            defer py.decref(h);
+            return runReady(p.loop, p.core, h);
+        }
+    };
+    if (!core.ready.drainQueued(Pass{ .loop = o, .core = core }, Pass.run)) return null;
     settle(core);
     return py.none();
+}
+
+/// How long the pass may sleep for the first timer, due at `deadline` (loop time
+/// `now`): whole milliseconds rounded up, as asyncio's selector does (waking a hair
+/// early would spin), never over a day. Any deadline the heap holds (infinities too)
+/// gives a wait `epoll_wait` takes.
+fn waitTimeoutMs(deadline: f64, now: f64) i32 {
+    assert(!std.math.isNan(deadline) and std.math.isFinite(now));
+    const s = std.math.clamp(deadline - now, 0, select_timeout_s_max);
+    const ms: i32 = @intFromFloat(@ceil(s * 1000));
+    assert(ms >= 0 and ms <= @as(i32, @intFromFloat(select_timeout_s_max * 1000)));
+    return ms;
 }
 
 /// Runs one ready handle; false with the exception set that must leave the loop.
@@ -508,33 +531,40 @@ fn runReady(loop: *Object, core: *Core, h: *Object) bool {
     return false;
 }
 
-/// asyncio's rule: past 100 timers with over half of them cancelled, rebuild the heap
-/// without them; otherwise drop cancelled timers from its top.
+/// asyncio's rule: past 100 timers with over half of them cancelled, sweep the whole
+/// heap at once; otherwise drop cancelled timers from its top. (The count is asyncio's
+/// estimate, not an exact one: a cancelled timer that comes due leaves uncounted.)
+fn sweepAll(scheduled: usize, cancelled: isize) bool {
+    return scheduled > sweep_timers_min and cancelled *| 2 > @as(isize, @intCast(scheduled));
+}
+
 fn sweepTimers(core: *Core) bool {
     const heap = &core.timers;
-    if (heap.len > sweep_timers_min and core.timer_cancelled_count * 2 > @as(isize, @intCast(heap.len))) {
-        var kept: usize = 0;
-        for (0..heap.len) |i| {
-            const t = heap.items[i];
-            const cancelled = handleIsCancelled(t.obj) orelse return false;
-            if (cancelled) {
-                setScheduled(t.obj, false);
-                py.decref(t.obj);
-            } else {
-                heap.items[kept] = t;
-                kept += 1;
+    if (sweepAll(heap.len, core.timer_cancelled_count)) {
+        const Cancelled = struct {
+            fn drop(_: void, o: *Object) error{Failed}!bool {
+                return handleIsCancelled(o) orelse error.Failed;
             }
+        };
+        if (heap.removeIf({}, Cancelled.drop)) |swept| {
+            defer allocator.free(swept);
+            core.timer_cancelled_count = 0;
+            // Released with the heap whole: their finalizers may schedule and cancel.
+            for (swept) |o| {
+                setScheduled(o, false);
+                py.decref(o);
+            }
+            return true;
+        } else |err| switch (err) {
+            error.Failed => return false,
+            error.OutOfMemory => {}, // the top is swept below, as on a small heap
         }
-        heap.len = kept;
-        heap.heapify();
-        core.timer_cancelled_count = 0;
-        return true;
     }
     while (heap.top()) |t| {
         const cancelled = handleIsCancelled(t.obj) orelse return false;
         if (!cancelled) break;
         _ = heap.pop();
-        core.timer_cancelled_count -= 1;
+        core.timer_cancelled_count -|= 1;
         setScheduled(t.obj, false);
         py.decref(t.obj);
     }
@@ -558,14 +588,11 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
         }
         break :blk linux.epoll_wait(core.epfd, &core.events, events_max, timeout_ms);
     };
-    const n: usize = switch (sys.E.init(rc)) {
-        .SUCCESS => rc,
+    const n: usize = switch (waitResult(rc)) {
+        .events => |k| k,
         // A signal: its Python handler runs now (and may raise, as in asyncio's select).
-        .INTR => return c.PyErr_CheckSignals() == 0,
-        else => {
-            _ = c.PyErr_SetFromErrno(c.PyExc_OSError);
-            return false;
-        },
+        .interrupted => return c.PyErr_CheckSignals() == 0,
+        .failed => |e| return osError(e) != null,
     };
     var engine_ready = engine_due;
     var others: ?*Object = null;
@@ -594,6 +621,25 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
         py.decref(r);
     }
     return true;
+}
+
+const Wait = union(enum) { events: usize, interrupted, failed: linux.E };
+
+/// What `epoll_wait` returned: the number of events, a signal (not an error: the pass
+/// goes on), or a failure with its errno.
+fn waitResult(rc: usize) Wait {
+    return switch (sys.E.init(rc)) {
+        .SUCCESS => .{ .events = rc },
+        .INTR => .interrupted,
+        else => |e| .{ .failed = e },
+    };
+}
+
+/// OSError from a raw system call's errno (std.os.linux leaves C's `errno` alone, which
+/// PyErr_SetFromErrno reads). Null, for returning.
+fn osError(e: linux.E) ?*Object {
+    std.c._errno().* = @intFromEnum(e);
+    return c.PyErr_SetFromErrno(c.PyExc_OSError);
 }
 
 const Server = @import("../transport/server.zig").Server;
@@ -670,9 +716,18 @@ fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) call
     if (fd == -1 and c.PyErr_Occurred() != null) return null;
     const res = c.PyFloat_AsDouble(args[2]);
     if (res == -1.0 and c.PyErr_Occurred() != null) return null;
+    // The end of each pass is the clock plus this: it must be a time (the heap asserts).
+    if (!std.math.isFinite(res) or res < 0) {
+        c.PyErr_SetString(c.PyExc_ValueError, "clock_resolution must be a finite number of seconds, not negative");
+        return null;
+    }
+    if (fd < 0 or fd > std.math.maxInt(i32)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "epoll_fd must be a file descriptor");
+        return null;
+    }
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = core.wake_fd } };
-    if (sys.E.init(linux.epoll_ctl(@intCast(fd), linux.EPOLL.CTL_ADD, core.wake_fd, &ev)) != .SUCCESS)
-        return c.PyErr_SetFromErrno(c.PyExc_OSError);
+    const rc = linux.epoll_ctl(@intCast(fd), linux.EPOLL.CTL_ADD, core.wake_fd, &ev);
+    if (sys.E.init(rc) != .SUCCESS) return osError(sys.E.init(rc));
     core.epfd = @intCast(fd);
     core.clock_resolution = res;
     const task_kw = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
@@ -797,9 +852,10 @@ fn loopAttach(self: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const fd = server.io.fd;
     const ctx = c.PyContext_CopyCurrent() orelse return null;
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = fd } };
-    if (sys.E.init(linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev)) != .SUCCESS) {
+    const rc = linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev);
+    if (sys.E.init(rc) != .SUCCESS) {
         py.decref(ctx);
-        return c.PyErr_SetFromErrno(c.PyExc_OSError);
+        return osError(sys.E.init(rc));
     }
     py.incref(e);
     core.engine = e;
