@@ -563,6 +563,8 @@ fn sweepTimers(core: *Core) bool {
     while (heap.top()) |t| {
         const cancelled = handleIsCancelled(t.obj) orelse return false;
         if (!cancelled) break;
+        // Reading a Python handle's `_cancelled` may have run code that moved the top.
+        if ((heap.top() orelse break).seq != t.seq) continue;
         _ = heap.pop();
         core.timer_cancelled_count -|= 1;
         setScheduled(t.obj, false);
@@ -1011,4 +1013,239 @@ pub fn init(m: *Object) bool {
     py.incref(tt);
     const lt = c.PyType_FromSpec(&loop_spec) orelse return false;
     return c.PyModule_AddObject(m, "LoopCore", lt) == 0;
+}
+
+// ----------------------------------------------------------------------------------
+// Tests: the pass's pieces that need no interpreter (native handles are plain structs
+// here, their type objects stand-ins that only `isNativeHandle` compares).
+
+const testing = std.testing;
+
+test "the wait for a timer is rounded up to whole milliseconds, never below zero nor over a day" {
+    const day_ms: i32 = 24 * 3600 * 1000;
+    const inf = std.math.inf(f64);
+    for ([_]f64{ 0, 5, 123456.789, 1e9 }) |now| {
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now, now)); // due now (a zero delay)
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now - 5, now)); // negative delay: past
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(-inf, now));
+        try testing.expectEqual(@as(i32, 1), waitTimeoutMs(now + 1e-6, now)); // a hair: 1 ms, not 0 (no spin)
+        try testing.expectEqual(@as(i32, 1000), waitTimeoutMs(now + 1, now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(now + 3 * 24 * 3600, now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(std.math.floatMax(f64), now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(inf, now)); // never: a day at a time
+    }
+    try testing.expectEqual(@as(i32, 2), waitTimeoutMs(0.0015, 0));
+}
+
+test "the heap is swept at once past 100 timers with over half cancelled; a huge count saturates" {
+    try testing.expect(!sweepAll(0, 0));
+    try testing.expect(!sweepAll(100, 100)); // not past 100: the top is swept lazily
+    try testing.expect(!sweepAll(101, 50));
+    try testing.expect(sweepAll(101, 51));
+    try testing.expect(sweepAll(1000, std.math.maxInt(isize))); // `_timer_cancelled_count` is writable
+    try testing.expect(!sweepAll(1000, -3));
+}
+
+/// Stand-ins for the Handle and TimerHandle types, and zeroed native handles of them.
+const Fakes = struct {
+    var handle_tp = std.mem.zeroes(c.PyTypeObject);
+    var timer_tp = std.mem.zeroes(c.PyTypeObject);
+
+    fn install() void {
+        handle.handle_type = &handle_tp;
+        handle.timer_type = &timer_tp;
+    }
+
+    fn uninstall() void {
+        handle.handle_type = null;
+        handle.timer_type = null;
+    }
+
+    fn make(hs: []HandleObject, tp: *c.PyTypeObject, loop: ?*LoopObject) void {
+        for (hs) |*h| {
+            h.* = std.mem.zeroes(HandleObject);
+            h.ob_base.ob_type = tp;
+            h.loop = if (loop) |l| &l.ob_base else null;
+        }
+    }
+
+    fn obj(h: *HandleObject) *Object {
+        return &h.ob_base;
+    }
+
+    fn index(hs: []HandleObject, o: *Object) usize {
+        return (@intFromPtr(o) - @intFromPtr(hs.ptr)) / @sizeOf(HandleObject);
+    }
+};
+
+test "a pass skips a handle an earlier callback of the same pass cancelled; what callbacks schedule waits" {
+    Fakes.install();
+    defer Fakes.uninstall();
+    var core = Core{};
+    defer if (core.ready.items.len > 0) allocator.free(core.ready.items);
+    var hs: [6]HandleObject = undefined;
+    Fakes.make(&hs, &Fakes.handle_tp, null);
+    for (hs[0..4]) |*h| try testing.expect(core.ready.push(Fakes.obj(h)));
+    const Pass = struct {
+        hs: []HandleObject,
+        ran: [8]usize = undefined,
+        n: usize = 0,
+        ring: *Ring,
+        // What runReady does for a native handle, then each callback's own effect.
+        fn run(p: *@This(), o: *Object) bool {
+            if (!isNativeHandle(o)) return false;
+            if (asHandle(o).cancelled) return true;
+            const i = Fakes.index(p.hs, o);
+            p.ran[p.n] = i;
+            p.n += 1;
+            return switch (i) {
+                0 => handle.markCancelled(&p.hs[2]), // h0 cancels h2, queued behind it
+                1 => p.ring.push(Fakes.obj(&p.hs[4])), // h1: call_soon(h4)
+                4 => p.ring.push(Fakes.obj(&p.hs[5])),
+                else => true,
+            };
+        }
+    };
+    var pass = Pass{ .hs = &hs, .ring = &core.ready };
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3 }, pass.ran[0..pass.n]);
+    try testing.expectEqual(@as(usize, 1), core.ready.len); // h4: the next pass
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3, 4 }, pass.ran[0..pass.n]);
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3, 4, 5 }, pass.ran[0..pass.n]);
+    try testing.expectEqual(@as(usize, 0), core.ready.len);
+    // A handle cancelled while only queued (not a timer) is not counted for the sweep.
+    try testing.expectEqual(@as(isize, 0), core.timer_cancelled_count);
+}
+
+test "timers due in a pass queue behind what was ready, by deadline then order, leaving the heap unscheduled" {
+    Fakes.install();
+    defer Fakes.uninstall();
+    var core = Core{};
+    defer if (core.ready.items.len > 0) allocator.free(core.ready.items);
+    defer if (core.timers.items.len > 0) allocator.free(core.timers.items);
+    var lo = LoopObject{ .ob_base = std.mem.zeroes(Object), .core = &core };
+    var ready: [2]HandleObject = undefined;
+    Fakes.make(&ready, &Fakes.handle_tp, &lo);
+    var ts: [6]HandleObject = undefined;
+    Fakes.make(&ts, &Fakes.timer_tp, &lo);
+    for (&ready) |*h| try testing.expect(core.ready.push(Fakes.obj(h)));
+    // Deadlines (pushed in this order): two equal ones, one cancelled, one at the end, one later.
+    const whens = [_]f64{ 3, 1, 2, 1, 10, 4 };
+    for (&ts, whens) |*h, w| {
+        h.when = w;
+        core.timer_seq += 1;
+        try testing.expect(core.timers.push(.{ .when = w, .seq = core.timer_seq, .obj = Fakes.obj(h) }));
+        handle.markScheduled(h, true);
+    }
+    // Cancelled in the heap: counted for the sweep, once.
+    try testing.expect(handle.markCancelled(&ts[2]));
+    try testing.expect(!handle.markCancelled(&ts[2]));
+    try testing.expectEqual(@as(isize, 1), core.timer_cancelled_count);
+    // The pass's end is 4: the timer due at 4 waits.
+    while (core.timers.popDue(4)) |t| {
+        handle.markScheduled(asHandle(t.obj), false);
+        try testing.expect(core.ready.push(t.obj));
+    }
+    const expected = [_]*Object{ Fakes.obj(&ready[0]), Fakes.obj(&ready[1]), Fakes.obj(&ts[1]), Fakes.obj(&ts[3]), Fakes.obj(&ts[2]), Fakes.obj(&ts[0]) };
+    try testing.expectEqual(expected.len, core.ready.len);
+    for (expected, 0..) |o, i| try testing.expectEqual(o, core.ready.at(i));
+    for (ts, 0..) |h, i| try testing.expectEqual(i == 4 or i == 5, h.scheduled);
+    try testing.expectEqual(@as(usize, 2), core.timers.len);
+    // The cancelled one left uncounted, as on asyncio: the count is an estimate.
+    try testing.expectEqual(@as(isize, 1), core.timer_cancelled_count);
+    while (core.ready.pop()) |_| {}
+}
+
+var signal_wake_fd: i32 = -1;
+
+fn onTestSignal(_: i32) callconv(.c) void {
+    // What CPython's C-level handler does with the wake-up descriptor (set_wakeup_fd).
+    if (signal_wake_fd >= 0) {
+        const one: u64 = 1;
+        _ = linux.write(signal_wake_fd, std.mem.asBytes(&one), 8);
+    }
+}
+
+const TestSignal = struct {
+    const sig = std.posix.SIG.URG; // ignored by default: a late one does no harm
+    old: std.posix.Sigaction = undefined,
+
+    fn install(self: *TestSignal) void {
+        const act = std.posix.Sigaction{ .handler = .{ .handler = onTestSignal }, .mask = std.posix.sigemptyset(), .flags = 0 };
+        std.posix.sigaction(sig, &act, &self.old);
+    }
+
+    fn restore(self: *TestSignal) void {
+        std.posix.sigaction(sig, &self.old, null);
+    }
+};
+
+fn testEpoll() !i32 {
+    const rc = linux.epoll_create1(linux.EPOLL.CLOEXEC);
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(rc));
+    return @intCast(rc);
+}
+
+test "a signal during the wait ends it as interrupted, not as an error" {
+    var ts = TestSignal{};
+    ts.install();
+    defer ts.restore();
+    const epfd = try testEpoll();
+    defer _ = linux.close(epfd);
+    const Sender = struct {
+        fn run(tid: linux.pid_t, done: *std.atomic.Value(bool)) void {
+            // Until the waiter has seen one: the first may land before it waits.
+            while (!done.load(.acquire)) {
+                _ = linux.tgkill(linux.getpid(), tid, TestSignal.sig);
+                std.Thread.sleep(10 * std.time.ns_per_ms);
+            }
+        }
+    };
+    var done = std.atomic.Value(bool).init(false);
+    const t = try std.Thread.spawn(.{}, Sender.run, .{ linux.gettid(), &done });
+    var events: [4]linux.epoll_event = undefined;
+    const started = std.time.milliTimestamp();
+    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
+    done.store(true, .release);
+    t.join();
+    try testing.expectEqual(Wait.interrupted, r);
+    try testing.expect(std.time.milliTimestamp() - started < 4000);
+}
+
+test "a signal between passes: its wake-up write ends the next wait at once, and is drained" {
+    var ts = TestSignal{};
+    ts.install();
+    defer ts.restore();
+    const epfd = try testEpoll();
+    defer _ = linux.close(epfd);
+    const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(efd_rc));
+    const efd: i32 = @intCast(efd_rc);
+    defer _ = linux.close(efd);
+    var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = efd } };
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(linux.epoll_ctl(epfd, linux.EPOLL.CTL_ADD, efd, &ev)));
+    signal_wake_fd = efd;
+    defer signal_wake_fd = -1;
+    // Delivered to this thread before tgkill returns: between two waits.
+    _ = linux.tgkill(linux.getpid(), linux.gettid(), TestSignal.sig);
+    var events: [4]linux.epoll_event = undefined;
+    const started = std.time.milliTimestamp();
+    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
+    try testing.expect(std.time.milliTimestamp() - started < 4000);
+    try testing.expectEqual(Wait{ .events = 1 }, r);
+    try testing.expectEqual(efd, events[0].data.fd);
+    var buf: u64 = 0;
+    _ = linux.read(efd, std.mem.asBytes(&buf), 8);
+    // Drained: the next wait does not see it again.
+    try testing.expectEqual(Wait{ .events = 0 }, waitResult(linux.epoll_wait(epfd, &events, events.len, 0)));
+}
+
+test "a failed wait keeps its errno" {
+    var events: [1]linux.epoll_event = undefined;
+    try testing.expectEqual(Wait{ .failed = .BADF }, waitResult(linux.epoll_wait(-1, &events, 1, 0)));
+    const efd: i32 = @intCast(linux.eventfd(0, linux.EFD.CLOEXEC));
+    defer _ = linux.close(efd);
+    try testing.expectEqual(Wait{ .failed = .INVAL }, waitResult(linux.epoll_wait(efd, &events, 1, 0)));
 }

@@ -443,3 +443,54 @@ pub var timer_spec = c.PyType_Spec{
     .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_HAVE_GC,
     .slots = &timer_slots,
 };
+
+// ----------------------------------------------------------------------------------
+// Tests (no interpreter: the handles are zeroed structs, never handed to Python).
+
+const testing = std.testing;
+
+test "the freelist hands back the last one freed first and keeps at most its size" {
+    var objs: [5]HandleObject = undefined;
+    for (&objs) |*h| h.* = std.mem.zeroes(HandleObject);
+    var fl: Freelist(3) = .{};
+    try testing.expect(fl.take() == null);
+    for (objs[0..3]) |*h| try testing.expect(fl.keep(&h.ob_base));
+    // Full: the caller frees the next one itself.
+    try testing.expect(!fl.keep(&objs[3].ob_base));
+    try testing.expectEqual(&objs[2].ob_base, fl.take().?);
+    try testing.expect(fl.keep(&objs[4].ob_base)); // room again
+    try testing.expectEqual(&objs[4].ob_base, fl.take().?);
+    try testing.expectEqual(&objs[1].ob_base, fl.take().?);
+    try testing.expectEqual(&objs[0].ob_base, fl.take().?);
+    try testing.expect(fl.take() == null);
+    try testing.expectEqual(@as(usize, 0), fl.len);
+}
+
+test "cancel is one way and counts for the sweep only while the timer is in the heap" {
+    var lc = core.Core{};
+    var lo = core.LoopObject{ .ob_base = std.mem.zeroes(Object), .core = &lc };
+    var t = std.mem.zeroes(HandleObject);
+    t.loop = &lo.ob_base;
+    // In the heap: counted, once.
+    markScheduled(&t, true);
+    try testing.expect(markCancelled(&t));
+    try testing.expect(!markCancelled(&t));
+    try testing.expectEqual(@as(isize, 1), lc.timer_cancelled_count);
+    markScheduled(&t, false);
+    // Out of the heap (ready, or run): not counted.
+    var h = std.mem.zeroes(HandleObject);
+    h.loop = &lo.ob_base;
+    try testing.expect(markCancelled(&h));
+    try testing.expectEqual(@as(isize, 1), lc.timer_cancelled_count);
+    // No loop (cleared by the collector): nothing to count, still cancelled.
+    var orphan = std.mem.zeroes(HandleObject);
+    orphan.scheduled = true;
+    try testing.expect(markCancelled(&orphan) and orphan.cancelled);
+    // The count saturates (asyncio's `_timer_cancelled_count` is writable).
+    lc.timer_cancelled_count = std.math.maxInt(isize);
+    var last = std.mem.zeroes(HandleObject);
+    last.loop = &lo.ob_base;
+    last.scheduled = true;
+    try testing.expect(markCancelled(&last));
+    try testing.expectEqual(@as(isize, std.math.maxInt(isize)), lc.timer_cancelled_count);
+}

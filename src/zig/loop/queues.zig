@@ -169,7 +169,8 @@ pub const Heap = struct {
 
     /// Takes out every entry `drop` picks and hands them back (the caller frees the
     /// slice), the heap already whole again: releasing them may run code (finalizers)
-    /// that pushes and pops timers. `drop` must leave the heap alone. On an error (from
+    /// that pushes and pops timers. `drop` must leave the heap alone (the loop's reads a
+    /// flag: a native handle's, or an asyncio handle's slot). On an error (from
     /// `drop`, or no memory for the slice) every entry is still in the heap, in order.
     pub fn removeIf(
         self: *Heap,
@@ -190,7 +191,6 @@ pub const Heap = struct {
                 kept += 1;
             }
         }
-        assert(kept <= n and self.len == n);
         const out = allocator.alloc(*Object, n - kept) catch {
             self.heapify();
             return error.OutOfMemory;
