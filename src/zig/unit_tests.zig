@@ -40,6 +40,7 @@ test {
     _ = @import("websocket/deflate.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
+    _ = @import("loop/handle.zig");
     _ = @import("loop/core.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");

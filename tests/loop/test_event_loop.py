@@ -118,6 +118,69 @@ def test_many_cancelled_timers_are_swept_out_of_the_heap(loop):
         t.cancel()
 
 
+def test_timers_scheduled_by_finalizers_while_the_heap_is_swept_are_kept(loop):
+    """Sweeping the heap releases the cancelled timers, and with them their contexts:
+    a finalizer that schedules a timer then must find the heap whole (it used to be
+    half-compacted: such timers were lost, and the heap kept stale entries)."""
+    var = contextvars.ContextVar("var")
+    seen = []
+
+    class Finalizer:
+        def __init__(self, i):
+            self.i = i
+
+        def __del__(self):
+            if not loop.is_closed():
+                loop.call_at(0, seen.append, self.i)
+
+    def timer(i):
+        ctx = contextvars.Context()
+        ctx.run(var.set, Finalizer(i))
+        return loop.call_later(3600 + i, print, context=ctx)
+
+    timers = [timer(i) for i in range(400)]
+    for t in timers[:300]:
+        t.cancel()
+    kept = timers[300:]
+    del timers, t
+    gc.collect()
+    for _ in range(2):
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    assert sorted(seen) == list(range(300))
+    assert len(loop._scheduled) == 100 and loop._timer_cancelled_count == 0
+    for t in kept:
+        t.cancel()
+
+
+def test_the_native_state_refuses_what_would_break_it(loop):
+    """The private set-up calls raise Python errors for values the pass cannot use (a
+    worker must not stop on an assertion), and OSError carries the system call's errno."""
+    other = Loop()
+    try:
+        with pytest.raises(OSError) as e:
+            other._zc_setup(2**30, asyncio.Future, 1e-9, asyncio.Task)
+        assert e.value.errno == 9  # EBADF
+        with pytest.raises(ValueError):
+            other._zc_setup(2**40, asyncio.Future, 1e-9, asyncio.Task)
+        for resolution in (float("nan"), float("inf"), -1.0):
+            with pytest.raises(ValueError):
+                other._zc_setup(0, asyncio.Future, resolution, asyncio.Task)
+    finally:
+        other.close()
+    timers = [loop.call_later(60, print) for _ in range(101)]
+    with pytest.raises(TypeError):
+        loop._zc_push_timer(timers[0])  # a native timer is in the heap once
+    # The cancelled count is asyncio's writable estimate: it saturates, never overflows.
+    loop._timer_cancelled_count = sys.maxsize
+    for t in timers:
+        t.cancel()
+    assert loop._timer_cancelled_count == sys.maxsize
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert loop._scheduled == [] and loop._timer_cancelled_count == 0
+
+
 def test_callbacks_run_in_their_context(loop):
     var = contextvars.ContextVar("var", default="unset")
     seen = []

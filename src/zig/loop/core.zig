@@ -17,6 +17,7 @@
 //! Debug mode goes through asyncio's own Python handles (source tracebacks, slow
 //! callback warnings, thread checks): the queues take any handle-like object.
 const std = @import("std");
+const assert = std.debug.assert;
 const linux = std.os.linux;
 const py = @import("../python/capi.zig");
 const c = py.c;
@@ -55,7 +56,7 @@ pub const LoopObject = extern struct {
     core: ?*Core,
 };
 
-const Core = struct {
+pub const Core = struct {
     ready: Ring = .{},
     timers: Heap = .{},
     timer_seq: u64 = 0,
@@ -176,14 +177,19 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     return 0;
 }
 
-/// Drops every queued handle (each decref may run arbitrary code: take one at a time).
+/// Drops every queued handle (each decref may run arbitrary code: take one at a time,
+/// until both queues are empty, a finalizer's call_soon included).
 fn clearQueues(core: *Core) void {
-    while (core.ready.pop()) |o| py.decref(o);
-    while (core.timers.len > 0) {
-        const t = core.timers.pop();
-        setScheduled(t.obj, false);
-        py.decref(t.obj);
+    while (true) {
+        if (core.ready.pop()) |o| {
+            py.decref(o);
+        } else if (core.timers.len > 0) {
+            const t = core.timers.pop();
+            setScheduled(t.obj, false);
+            py.decref(t.obj);
+        } else break;
     }
+    assert(core.ready.len == 0 and core.timers.len == 0);
     core.timer_cancelled_count = 0;
 }
 
@@ -322,10 +328,13 @@ fn schedule(self: *Object, core: *Core, when: f64, a: CallArgs) ?*Object {
         py.decref(h);
         return null;
     }
+    assert(asHandle(h).scheduled);
     return h;
 }
 
+/// `when` comes from `toSeconds` (or the clock plus one): never NaN.
 fn pushTimer(core: *Core, h: *Object, when: f64) bool {
+    assert(!std.math.isNan(when));
     core.timer_seq += 1;
     py.incref(h);
     if (!core.timers.push(.{ .when = when, .seq = core.timer_seq, .obj = h })) {
@@ -337,9 +346,10 @@ fn pushTimer(core: *Core, h: *Object, when: f64) bool {
     return true;
 }
 
+/// In the heap or out of it: a native handle's state changes through `markScheduled`.
 fn setScheduled(h: *Object, v: bool) void {
     if (isNativeHandle(h)) {
-        asHandle(h).scheduled = v;
+        handle.markScheduled(asHandle(h), v);
     } else if (c.PyObject_SetAttrString(h, "_scheduled", py.boolean(v)) != 0) {
         c.PyErr_WriteUnraisable(h);
     }
@@ -402,9 +412,11 @@ fn loopAddCallback(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
-/// _zc_push_timer(handle): a debug-mode asyncio TimerHandle into the heap.
+/// _zc_push_timer(handle): a debug-mode asyncio TimerHandle into the heap. Native
+/// timers enter the heap once, from call_later/call_at, only.
 fn loopPushTimer(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
     const core = coreOf(self.?);
+    if (isNativeHandle(h.?)) return py.typeError("_zc_push_timer() takes an asyncio TimerHandle");
     const w = c.PyObject_GetAttrString(h.?, "_when") orelse return null;
     defer py.decref(w);
     const when = toSeconds(w, "when cannot be None") orelse return null;
@@ -420,7 +432,7 @@ fn loopTimerHandleCancelled(self: ?*Object, h: ?*Object) callconv(.c) ?*Object {
         defer py.decref(v);
         break :blk c.PyObject_IsTrue(v) == 1;
     };
-    if (scheduled) core.timer_cancelled_count += 1;
+    if (scheduled) core.timer_cancelled_count +|= 1;
     return py.none();
 }
 
@@ -454,17 +466,13 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     if (core.ready.len > 0 or core.stopping or engine_due or settlePending(core)) {
         timeout_ms = 0;
     } else if (core.timers.top()) |t| {
-        const s = std.math.clamp(t.when - monotonic(), 0, select_timeout_s_max);
-        // Rounded up, as asyncio's selector does: waking a hair early would spin.
-        timeout_ms = @intFromFloat(@ceil(s * 1000));
+        timeout_ms = waitTimeoutMs(t.when, monotonic());
     }
     if (!poll(o, core, timeout_ms, engine_due)) return null;
 
-    // Timers due by now become ready.
+    // Timers due by now become ready, behind what was already.
     const end = monotonic() + core.clock_resolution;
-    while (core.timers.top()) |t| {
-        if (t.when >= end) break;
-        _ = core.timers.pop();
+    while (core.timers.popDue(end)) |t| {
         setScheduled(t.obj, false);
         if (!core.ready.push(t.obj)) {
             py.decref(t.obj);
@@ -474,14 +482,29 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     }
 
     // Only what is ready now: callbacks these schedule run in the next pass.
-    const todo = core.ready.len;
-    for (0..todo) |_| {
-        const h = core.ready.pop() orelse break;
-        defer py.decref(h);
-        if (!runReady(o, core, h)) return null;
-    }
+    const Pass = struct {
+        loop: *Object,
+        core: *Core,
+        fn run(p: @This(), h: *Object) bool {
+            defer py.decref(h);
+            return runReady(p.loop, p.core, h);
+        }
+    };
+    if (!core.ready.drainQueued(Pass{ .loop = o, .core = core }, Pass.run)) return null;
     settle(core);
     return py.none();
+}
+
+/// How long the pass may sleep for the first timer, due at `deadline` (loop time
+/// `now`): whole milliseconds rounded up, as asyncio's selector does (waking a hair
+/// early would spin), never over a day. Any deadline the heap holds (infinities too)
+/// gives a wait `epoll_wait` takes.
+fn waitTimeoutMs(deadline: f64, now: f64) i32 {
+    assert(!std.math.isNan(deadline) and std.math.isFinite(now));
+    const s = std.math.clamp(deadline - now, 0, select_timeout_s_max);
+    const ms: i32 = @intFromFloat(@ceil(s * 1000));
+    assert(ms >= 0 and ms <= @as(i32, @intFromFloat(select_timeout_s_max * 1000)));
+    return ms;
 }
 
 /// Runs one ready handle; false with the exception set that must leave the loop.
@@ -508,33 +531,42 @@ fn runReady(loop: *Object, core: *Core, h: *Object) bool {
     return false;
 }
 
-/// asyncio's rule: past 100 timers with over half of them cancelled, rebuild the heap
-/// without them; otherwise drop cancelled timers from its top.
+/// asyncio's rule: past 100 timers with over half of them cancelled, sweep the whole
+/// heap at once; otherwise drop cancelled timers from its top. (The count is asyncio's
+/// estimate, not an exact one: a cancelled timer that comes due leaves uncounted.)
+fn sweepAll(scheduled: usize, cancelled: isize) bool {
+    return scheduled > sweep_timers_min and cancelled *| 2 > @as(isize, @intCast(scheduled));
+}
+
 fn sweepTimers(core: *Core) bool {
     const heap = &core.timers;
-    if (heap.len > sweep_timers_min and core.timer_cancelled_count * 2 > @as(isize, @intCast(heap.len))) {
-        var kept: usize = 0;
-        for (0..heap.len) |i| {
-            const t = heap.items[i];
-            const cancelled = handleIsCancelled(t.obj) orelse return false;
-            if (cancelled) {
-                setScheduled(t.obj, false);
-                py.decref(t.obj);
-            } else {
-                heap.items[kept] = t;
-                kept += 1;
+    if (sweepAll(heap.len, core.timer_cancelled_count)) {
+        const Cancelled = struct {
+            fn drop(_: void, o: *Object) error{Failed}!bool {
+                return handleIsCancelled(o) orelse error.Failed;
             }
+        };
+        if (heap.removeIf({}, Cancelled.drop)) |swept| {
+            defer allocator.free(swept);
+            core.timer_cancelled_count = 0;
+            // Released with the heap whole: their finalizers may schedule and cancel.
+            for (swept) |o| {
+                setScheduled(o, false);
+                py.decref(o);
+            }
+            return true;
+        } else |err| switch (err) {
+            error.Failed => return false,
+            error.OutOfMemory => {}, // the top is swept below, as on a small heap
         }
-        heap.len = kept;
-        heap.heapify();
-        core.timer_cancelled_count = 0;
-        return true;
     }
     while (heap.top()) |t| {
         const cancelled = handleIsCancelled(t.obj) orelse return false;
         if (!cancelled) break;
+        // Reading a Python handle's `_cancelled` may have run code that moved the top.
+        if ((heap.top() orelse break).seq != t.seq) continue;
         _ = heap.pop();
-        core.timer_cancelled_count -= 1;
+        core.timer_cancelled_count -|= 1;
         setScheduled(t.obj, false);
         py.decref(t.obj);
     }
@@ -558,14 +590,11 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
         }
         break :blk linux.epoll_wait(core.epfd, &core.events, events_max, timeout_ms);
     };
-    const n: usize = switch (sys.E.init(rc)) {
-        .SUCCESS => rc,
+    const n: usize = switch (waitResult(rc)) {
+        .events => |k| k,
         // A signal: its Python handler runs now (and may raise, as in asyncio's select).
-        .INTR => return c.PyErr_CheckSignals() == 0,
-        else => {
-            _ = c.PyErr_SetFromErrno(c.PyExc_OSError);
-            return false;
-        },
+        .interrupted => return c.PyErr_CheckSignals() == 0,
+        .failed => |e| return osError(e) != null,
     };
     var engine_ready = engine_due;
     var others: ?*Object = null;
@@ -594,6 +623,25 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
         py.decref(r);
     }
     return true;
+}
+
+const Wait = union(enum) { events: usize, interrupted, failed: linux.E };
+
+/// What `epoll_wait` returned: the number of events, a signal (not an error: the pass
+/// goes on), or a failure with its errno.
+fn waitResult(rc: usize) Wait {
+    return switch (sys.E.init(rc)) {
+        .SUCCESS => .{ .events = rc },
+        .INTR => .interrupted,
+        else => |e| .{ .failed = e },
+    };
+}
+
+/// OSError from a raw system call's errno (std.os.linux leaves C's `errno` alone, which
+/// PyErr_SetFromErrno reads). Null, for returning.
+fn osError(e: linux.E) ?*Object {
+    std.c._errno().* = @intFromEnum(e);
+    return c.PyErr_SetFromErrno(c.PyExc_OSError);
 }
 
 const Server = @import("../transport/server.zig").Server;
@@ -670,9 +718,18 @@ fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) call
     if (fd == -1 and c.PyErr_Occurred() != null) return null;
     const res = c.PyFloat_AsDouble(args[2]);
     if (res == -1.0 and c.PyErr_Occurred() != null) return null;
+    // The end of each pass is the clock plus this: it must be a time (the heap asserts).
+    if (!std.math.isFinite(res) or res < 0) {
+        c.PyErr_SetString(c.PyExc_ValueError, "clock_resolution must be a finite number of seconds, not negative");
+        return null;
+    }
+    if (fd < 0 or fd > std.math.maxInt(i32)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "epoll_fd must be a file descriptor");
+        return null;
+    }
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = core.wake_fd } };
-    if (sys.E.init(linux.epoll_ctl(@intCast(fd), linux.EPOLL.CTL_ADD, core.wake_fd, &ev)) != .SUCCESS)
-        return c.PyErr_SetFromErrno(c.PyExc_OSError);
+    const rc = linux.epoll_ctl(@intCast(fd), linux.EPOLL.CTL_ADD, core.wake_fd, &ev);
+    if (sys.E.init(rc) != .SUCCESS) return osError(sys.E.init(rc));
     core.epfd = @intCast(fd);
     core.clock_resolution = res;
     const task_kw = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
@@ -797,9 +854,10 @@ fn loopAttach(self: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const fd = server.io.fd;
     const ctx = c.PyContext_CopyCurrent() orelse return null;
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = fd } };
-    if (sys.E.init(linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev)) != .SUCCESS) {
+    const rc = linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev);
+    if (sys.E.init(rc) != .SUCCESS) {
         py.decref(ctx);
-        return c.PyErr_SetFromErrno(c.PyExc_OSError);
+        return osError(sys.E.init(rc));
     }
     py.incref(e);
     core.engine = e;
@@ -955,4 +1013,239 @@ pub fn init(m: *Object) bool {
     py.incref(tt);
     const lt = c.PyType_FromSpec(&loop_spec) orelse return false;
     return c.PyModule_AddObject(m, "LoopCore", lt) == 0;
+}
+
+// ----------------------------------------------------------------------------------
+// Tests: the pass's pieces that need no interpreter (native handles are plain structs
+// here, their type objects stand-ins that only `isNativeHandle` compares).
+
+const testing = std.testing;
+
+test "the wait for a timer is rounded up to whole milliseconds, never below zero nor over a day" {
+    const day_ms: i32 = 24 * 3600 * 1000;
+    const inf = std.math.inf(f64);
+    for ([_]f64{ 0, 5, 123456.789, 1e9 }) |now| {
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now, now)); // due now (a zero delay)
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now - 5, now)); // negative delay: past
+        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(-inf, now));
+        try testing.expectEqual(@as(i32, 1), waitTimeoutMs(now + 1e-6, now)); // a hair: 1 ms, not 0 (no spin)
+        try testing.expectEqual(@as(i32, 1000), waitTimeoutMs(now + 1, now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(now + 3 * 24 * 3600, now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(std.math.floatMax(f64), now));
+        try testing.expectEqual(day_ms, waitTimeoutMs(inf, now)); // never: a day at a time
+    }
+    try testing.expectEqual(@as(i32, 2), waitTimeoutMs(0.0015, 0));
+}
+
+test "the heap is swept at once past 100 timers with over half cancelled; a huge count saturates" {
+    try testing.expect(!sweepAll(0, 0));
+    try testing.expect(!sweepAll(100, 100)); // not past 100: the top is swept lazily
+    try testing.expect(!sweepAll(101, 50));
+    try testing.expect(sweepAll(101, 51));
+    try testing.expect(sweepAll(1000, std.math.maxInt(isize))); // `_timer_cancelled_count` is writable
+    try testing.expect(!sweepAll(1000, -3));
+}
+
+/// Stand-ins for the Handle and TimerHandle types, and zeroed native handles of them.
+const Fakes = struct {
+    var handle_tp = std.mem.zeroes(c.PyTypeObject);
+    var timer_tp = std.mem.zeroes(c.PyTypeObject);
+
+    fn install() void {
+        handle.handle_type = &handle_tp;
+        handle.timer_type = &timer_tp;
+    }
+
+    fn uninstall() void {
+        handle.handle_type = null;
+        handle.timer_type = null;
+    }
+
+    fn make(hs: []HandleObject, tp: *c.PyTypeObject, loop: ?*LoopObject) void {
+        for (hs) |*h| {
+            h.* = std.mem.zeroes(HandleObject);
+            h.ob_base.ob_type = tp;
+            h.loop = if (loop) |l| &l.ob_base else null;
+        }
+    }
+
+    fn obj(h: *HandleObject) *Object {
+        return &h.ob_base;
+    }
+
+    fn index(hs: []HandleObject, o: *Object) usize {
+        return (@intFromPtr(o) - @intFromPtr(hs.ptr)) / @sizeOf(HandleObject);
+    }
+};
+
+test "a pass skips a handle an earlier callback of the same pass cancelled; what callbacks schedule waits" {
+    Fakes.install();
+    defer Fakes.uninstall();
+    var core = Core{};
+    defer if (core.ready.items.len > 0) allocator.free(core.ready.items);
+    var hs: [6]HandleObject = undefined;
+    Fakes.make(&hs, &Fakes.handle_tp, null);
+    for (hs[0..4]) |*h| try testing.expect(core.ready.push(Fakes.obj(h)));
+    const Pass = struct {
+        hs: []HandleObject,
+        ran: [8]usize = undefined,
+        n: usize = 0,
+        ring: *Ring,
+        // What runReady does for a native handle, then each callback's own effect.
+        fn run(p: *@This(), o: *Object) bool {
+            if (!isNativeHandle(o)) return false;
+            if (asHandle(o).cancelled) return true;
+            const i = Fakes.index(p.hs, o);
+            p.ran[p.n] = i;
+            p.n += 1;
+            return switch (i) {
+                0 => handle.markCancelled(&p.hs[2]), // h0 cancels h2, queued behind it
+                1 => p.ring.push(Fakes.obj(&p.hs[4])), // h1: call_soon(h4)
+                4 => p.ring.push(Fakes.obj(&p.hs[5])),
+                else => true,
+            };
+        }
+    };
+    var pass = Pass{ .hs = &hs, .ring = &core.ready };
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3 }, pass.ran[0..pass.n]);
+    try testing.expectEqual(@as(usize, 1), core.ready.len); // h4: the next pass
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3, 4 }, pass.ran[0..pass.n]);
+    try testing.expect(core.ready.drainQueued(&pass, Pass.run));
+    try testing.expectEqualSlices(usize, &.{ 0, 1, 3, 4, 5 }, pass.ran[0..pass.n]);
+    try testing.expectEqual(@as(usize, 0), core.ready.len);
+    // A handle cancelled while only queued (not a timer) is not counted for the sweep.
+    try testing.expectEqual(@as(isize, 0), core.timer_cancelled_count);
+}
+
+test "timers due in a pass queue behind what was ready, by deadline then order, leaving the heap unscheduled" {
+    Fakes.install();
+    defer Fakes.uninstall();
+    var core = Core{};
+    defer if (core.ready.items.len > 0) allocator.free(core.ready.items);
+    defer if (core.timers.items.len > 0) allocator.free(core.timers.items);
+    var lo = LoopObject{ .ob_base = std.mem.zeroes(Object), .core = &core };
+    var ready: [2]HandleObject = undefined;
+    Fakes.make(&ready, &Fakes.handle_tp, &lo);
+    var ts: [6]HandleObject = undefined;
+    Fakes.make(&ts, &Fakes.timer_tp, &lo);
+    for (&ready) |*h| try testing.expect(core.ready.push(Fakes.obj(h)));
+    // Deadlines (pushed in this order): two equal ones, one cancelled, one at the end, one later.
+    const whens = [_]f64{ 3, 1, 2, 1, 10, 4 };
+    for (&ts, whens) |*h, w| {
+        h.when = w;
+        core.timer_seq += 1;
+        try testing.expect(core.timers.push(.{ .when = w, .seq = core.timer_seq, .obj = Fakes.obj(h) }));
+        handle.markScheduled(h, true);
+    }
+    // Cancelled in the heap: counted for the sweep, once.
+    try testing.expect(handle.markCancelled(&ts[2]));
+    try testing.expect(!handle.markCancelled(&ts[2]));
+    try testing.expectEqual(@as(isize, 1), core.timer_cancelled_count);
+    // The pass's end is 4: the timer due at 4 waits.
+    while (core.timers.popDue(4)) |t| {
+        handle.markScheduled(asHandle(t.obj), false);
+        try testing.expect(core.ready.push(t.obj));
+    }
+    const expected = [_]*Object{ Fakes.obj(&ready[0]), Fakes.obj(&ready[1]), Fakes.obj(&ts[1]), Fakes.obj(&ts[3]), Fakes.obj(&ts[2]), Fakes.obj(&ts[0]) };
+    try testing.expectEqual(expected.len, core.ready.len);
+    for (expected, 0..) |o, i| try testing.expectEqual(o, core.ready.at(i));
+    for (ts, 0..) |h, i| try testing.expectEqual(i == 4 or i == 5, h.scheduled);
+    try testing.expectEqual(@as(usize, 2), core.timers.len);
+    // The cancelled one left uncounted, as on asyncio: the count is an estimate.
+    try testing.expectEqual(@as(isize, 1), core.timer_cancelled_count);
+    while (core.ready.pop()) |_| {}
+}
+
+var signal_wake_fd: i32 = -1;
+
+fn onTestSignal(_: i32) callconv(.c) void {
+    // What CPython's C-level handler does with the wake-up descriptor (set_wakeup_fd).
+    if (signal_wake_fd >= 0) {
+        const one: u64 = 1;
+        _ = linux.write(signal_wake_fd, std.mem.asBytes(&one), 8);
+    }
+}
+
+const TestSignal = struct {
+    const sig = std.posix.SIG.URG; // ignored by default: a late one does no harm
+    old: std.posix.Sigaction = undefined,
+
+    fn install(self: *TestSignal) void {
+        const act = std.posix.Sigaction{ .handler = .{ .handler = onTestSignal }, .mask = std.posix.sigemptyset(), .flags = 0 };
+        std.posix.sigaction(sig, &act, &self.old);
+    }
+
+    fn restore(self: *TestSignal) void {
+        std.posix.sigaction(sig, &self.old, null);
+    }
+};
+
+fn testEpoll() !i32 {
+    const rc = linux.epoll_create1(linux.EPOLL.CLOEXEC);
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(rc));
+    return @intCast(rc);
+}
+
+test "a signal during the wait ends it as interrupted, not as an error" {
+    var ts = TestSignal{};
+    ts.install();
+    defer ts.restore();
+    const epfd = try testEpoll();
+    defer _ = linux.close(epfd);
+    const Sender = struct {
+        fn run(tid: linux.pid_t, done: *std.atomic.Value(bool)) void {
+            // Until the waiter has seen one: the first may land before it waits.
+            while (!done.load(.acquire)) {
+                _ = linux.tgkill(linux.getpid(), tid, TestSignal.sig);
+                std.Thread.sleep(10 * std.time.ns_per_ms);
+            }
+        }
+    };
+    var done = std.atomic.Value(bool).init(false);
+    const t = try std.Thread.spawn(.{}, Sender.run, .{ linux.gettid(), &done });
+    var events: [4]linux.epoll_event = undefined;
+    const started = std.time.milliTimestamp();
+    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
+    done.store(true, .release);
+    t.join();
+    try testing.expectEqual(Wait.interrupted, r);
+    try testing.expect(std.time.milliTimestamp() - started < 4000);
+}
+
+test "a signal between passes: its wake-up write ends the next wait at once, and is drained" {
+    var ts = TestSignal{};
+    ts.install();
+    defer ts.restore();
+    const epfd = try testEpoll();
+    defer _ = linux.close(epfd);
+    const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(efd_rc));
+    const efd: i32 = @intCast(efd_rc);
+    defer _ = linux.close(efd);
+    var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = efd } };
+    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(linux.epoll_ctl(epfd, linux.EPOLL.CTL_ADD, efd, &ev)));
+    signal_wake_fd = efd;
+    defer signal_wake_fd = -1;
+    // Delivered to this thread before tgkill returns: between two waits.
+    _ = linux.tgkill(linux.getpid(), linux.gettid(), TestSignal.sig);
+    var events: [4]linux.epoll_event = undefined;
+    const started = std.time.milliTimestamp();
+    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
+    try testing.expect(std.time.milliTimestamp() - started < 4000);
+    try testing.expectEqual(Wait{ .events = 1 }, r);
+    try testing.expectEqual(efd, events[0].data.fd);
+    var buf: u64 = 0;
+    _ = linux.read(efd, std.mem.asBytes(&buf), 8);
+    // Drained: the next wait does not see it again.
+    try testing.expectEqual(Wait{ .events = 0 }, waitResult(linux.epoll_wait(epfd, &events, events.len, 0)));
+}
+
+test "a failed wait keeps its errno" {
+    var events: [1]linux.epoll_event = undefined;
+    try testing.expectEqual(Wait{ .failed = .BADF }, waitResult(linux.epoll_wait(-1, &events, 1, 0)));
+    const efd: i32 = @intCast(linux.eventfd(0, linux.EFD.CLOEXEC));
+    defer _ = linux.close(efd);
+    try testing.expectEqual(Wait{ .failed = .INVAL }, waitResult(linux.epoll_wait(efd, &events, 1, 0)));
 }

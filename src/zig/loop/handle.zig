@@ -2,6 +2,8 @@
 //! when, get_context, _run, comparisons, hash, repr), each running its callback inside
 //! its `contextvars` context, and the freelist that keeps freed ones for reuse.
 const std = @import("std");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
 const py = @import("../python/capi.zig");
 const c = py.c;
 const Object = py.Object;
@@ -41,8 +43,33 @@ pub fn isNativeHandle(o: *Object) bool {
 /// do): a handle per callback is the loop's most frequent allocation, and one taken from
 /// here costs neither malloc nor a tick of the garbage collector's allocation count.
 const handle_freelist_max = 256;
-var handle_freelist: [handle_freelist_max]*Object = undefined;
-var handle_freelist_len: usize = 0;
+var handle_freelist: Freelist(handle_freelist_max) = .{};
+
+/// A stack of at most `max` freed objects, each kept once, taken last in first out.
+fn Freelist(comptime max: usize) type {
+    return struct {
+        items: [max]*Object = undefined,
+        len: usize = 0,
+
+        fn take(self: *@This()) ?*Object {
+            assert(self.len <= max);
+            if (self.len == 0) return null;
+            self.len -= 1;
+            return self.items[self.len];
+        }
+
+        /// False when full: the caller frees `o` itself.
+        fn keep(self: *@This(), o: *Object) bool {
+            assert(self.len <= max);
+            if (self.len == max) return false;
+            // An object kept twice would be handed out twice (O(max): Debug only).
+            if (builtin.mode == .Debug) for (self.items[0..self.len]) |x| assert(x != o);
+            self.items[self.len] = o;
+            self.len += 1;
+            return true;
+        }
+    };
+}
 
 /// New handle owning `callback`, its `args`, and `context` (a copy of the current one
 /// when null): new references all.
@@ -76,8 +103,18 @@ pub fn newHandle(tp: *c.PyTypeObject, loop: *Object, callback: *Object, args: []
     h.when = 0;
     h.cancelled = false;
     h.scheduled = false;
+    assertArgs(h);
+    assert(h.callback != null and h.argc == args.len);
     c.PyObject_GC_Track(obj);
     return obj;
+}
+
+/// The arguments' shape (set by newHandle, cleared with the callback): none, `arg`
+/// alone, or the tuple `args`; runHandle picks the call by `argc` alone.
+fn assertArgs(h: *const HandleObject) void {
+    assert((h.argc == 1) == (h.arg != null));
+    assert((h.argc >= 2) == (h.args != null));
+    assert(h.argc == 0 or h.callback != null);
 }
 
 /// New reference: a tuple of `items`.
@@ -92,11 +129,7 @@ pub fn tupleOf(items: []const ?*Object) ?*Object {
 
 /// An untracked handle object of type `tp` (tracked by the caller once filled).
 fn allocHandle(tp: *c.PyTypeObject) ?*Object {
-    if (handle_freelist_len > 0) {
-        handle_freelist_len -= 1;
-        const obj = handle_freelist[handle_freelist_len];
-        return c.PyObject_Init(obj, tp);
-    }
+    if (handle_freelist.take()) |obj| return c.PyObject_Init(obj, tp);
     const obj = tp.tp_alloc.?(tp, 0) orelse return null;
     c.PyObject_GC_UnTrack(obj);
     return obj;
@@ -110,6 +143,7 @@ fn handleClearRefs(h: *HandleObject) void {
     h.arg = null;
     h.args = null;
     h.argc = 0;
+    assertArgs(h);
     py.xdecref(cb);
     py.xdecref(arg);
     py.xdecref(args);
@@ -120,12 +154,10 @@ fn handleDealloc(obj: ?*Object) callconv(.c) void {
     const tp = py.typeOf(o);
     c.PyObject_GC_UnTrack(o);
     _ = handleClear(o);
-    if (handle_freelist_len < handle_freelist_max and (tp == handle_type.? or tp == timer_type.?)) {
-        handle_freelist[handle_freelist_len] = o;
-        handle_freelist_len += 1;
-    } else {
-        tp.tp_free.?(o);
-    }
+    // Kept for reuse holding nothing: newHandle fills every field again.
+    const h = asHandle(o);
+    assert(h.callback == null and h.context == null and h.loop == null and h.argc == 0);
+    if (!((tp == handle_type.? or tp == timer_type.?) and handle_freelist.keep(o))) tp.tp_free.?(o);
     py.decref(@ptrCast(tp));
 }
 
@@ -155,14 +187,27 @@ fn handleClear(obj: ?*Object) callconv(.c) c_int {
 /// cancel(): the callback will not run; a scheduled timer is counted for the sweep.
 fn handleCancel(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const h = asHandle(obj.?);
-    if (!h.cancelled) {
-        if (h.scheduled) {
-            if (h.loop) |l| coreOf(l).timer_cancelled_count += 1;
-        }
-        h.cancelled = true;
-        handleClearRefs(h);
-    }
+    if (markCancelled(h)) handleClearRefs(h);
+    assert(h.cancelled and h.callback == null);
     return py.none();
+}
+
+/// cancel()'s change of state, once (false from then on): a timer in the heap counts for
+/// the loop's sweep. The caller then drops the callback and its arguments.
+pub fn markCancelled(h: *HandleObject) bool {
+    if (h.cancelled) return false;
+    if (h.scheduled) {
+        if (h.loop) |l| coreOf(l).timer_cancelled_count +|= 1;
+    }
+    h.cancelled = true;
+    return true;
+}
+
+/// A timer enters the heap (true) or leaves it (false): once each way, as only the
+/// loop's heap moves native timers (one push each, from call_later/call_at).
+pub fn markScheduled(h: *HandleObject, v: bool) void {
+    assert(h.scheduled != v);
+    h.scheduled = v;
 }
 
 fn handleCancelled(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
@@ -192,6 +237,7 @@ pub fn runHandle(obj: *Object) bool {
     const h = asHandle(obj);
     const cb = h.callback orelse return true;
     const ctx = h.context orelse return true;
+    assertArgs(h);
     // The callback may cancel its own handle (dropping these): hold them for the call.
     py.incref(cb);
     defer py.decref(cb);
@@ -397,3 +443,54 @@ pub var timer_spec = c.PyType_Spec{
     .flags = c.Py_TPFLAGS_DEFAULT | c.Py_TPFLAGS_HAVE_GC,
     .slots = &timer_slots,
 };
+
+// ----------------------------------------------------------------------------------
+// Tests (no interpreter: the handles are zeroed structs, never handed to Python).
+
+const testing = std.testing;
+
+test "the freelist hands back the last one freed first and keeps at most its size" {
+    var objs: [5]HandleObject = undefined;
+    for (&objs) |*h| h.* = std.mem.zeroes(HandleObject);
+    var fl: Freelist(3) = .{};
+    try testing.expect(fl.take() == null);
+    for (objs[0..3]) |*h| try testing.expect(fl.keep(&h.ob_base));
+    // Full: the caller frees the next one itself.
+    try testing.expect(!fl.keep(&objs[3].ob_base));
+    try testing.expectEqual(&objs[2].ob_base, fl.take().?);
+    try testing.expect(fl.keep(&objs[4].ob_base)); // room again
+    try testing.expectEqual(&objs[4].ob_base, fl.take().?);
+    try testing.expectEqual(&objs[1].ob_base, fl.take().?);
+    try testing.expectEqual(&objs[0].ob_base, fl.take().?);
+    try testing.expect(fl.take() == null);
+    try testing.expectEqual(@as(usize, 0), fl.len);
+}
+
+test "cancel is one way and counts for the sweep only while the timer is in the heap" {
+    var lc = core.Core{};
+    var lo = core.LoopObject{ .ob_base = std.mem.zeroes(Object), .core = &lc };
+    var t = std.mem.zeroes(HandleObject);
+    t.loop = &lo.ob_base;
+    // In the heap: counted, once.
+    markScheduled(&t, true);
+    try testing.expect(markCancelled(&t));
+    try testing.expect(!markCancelled(&t));
+    try testing.expectEqual(@as(isize, 1), lc.timer_cancelled_count);
+    markScheduled(&t, false);
+    // Out of the heap (ready, or run): not counted.
+    var h = std.mem.zeroes(HandleObject);
+    h.loop = &lo.ob_base;
+    try testing.expect(markCancelled(&h));
+    try testing.expectEqual(@as(isize, 1), lc.timer_cancelled_count);
+    // No loop (cleared by the collector): nothing to count, still cancelled.
+    var orphan = std.mem.zeroes(HandleObject);
+    orphan.scheduled = true;
+    try testing.expect(markCancelled(&orphan) and orphan.cancelled);
+    // The count saturates (asyncio's `_timer_cancelled_count` is writable).
+    lc.timer_cancelled_count = std.math.maxInt(isize);
+    var last = std.mem.zeroes(HandleObject);
+    last.loop = &lo.ob_base;
+    last.scheduled = true;
+    try testing.expect(markCancelled(&last));
+    try testing.expectEqual(@as(isize, std.math.maxInt(isize)), lc.timer_cancelled_count);
+}
