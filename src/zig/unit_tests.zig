@@ -29,6 +29,7 @@ test {
     _ = @import("http/decompression.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http/fields.zig");
     _ = @import("python/environ.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");

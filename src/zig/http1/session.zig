@@ -6,6 +6,7 @@
 //! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
 //! transport is `transport/connection.zig`; the stream (`transport/stream.zig`) is what the app side drives.
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
 const sys = @import("../os/sys.zig");
 const http1 = @import("parser.zig");
 const response = @import("../http/response.zig");
@@ -150,7 +151,7 @@ fn parseHead(conn: *Conn) void {
         // Refused before any app sees it, and before a 100-continue invites the body.
         return refuse(conn, 413);
     }
-    if (srv.opts.ws_enabled and ws.isUpgrade(&head.request)) {
+    if (srv.opts.ws_enabled and ws.isUpgrade(head.request.upgrade)) {
         if (!beginUpgrade(conn, &head.request)) return;
     }
     conn.state = .request;
@@ -189,7 +190,7 @@ fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
     const opts = &conn.server.opts;
     if (!opts.http2 or !opts.h2c_upgrade or conn.session() != null or req.version != .http11) return null;
     const upgrade = req.upgrade orelse return null;
-    if (!http1.connectionHas(upgrade, "h2c")) return null;
+    if (!http_fields.connectionHas(upgrade, "h2c")) return null;
     if (req.chunked or (req.content_length orelse 0) != 0) return null;
     var encoded: ?[]const u8 = null;
     var connection_lists_it = false;
@@ -197,7 +198,7 @@ fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
         if (std.mem.eql(u8, f.name, "http2-settings")) {
             if (encoded != null) return null;
             encoded = f.value;
-        } else if (std.mem.eql(u8, f.name, "connection") and http1.connectionHas(f.value, "http2-settings")) {
+        } else if (std.mem.eql(u8, f.name, "connection") and http_fields.connectionHas(f.value, "http2-settings")) {
             connection_lists_it = true;
         }
     }
@@ -224,10 +225,15 @@ fn mustBeHttp2(conn: *Conn, data: []const u8) bool {
     return std.mem.eql(u8, @import("../transport/openssl.zig").alpnSelected(ssl), "h2");
 }
 
+/// What WebSocket's handshake checks read of an HTTP/1.1 request.
+fn handshakeRequest(req: *const http1.Request) ws.HandshakeRequest {
+    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
+}
+
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
 /// when the engine refused it (400/426).
 fn beginUpgrade(conn: *Conn, req: *const http1.Request) bool {
-    var hs = ws.validate(req, conn.server.opts.ws_deflate) catch |err| {
+    var hs = ws.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| {
         refuse(conn, ws.statusFor(err));
         return false;
     };
@@ -250,7 +256,7 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
     st.expect_continue = req.expect_continue;
     for (req.headers) |field| {
-        if (std.mem.eql(u8, field.name, "te") and http1.connectionHas(field.value, "trailers")) st.te_trailers = true;
+        if (std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
     }
     if (req.chunked) {
         st.body_kind = .chunked;
@@ -558,7 +564,7 @@ fn writeHead(st: *Stream, w: *response.HeadWriter, status: u16, headers: []const
             // The engine frames the body itself; the app's claim is dropped.
             continue;
         } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
-            if (http1.connectionHas(h[1], "close")) st.keep_alive = false;
+            if (http_fields.connectionHas(h[1], "close")) st.keep_alive = false;
             continue;
         }
         try w.header(h[0], h[1]);
@@ -907,3 +913,41 @@ test "HTTP2-Settings decodes base64url to whole settings, padded or not, and ref
     try t.expect(decodeH2cSettings("A") == null);
     try t.expect(decodeH2cSettings("AAAAAAAA" ** 17) == null); // past the bound
 }
+
+const testing = std.testing;
+const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn handshake(raw: []const u8, offer_deflate: bool) ws.HandshakeError!ws.Handshake {
+    var storage: [32]http_fields.Header = undefined;
+    var buf: [1024]u8 = undefined;
+    @memcpy(buf[0..raw.len], raw);
+    const head = (http1.parseHead(buf[0..raw.len], &storage, http1.test_limits) catch unreachable).?;
+    return ws.validate(handshakeRequest(&head.request), offer_deflate);
+}
+
+test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
+    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    const hs = try handshake(ok, true);
+    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
+    try testing.expect(hs.deflate == null);
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+}
+
+test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
+    var storage: [8]http_fields.Header = undefined;
+    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
+    const r = (try http1.parseHead(&buf, &storage, http1.test_limits)).?;
+    try testing.expect(ws.isUpgrade(r.request.upgrade));
+    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
+    const r2 = (try http1.parseHead(&buf2, &storage, http1.test_limits)).?;
+    try testing.expect(!ws.isUpgrade(r2.request.upgrade));
+    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
+    const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
+    try testing.expect(!ws.isUpgrade(r3.request.upgrade));
+}
+

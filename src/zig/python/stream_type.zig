@@ -6,7 +6,6 @@ const std = @import("std");
 const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const http1 = @import("../http1/parser.zig");
 const scope = @import("scope.zig");
 const environ = @import("environ.zig");
 const stream_mod = @import("../transport/stream.zig");

@@ -10,6 +10,7 @@
 //! drives it until `finish` or `abort`. After that the protocol owns it until its queued
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
 const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
 const decompression = @import("../http/decompression.zig"); // against the layers: request bodies are decoded here, once for every protocol
 const response = @import("../http/response.zig");
@@ -22,7 +23,7 @@ const tracing = @import("../http/tracing.zig"); // against the layers: `prepare`
 const metrics = @import("../http/metrics.zig"); // against the layers: the method label, noted once for every protocol
 const sys = @import("../os/sys.zig");
 
-pub const Header = http1.Header;
+pub const Header = http_fields.Header;
 
 pub const Version = enum(u8) { http10, http11, http2 };
 
