@@ -30,6 +30,7 @@ test {
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http/fields.zig");
+    _ = @import("http/answers.zig");
     _ = @import("python/environ.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");

@@ -6,11 +6,15 @@
 //! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
 //! transport is `transport/connection.zig`; the stream (`transport/stream.zig`) is what the app side drives.
 const std = @import("std");
+const answers = @import("../http/answers.zig");
+const OpsAnswer = answers.OpsAnswer;
+const opsAnswer = answers.opsAnswer;
+const tooManyRequests = answers.tooManyRequests;
+const trailerAllowed = answers.trailerAllowed;
 const http_fields = @import("../http/fields.zig");
 const sys = @import("../os/sys.zig");
 const http1 = @import("parser.zig");
 const response = @import("../http/response.zig");
-const metrics = @import("../http/metrics.zig");
 const ws = @import("../websocket/codec.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const wsconn = @import("../websocket/session.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const deflate = @import("../websocket/deflate.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
@@ -33,7 +37,6 @@ const copy_body_bytes_max = 4096;
 const discard_bytes_max = 1024 * 1024;
 /// Scratch for engine-made answers (health, metrics): used and copied out within one call.
 var ops_head_scratch: [512]u8 = undefined;
-var ops_body_scratch: [metrics.render_bytes_max]u8 = undefined;
 
 /// What HTTP/1.1 keeps on a busy connection: `protocol.Session.http1`, in its `Active`.
 pub const ConnState = struct {
@@ -268,56 +271,6 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     }
     return st;
 }
-
-/// An engine-answered request (health or metrics path): its status, type and body.
-pub const OpsAnswer = struct {
-    status: u16,
-    content_type: []const u8,
-    body: []const u8,
-    head_only: bool,
-    /// `retry-after` seconds (0: none).
-    retry_after: u32 = 0,
-};
-
-/// The answer to a request over `--limit-request-rate` (shared by HTTP/1.1 and HTTP/2).
-pub fn tooManyRequests(wait_s: u32) OpsAnswer {
-    return .{ .status = 429, .content_type = "text/plain; charset=utf-8", .body = "Too Many Requests\n", .head_only = false, .retry_after = wait_s };
-}
-
-/// Whether `method path` is the health, ready or metrics path (GET and HEAD only:
-/// anything else goes to the app), and the answer; before the server is ready, every
-/// other request gets 503 with `retry-after` (the app's startup is not over). Shared by
-/// HTTP/1.1 and HTTP/2; a metrics body lives in a scratch buffer until the next call
-/// (both copy it into their output).
-pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer {
-    const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
-    const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
-    const is_ready = srv.opts.ready_path.len > 0 and std.mem.eql(u8, path, srv.opts.ready_path);
-    const head_only = std.mem.eql(u8, method, "HEAD");
-    const ops_method = head_only or std.mem.eql(u8, method, "GET");
-    if (!ops_method or !(is_metrics or is_health or is_ready)) {
-        if (srv.ready) return null;
-        return .{ .status = 503, .content_type = "text/plain; charset=utf-8", .body = "starting\n", .head_only = head_only, .retry_after = not_ready_retry_after_s };
-    }
-    var a = OpsAnswer{ .status = 200, .content_type = "text/plain; charset=utf-8", .body = "ok\n", .head_only = head_only };
-    if ((is_health or is_ready) and srv.draining) {
-        a.status = 503;
-        a.body = "draining\n";
-    } else if (is_ready and !srv.ready) {
-        a.status = 503;
-        a.body = "starting\n";
-    } else if (is_metrics) {
-        if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
-        a.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        scratch.claim();
-        a.body = metrics.render(&ops_body_scratch) catch "";
-        if (a.body.len == 0) a.status = 500;
-    }
-    return a;
-}
-
-/// `retry-after` on the 503 a request gets before the server is ready.
-pub const not_ready_retry_after_s: u32 = 1;
 
 /// Health and metrics paths are answered here, without the app, on a keep-alive
 /// connection like any response.
@@ -722,22 +675,6 @@ fn fileFailed(conn: *Conn, path: []const u8, why: []const u8) void {
     var buf: [512]u8 = undefined;
     const line = std.fmt.bufPrint(&buf, "pathsend: {s} {s}", .{ path[0..@min(path.len, 300)], why }) catch "pathsend: a file could not be sent";
     conn.closeFor(line);
-}
-
-/// Fields a trailer section must not carry (RFC 9110 6.5.1): framing, routing, request
-/// modifiers, authentication, response control and the content's own description.
-const forbidden_trailers = [_][]const u8{
-    "transfer-encoding", "content-length", "content-type",     "content-encoding",   "content-range",
-    "host",              "te",             "trailer",          "connection",         "keep-alive",
-    "upgrade",           "expect",         "range",            "max-forwards",       "authorization",
-    "set-cookie",        "cache-control",  "www-authenticate", "proxy-authenticate", "proxy-authorization",
-    "age",               "expires",        "date",             "location",           "retry-after",
-    "vary",              "pragma",
-};
-
-pub fn trailerAllowed(name: []const u8) bool {
-    for (forbidden_trailers) |f| if (std.ascii.eqlIgnoreCase(name, f)) return false;
-    return true;
 }
 
 /// One `http.response.trailers` message. The fields go out in the chunked body's last

@@ -3,7 +3,7 @@
 const std = @import("std");
 const hpack = @import("hpack.zig");
 const stream_mod = @import("../transport/stream.zig");
-const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const answers = @import("../http/answers.zig");
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
@@ -163,10 +163,10 @@ pub fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool
     const conn = s.conn;
     const srv = conn.server;
     conn.requests_count +|= 1;
-    if (st.base.prepare(view)) |wait| return answerOps(s, st, h1.tooManyRequests(wait));
+    if (st.base.prepare(view)) |wait| return answerOps(s, st, answers.tooManyRequests(wait));
     // Not ready yet: an extended CONNECT (a WebSocket) gets the 503 too.
     if (ops or !srv.ready) {
-        if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
+        if (answers.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
     st.held = true;
     s.held += 1;

@@ -7,7 +7,7 @@ const response = @import("../http/response.zig");
 const stream_mod = @import("../transport/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../transport/server.zig").Server;
-const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const answers = @import("../http/answers.zig");
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
@@ -229,7 +229,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     if (!st.resp_body_done) return error.BodyNotDone;
     for (fields) |f| {
         if (!response.validName(f[0]) or !response.validValue(f[1])) return error.InvalidHeader;
-        if (!h1.trailerAllowed(f[0])) return error.Forbidden;
+        if (!answers.trailerAllowed(f[0])) return error.Forbidden;
     }
     if (st.gone()) {
         if (!more) st.resp_complete = true;
