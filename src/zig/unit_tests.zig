@@ -22,7 +22,7 @@ test {
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
-    _ = @import("http/static_files.zig");
+    _ = @import("server/static_files.zig");
     _ = @import("http/tracing.zig");
     _ = @import("http/rate_limit.zig");
     _ = @import("http/compression.zig");

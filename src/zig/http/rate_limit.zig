@@ -11,7 +11,7 @@
 const std = @import("std");
 
 const forwarded = @import("forwarded.zig");
-const Peer = @import("../transport/connection.zig").Peer;
+const Peer = @import("../transport/peer.zig").Peer;
 const per_ip = @import("../transport/per_ip.zig");
 const Header = @import("fields.zig").Header;
 

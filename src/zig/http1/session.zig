@@ -4,7 +4,7 @@
 //! Requests on one connection are served strictly one after another, so pipelined
 //! requests are answered in order; the bytes of the next one wait in the read buffer
 //! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
-//! transport is `transport/connection.zig`; the stream (`transport/stream.zig`) is what the app side drives.
+//! transport is `server/connection.zig`; the stream (`server/stream.zig`) is what the app side drives.
 const std = @import("std");
 const answers = @import("../http/answers.zig");
 const OpsAnswer = answers.OpsAnswer;
@@ -19,11 +19,11 @@ const ws = @import("../websocket/codec.zig"); // the WebSocket upgrade (RFC 6455
 const wsconn = @import("../websocket/session.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const deflate = @import("../websocket/deflate.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../transport/server.zig").Server;
+const Server = @import("../server/server.zig").Server;
 const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
 const scratch = @import("../http/scratch.zig");
 

@@ -2,7 +2,7 @@
 //! into a new stream's request (or an open stream's trailers).
 const std = @import("std");
 const hpack = @import("hpack.zig");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const answers = @import("../http/answers.zig");
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
@@ -32,9 +32,9 @@ const remoteEnded = streams.remoteEnded;
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-pub var decoded_bytes: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
+pub var decoded_bytes: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
 
-pub var decoded_fields: [@import("../transport/server.zig").request_fields_max + 8]hpack.Header = undefined;
+pub var decoded_fields: [@import("../server/server.zig").request_fields_max + 8]hpack.Header = undefined;
 
 pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
     s.block.clearRetainingCapacity();

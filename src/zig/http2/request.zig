@@ -92,7 +92,7 @@ pub fn findField(fields: []const http_fields.Header, name: []const u8) ?usize {
 }
 
 /// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
+var cookie_scratch: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
 pub var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {

@@ -4,7 +4,7 @@
 //! after ALPN chose "h2" or on a plain port (h2c with prior knowledge). From then on
 //! the connection's bytes are frames, read here as they arrive (a frame may be larger
 //! than the read buffer: payloads are consumed in pieces), and each request is a
-//! `Stream` (`transport/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
+//! `Stream` (`server/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
@@ -32,9 +32,9 @@ const sink_mod = @import("sink.zig");
 pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const deadlines = @import("../os/deadlines.zig");
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");

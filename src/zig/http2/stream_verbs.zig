@@ -1,12 +1,12 @@
-//! The stream verbs over HTTP/2, called by `transport/stream.zig` for the app: read the
+//! The stream verbs over HTTP/2, called by `server/stream.zig` for the app: read the
 //! request body, start a response, write its body, trailers or a file, finish, abort.
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../transport/server.zig").Server;
+const Server = @import("../server/server.zig").Server;
 const answers = @import("../http/answers.zig");
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const request = @import("request.zig");

@@ -596,7 +596,7 @@ fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
     return true;
 }
 
-const Server = @import("../transport/server.zig").Server;
+const Server = @import("../server/server.zig").Server;
 
 fn engineServer(core: *Core) ?*Server {
     const e = core.engine orelse return null;
