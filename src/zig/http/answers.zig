@@ -76,7 +76,6 @@ pub fn trailerAllowed(name: []const u8) bool {
     return true;
 }
 
-
 const testing = std.testing;
 
 /// What `opsAnswer` reads of a server.

@@ -887,4 +887,3 @@ test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade
     const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
     try testing.expect(!ws.isUpgrade(r3.request.upgrade));
 }
-
