@@ -22,13 +22,15 @@ test {
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
-    _ = @import("http/static_files.zig");
+    _ = @import("server/static_files.zig");
     _ = @import("http/tracing.zig");
     _ = @import("http/rate_limit.zig");
     _ = @import("http/compression.zig");
     _ = @import("http/decompression.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http/fields.zig");
+    _ = @import("http/answers.zig");
     _ = @import("python/environ.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");

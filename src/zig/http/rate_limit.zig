@@ -11,9 +11,9 @@
 const std = @import("std");
 
 const forwarded = @import("forwarded.zig");
-const Peer = @import("../transport/connection.zig").Peer;
+const Peer = @import("../transport/peer.zig").Peer;
 const per_ip = @import("../transport/per_ip.zig");
-const Header = @import("../http1/parser.zig").Header; // against the layers: the header field type lives with the HTTP/1.1 parser
+const Header = @import("fields.zig").Header;
 
 /// A client's address (`per_ip.ipKey`: one key for IPv4 and IPv4-mapped IPv6).
 pub const Key = per_ip.Key;

@@ -11,9 +11,13 @@
 //! chunk-size line or trailer section.
 
 const std = @import("std");
+const fields = @import("../http/fields.zig");
 
 pub const Version = enum { http10, http11 };
-pub const Header = struct { name: []const u8, value: []const u8 };
+pub const Header = fields.Header;
+const connectionHas = fields.connectionHas;
+const trimOws = fields.trimOws;
+const hex_value_table = fields.hex_value;
 
 pub const Limits = struct {
     /// Whole request head including the request line and final CRLFCRLF -> 431.
@@ -118,21 +122,8 @@ const host_table = tableFromRanges(
     "-._~!$&'()*+,;=%:[]",
 );
 
-/// Hex digit value, or 0xff for a non-hex byte.
-const hex_value_table = blk: {
-    var table = [_]u8{0xff} ** 256;
-    for ('0'..'9' + 1) |c| table[c] = c - '0';
-    for ('a'..'f' + 1) |c| table[c] = c - 'a' + 10;
-    for ('A'..'F' + 1) |c| table[c] = c - 'A' + 10;
-    break :blk table;
-};
-
 fn isOws(c: u8) bool {
     return c == ' ' or c == '\t';
-}
-
-fn trimOws(bytes: []const u8) []const u8 {
-    return std.mem.trim(u8, bytes, " \t");
 }
 
 // Vectorized scans for the long runs of a head (targets and values). A vector is only a
@@ -521,39 +512,6 @@ fn validateAuthorityForm(target: []const u8) ParseError!void {
 
 // ---------------------------------------------------------------------------------------
 // Helpers for the engine.
-
-/// Percent-decodes `src` into `dst` (dst.len >= src.len). Returns the decoded length.
-/// Invalid escapes (e.g. "%zz", "%4") are copied literally (like Python's
-/// urllib.parse.unquote). Should `dst` be shorter than required, the output is truncated
-/// at dst.len rather than overflowing.
-pub fn percentDecode(src: []const u8, dst: []u8) usize {
-    var read: usize = 0;
-    var written: usize = 0;
-    while (read < src.len and written < dst.len) : (written += 1) {
-        if (src[read] == '%' and src.len - read >= 3) {
-            const high = hex_value_table[src[read + 1]];
-            const low = hex_value_table[src[read + 2]];
-            if (high != 0xff and low != 0xff) {
-                dst[written] = (high << 4) | low;
-                read += 3;
-                continue;
-            }
-        }
-        dst[written] = src[read];
-        read += 1;
-    }
-    return written;
-}
-
-/// true if a `Connection` header list contains `token` (case-insensitive).
-pub fn connectionHas(value: []const u8, token: []const u8) bool {
-    if (token.len == 0) return false;
-    var elements = std.mem.splitScalar(u8, value, ',');
-    while (elements.next()) |element| {
-        if (std.ascii.eqlIgnoreCase(trimOws(element), token)) return true;
-    }
-    return false;
-}
 
 // ---------------------------------------------------------------------------------------
 // Chunked body (RFC 9112 7.1).
@@ -1449,49 +1407,3 @@ test "chunked hostile bytes never crash" {
 }
 
 // Helpers -----------------------------------------------------------------------------------
-
-fn expectPercentDecode(expected: []const u8, src: []const u8) !void {
-    var dst: [256]u8 = undefined;
-    const len = percentDecode(src, dst[0..src.len]);
-    try testing.expectEqualStrings(expected, dst[0..len]);
-}
-
-test "percentDecode plain and escapes" {
-    try expectPercentDecode("", "");
-    try expectPercentDecode("/a b/c", "/a%20b/c");
-    try expectPercentDecode("/a+b", "/a+b"); // '+' is not a space in paths.
-    try expectPercentDecode("?/#", "%3F%2f%23");
-    try expectPercentDecode("\x00\xff", "%00%FF");
-}
-
-test "percentDecode UTF-8 sequences" {
-    try expectPercentDecode("caf\xc3\xa9", "caf%C3%A9");
-    try expectPercentDecode("\xe2\x82\xac", "%E2%82%AC");
-    try expectPercentDecode("\xf0\x9f\x98\x80!", "%F0%9F%98%80!");
-}
-
-test "percentDecode invalid escapes copied literally" {
-    try expectPercentDecode("%zz", "%zz");
-    try expectPercentDecode("%4", "%4");
-    try expectPercentDecode("%", "%");
-    try expectPercentDecode("a%g1b", "a%g1b");
-    try expectPercentDecode("%A", "%%41");
-    try expectPercentDecode("100%", "100%");
-}
-
-test "percentDecode never writes past dst" {
-    var dst: [3]u8 = undefined;
-    const len = percentDecode("abcdef", &dst);
-    try testing.expectEqual(@as(usize, 3), len);
-    try testing.expectEqualStrings("abc", &dst);
-}
-
-test "connectionHas" {
-    try testing.expect(connectionHas("close", "close"));
-    try testing.expect(connectionHas("Keep-Alive, Upgrade", "upgrade"));
-    try testing.expect(connectionHas(" a ,\tCLOSE\t, b", "close"));
-    try testing.expect(!connectionHas("closed", "close"));
-    try testing.expect(!connectionHas("", "close"));
-    try testing.expect(!connectionHas("close", ""));
-    try testing.expect(!connectionHas("keep-alive", "close"));
-}

@@ -4,21 +4,26 @@
 //! Requests on one connection are served strictly one after another, so pipelined
 //! requests are answered in order; the bytes of the next one wait in the read buffer
 //! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
-//! transport is `transport/connection.zig`; the stream (`transport/stream.zig`) is what the app side drives.
+//! transport is `server/connection.zig`; the stream (`server/stream.zig`) is what the app side drives.
 const std = @import("std");
+const answers = @import("../http/answers.zig");
+const OpsAnswer = answers.OpsAnswer;
+const opsAnswer = answers.opsAnswer;
+const tooManyRequests = answers.tooManyRequests;
+const trailerAllowed = answers.trailerAllowed;
+const http_fields = @import("../http/fields.zig");
 const sys = @import("../os/sys.zig");
 const http1 = @import("parser.zig");
 const response = @import("../http/response.zig");
-const metrics = @import("../http/metrics.zig");
 const ws = @import("../websocket/codec.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const wsconn = @import("../websocket/session.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const deflate = @import("../websocket/deflate.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../transport/server.zig").Server;
+const Server = @import("../server/server.zig").Server;
 const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
 const scratch = @import("../http/scratch.zig");
 
@@ -32,7 +37,6 @@ const copy_body_bytes_max = 4096;
 const discard_bytes_max = 1024 * 1024;
 /// Scratch for engine-made answers (health, metrics): used and copied out within one call.
 var ops_head_scratch: [512]u8 = undefined;
-var ops_body_scratch: [metrics.render_bytes_max]u8 = undefined;
 
 /// What HTTP/1.1 keeps on a busy connection: `protocol.Session.http1`, in its `Active`.
 pub const ConnState = struct {
@@ -150,7 +154,7 @@ fn parseHead(conn: *Conn) void {
         // Refused before any app sees it, and before a 100-continue invites the body.
         return refuse(conn, 413);
     }
-    if (srv.opts.ws_enabled and ws.isUpgrade(&head.request)) {
+    if (srv.opts.ws_enabled and ws.isUpgrade(head.request.upgrade)) {
         if (!beginUpgrade(conn, &head.request)) return;
     }
     conn.state = .request;
@@ -196,7 +200,7 @@ fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
     const opts = &conn.server.opts;
     if (!opts.http2 or !opts.h2c_upgrade or conn.session() != null or req.version != .http11) return null;
     const upgrade = req.upgrade orelse return null;
-    if (!http1.connectionHas(upgrade, "h2c")) return null;
+    if (!http_fields.connectionHas(upgrade, "h2c")) return null;
     if (conn.server.opts.proxy_protocol or viaProxy(req.headers)) return null;
     if (req.chunked or (req.content_length orelse 0) != 0) return null;
     var encoded: ?[]const u8 = null;
@@ -205,7 +209,7 @@ fn h2cSettings(conn: *Conn, req: *const http1.Request) ?[]const u8 {
         if (std.mem.eql(u8, f.name, "http2-settings")) {
             if (encoded != null) return null;
             encoded = f.value;
-        } else if (std.mem.eql(u8, f.name, "connection") and http1.connectionHas(f.value, "http2-settings")) {
+        } else if (std.mem.eql(u8, f.name, "connection") and http_fields.connectionHas(f.value, "http2-settings")) {
             connection_lists_it = true;
         }
     }
@@ -242,10 +246,15 @@ fn mustBeHttp2(conn: *Conn, data: []const u8) bool {
     return std.mem.eql(u8, @import("../transport/openssl.zig").alpnSelected(ssl), "h2");
 }
 
+/// What WebSocket's handshake checks read of an HTTP/1.1 request.
+fn handshakeRequest(req: *const http1.Request) ws.HandshakeRequest {
+    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
+}
+
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
 /// when the engine refused it (400/426).
 fn beginUpgrade(conn: *Conn, req: *const http1.Request) bool {
-    var hs = ws.validate(req, conn.server.opts.ws_deflate) catch |err| {
+    var hs = ws.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| {
         refuse(conn, ws.statusFor(err));
         return false;
     };
@@ -268,7 +277,7 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
     st.expect_continue = req.expect_continue;
     for (req.headers) |field| {
-        if (std.mem.eql(u8, field.name, "te") and http1.connectionHas(field.value, "trailers")) st.te_trailers = true;
+        if (std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
     }
     if (req.chunked) {
         st.body_kind = .chunked;
@@ -280,56 +289,6 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     }
     return st;
 }
-
-/// An engine-answered request (health or metrics path): its status, type and body.
-pub const OpsAnswer = struct {
-    status: u16,
-    content_type: []const u8,
-    body: []const u8,
-    head_only: bool,
-    /// `retry-after` seconds (0: none).
-    retry_after: u32 = 0,
-};
-
-/// The answer to a request over `--limit-request-rate` (shared by HTTP/1.1 and HTTP/2).
-pub fn tooManyRequests(wait_s: u32) OpsAnswer {
-    return .{ .status = 429, .content_type = "text/plain; charset=utf-8", .body = "Too Many Requests\n", .head_only = false, .retry_after = wait_s };
-}
-
-/// Whether `method path` is the health, ready or metrics path (GET and HEAD only:
-/// anything else goes to the app), and the answer; before the server is ready, every
-/// other request gets 503 with `retry-after` (the app's startup is not over). Shared by
-/// HTTP/1.1 and HTTP/2; a metrics body lives in a scratch buffer until the next call
-/// (both copy it into their output).
-pub fn opsAnswer(srv: *Server, method: []const u8, path: []const u8) ?OpsAnswer {
-    const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
-    const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
-    const is_ready = srv.opts.ready_path.len > 0 and std.mem.eql(u8, path, srv.opts.ready_path);
-    const head_only = std.mem.eql(u8, method, "HEAD");
-    const ops_method = head_only or std.mem.eql(u8, method, "GET");
-    if (!ops_method or !(is_metrics or is_health or is_ready)) {
-        if (srv.ready) return null;
-        return .{ .status = 503, .content_type = "text/plain; charset=utf-8", .body = "starting\n", .head_only = head_only, .retry_after = not_ready_retry_after_s };
-    }
-    var a = OpsAnswer{ .status = 200, .content_type = "text/plain; charset=utf-8", .body = "ok\n", .head_only = head_only };
-    if ((is_health or is_ready) and srv.draining) {
-        a.status = 503;
-        a.body = "draining\n";
-    } else if (is_ready and !srv.ready) {
-        a.status = 503;
-        a.body = "starting\n";
-    } else if (is_metrics) {
-        if (srv.metrics) |m| m.resident_bytes = metrics.residentBytes();
-        a.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        scratch.claim();
-        a.body = metrics.render(&ops_body_scratch) catch "";
-        if (a.body.len == 0) a.status = 500;
-    }
-    return a;
-}
-
-/// `retry-after` on the 503 a request gets before the server is ready.
-pub const not_ready_retry_after_s: u32 = 1;
 
 /// Health and metrics paths are answered here, without the app, on a keep-alive
 /// connection like any response.
@@ -576,7 +535,7 @@ fn writeHead(st: *Stream, w: *response.HeadWriter, status: u16, headers: []const
             // The engine frames the body itself; the app's claim is dropped.
             continue;
         } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
-            if (http1.connectionHas(h[1], "close")) st.keep_alive = false;
+            if (http_fields.connectionHas(h[1], "close")) st.keep_alive = false;
             continue;
         }
         try w.header(h[0], h[1]);
@@ -734,22 +693,6 @@ fn fileFailed(conn: *Conn, path: []const u8, why: []const u8) void {
     var buf: [512]u8 = undefined;
     const line = std.fmt.bufPrint(&buf, "pathsend: {s} {s}", .{ path[0..@min(path.len, 300)], why }) catch "pathsend: a file could not be sent";
     conn.closeFor(line);
-}
-
-/// Fields a trailer section must not carry (RFC 9110 6.5.1): framing, routing, request
-/// modifiers, authentication, response control and the content's own description.
-const forbidden_trailers = [_][]const u8{
-    "transfer-encoding", "content-length", "content-type",     "content-encoding",   "content-range",
-    "host",              "te",             "trailer",          "connection",         "keep-alive",
-    "upgrade",           "expect",         "range",            "max-forwards",       "authorization",
-    "set-cookie",        "cache-control",  "www-authenticate", "proxy-authenticate", "proxy-authorization",
-    "age",               "expires",        "date",             "location",           "retry-after",
-    "vary",              "pragma",
-};
-
-pub fn trailerAllowed(name: []const u8) bool {
-    for (forbidden_trailers) |f| if (std.ascii.eqlIgnoreCase(name, f)) return false;
-    return true;
 }
 
 /// One `http.response.trailers` message. The fields go out in the chunked body's last
@@ -934,4 +877,41 @@ test "HTTP2-Settings decodes base64url to whole settings, padded or not, and ref
     try t.expect(decodeH2cSettings("AAQAAP+/") == null); // standard base64, not url-safe
     try t.expect(decodeH2cSettings("A") == null);
     try t.expect(decodeH2cSettings("AAAAAAAA" ** 17) == null); // past the bound
+}
+
+const testing = std.testing;
+const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn handshake(raw: []const u8, offer_deflate: bool) ws.HandshakeError!ws.Handshake {
+    var storage: [32]http_fields.Header = undefined;
+    var buf: [1024]u8 = undefined;
+    @memcpy(buf[0..raw.len], raw);
+    const head = (http1.parseHead(buf[0..raw.len], &storage, http1.test_limits) catch unreachable).?;
+    return ws.validate(handshakeRequest(&head.request), offer_deflate);
+}
+
+test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
+    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    const hs = try handshake(ok, true);
+    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
+    try testing.expect(hs.deflate == null);
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+}
+
+test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
+    var storage: [8]http_fields.Header = undefined;
+    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
+    const r = (try http1.parseHead(&buf, &storage, http1.test_limits)).?;
+    try testing.expect(ws.isUpgrade(r.request.upgrade));
+    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
+    const r2 = (try http1.parseHead(&buf2, &storage, http1.test_limits)).?;
+    try testing.expect(!ws.isUpgrade(r2.request.upgrade));
+    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
+    const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
+    try testing.expect(!ws.isUpgrade(r3.request.upgrade));
 }

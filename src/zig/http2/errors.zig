@@ -3,7 +3,7 @@
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
-const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const answers = @import("../http/answers.zig");
 const frames = @import("frames.zig");
 const ErrorCode = frames.ErrorCode;
 const FrameHeader = frames.FrameHeader;
@@ -126,9 +126,9 @@ pub fn refuseStream(s: *Session, st: *H2Stream, status: u16) void {
     observe(s, st, status);
 }
 
-/// A health or metrics path (`h1.opsAnswer`), answered by the engine: the head, then the
+/// A health or metrics path (`answers.opsAnswer`), answered by the engine: the head, then the
 /// body (copied: it leaves when the peer's window lets it) with END_STREAM.
-pub fn answerOps(s: *Session, st: *H2Stream, a: h1.OpsAnswer) void {
+pub fn answerOps(s: *Session, st: *H2Stream, a: answers.OpsAnswer) void {
     const srv = s.conn.server;
     st.base.refused = true;
     st.base.status = a.status;

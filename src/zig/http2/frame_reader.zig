@@ -2,7 +2,7 @@
 //! payload pieces (a frame may be larger than the read buffer), checked against RFC 9113
 //! section 6 as they come, and handed to the file that owns each frame type.
 const std = @import("std");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");

@@ -2,8 +2,8 @@
 //! into a new stream's request (or an open stream's trailers).
 const std = @import("std");
 const hpack = @import("hpack.zig");
-const stream_mod = @import("../transport/stream.zig");
-const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const stream_mod = @import("../server/stream.zig");
+const answers = @import("../http/answers.zig");
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
@@ -32,9 +32,9 @@ const remoteEnded = streams.remoteEnded;
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-pub var decoded_bytes: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
+pub var decoded_bytes: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
 
-pub var decoded_fields: [@import("../transport/server.zig").request_fields_max + 8]hpack.Header = undefined;
+pub var decoded_fields: [@import("../server/server.zig").request_fields_max + 8]hpack.Header = undefined;
 
 pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
     s.block.clearRetainingCapacity();
@@ -163,10 +163,10 @@ pub fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool
     const conn = s.conn;
     const srv = conn.server;
     conn.requests_count +|= 1;
-    if (st.base.prepare(view)) |wait| return answerOps(s, st, h1.tooManyRequests(wait));
+    if (st.base.prepare(view)) |wait| return answerOps(s, st, answers.tooManyRequests(wait));
     // Not ready yet: an extended CONNECT (a WebSocket) gets the 503 too.
     if (ops or !srv.ready) {
-        if (h1.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
+        if (answers.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
     st.held = true;
     s.held += 1;

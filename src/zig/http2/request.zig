@@ -2,10 +2,10 @@
 //! header list the app then sees (split cookies joined, `host` from `:authority`). Pure
 //! but for the cookie scratch (one engine thread: valid until the next request).
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const scratch = @import("../http/scratch.zig");
-const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 
 pub const RequestHead = struct {
     method: ?[]const u8 = null,
@@ -20,7 +20,7 @@ pub const RequestHead = struct {
 
 /// Checks a request's fields (RFC 9113 8.2, 8.3) into `head` and the header list the
 /// app sees (cookies joined into one field, `host` from `:authority` when absent).
-pub fn checkRequest(fields: []const hpack.Header, head: *RequestHead, out: []http1.Header, ws_enabled: bool) error{ Malformed, TooMany, NoSpace }![]http1.Header {
+pub fn checkRequest(fields: []const hpack.Header, head: *RequestHead, out: []http_fields.Header, ws_enabled: bool) error{ Malformed, TooMany, NoSpace }![]http_fields.Header {
     var n: usize = 0;
     var regular_seen = false;
     for (fields) |f| {
@@ -73,7 +73,7 @@ pub fn checkRequest(fields: []const hpack.Header, head: *RequestHead, out: []htt
     if (!head.host_seen) if (head.authority) |a| {
         // `host` first, as an HTTP/1.1 request would carry it.
         if (n == out.len) return error.TooMany;
-        std.mem.copyBackwards(http1.Header, out[1 .. n + 1], out[0..n]);
+        std.mem.copyBackwards(http_fields.Header, out[1 .. n + 1], out[0..n]);
         out[0] = .{ .name = "host", .value = a };
         n += 1;
     };
@@ -86,13 +86,13 @@ fn isSpace(ch: u8) bool {
     return ch == ' ' or ch == '\t';
 }
 
-pub fn findField(fields: []const http1.Header, name: []const u8) ?usize {
+pub fn findField(fields: []const http_fields.Header, name: []const u8) ?usize {
     for (fields, 0..) |f, i| if (std.mem.eql(u8, f.name, name)) return i;
     return null;
 }
 
 /// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("../transport/server.zig").request_head_bytes_max]u8 = undefined;
+var cookie_scratch: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
 pub var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {
@@ -124,7 +124,7 @@ test "split cookies are joined in the scratch, extending the last join in place"
 }
 
 /// `checkRequest` over `fields` with room for `room` header fields; the cookie scratch reset.
-fn check(fields: []const hpack.Header, head: *RequestHead, out: []http1.Header, ws_enabled: bool) error{ Malformed, TooMany, NoSpace }![]http1.Header {
+fn check(fields: []const hpack.Header, head: *RequestHead, out: []http_fields.Header, ws_enabled: bool) error{ Malformed, TooMany, NoSpace }![]http_fields.Header {
     cookie_len = 0;
     head.* = .{};
     return checkRequest(fields, head, out, ws_enabled);
@@ -139,7 +139,7 @@ const get_fields = [_]hpack.Header{
 
 test "a request: pseudo-header fields into the head, :authority becomes host, first" {
     var head = RequestHead{};
-    var out: [8]http1.Header = undefined;
+    var out: [8]http_fields.Header = undefined;
     const got = try check(&(get_fields ++ [_]hpack.Header{.{ .name = "accept", .value = "*/*" }}), &head, &out, false);
     try std.testing.expectEqualStrings("GET", head.method.?);
     try std.testing.expectEqualStrings("https", head.scheme.?);
@@ -156,7 +156,7 @@ test "a request: pseudo-header fields into the head, :authority becomes host, fi
 
 test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list" {
     var head = RequestHead{};
-    var out: [8]http1.Header = undefined;
+    var out: [8]http_fields.Header = undefined;
     const H = hpack.Header;
     const cases = [_][]const H{
         // a pseudo-header after a regular field
@@ -202,7 +202,7 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
 
 test "te: trailers, equal content-lengths and an extended CONNECT are accepted" {
     var head = RequestHead{};
-    var out: [8]http1.Header = undefined;
+    var out: [8]http_fields.Header = undefined;
     const H = hpack.Header;
     _ = try check(&(get_fields ++ [_]H{ .{ .name = "te", .value = "trailers" }, .{ .name = "content-length", .value = "5" }, .{ .name = "content-length", .value = "5" } }), &head, &out, false);
     try std.testing.expect(head.te_trailers);
@@ -216,7 +216,7 @@ test "te: trailers, equal content-lengths and an extended CONNECT are accepted" 
 
 test "cookies split over fields reach the app as one; too many fields is its own error" {
     var head = RequestHead{};
-    var out: [3]http1.Header = undefined;
+    var out: [3]http_fields.Header = undefined;
     const H = hpack.Header;
     const got = try check(&(get_fields ++ [_]H{ .{ .name = "cookie", .value = "a=1" }, .{ .name = "cookie", .value = "b=2" }, .{ .name = "cookie", .value = "c=3" } }), &head, &out, false);
     try std.testing.expectEqual(@as(usize, 2), got.len);

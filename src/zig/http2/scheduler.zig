@@ -3,9 +3,9 @@
 //! as the windows and `fill_target` allow.
 const sys = @import("../os/sys.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");

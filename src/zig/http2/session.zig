@@ -4,7 +4,7 @@
 //! after ALPN chose "h2" or on a plain port (h2c with prior knowledge). From then on
 //! the connection's bytes are frames, read here as they arrive (a frame may be larger
 //! than the read buffer: payloads are consumed in pieces), and each request is a
-//! `Stream` (`transport/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
+//! `Stream` (`server/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
@@ -26,15 +26,16 @@
 //! and the one entry point the other layers import: the rest of the protocol lives
 //! beside it, one concern a file (docs/ARCHITECTURE.md lists them).
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
+const http1 = @import("../http1/parser.zig"); // against the layers: the h2c upgrade's request is an HTTP/1.1 one
 const sink_mod = @import("sink.zig");
 pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../transport/connection.zig");
+const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const deadlines = @import("../os/deadlines.zig");
-const http1 = @import("../http1/parser.zig"); // the header field type shared by both protocols
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
@@ -246,7 +247,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
     st.remote_closed = true;
     st.base.body_done = true;
     st.base.is_head_method = std.mem.eql(u8, req.method, "HEAD");
-    for (req.headers) |f| if (std.mem.eql(u8, f.name, "te") and http1.connectionHas(f.value, "trailers")) {
+    for (req.headers) |f| if (std.mem.eql(u8, f.name, "te") and http_fields.connectionHas(f.value, "trailers")) {
         st.base.te_trailers = true;
     };
     var view = stream_mod.Request{
@@ -264,7 +265,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
 
 /// The fields of an HTTP/1.1 request that HTTP/2 does not carry (RFC 9113 8.2.2),
 /// removed in place: an upgraded request reaches the app as an HTTP/2 one would.
-pub fn withoutHopByHop(fields: []http1.Header) []http1.Header {
+pub fn withoutHopByHop(fields: []http_fields.Header) []http_fields.Header {
     var n: usize = 0;
     for (fields) |f| {
         const hop = for (request.connection_specific ++ [_][]const u8{"http2-settings"}) |name| {

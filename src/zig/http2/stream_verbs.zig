@@ -1,13 +1,13 @@
-//! The stream verbs over HTTP/2, called by `transport/stream.zig` for the app: read the
+//! The stream verbs over HTTP/2, called by `server/stream.zig` for the app: read the
 //! request body, start a response, write its body, trailers or a file, finish, abort.
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../transport/server.zig").Server;
-const h1 = @import("../http1/session.zig"); // against the layers: h2c upgrade's request and the engine's own answers (opsAnswer) shared with HTTP/1.1
+const Server = @import("../server/server.zig").Server;
+const answers = @import("../http/answers.zig");
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
@@ -229,7 +229,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     if (!st.resp_body_done) return error.BodyNotDone;
     for (fields) |f| {
         if (!response.validName(f[0]) or !response.validValue(f[1])) return error.InvalidHeader;
-        if (!h1.trailerAllowed(f[0])) return error.Forbidden;
+        if (!answers.trailerAllowed(f[0])) return error.Forbidden;
     }
     if (st.gone()) {
         if (!more) st.resp_complete = true;

@@ -1,7 +1,7 @@
 //! A stream's HTTP/2 side (RFC 9113 5.1 states: idle, open, half-closed, closed) and the
 //! session's list of streams: creation, lookup, reset, freeing.
 const std = @import("std");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream

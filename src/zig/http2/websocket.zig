@@ -3,7 +3,7 @@
 const std = @import("std");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
 const frames = @import("frames.zig");

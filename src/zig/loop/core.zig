@@ -644,7 +644,7 @@ fn osError(e: linux.E) ?*Object {
     return c.PyErr_SetFromErrno(c.PyExc_OSError);
 }
 
-const Server = @import("../transport/server.zig").Server;
+const Server = @import("../server/server.zig").Server;
 
 fn engineServer(core: *Core) ?*Server {
     const e = core.engine orelse return null;

@@ -4,7 +4,7 @@ const std = @import("std");
 const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const server_mod = @import("../transport/server.zig");
+const server_mod = @import("../server/server.zig");
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
@@ -46,7 +46,7 @@ pub const EngineObjectCore = struct {
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
     /// --static mounts (python/options.zig `setStatic`), freed after the server.
-    static_cfg: ?*@import("../http/static_files.zig").Config = null,
+    static_cfg: ?*@import("../server/static_files.zig").Config = null,
     /// --hsts's header value (a str), held while the server runs.
     hsts: ?*Object = null,
     /// --compression-types (a str), held while the server runs.
@@ -272,7 +272,7 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     var st: linux.sockaddr.storage = undefined;
     var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
     if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
-    const peer = @import("../transport/connection.zig").Peer.fromStorage(&st);
+    const peer = @import("../server/connection.zig").Peer.fromStorage(&st);
     const self = asEngine(obj);
     if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
         // A Unix socket: like uvicorn, the scope's `server` is None.

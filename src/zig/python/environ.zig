@@ -4,10 +4,10 @@
 //! (`zigcorn/wsgi.py`); each request gets a copy of it plus its own keys. Every str is
 //! the request's bytes decoded as latin-1, as PEP 3333 asks ("bytes in str clothing").
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
 const py = @import("capi.zig");
-const http1 = @import("../http1/parser.zig");
-const Request = @import("../transport/stream.zig").Request;
-const Peer = @import("../transport/connection.zig").Peer;
+const Request = @import("../server/stream.zig").Request;
+const Peer = @import("../server/connection.zig").Peer;
 const tls = @import("../transport/openssl.zig");
 const tracing = @import("../http/tracing.zig");
 const scope = @import("scope.zig");
@@ -82,7 +82,7 @@ pub fn separator(name: []const u8) []const u8 {
 }
 
 /// Whether an earlier field of `headers` has the name of field `i` (its value was joined there).
-fn seenBefore(headers: []const http1.Header, i: usize) bool {
+fn seenBefore(headers: []const http_fields.Header, i: usize) bool {
     for (headers[0..i]) |h| if (std.mem.eql(u8, h.name, headers[i].name)) return true;
     return false;
 }
@@ -102,7 +102,7 @@ fn fail(o: *Object) ?*Object {
 
 /// The value of header `i` with the values of the later fields of its name joined to
 /// it; `host` is replaced by what a trusted proxy says.
-fn headerValue(headers: []const http1.Header, i: usize, forwarded_host: ?[]const u8) ?*Object {
+fn headerValue(headers: []const http_fields.Header, i: usize, forwarded_host: ?[]const u8) ?*Object {
     const name = headers[i].name;
     if (forwarded_host != null and std.mem.eql(u8, name, "host")) return latin1(forwarded_host.?);
     const sep = separator(name);
@@ -145,7 +145,7 @@ fn pathInfo(req: *const Request) ?*Object {
         };
         break :blk heap.?;
     };
-    const n = http1.percentDecode(req.path, buf);
+    const n = http_fields.percentDecode(req.path, buf);
     return latin1(buf[0..n]);
 }
 
@@ -219,7 +219,7 @@ test "environ keys of header names" {
 }
 
 test "repeated fields: only the first of a name carries the joined value" {
-    const hs = [_]http1.Header{
+    const hs = [_]http_fields.Header{
         .{ .name = "accept", .value = "a" },
         .{ .name = "cookie", .value = "x=1" },
         .{ .name = "accept", .value = "b" },

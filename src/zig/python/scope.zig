@@ -2,10 +2,10 @@
 //! only the objects the app can see. Keys, common values and common header names
 //! are created once and shared by every request.
 const std = @import("std");
+const http_fields = @import("../http/fields.zig");
 const py = @import("capi.zig");
-const http1 = @import("../http1/parser.zig");
-const Request = @import("../transport/stream.zig").Request;
-const Peer = @import("../transport/connection.zig").Peer;
+const Request = @import("../server/stream.zig").Request;
+const Peer = @import("../server/connection.zig").Peer;
 const proxy = @import("../http/forwarded.zig");
 const tls = @import("../transport/openssl.zig");
 const tracing = @import("../http/tracing.zig");
@@ -327,7 +327,7 @@ fn paths(req: *const Request, info: *const ServerInfo, path_out: *?*Object, raw_
     @memcpy(scratch[0..root.len], root);
     @memcpy(scratch[root.len..][0..req.path.len], req.path);
     raw_out.* = py.bytes(scratch) orelse return false;
-    const decoded_len = root.len + http1.percentDecode(req.path, scratch[root.len..]);
+    const decoded_len = root.len + http_fields.percentDecode(req.path, scratch[root.len..]);
     path_out.* = c.PyUnicode_DecodeUTF8(scratch.ptr, @intCast(decoded_len), "replace") orelse return false;
     return true;
 }

@@ -6,10 +6,9 @@ const std = @import("std");
 const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const http1 = @import("../http1/parser.zig");
 const scope = @import("scope.zig");
 const environ = @import("environ.zig");
-const stream_mod = @import("../transport/stream.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig");
 const compression = @import("../http/compression.zig");
@@ -758,7 +757,7 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
 }
 
 /// The engine's own log lines (a connection it dropped, accepting paused) on `zigcorn.error`.
-pub fn hookLog(_: *anyopaque, level: @import("../transport/server.zig").LogLevel, message: []const u8) void {
+pub fn hookLog(_: *anyopaque, level: @import("../server/server.zig").LogLevel, message: []const u8) void {
     const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logging);
     const name: [*:0]const u8 = if (level == .access) "zigcorn.access" else "zigcorn.error";

@@ -14,6 +14,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const http1 = @import("../http1/parser.zig");
+const http_fields = @import("../http/fields.zig");
 
 const Limits = http1.Limits;
 const Header = http1.Header;
@@ -579,7 +580,7 @@ fn checkLimitsMonotone(input: []const u8) Failure!void {
     for (loose_head.request.headers) |header| {
         for ([_][]const u8{ "close", "keep-alive", "upgrade", "", header.name }) |token| {
             const expected = token.len > 0 and referenceConnectionHas(header.value, token);
-            try check(http1.connectionHas(header.value, token) == expected, "connectionHas disagrees with the reference");
+            try check(http_fields.connectionHas(header.value, token) == expected, "connectionHas disagrees with the reference");
         }
     }
 }
@@ -707,7 +708,7 @@ fn checkPercentDecode(input: []const u8, hash: u64) Failure!void {
 fn checkPercentDecodeOne(src: []const u8, dst_len: usize) Failure!usize {
     const canary_len = 64;
     for (decode_buf[dst_len..][0..canary_len], 0..) |*c, index| c.* = @truncate(index *% 151 +% 7);
-    const len = http1.percentDecode(src, decode_buf[0..dst_len]);
+    const len = http_fields.percentDecode(src, decode_buf[0..dst_len]);
     try check(len <= dst_len and len <= src.len, "percentDecode output longer than dst or src");
     for (decode_buf[dst_len..][0..canary_len], 0..) |c, index| {
         try check(c == @as(u8, @truncate(index *% 151 +% 7)), "percentDecode wrote past dst");

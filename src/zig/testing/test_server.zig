@@ -6,10 +6,10 @@
 //! HTTP/2 session fuzzer). Holds no tests itself.
 const std = @import("std");
 const linux = std.os.linux;
-const server_mod = @import("../transport/server.zig");
+const server_mod = @import("../server/server.zig");
 const Server = server_mod.Server;
-const conn_mod = @import("../transport/connection.zig");
-const stream_mod = @import("../transport/stream.zig");
+const conn_mod = @import("../server/connection.zig");
+const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const sys = @import("../os/sys.zig");
 

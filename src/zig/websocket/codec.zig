@@ -3,7 +3,7 @@
 //! permessage-deflate offer (RFC 7692). Nothing here reads a socket or allocates;
 //! `websocket/session.zig` drives it for a live connection.
 const std = @import("std");
-const http1 = @import("../http1/parser.zig"); // the opening handshake is an HTTP/1.1 request (RFC 6455 4.2.1)
+const http_fields = @import("../http/fields.zig");
 
 /// RFC 6455 1.3: appended to the client's key before hashing.
 const accept_guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -90,17 +90,27 @@ pub const Handshake = struct {
     deflate: ?DeflateParams,
 };
 
-/// True when the request asks to become a WebSocket (Connection: upgrade and an
-/// Upgrade list naming websocket). Other upgrades stay plain HTTP requests.
-pub fn isUpgrade(req: *const http1.Request) bool {
-    const upgrade = req.upgrade orelse return false;
-    return http1.connectionHas(upgrade, "websocket");
+/// True when the request asks to become a WebSocket: `upgrade` is its Upgrade field's
+/// value when Connection names "upgrade" (HTTP/1.1's parser finds both), and must list
+/// websocket. Other upgrades stay plain HTTP requests.
+pub fn isUpgrade(upgrade: ?[]const u8) bool {
+    return http_fields.connectionHas(upgrade orelse return false, "websocket");
 }
 
+/// What the opening handshake's checks read of a request (RFC 6455 4.2.1); HTTP/1.1's
+/// session fills it from the head it parsed.
+pub const HandshakeRequest = struct {
+    method: []const u8,
+    http11: bool,
+    /// A body (content-length above 0, or chunked) was announced.
+    has_body: bool,
+    headers: []const http_fields.Header,
+};
+
 /// Checks an upgrade request (RFC 6455 4.2.1) and computes the answer's key.
-pub fn validate(req: *const http1.Request, offer_deflate: bool) HandshakeError!Handshake {
-    if (!std.mem.eql(u8, req.method, "GET") or req.version != .http11) return error.BadRequest;
-    if (req.chunked or (req.content_length orelse 0) != 0) return error.BadRequest;
+pub fn validate(req: HandshakeRequest, offer_deflate: bool) HandshakeError!Handshake {
+    if (!std.mem.eql(u8, req.method, "GET") or !req.http11) return error.BadRequest;
+    if (req.has_body) return error.BadRequest;
     var version: ?[]const u8 = null;
     var key: ?[]const u8 = null;
     for (req.headers) |h| {
@@ -142,7 +152,7 @@ pub fn acceptKey(key: []const u8, out: *[accept_bytes]u8) void {
 }
 
 /// The first acceptable permessage-deflate offer over all Sec-WebSocket-Extensions headers.
-pub fn negotiateDeflate(headers: []const http1.Header) ?DeflateParams {
+pub fn negotiateDeflate(headers: []const http_fields.Header) ?DeflateParams {
     for (headers) |h| {
         if (!std.mem.eql(u8, h.name, "sec-websocket-extensions")) continue;
         var offers = std.mem.splitScalar(u8, h.value, ',');
@@ -446,42 +456,8 @@ test "key must be base64 of 16 bytes" {
     try testing.expect(!validKey(""));
 }
 
-fn handshake(raw: []const u8, deflate: bool) HandshakeError!Handshake {
-    var storage: [32]http1.Header = undefined;
-    var buf: [1024]u8 = undefined;
-    @memcpy(buf[0..raw.len], raw);
-    const head = (http1.parseHead(buf[0..raw.len], &storage, http1.test_limits) catch unreachable).?;
-    return validate(&head.request, deflate);
-}
-
-test "handshake validation" {
-    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    const hs = try handshake(ok, true);
-    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
-    try testing.expect(hs.deflate == null);
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\nSec-WebSocket-Key: " ++ rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-}
-
-test "upgrade detection needs both tokens" {
-    var storage: [8]http1.Header = undefined;
-    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
-    const r = (try http1.parseHead(&buf, &storage, http1.test_limits)).?;
-    try testing.expect(isUpgrade(&r.request));
-    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
-    const r2 = (try http1.parseHead(&buf2, &storage, http1.test_limits)).?;
-    try testing.expect(!isUpgrade(&r2.request));
-    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
-    const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
-    try testing.expect(!isUpgrade(&r3.request));
-}
-
 test "permessage-deflate negotiation" {
-    const H = http1.Header;
+    const H = http_fields.Header;
     var buf: [256]u8 = undefined;
     const plain = negotiateDeflate(&[_]H{.{ .name = "sec-websocket-extensions", .value = "permessage-deflate; client_max_window_bits" }}).?;
     try testing.expectEqualStrings("permessage-deflate; server_no_context_takeover", plain.response(&buf));

@@ -20,7 +20,7 @@ const ws = @import("codec.zig");
 const deflate = @import("deflate.zig");
 const response = @import("../http/response.zig");
 const pool_mod = @import("../os/buffer_pool.zig");
-const Conn = @import("../transport/connection.zig").Conn;
+const Conn = @import("../server/connection.zig").Conn;
 const h2 = @import("../http2/session.zig"); // RFC 8441: a session's carrier may be an HTTP/2 stream
 
 const allocator = std.heap.c_allocator;

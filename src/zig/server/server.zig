@@ -4,30 +4,31 @@
 //! `poll` never blocks: the host (Python's asyncio loop) watches `poller.fd` and calls
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
-const compression = @import("../http/compression.zig"); // against the layers: the server holds the --compression settings every protocol reads
-const tracing = @import("../http/tracing.zig"); // against the layers: the server holds the request-id and trace settings every protocol reads
-const static_files = @import("../http/static_files.zig"); // against the layers: the engine's own answers for --static mounts, before the app
-const per_ip = @import("per_ip.zig");
-const proxy_protocol = @import("proxy_protocol.zig");
-const lifetime = @import("lifetime.zig");
-const rate_limit = @import("../http/rate_limit.zig"); // against the layers: the server owns the request-rate table the protocols consult
-const forwarded = @import("../http/forwarded.zig"); // against the layers: which peers may name the client, for the rate limit
-const metrics = @import("../http/metrics.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
+const http_fields = @import("../http/fields.zig");
+const http1 = @import("../http1/parser.zig"); // the server owns the request-head limits the protocols parse with
+const compression = @import("../http/compression.zig"); // the server holds the --compression settings every protocol reads
+const tracing = @import("../http/tracing.zig"); // the server holds the request-id and trace settings every protocol reads
+const static_files = @import("static_files.zig"); // the engine's own answers for --static mounts, before the app
+const per_ip = @import("../transport/per_ip.zig");
+const proxy_protocol = @import("../transport/proxy_protocol.zig");
+const lifetime = @import("../transport/lifetime.zig");
+const rate_limit = @import("../http/rate_limit.zig"); // the server owns the request-rate table the protocols consult
+const forwarded = @import("../http/forwarded.zig"); // which peers may name the client, for the rate limit
+const metrics = @import("../http/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers: the server owns the request-head limits and the header scratch the protocols parse into
 const io = @import("../os/io.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const Pool = @import("../os/buffer_pool.zig").Pool;
 const timer = @import("../os/deadlines.zig");
-const response = @import("../http/response.zig"); // against the layers: the server keeps the date cache and the metrics slot the protocols use
+const response = @import("../http/response.zig"); // the server keeps the date cache and the metrics slot the protocols use
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
 const protocol = @import("protocol.zig");
-const deflate = @import("../websocket/deflate.zig"); // against the layers: the server owns the zlib library WebSocket sessions share (loaded once)
-const tls = @import("openssl.zig");
-const writer_mod = @import("writer_thread.zig");
+const deflate = @import("../websocket/deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
+const tls = @import("../transport/openssl.zig");
+const writer_mod = @import("../transport/writer_thread.zig");
 
 /// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
 pub const LogLevel = enum { warning, err, access };
@@ -258,7 +259,7 @@ pub const Server = struct {
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
     tls_ctx: ?*tls.SSL_CTX = null,
     pool: Pool = .{},
-    headers_storage: [request_fields_max]http1.Header = undefined,
+    headers_storage: [request_fields_max]http_fields.Header = undefined,
     batch: io.Backend.Batch = .{},
     date: response.DateCache = .{},
     metrics: ?*metrics.Slot,
@@ -761,7 +762,7 @@ pub const Server = struct {
 
     /// `--limit-request-rate`: null when the request may go on, else the seconds its
     /// client must wait (`retry-after`); counted in `/metrics` when refused.
-    pub fn rateLimited(self: *Server, peer: *const conn_mod.Peer, headers: []const http1.Header) ?u32 {
+    pub fn rateLimited(self: *Server, peer: *const conn_mod.Peer, headers: []const http_fields.Header) ?u32 {
         if (self.opts.rate_limit.rate == 0) return null;
         const key = rate_limit.clientKey(self.opts.trust, peer, headers) orelse return null;
         if (self.limiter == null) self.limiter = rate_limit.Limiter.init(self.allocator, self.opts.rate_limit);

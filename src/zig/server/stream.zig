@@ -1,6 +1,6 @@
 //! A stream: one request/response exchange on a connection, whichever protocol carries it.
 //!
-//! The connection (`transport/connection.zig`) is the transport: socket, TLS, read buffer, output queue,
+//! The connection (`server/connection.zig`) is the transport: socket, TLS, read buffer, output queue,
 //! timers. A protocol drives streams over it: HTTP/1.1 (`http1/session.zig`) one at a time, in
 //! order; HTTP/2 will drive many at once. The side that runs apps (`python/stream_type.zig`)
 //! only ever holds a `*Stream` and calls the verbs below; it never sees the connection.
@@ -10,19 +10,20 @@
 //! drives it until `finish` or `abort`. After that the protocol owns it until its queued
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
-const compression = @import("../http/compression.zig"); // against the layers: `prepare` reads accept-encoding once for every protocol
-const decompression = @import("../http/decompression.zig"); // against the layers: request bodies are decoded here, once for every protocol
+const http_fields = @import("../http/fields.zig");
+const compression = @import("../http/compression.zig"); // `prepare` reads accept-encoding once for every protocol
+const decompression = @import("../http/decompression.zig"); // request bodies are decoded here, once for every protocol
 const response = @import("../http/response.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers: the header field type every protocol hands over, and HTTP/1.1's body decoder kept in the stream
+const http1 = @import("../http1/parser.zig"); // HTTP/1.1's chunked-body decoder, kept in the stream
 const seam = @import("protocol.zig");
 const wsconn = seam.websocket;
 const Conn = @import("connection.zig").Conn;
-const outq = @import("output_queue.zig");
-const tracing = @import("../http/tracing.zig"); // against the layers: `prepare` and `startResponse` decide what every protocol adds for operators, once
-const metrics = @import("../http/metrics.zig"); // against the layers: the method label, noted once for every protocol
+const outq = @import("../transport/output_queue.zig");
+const tracing = @import("../http/tracing.zig"); // `prepare` and `startResponse` decide what every protocol adds for operators, once
+const metrics = @import("../http/metrics.zig"); // the method label, noted once for every protocol
 const sys = @import("../os/sys.zig");
 
-pub const Header = http1.Header;
+pub const Header = http_fields.Header;
 
 pub const Version = enum(u8) { http10, http11, http2 };
 
@@ -383,7 +384,7 @@ pub const Stream = struct {
     }
 
     /// An open file's `len` bytes from `offset` are the whole body (the engine's static
-    /// files, `http/static_files.zig`): the head must carry their content-length. The
+    /// files, `server/static_files.zig`): the head must carry their content-length. The
     /// stream owns `fd` from the call on, whatever it returns.
     pub fn sendFd(self: *Stream, fd: i32, offset: u64, len: u64) FileError!void {
         if (!self.resp_started or self.resp_complete or self.resp_head_sent or self.resp_body_bytes > 0) {
@@ -469,7 +470,7 @@ pub const Stream = struct {
     }
 
     /// The connection's TLS session (HTTPS), for the scope's scheme and TLS extension.
-    pub fn tlsSession(self: *const Stream) ?*@import("openssl.zig").SSL {
+    pub fn tlsSession(self: *const Stream) ?*@import("../transport/openssl.zig").SSL {
         return self.conn.session();
     }
 };

@@ -15,9 +15,9 @@
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const stream_mod = @import("../transport/stream.zig"); // against the layers: the engine answers on the protocol-neutral stream, as the app would
+const stream_mod = @import("stream.zig"); // the engine answers on the protocol-neutral stream, as the app would
 const Stream = stream_mod.Stream;
-const tracing = @import("tracing.zig");
+const tracing = @import("../http/tracing.zig");
 
 /// One `--static ROUTE=DIR`.
 pub const Mount = struct {

@@ -2,10 +2,10 @@
 //! read buffer, its output queue (`transport/output_queue.zig`), its writer-thread job, its timers.
 //!
 //! A connection knows nothing of HTTP framing and nothing of Python. What arrives is
-//! handed through the protocol seam (`transport/protocol.zig`) to the protocol that owns
+//! handed through the protocol seam (`server/protocol.zig`) to the protocol that owns
 //! the connection's current phase; what the protocols queue is written here, and when
 //! the queue drains they are told so.
-//! Requests are exchanges on `Stream`s (`transport/stream.zig`); the app side holds those, never
+//! Requests are exchanges on `Stream`s (`server/stream.zig`); the app side holds those, never
 //! a connection. Every system call goes through the server's I/O backend (`os/io.zig`).
 const std = @import("std");
 const linux = std.os.linux;
@@ -15,10 +15,10 @@ const pool_mod = @import("../os/buffer_pool.zig");
 const timer = @import("../os/deadlines.zig");
 const Server = @import("server.zig").Server;
 const Interest = io.Interest;
-const tls = @import("openssl.zig");
-const proxy_protocol = @import("proxy_protocol.zig");
-const writer_mod = @import("writer_thread.zig");
-const outq = @import("output_queue.zig");
+const tls = @import("../transport/openssl.zig");
+const proxy_protocol = @import("../transport/proxy_protocol.zig");
+const writer_mod = @import("../transport/writer_thread.zig");
+const outq = @import("../transport/output_queue.zig");
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const protocol = @import("protocol.zig");
@@ -26,45 +26,8 @@ const protocol = @import("protocol.zig");
 const Buffer = pool_mod.Buffer;
 const buffer_bytes = pool_mod.buffer_bytes;
 
-/// The peer's address, kept compactly: it becomes the scope's `client`.
-pub const Peer = struct {
-    family: u16 = 0,
-    port: u16 = 0,
-    addr: [16]u8 = undefined,
-
-    pub fn fromStorage(st: *const linux.sockaddr.storage) Peer {
-        var p = Peer{ .family = st.family };
-        switch (st.family) {
-            linux.AF.INET => {
-                const in: *const linux.sockaddr.in = @ptrCast(@alignCast(st));
-                p.port = std.mem.bigToNative(u16, in.port);
-                @memcpy(p.addr[0..4], std.mem.asBytes(&in.addr));
-            },
-            linux.AF.INET6 => {
-                const in6: *const linux.sockaddr.in6 = @ptrCast(@alignCast(st));
-                p.port = std.mem.bigToNative(u16, in6.port);
-                p.addr = in6.addr;
-            },
-            else => {},
-        }
-        return p;
-    }
-
-    /// Writes the textual address (no brackets, no port) into buf.
-    pub fn format(self: *const Peer, buf: []u8) []const u8 {
-        switch (self.family) {
-            linux.AF.INET => return std.fmt.bufPrint(buf, "{d}.{d}.{d}.{d}", .{ self.addr[0], self.addr[1], self.addr[2], self.addr[3] }) catch "",
-            linux.AF.INET6 => {
-                const addr = std.net.Ip6Address.init(self.addr, 0, 0, 0);
-                const s = std.fmt.bufPrint(buf, "{f}", .{addr}) catch return "";
-                // "[addr]:0" -> "addr"
-                const end = std.mem.lastIndexOfScalar(u8, s, ']') orelse return s;
-                return s[1..end];
-            },
-            else => return "",
-        }
-    }
-};
+/// The peer's address (the scope's `client`).
+pub const Peer = @import("../transport/peer.zig").Peer;
 
 /// The connection's phase: which protocol reads it (`protocol.zig` dispatches on it),
 /// or the transport's own ending. One byte in `Conn`: an idle connection waits in `.head`.

@@ -1,6 +1,6 @@
 //! The protocol seam: the one place where the transport meets the protocols.
 //!
-//! A connection (`transport/connection.zig`) and a stream (`transport/stream.zig`) call
+//! A connection (`server/connection.zig`) and a stream (`server/stream.zig`) call
 //! the verbs below without knowing which protocol serves them; each verb picks the
 //! protocol from the connection's phase (`Conn.state`) or the stream's `protocol`, so
 //! the per-protocol switches are all here. What a protocol keeps on a busy connection

@@ -1,0 +1,129 @@
+"""The engine's layers, as docs/ARCHITECTURE.md draws them, held by its imports.
+
+Each folder of src/zig/ may import the folders below it; the few imports against that
+order are listed here with the reason ARCHITECTURE.md gives, and a new one fails until
+it is listed (and explained there) or removed. The largest import cycle may only shrink.
+"""
+
+import re
+from pathlib import Path
+
+ZIG = Path(__file__).resolve().parents[2] / "src" / "zig"
+
+# What each folder may import besides itself (and the standard library).
+ALLOWED = {
+    "os": set(),
+    "transport": {"os"},
+    "http": {"transport", "os"},
+    "http1": {"http", "transport", "os", "server"},
+    "http2": {"http", "transport", "os", "server"},
+    "websocket": {"http", "transport", "os", "server"},
+    "server": {"http1", "http2", "websocket", "http", "transport", "os"},
+    "python": {"server", "http1", "http2", "websocket", "http", "transport", "os", "loop"},
+    "loop": {"server", "python", "os"},
+    "testing": {"server", "http1", "http2", "websocket", "http", "transport", "os", "python"},
+}
+# Imports between protocol folders: the hand-overs (ARCHITECTURE.md, "Protocols that hand
+# over to each other"). This list may only shrink.
+HANDOVERS = {
+    ("http1/session.zig", "http2/session.zig"),
+    ("http1/session.zig", "websocket/session.zig"),
+    ("http1/session.zig", "websocket/codec.zig"),
+    ("http1/session.zig", "websocket/deflate.zig"),
+    ("http2/session.zig", "http1/parser.zig"),
+    ("http2/session.zig", "websocket/session.zig"),
+    ("http2/frame_reader.zig", "websocket/session.zig"),
+    ("http2/header_blocks.zig", "websocket/session.zig"),
+    ("http2/header_blocks.zig", "websocket/codec.zig"),
+    ("http2/header_blocks.zig", "websocket/deflate.zig"),
+    ("http2/scheduler.zig", "websocket/session.zig"),
+    ("http2/stream_verbs.zig", "websocket/session.zig"),
+    ("http2/streams.zig", "websocket/session.zig"),
+    ("http2/streams.zig", "websocket/codec.zig"),
+    ("http2/websocket.zig", "websocket/session.zig"),
+    ("websocket/session.zig", "http2/session.zig"),
+}
+PROTOCOLS = {"http1", "http2", "websocket"}
+# The largest knot of files that import each other (server/ and the protocol sessions
+# with HTTP/2's inner files, ARCHITECTURE.md): it may only shrink.
+LARGEST_CYCLE_MAX = 19
+
+
+def imports() -> dict[str, set[str]]:
+    """{file: the files it imports}, paths relative to src/zig."""
+    graph = {}
+    for path in sorted(ZIG.rglob("*.zig")):
+        name = path.relative_to(ZIG).as_posix()
+        graph[name] = set()
+        for target in re.findall(r'@import\("([^"]+\.zig)"\)', path.read_text()):
+            resolved = (path.parent / target).resolve()
+            assert resolved.is_file(), f"{name} imports {target}, which does not exist"
+            graph[name].add(resolved.relative_to(ZIG).as_posix())
+    return graph
+
+
+def folder(name: str) -> str:
+    return name.split("/")[0] if "/" in name else ""
+
+
+def test_each_folder_imports_only_the_layers_below_it():
+    wrong = []
+    for name, targets in imports().items():
+        here = folder(name)
+        if here not in ALLOWED:  # the roots (extension, unit tests, fuzz executables)
+            continue
+        for target in targets:
+            there = folder(target)
+            if there == here or (name, target) in HANDOVERS:
+                continue
+            if name.endswith("_tests.zig") and there == "testing":  # unit tests use the fixtures
+                continue
+            if there not in ALLOWED[here]:
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports against the layers of docs/ARCHITECTURE.md:\n" + "\n".join(sorted(wrong))
+
+
+def test_transport_knows_no_http():
+    graph = imports()
+    for name, targets in graph.items():
+        if folder(name) == "transport":
+            assert {folder(t) for t in targets} <= {"transport", "os"}, (name, targets)
+
+
+def test_protocol_folders_import_each_other_only_to_hand_over():
+    found = {(name, t) for name, targets in imports().items() for t in targets
+             if folder(name) in PROTOCOLS and folder(t) in PROTOCOLS and folder(t) != folder(name)}
+    assert found <= HANDOVERS, f"new imports between protocols: {sorted(found - HANDOVERS)}"
+    assert HANDOVERS <= found, f"gone (take them off HANDOVERS): {sorted(HANDOVERS - found)}"
+
+
+def test_the_largest_import_cycle_does_not_grow():
+    graph = imports()
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    largest = max(cycles, key=len)
+    print(f"largest import cycle: {len(largest)} files: {largest}")
+    assert len(largest) <= LARGEST_CYCLE_MAX, largest
