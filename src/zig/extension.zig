@@ -161,29 +161,33 @@ fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
     return 0;
 }
 
-/// `LIMITS`: the engine's own bounds of some options, {name: (low, high)}, which
-/// `Config` validates against, so the two can never disagree.
+/// `LIMITS`, {name: (low, high)}, and `MAXIMA`, {name: most}: the engine's own bounds
+/// of its options (`python/options.zig` `limits` and `maxima`, which its checks read),
+/// which `Config` takes its bounds from, so the two can never disagree.
 fn addLimits(m: *Object) bool {
-    const uring = @import("os/io_uring.zig");
-    const d = c.PyDict_New() orelse return false;
-    const limits = .{
-        .{ "limit_request_head", options.request_head_bytes_min, options.request_head_bytes_max },
-        .{ "limit_request_line", 16, options.request_head_bytes_max },
-        .{ "io_uring_buffers", uring.buffers_min, uring.buffers_max },
-        .{ "io_uring_buffer_size", uring.buffer_bytes_min, uring.buffer_bytes_max },
-        .{ "limit_request_fields", 1, options.request_fields_max },
-        .{ "busy_poll", 0, options.busy_poll_us_max },
-    };
-    inline for (limits) |l| {
-        const t = c.Py_BuildValue("(LL)", @as(c_longlong, l[1]), @as(c_longlong, l[2])) orelse {
-            py.decref(d);
-            return false;
-        };
-        defer py.decref(t);
-        if (c.PyDict_SetItemString(d, l[0], t) != 0) {
-            py.decref(d);
-            return false;
-        }
+    const limits = c.PyDict_New() orelse return false;
+    for (options.limits) |l| {
+        const t = c.Py_BuildValue("(LL)", @as(c_longlong, l.low), @as(c_longlong, l.high));
+        if (!setItemSteal(limits, l.name, t)) return false;
     }
-    return c.PyModule_AddObject(m, "LIMITS", d) == 0;
+    if (c.PyModule_AddObject(m, "LIMITS", limits) != 0) return dropDict(limits);
+    const maxima = c.PyDict_New() orelse return false;
+    for (options.maxima) |x| {
+        if (!setItemSteal(maxima, x.name, c.PyLong_FromLongLong(x.most))) return false;
+    }
+    if (c.PyModule_AddObject(m, "MAXIMA", maxima) != 0) return dropDict(maxima);
+    return true;
+}
+
+/// d[key] = value, taking `value`'s reference; on failure `d` is dropped too.
+fn setItemSteal(d: *Object, key: [:0]const u8, value: ?*Object) bool {
+    const v = value orelse return dropDict(d);
+    defer py.decref(v);
+    if (c.PyDict_SetItemString(d, key.ptr, v) != 0) return dropDict(d);
+    return true;
+}
+
+fn dropDict(d: *Object) bool {
+    py.decref(d);
+    return false;
 }

@@ -111,23 +111,42 @@ class Setting:
 
 
 def _engine_limit(name: str) -> tuple[int, int]:
-    """The engine's own bounds of an option (a request head must fit one pooled buffer)."""
+    """The engine's own bounds of an option (a request head must fit one pooled buffer):
+    `_core.LIMITS`, the one place they are written (src/zig/python/options.zig)."""
     from zigcorn._core import LIMITS
 
     return LIMITS[name]
 
 
+def _engine_most(name: str) -> int:
+    """The most the engine takes of a list or text option (`_core.MAXIMA`), in its unit."""
+    from zigcorn._core import MAXIMA
+
+    return MAXIMA[name]
+
+
+def _bounds(name: str, *, off_is_none: bool = False) -> dict[str, int]:
+    """A setting's ``low``/``high``: the engine's bounds of its option. With `off_is_none`
+    the engine's 0 ("off") is Config's None, so Config's lowest is 1."""
+    low, high = _engine_limit(name)
+    if off_is_none:
+        assert low == 0, name
+        low = 1
+    return {"low": low, "high": high}
+
+
 _HEAD_MIN, _HEAD_MAX = _engine_limit("limit_request_head")
-_LINE_MIN, _LINE_MAX = _engine_limit("limit_request_line")
-_FIELDS_MIN, _FIELDS_MAX = _engine_limit("limit_request_fields")
-_RING_BUFFERS_MIN, _RING_BUFFERS_MAX = _engine_limit("io_uring_buffers")
-_RING_BUFFER_SIZE_MIN, _RING_BUFFER_SIZE_MAX = _engine_limit("io_uring_buffer_size")
+_FIELDS_MAX = _engine_limit("limit_request_fields")[1]
+_GZIP = _engine_limit("compression_gzip_level")
+_BROTLI = _engine_limit("compression_brotli_level")
+_ZSTD = _engine_limit("compression_zstd_level")
 _U32 = 2**32 - 1
-_SECONDS_MAX = 10**9
+# The longest timeout the engine takes; Config's own seconds settings stop there too.
+_SECONDS_MAX = _engine_limit("timeout_write")[1]
 
 # The request-duration histogram's default bounds, in seconds (Prometheus' defaults from 1 ms).
 METRICS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-METRICS_BUCKETS_MAX = 24
+METRICS_BUCKETS_MAX = _engine_most("metrics_buckets")
 
 # What --compression offers, and the content types compressed unless --compression-types says otherwise.
 COMPRESSION_ENCODINGS = ("zstd", "br", "gzip")
@@ -224,13 +243,13 @@ SETTINGS: tuple[Setting, ...] = (
        "(a comma list of zstd, br, gzip), chosen against the request's accept-encoding", "Compression",
        metavar="LIST", shown="off"),
     _S("compression_min_size", 1024, "a one-shot response body smaller than this is sent as it is", "Compression",
-       type=int, metavar="BYTES", low=0, high=_U32),
-    _S("compression_gzip_level", 6, "gzip level (1 fastest .. 9 smallest)", "Compression", type=int, metavar="N",
-       low=1, high=9),
-    _S("compression_brotli_level", 4, "brotli quality (0 fastest .. 11 smallest)", "Compression", type=int,
-       metavar="N", low=0, high=11),
-    _S("compression_zstd_level", 3, "zstd level (1 fastest .. 19 smallest)", "Compression", type=int, metavar="N",
-       low=1, high=19),
+       type=int, metavar="BYTES", **_bounds("compression_min_size")),
+    _S("compression_gzip_level", 6, "gzip level ({} fastest .. {} smallest)".format(*_GZIP), "Compression",
+       type=int, metavar="N", **_bounds("compression_gzip_level")),
+    _S("compression_brotli_level", 4, "brotli quality ({} fastest .. {} smallest)".format(*_BROTLI), "Compression",
+       type=int, metavar="N", **_bounds("compression_brotli_level")),
+    _S("compression_zstd_level", 3, "zstd level ({} fastest .. {} smallest)".format(*_ZSTD), "Compression",
+       type=int, metavar="N", **_bounds("compression_zstd_level")),
     _S("compression_types", COMPRESSION_TYPES, "content types compressed (a comma list; type/* matches a whole "
        "type; +json and +xml suffixes always match)", "Compression", metavar="LIST", shown="text/*, json, "
        "js, xml, svg, wasm"),
@@ -238,13 +257,13 @@ SETTINGS: tuple[Setting, ...] = (
        "the app reads them (others get 415; --limit-request-body counts decoded bytes)", "Compression",
        kind="switch"),
     _S("http2_max_concurrent_streams", 100, "streams one HTTP/2 connection may have open at once", "HTTP",
-       type=int, metavar="N", low=1, high=2**31 - 1),
+       type=int, metavar="N", **_bounds("http2_max_concurrent_streams")),
     _S("io_backend", None, "how the engine waits for sockets: epoll, io_uring (falls back to epoll where the "
        "kernel refuses it) or auto", "HTTP", choices=IO_BACKEND_CHOICES, shown="$ZIGCORN_IO_BACKEND or auto"),
     _S("io_uring_buffers", 256, "io_uring: receive buffers in the ring, a power of two (taken only while bytes "
-       "wait)", "HTTP", type=int, metavar="N", low=_RING_BUFFERS_MIN, high=_RING_BUFFERS_MAX),
+       "wait)", "HTTP", type=int, metavar="N", **_bounds("io_uring_buffers")),
     _S("io_uring_buffer_size", 4096, "io_uring: bytes per receive buffer, a power of two", "HTTP", type=int,
-       metavar="BYTES", low=_RING_BUFFER_SIZE_MIN, high=_RING_BUFFER_SIZE_MAX),
+       metavar="BYTES", **_bounds("io_uring_buffer_size")),
     _S("busy_poll", None, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",
        type=int, metavar="USEC", low=0, high=5000, shown="100, 0 with --interface wsgi"),
     # Metrics and health
@@ -281,7 +300,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("static_path_mount", None, "granian's name: serve this directory at --static-path-route", "Static files",
        metavar="DIR", shown="none"),
     _S("static_expires", None, "cache-control max-age of static files", "Static files", type=int,
-       metavar="SECONDS", low=0, high=_U32, shown="no cache-control"),
+       metavar="SECONDS", **_bounds("static_expires"), shown="no cache-control"),
     _S("static_dotfiles", False, "serve static files whose path has a name starting with '.'", "Static files",
        kind="switch"),
     _S("static_precompressed", False, "send a static file's .br, .zst or .gz sibling to clients that accept "
@@ -289,27 +308,27 @@ SETTINGS: tuple[Setting, ...] = (
     # WebSockets
     _S("ws", "auto", "WebSocket support; anything but none is the engine's own", "WebSockets", choices=WS_CHOICES),
     _S("ws_max_size", 16 * 1024 * 1024, "close with 1009 on larger messages", "WebSockets", type=int,
-       metavar="BYTES", low=1, high=_U32),
+       metavar="BYTES", **_bounds("ws_max_size")),
     _S("ws_max_queue", 32, "messages waiting for the app before the socket stops being read", "WebSockets",
        type=int, metavar="N", low=1, high=2**20),
     _S("ws_ping_interval", 20.0, "ping every open WebSocket this often, 0 for never", "WebSockets", type=float,
-       metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       metavar="SECONDS", **_bounds("ws_ping_interval")),
     _S("ws_ping_timeout", 20.0, "close with 1011 when a pong does not come within this", "WebSockets",
-       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       type=float, metavar="SECONDS", **_bounds("ws_ping_timeout")),
     _S("ws_per_message_deflate", True, "negotiate permessage-deflate when offered", "WebSockets", type="boolean",
        metavar="BOOL", shown="true"),
     # Timeouts
     _S("timeout_keep_alive", 5, "close an idle keep-alive connection after this", "Timeouts", type=float,
-       metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       metavar="SECONDS", **_bounds("timeout_keep_alive")),
     _S("timeout_header", 30, "a request head must arrive within this, from its first byte", "Timeouts",
-       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       type=float, metavar="SECONDS", **_bounds("timeout_header")),
     _S("timeout_body", 30, "an app waiting for request body bytes waits at most this for more", "Timeouts",
-       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       type=float, metavar="SECONDS", **_bounds("timeout_body")),
     _S("timeout_write", 30, "close a connection whose pending output makes no progress for this", "Timeouts",
-       type=float, metavar="SECONDS", low=0, high=_SECONDS_MAX),
+       type=float, metavar="SECONDS", **_bounds("timeout_write")),
     _S("timeout_connection", None, "a connection older than this ends after its current response (HTTP/1.1: "
-       "connection: close, HTTP/2: GOAWAY); WebSockets are not cut", "Timeouts", type=int, metavar="SECONDS", low=1,
-       high=_U32, shown="off"),
+       "connection: close, HTTP/2: GOAWAY); WebSockets are not cut", "Timeouts", type=int, metavar="SECONDS",
+       **_bounds("timeout_connection", off_is_none=True), shown="off"),
     _S("timeout_request", None, "cancel an app that has not finished a request after this", "Timeouts",
        type=float, metavar="SECONDS", shown="off"),
     _S("timeout_graceful_shutdown", None, "max wait for in-flight requests at shutdown", "Timeouts", type=float,
@@ -343,7 +362,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("ssl_session_tickets", True, "issue TLS session tickets (resumption without a server cache; the keys are "
        "shared by the workers and change at each start)", "TLS (HTTPS)", kind="onoff"),
     _S("ssl_session_cache", 0, "sessions a server-side cache holds per worker, 0 for none (about 1 KiB each)",
-       "TLS (HTTPS)", type=int, metavar="N", low=0, high=1 << 20),
+       "TLS (HTTPS)", type=int, metavar="N", **_bounds("ssl_session_cache")),
     _S("ssl_crl", None, "certificate revocation lists (PEM) that client certificates are checked against",
        "TLS (HTTPS)", metavar="PATH"),
     _S("hsts", None, "HTTPS responses carry strict-transport-security: max-age=SECONDS (unless the app sets it)",
@@ -355,15 +374,16 @@ SETTINGS: tuple[Setting, ...] = (
     _S("tcp_nodelay", True, "TCP_NODELAY on accepted connections: small responses leave at once", "TCP",
        kind="onoff"),
     _S("tcp_keepalive_idle", None, "TCP keepalive: probe a connection idle this long (any of the three turns "
-       "keepalive on)", "TCP", type=int, metavar="SECONDS", low=1, high=32767, shown="off"),
+       "keepalive on)", "TCP", type=int, metavar="SECONDS", **_bounds("tcp_keepalive_idle", off_is_none=True),
+       shown="off"),
     _S("tcp_keepalive_interval", None, "TCP keepalive: seconds between unanswered probes", "TCP", type=int,
-       metavar="SECONDS", low=1, high=32767, shown="the kernel's"),
+       metavar="SECONDS", **_bounds("tcp_keepalive_interval", off_is_none=True), shown="the kernel's"),
     _S("tcp_keepalive_count", None, "TCP keepalive: unanswered probes before the connection is dropped", "TCP",
-       type=int, metavar="N", low=1, high=127, shown="the kernel's"),
+       type=int, metavar="N", **_bounds("tcp_keepalive_count", off_is_none=True), shown="the kernel's"),
     _S("tcp_user_timeout", None, "TCP_USER_TIMEOUT: drop a connection whose data stays unacknowledged this long",
-       "TCP", type=int, metavar="MS", low=1, high=2**31 - 1, shown="off"),
+       "TCP", type=int, metavar="MS", **_bounds("tcp_user_timeout", off_is_none=True), shown="off"),
     _S("tcp_fastopen", None, "TCP Fast Open with a queue of N pending requests (the kernel's net.ipv4.tcp_fastopen "
-       "must allow servers)", "TCP", type=int, metavar="N", low=1, high=65535, shown="off"),
+       "must allow servers)", "TCP", type=int, metavar="N", **_bounds("tcp_fastopen", off_is_none=True), shown="off"),
     _S("auto_raise_nofile", False, "raise the soft open-files limit to the hard limit at start (logged)", "TCP",
        kind="switch"),
     # Limits
@@ -373,26 +393,27 @@ SETTINGS: tuple[Setting, ...] = (
     _S("limit_max_requests_jitter", 0, "add up to N to --limit-max-requests, per process, so workers restart apart",
        "Limits", type=int, metavar="N", low=0, high=_U32),
     _S("limit_connections", 100_000, "accept and close at once connections past N", "Limits", type=int,
-       metavar="N", low=1, high=_U32),
+       metavar="N", **_bounds("limit_connections")),
     _S("limit_connections_per_ip", None, "close at accept a client address's connections past N open at once",
-       "Limits", type=int, metavar="N", low=1, high=_U32, shown="off"),
+       "Limits", type=int, metavar="N", **_bounds("limit_connections_per_ip", off_is_none=True), shown="off"),
     _S("limit_request_rate", None, "requests a second per client address (after proxy headers); past it and "
-       "--limit-request-burst: 429 with retry-after, from the engine", "Limits", type=int, metavar="N", low=1,
-       high=1_000_000, shown="off"),
+       "--limit-request-burst: 429 with retry-after, from the engine", "Limits", type=int, metavar="N",
+       **_bounds("limit_request_rate", off_is_none=True), shown="off"),
     _S("limit_request_burst", None, "requests a client may send at once before --limit-request-rate applies",
-       "Limits", type=int, metavar="N", low=1, high=1_000_000, shown="the rate"),
+       "Limits", type=int, metavar="N", **_bounds("limit_request_burst", off_is_none=True),
+       shown="the rate"),
     _S("limit_request_table", 8192, "clients the rate limit tracks at once (a power of two; 32 bytes each, "
-       "allocated when the limit is on)", "Limits", type=int, metavar="N", low=4, high=1 << 24),
+       "allocated when the limit is on)", "Limits", type=int, metavar="N", **_bounds("limit_request_table")),
     _S("limit_keep_alive_requests", 10_000, "close a connection after N requests", "Limits", type=int, metavar="N",
-       low=1, high=_U32),
+       **_bounds("limit_keep_alive_requests")),
     _S("limit_request_body", 1 << 30, "413 for request bodies over N bytes", "Limits", type=int, metavar="N",
-       low=0, high=2**63 - 1),
+       **_bounds("limit_request_body")),
     _S("limit_request_line", 8190, "414 for request targets over N bytes", "Limits", type=int, metavar="N",
-       low=_LINE_MIN, high=_LINE_MAX),
+       **_bounds("limit_request_line")),
     _S("limit_request_fields", 100, f"431 for more than N header lines, at most {_FIELDS_MAX}", "Limits", type=int,
-       metavar="N", low=_FIELDS_MIN, high=_FIELDS_MAX),
+       metavar="N", **_bounds("limit_request_fields")),
     _S("limit_request_head", _HEAD_MAX, f"431 for a request head over N bytes, at most {_HEAD_MAX}", "Limits",
-       type=int, metavar="N", low=_HEAD_MIN, high=_HEAD_MAX),
+       type=int, metavar="N", **_bounds("limit_request_head")),
     _S("h11_max_incomplete_event_size", None,
        f"uvicorn's name for the head limit: sets --limit-request-head (brought within {_HEAD_MIN}-{_HEAD_MAX})",
        "Limits", type=int, metavar="N", shown="unset"),
@@ -418,13 +439,14 @@ def _static_mounts(static, route, mount) -> list[tuple[str, str]]:
         entries.append((route or "/static", os.fspath(mount)))
     mounts = []
     for route, directory in entries:
-        if not route.startswith("/") or any(ch in route for ch in " ?#%\\\r\n\0") or "/." in route or len(route) > 1024:
+        if not route.startswith("/") or any(ch in route for ch in " ?#%\\\r\n\0") or "/." in route \
+                or len(route) > _engine_most("static_route"):
             raise ValueError(f"a static route must be a plain path starting with '/', not {route!r}")
         if not os.path.isdir(directory):
             raise ValueError(f"static directory {directory!r} (for {route}) is not a directory")
         mounts.append((route.rstrip("/") or "/", os.path.abspath(directory)))
-    if len(mounts) > 64:
-        raise ValueError("static: at most 64 mounts")
+    if len(mounts) > _engine_most("static"):
+        raise ValueError(f"static: at most {_engine_most('static')} mounts")
     return mounts
 
 
@@ -491,7 +513,7 @@ class Config:
                 + "; preload" * bool(self.hsts_preload)
         if self.request_id_header is not None:
             name = str(self.request_id_header).strip().lower()
-            if not name or len(name) > 64 or any(ch not in _TOKEN_CHARS for ch in name):
+            if not name or len(name) > _engine_most("request_id_header") or any(ch not in _TOKEN_CHARS for ch in name):
                 raise ValueError(f"request_id_header must be a header name, not {self.request_id_header!r}")
             self.request_id_header = name
         self.headers: list[tuple[str, str]] = [_split_header(h) for h in self.headers or ()]
@@ -851,21 +873,23 @@ def _bucket_seconds(value) -> tuple[float, ...]:
     if not 1 <= len(bounds) <= METRICS_BUCKETS_MAX:
         raise ValueError(f"metrics_buckets takes 1 to {METRICS_BUCKETS_MAX} bounds, not {len(bounds)}")
     micros = [round(b * 1e6) for b in bounds]
-    if not all(0 < b <= 1e6 for b in bounds) or any(b <= a for a, b in zip(micros, micros[1:])) or micros[0] <= 0:
-        raise ValueError(f"metrics_buckets must rise, each above 0 and at most 1e6 seconds (microsecond steps): {value!r}")
+    most = _engine_most("metrics_bucket_seconds")
+    if not all(0 < b <= most for b in bounds) or any(b <= a for a, b in zip(micros, micros[1:])) or micros[0] <= 0:
+        raise ValueError(f"metrics_buckets must rise, each above 0 and at most {most} seconds (microsecond steps): {value!r}")
     return bounds
 
 
 def _check_networks(entries: list[str]) -> None:
-    """What the engine accepts: "*", "unix:", IP addresses and CIDR networks (at most 64).
+    """What the engine accepts: "*", "unix:", IP addresses and CIDR networks (`_core.MAXIMA`'s number of them).
 
     Plain addresses (the default, 127.0.0.1) are checked with ``inet_pton``; ``ipaddress``
     (a quarter MiB of a serving process) is imported only for networks and scoped addresses.
     """
     import socket
 
-    if len(entries) > 64:
-        raise ValueError("forwarded_allow_ips takes at most 64 entries")
+    most = _engine_most("forwarded_allow_ips")
+    if len(entries) > most:
+        raise ValueError(f"forwarded_allow_ips takes at most {most} entries")
     for entry in entries:
         if entry in ("*", "unix:"):
             continue
@@ -907,8 +931,9 @@ def _compression_types(value) -> list[str]:
         if not main or not sub or any(ch not in _TOKEN_CHARS for ch in main + sub.replace("*", "")) \
                 or ("*" in sub and sub != "*"):
             raise ValueError(f"compression_types must be media types like text/html or text/*, not {t!r}")
-    if len(",".join(types)) > 4096:
-        raise ValueError("compression_types is longer than 4096 bytes")
+    most = _engine_most("compression_types")
+    if len(",".join(types)) > most:
+        raise ValueError(f"compression_types is longer than {most} bytes")
     return types
 
 

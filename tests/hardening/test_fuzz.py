@@ -2,10 +2,10 @@
 
 - The checked-in corpus (src/zig/testing/fuzz_corpus/*.http) as a regression test:
   `python -m ziglang test -lc src/zig/unit_tests.zig --test-filter fuzz:`.
-- A time-bounded mutation fuzzer (src/zig/fuzz_http1.zig, built ReleaseSafe so any overflow
+- A time-bounded mutation fuzzer (src/zig/fuzz_http1_main.zig, built ReleaseSafe so any overflow
   or out-of-bounds access panics). ZIGCORN_FUZZ_SECONDS (default 20) bounds the run;
   ZIGCORN_FUZZ_SEED pins the seed (otherwise a fresh one, printed, per run).
-- The HTTP/2 session fuzzer (src/zig/fuzz_http2.zig, testing/fuzz_http2.zig), bounded the same way.
+- The HTTP/2 session fuzzer (src/zig/fuzz_http2_main.zig, testing/fuzz_http2.zig), bounded the same way.
 """
 
 import os
@@ -39,9 +39,9 @@ def test_fuzz_corpus_regression(tmp_path_factory):
 def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
-    exe = tmp_path / "fuzz_main"
+    exe = tmp_path / "fuzz_http1"
     build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_http1.zig"), cwd=tmp_path, timeout=600)
+                str(ZIG_DIR / "fuzz_http1_main.zig"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     crash = tmp_path / "fuzz-crash.bin"
@@ -60,7 +60,7 @@ def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
 
 @zigcorn_only
 def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
-    """The HTTP/2 session fuzzer (src/zig/fuzz_http2.zig): frame sequences against a real
+    """The HTTP/2 session fuzzer (src/zig/fuzz_http2_main.zig): frame sequences against a real
     server, its output checked as a strict client would (flow control, frame states, the
     app's bytes), for ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed;
     ZIGCORN_FUZZ_TOLERATE_KNOWN=1 lets the HTTP/2 bugs it reported pass (see
@@ -69,7 +69,7 @@ def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http2"
     build = zig("build-exe", "-OReleaseSafe", "-lc", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_http2.zig"), cwd=tmp_path, timeout=600)
+                str(ZIG_DIR / "fuzz_http2_main.zig"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     report = tmp_path / "fuzz_h2-failure.txt"

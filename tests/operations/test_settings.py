@@ -198,29 +198,106 @@ def test_the_engine_has_no_defaults_of_its_own():
             _core.Engine(lambda stream: None, wake, HTTPCycle, partial)
 
 
-def test_out_of_range_values_are_refused_not_clamped():
-    options = Config("tests.apps.basic:app").engine_options()
+def engine_options(config: Config | None = None) -> dict:
+    options = (config or Config("tests.apps.basic:app")).engine_options()
     options["metrics_slot"] = 0
     options["websocket_class"] = WebSocketCycle
+    return options
+
+
+def refused_by_the_engine(options: dict, name: str, value) -> None:
+    with pytest.raises(ValueError, match=name):
+        engine = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, name: value})
+        engine.close()
+
+
+def test_out_of_range_values_are_refused_not_clamped():
+    options = engine_options()
     for name, (low, high) in _core.LIMITS.items():
+        if name.startswith("ssl_"):
+            continue  # read with a certificate only: the next test
         for bad in (low - 1, high + 1):
-            with pytest.raises(ValueError, match=name):
-                _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, name: bad})
-    with pytest.raises(ValueError, match="timeout_write"):
-        _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "timeout_write": -1.0})
+            refused_by_the_engine(options, name, bad)
+    refused_by_the_engine(options, "timeout_write", -1.0)
+    # Past 64 bits is out of range too, not an OverflowError.
+    refused_by_the_engine(options, "limit_request_body", 2**64)
+
+
+def test_out_of_range_tls_values_are_refused(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    from zigcorn.tls import load_openssl
+
+    load_openssl()
+    cert = trustme.CA().issue_cert("localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(tmp_path / "server.pem")
+    options = engine_options(Config("tests.apps.basic:app", ssl_certfile=str(tmp_path / "server.pem")))
+    tls = [name for name in _core.LIMITS if name.startswith("ssl_")]
+    assert tls == ["ssl_session_cache"]
+    for name in tls:
+        low, high = _core.LIMITS[name]
+        for bad in (low - 1, high + 1):
+            refused_by_the_engine(options, name, bad)
+
+
+# What a setting needs beside it to be valid.
+COMPANIONS = {"limit_request_burst": {"limit_request_rate": 1}}
+# Config caps these lower than the engine could take: a busy poll at 5 ms (the engine
+# could spin 1 s), a WebSocket's queue at 2**20 messages.
+CAPPED = {"busy_poll", "ws_max_queue"}
 
 
 def test_config_bounds_are_the_engines_own():
     for name, (low, high) in _core.LIMITS.items():
         setting = SETTING[name]
-        # The head, line and field limits are the engine's exactly; a busy poll is capped
-        # lower by Config (5 ms) than the engine could spin (1 s).
-        assert low <= setting.low and setting.high <= high, name
-        if name != "busy_poll":
-            assert (setting.low, setting.high) == (low, high), name
-        Config("tests.apps.basic:app", **{name: setting.high})
+        if setting.low != low:
+            # The engine's 0 is "off", which Config says with None.
+            assert (low, setting.low, setting.default) == (0, 1, None), name
+        if name in CAPPED:
+            assert setting.high < high, name
+        else:
+            assert setting.high == high, name
+        for good in (setting.low, setting.high):
+            Config("tests.apps.basic:app", **COMPANIONS.get(name, {}), **{name: good})
+        for bad in (setting.low - 1, setting.high + 1):
+            with pytest.raises(ValueError, match=name):
+                Config("tests.apps.basic:app", **COMPANIONS.get(name, {}), **{name: bad})
+
+
+def test_config_maxima_are_the_engines_own(tmp_path):
+    """One past each of `_core.MAXIMA`: Config refuses it with the setting's name, and so
+    does the engine if given it directly; the most itself is taken by both."""
+    most = _core.MAXIMA
+    assert set(most) == {"compression_types", "request_id_header", "forwarded_allow_ips", "metrics_buckets",
+                         "metrics_bucket_seconds", "static", "static_route"}
+    types = "text/" + "x" * (most["compression_types"] - 5)
+    header = "x-" + "a" * (most["request_id_header"] - 2)
+    ips = [f"10.0.{i // 250}.{i % 250}" for i in range(most["forwarded_allow_ips"] + 1)]
+    buckets = [float(i + 1) for i in range(most["metrics_buckets"] + 1)]
+    top = float(most["metrics_bucket_seconds"])
+    routes = [f"/r{i}" for i in range(most["static"] + 1)]
+    route = "/" + "r" * (most["static_route"] - 1)
+    cases = [  # (setting, the most it takes, one past that)
+        ("compression_types", types, types + "x"),
+        ("request_id_header", header, header + "a"),
+        ("forwarded_allow_ips", ips[:-1], ips),
+        ("metrics_buckets", buckets[:-1], buckets),
+        ("metrics_buckets", [top], [top + 1]),
+        ("static", [f"{r}={tmp_path}" for r in routes[:-1]], [f"{r}={tmp_path}" for r in routes]),
+        ("static", [f"{route}={tmp_path}"], [f"{route}r={tmp_path}"]),
+    ]
+    for name, at_most, past in cases:
+        engine_for(Config("tests.apps.basic:app", **{name: at_most})).close()
         with pytest.raises(ValueError, match=name):
-            Config("tests.apps.basic:app", **{name: setting.high + 1})
+            Config("tests.apps.basic:app", **{name: past})
+    # The engine's own check, for a caller that is not Config.
+    options = engine_options()
+    refused_by_the_engine(options, "compression_types", types + "x")
+    refused_by_the_engine(options, "request_id_header", header + "a")
+    refused_by_the_engine(options, "forwarded_allow_ips", ips)
+    refused_by_the_engine(options, "metrics_buckets", buckets)
+    refused_by_the_engine(options, "metrics_buckets", [top + 1])
+    refused_by_the_engine(options, "static", [(r, str(tmp_path)) for r in routes])
+    refused_by_the_engine(options, "static", [(route + "r", str(tmp_path))])
 
 
 def test_command_line_defaults_are_configs():

@@ -13,13 +13,16 @@ const metrics = @import("../http/metrics.zig");
 const static_files = @import("../server/static_files.zig");
 const io = @import("../os/io.zig");
 const uring = @import("../os/io_uring.zig");
+const forwarded = @import("../http/forwarded.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 const allocator = std.heap.c_allocator;
 
-// Every option is required: the defaults, bounds and help of each live in one place,
+// Every option is required: the defaults and help of each live in one place,
 // `zigcorn/config.py`, and the engine runs with exactly what it is given. It refuses a
-// value it cannot represent instead of clamping it to something else.
+// value it cannot represent instead of clamping it to something else. Its bounds are
+// written once, in `limits` and `maxima` below, which `Config` reads (`_core.LIMITS`,
+// `_core.MAXIMA`); the checks here stay as the contract for a direct caller.
 
 /// A required option, or null with KeyError set.
 pub fn required(opts: *Object, comptime key: [:0]const u8) ?*Object {
@@ -39,7 +42,13 @@ pub fn optBool(opts: *Object, comptime key: [:0]const u8) ?bool {
 pub fn optInt(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: T, high: T) ?T {
     const v = required(opts, key) orelse return null;
     const n = c.PyLong_AsLongLong(v);
-    if (n == -1 and c.PyErr_Occurred() != null) return null;
+    if (n == -1 and c.PyErr_Occurred() != null) {
+        // Past 64 bits: out of range like any other value, not an OverflowError.
+        if (c.PyErr_ExceptionMatches(c.PyExc_OverflowError) == 0) return null;
+        c.PyErr_Clear();
+        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from %lld to %lld, not %R", key.ptr, @as(c_longlong, @intCast(low)), @as(c_longlong, @intCast(high)), v);
+        return null;
+    }
     if (n < low or n > high) {
         _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from %lld to %lld, not %lld", key.ptr, @as(c_longlong, @intCast(low)), @as(c_longlong, @intCast(high)), n);
         return null;
@@ -47,9 +56,15 @@ pub fn optInt(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: 
     return @intCast(n);
 }
 
-/// A power of two from `low` to `high`.
-pub fn optPowerOfTwo(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: T, high: T) ?T {
-    const n = optInt(opts, key, T, low, high) orelse return null;
+/// An integer option within its bounds in `limits`.
+pub fn optLimited(opts: *Object, comptime key: [:0]const u8, comptime T: type) ?T {
+    const l = comptime limit(key);
+    return optInt(opts, key, T, l.low, l.high);
+}
+
+/// A power of two within its bounds in `limits`.
+pub fn optPowerOfTwo(opts: *Object, comptime key: [:0]const u8, comptime T: type) ?T {
+    const n = optLimited(opts, key, T) orelse return null;
     if (!std.math.isPowerOfTwo(n)) {
         _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be a power of two, not %lld", key.ptr, @as(c_longlong, @intCast(n)));
         return null;
@@ -57,19 +72,94 @@ pub fn optPowerOfTwo(opts: *Object, comptime key: [:0]const u8, comptime T: type
     return n;
 }
 
-/// Seconds (a float from 0 to `seconds_max`) as milliseconds.
+/// Seconds (a float within the option's bounds in `limits`) as milliseconds.
 pub fn optMs(opts: *Object, comptime key: [:0]const u8) ?u64 {
+    const l = comptime limit(key);
     const f = c.PyFloat_AsDouble(required(opts, key) orelse return null);
     if (f == -1.0 and c.PyErr_Occurred() != null) return null;
-    if (!(f >= 0) or f > seconds_max) {
-        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from 0 to 1e9 seconds", key.ptr);
+    if (!(f >= @as(f64, @floatFromInt(l.low))) or f > @as(f64, @floatFromInt(l.high))) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "engine option '%s' must be from %lld to %lld seconds", key.ptr, @as(c_longlong, l.low), @as(c_longlong, l.high));
         return null;
     }
     return @intFromFloat(f * 1000.0);
 }
 
 /// The longest timeout or interval the engine takes (about 31 years).
-pub const seconds_max = 1e9;
+pub const seconds_max = 1_000_000_000;
+
+/// One of the engine's bounds: an option's lowest and highest value, inclusive.
+pub const Limit = struct { name: [:0]const u8, low: i64, high: i64 };
+
+/// The engine's bounds of its number options: what `optLimited`, `optPowerOfTwo` and
+/// `optMs` check, and (as `_core.LIMITS`, {name: (low, high)}) what `Config`'s settings
+/// take their bounds from, so each number is written here only. Where the engine takes
+/// 0 for "off" (the TCP options, the rates, the connection timeout), `Config` says None
+/// and its lowest is 1; it may cap lower (`busy_poll`, `ws_max_queue`), never higher.
+pub const limits = [_]Limit{
+    .{ .name = "limit_request_head", .low = request_head_bytes_min, .high = request_head_bytes_max },
+    .{ .name = "limit_request_line", .low = 16, .high = request_head_bytes_max },
+    .{ .name = "limit_request_fields", .low = 1, .high = request_fields_max },
+    .{ .name = "limit_request_body", .low = 0, .high = std.math.maxInt(i64) },
+    .{ .name = "limit_connections", .low = 1, .high = std.math.maxInt(u32) },
+    .{ .name = "limit_keep_alive_requests", .low = 1, .high = std.math.maxInt(u32) },
+    .{ .name = "limit_connections_per_ip", .low = 0, .high = std.math.maxInt(u32) },
+    .{ .name = "limit_request_rate", .low = 0, .high = 1_000_000 },
+    .{ .name = "limit_request_burst", .low = 0, .high = 1_000_000 },
+    .{ .name = "limit_request_table", .low = 4, .high = 1 << 24 },
+    .{ .name = "timeout_keep_alive", .low = 0, .high = seconds_max },
+    .{ .name = "timeout_header", .low = 0, .high = seconds_max },
+    .{ .name = "timeout_body", .low = 0, .high = seconds_max },
+    .{ .name = "timeout_write", .low = 0, .high = seconds_max },
+    .{ .name = "timeout_connection", .low = 0, .high = std.math.maxInt(u32) },
+    .{ .name = "ws_max_size", .low = 1, .high = std.math.maxInt(u32) },
+    .{ .name = "ws_max_queue", .low = 1, .high = std.math.maxInt(u32) },
+    .{ .name = "ws_ping_interval", .low = 0, .high = seconds_max },
+    .{ .name = "ws_ping_timeout", .low = 0, .high = seconds_max },
+    .{ .name = "busy_poll", .low = 0, .high = busy_poll_us_max },
+    .{ .name = "http2_max_concurrent_streams", .low = 1, .high = std.math.maxInt(i32) },
+    .{ .name = "io_uring_buffers", .low = uring.buffers_min, .high = uring.buffers_max },
+    .{ .name = "io_uring_buffer_size", .low = uring.buffer_bytes_min, .high = uring.buffer_bytes_max },
+    .{ .name = "tcp_keepalive_idle", .low = 0, .high = 32767 },
+    .{ .name = "tcp_keepalive_interval", .low = 0, .high = 32767 },
+    .{ .name = "tcp_keepalive_count", .low = 0, .high = 127 },
+    .{ .name = "tcp_user_timeout", .low = 0, .high = std.math.maxInt(i32) },
+    .{ .name = "tcp_fastopen", .low = 0, .high = 65535 },
+    .{ .name = "compression_min_size", .low = 0, .high = std.math.maxInt(u32) },
+    .{ .name = "compression_gzip_level", .low = 1, .high = 9 },
+    .{ .name = "compression_brotli_level", .low = 0, .high = 11 },
+    .{ .name = "compression_zstd_level", .low = 1, .high = 19 },
+    .{ .name = "static_expires", .low = 0, .high = std.math.maxInt(u32) },
+    .{ .name = "ssl_session_cache", .low = 0, .high = 1 << 20 },
+};
+
+/// The bounds of option `name` in `limits`.
+pub fn limit(comptime name: []const u8) Limit {
+    return comptime for (limits) |l| {
+        if (std.mem.eql(u8, l.name, name)) break l;
+    } else @compileError("no engine limit for option " ++ name);
+}
+
+/// The most the engine takes of a list or text option, in its unit.
+pub const Maximum = struct { name: [:0]const u8, most: i64 };
+
+/// The engine's caps on its list and text options, checked here and exported as
+/// `_core.MAXIMA` ({name: most}) for `Config`.
+pub const maxima = [_]Maximum{
+    .{ .name = "compression_types", .most = 4096 }, // bytes of the comma list
+    .{ .name = "request_id_header", .most = 64 }, // bytes of the name
+    .{ .name = "forwarded_allow_ips", .most = forwarded.networks_max }, // entries
+    .{ .name = "metrics_buckets", .most = metrics.buckets_max }, // bounds
+    .{ .name = "metrics_bucket_seconds", .most = 1_000_000 }, // each bound, in seconds
+    .{ .name = "static", .most = static_mounts_max }, // mounts
+    .{ .name = "static_route", .most = 1024 }, // bytes of a mount's route
+};
+
+/// The most the engine takes of option `name` (`maxima`).
+pub fn most(comptime name: []const u8) comptime_int {
+    return comptime for (maxima) |m| {
+        if (std.mem.eql(u8, m.name, name)) break m.most;
+    } else @compileError("no engine maximum for option " ++ name);
+}
 
 /// Engine(on_request, wake, stream_class, options: dict)
 pub fn setServerInfo(self: *EngineObjectCore, opts: *Object) bool {
@@ -127,16 +217,16 @@ pub fn bucketBounds(opts: *Object, out: *[metrics.buckets_max]u64) ?usize {
     const seq = c.PySequence_Fast(v, "metrics_buckets must be a list of seconds") orelse return null;
     defer py.decref(seq);
     const n: usize = @intCast(py.seqLen(seq));
-    if (n > out.len) {
-        c.PyErr_SetString(c.PyExc_ValueError, "metrics_buckets: at most 24 bounds");
+    if (n > most("metrics_buckets")) {
+        c.PyErr_SetString(c.PyExc_ValueError, std.fmt.comptimePrint("metrics_buckets: at most {d} bounds", .{most("metrics_buckets")}));
         return null;
     }
     const items = py.seqItems(seq);
     for (0..n) |i| {
         const f = c.PyFloat_AsDouble(items[i].?);
         if (f == -1.0 and c.PyErr_Occurred() != null) return null;
-        if (!(f > 0) or f > 1e6) {
-            c.PyErr_SetString(c.PyExc_ValueError, "metrics_buckets: each bound is above 0 and at most 1e6 seconds");
+        if (!(f > 0) or f > most("metrics_bucket_seconds")) {
+            c.PyErr_SetString(c.PyExc_ValueError, std.fmt.comptimePrint("metrics_buckets: each bound is above 0 and at most {d} seconds", .{most("metrics_bucket_seconds")}));
             return null;
         }
         out[i] = @intFromFloat(@round(f * 1e6));
@@ -155,8 +245,8 @@ pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Optio
     const name = required(opts, "request_id_header") orelse return false;
     if (py.isNone(name)) return true;
     const text = py.strView(name) orelse return false;
-    if (text.len == 0 or text.len > 64 or !response.validName(text)) {
-        c.PyErr_SetString(c.PyExc_ValueError, "request_id_header must be a header name (a token of at most 64 bytes)");
+    if (text.len == 0 or text.len > most("request_id_header") or !response.validName(text)) {
+        c.PyErr_SetString(c.PyExc_ValueError, std.fmt.comptimePrint("request_id_header must be a header name (a token of at most {d} bytes)", .{most("request_id_header")}));
         return false;
     }
     for (text) |ch| if (std.ascii.isUpper(ch)) {
@@ -174,6 +264,8 @@ pub fn setTracing(self: *EngineObjectCore, opts: *Object, out: *server_mod.Optio
 pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
     const list = required(opts, "static") orelse return false;
     const expires = required(opts, "static_expires") orelse return false;
+    // Checked with or without mounts, like every option.
+    const expires_s: ?u32 = if (py.isNone(expires)) null else optLimited(opts, "static_expires", u32) orelse return false;
     const dotfiles = optBool(opts, "static_dotfiles") orelse return false;
     const precompressed = optBool(opts, "static_precompressed") orelse return false;
     out.access_log = optBool(opts, "access_log") orelse return false;
@@ -181,8 +273,8 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
     defer py.decref(seq);
     const n: usize = @intCast(py.seqLen(seq));
     if (n == 0) return true;
-    if (n > static_mounts_max) {
-        c.PyErr_SetString(c.PyExc_ValueError, "static: at most 64 mounts");
+    if (n > most("static")) {
+        c.PyErr_SetString(c.PyExc_ValueError, std.fmt.comptimePrint("static: at most {d} mounts", .{most("static")}));
         return false;
     }
     const cfg = allocator.create(static_files.Config) catch {
@@ -194,9 +286,8 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
         _ = c.PyErr_NoMemory();
         return false;
     };
-    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed, .extra = self.extra_headers };
+    cfg.* = .{ .mounts = mounts[0..0], .mounts_cap = n, .dotfiles = dotfiles, .precompressed = precompressed, .extra = self.extra_headers, .expires = expires_s };
     self.static_cfg = cfg;
-    if (!py.isNone(expires)) cfg.expires = optInt(opts, "static_expires", u32, 0, std.math.maxInt(u32)) orelse return false;
     const items = py.seqItems(seq);
     for (0..n) |i| {
         const pair = items[i].?;
@@ -206,7 +297,7 @@ pub fn setStatic(self: *EngineObjectCore, opts: *Object, out: *server_mod.Option
         }
         const route = py.strView(c.PyTuple_GetItem(pair, 0).?) orelse return false;
         const dir = py.strView(c.PyTuple_GetItem(pair, 1).?) orelse return false;
-        if (route.len == 0 or route[0] != '/' or route.len > 1024 or dir.len == 0 or dir.len >= 4096) {
+        if (route.len == 0 or route[0] != '/' or route.len > most("static_route") or dir.len == 0 or dir.len >= 4096) {
             c.PyErr_SetString(c.PyExc_ValueError, "static: a route starts with '/', and a directory is a path");
             return false;
         }
@@ -250,17 +341,17 @@ pub const static_mounts_max = 64;
 pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
     out.tcp = .{
         .nodelay = optBool(opts, "tcp_nodelay") orelse return false,
-        .keepalive_idle_s = optInt(opts, "tcp_keepalive_idle", u32, 0, 32767) orelse return false,
-        .keepalive_interval_s = optInt(opts, "tcp_keepalive_interval", u32, 0, 32767) orelse return false,
-        .keepalive_count = optInt(opts, "tcp_keepalive_count", u32, 0, 127) orelse return false,
-        .user_timeout_ms = optInt(opts, "tcp_user_timeout", u32, 0, std.math.maxInt(i32)) orelse return false,
-        .fastopen = optInt(opts, "tcp_fastopen", u32, 0, 65535) orelse return false,
+        .keepalive_idle_s = optLimited(opts, "tcp_keepalive_idle", u32) orelse return false,
+        .keepalive_interval_s = optLimited(opts, "tcp_keepalive_interval", u32) orelse return false,
+        .keepalive_count = optLimited(opts, "tcp_keepalive_count", u32) orelse return false,
+        .user_timeout_ms = optLimited(opts, "tcp_user_timeout", u32) orelse return false,
+        .fastopen = optLimited(opts, "tcp_fastopen", u32) orelse return false,
     };
-    out.connections_per_ip_max = optInt(opts, "limit_connections_per_ip", u32, 0, std.math.maxInt(u32)) orelse return false;
+    out.connections_per_ip_max = optLimited(opts, "limit_connections_per_ip", u32) orelse return false;
     out.rate_limit = .{
-        .rate = optInt(opts, "limit_request_rate", u32, 0, 1_000_000) orelse return false,
-        .burst = optInt(opts, "limit_request_burst", u32, 0, 1_000_000) orelse return false,
-        .table_entries = optPowerOfTwo(opts, "limit_request_table", u32, 4, 1 << 24) orelse return false,
+        .rate = optLimited(opts, "limit_request_rate", u32) orelse return false,
+        .burst = optLimited(opts, "limit_request_burst", u32) orelse return false,
+        .table_entries = optPowerOfTwo(opts, "limit_request_table", u32) orelse return false,
     };
     if ((out.rate_limit.rate == 0) != (out.rate_limit.burst == 0)) {
         c.PyErr_SetString(c.PyExc_ValueError, "limit_request_rate and limit_request_burst are both 0 or both set");
@@ -287,10 +378,10 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
 pub fn setCompression(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options) bool {
     const list = py.strView(required(opts, "compression") orelse return false) orelse return false;
     var o = compression.Options{
-        .min_size = optInt(opts, "compression_min_size", u64, 0, std.math.maxInt(u32)) orelse return false,
-        .gzip_level = optInt(opts, "compression_gzip_level", u8, 1, 9) orelse return false,
-        .brotli_level = optInt(opts, "compression_brotli_level", u8, 0, 11) orelse return false,
-        .zstd_level = optInt(opts, "compression_zstd_level", u8, 1, 19) orelse return false,
+        .min_size = optLimited(opts, "compression_min_size", u64) orelse return false,
+        .gzip_level = optLimited(opts, "compression_gzip_level", u8) orelse return false,
+        .brotli_level = optLimited(opts, "compression_brotli_level", u8) orelse return false,
+        .zstd_level = optLimited(opts, "compression_zstd_level", u8) orelse return false,
     };
     if (!o.setOrder(list)) {
         c.PyErr_SetString(c.PyExc_ValueError, "compression must be a comma list of zstd, br and gzip, each at most once");
@@ -298,8 +389,8 @@ pub fn setCompression(self: *EngineObjectCore, opts: *Object, out: *server_mod.O
     }
     const types = required(opts, "compression_types") orelse return false;
     const text = py.strView(types) orelse return false;
-    if (text.len > 4096) {
-        c.PyErr_SetString(c.PyExc_ValueError, "compression_types is longer than 4096 bytes");
+    if (text.len > most("compression_types")) {
+        c.PyErr_SetString(c.PyExc_ValueError, std.fmt.comptimePrint("compression_types is longer than {d} bytes", .{most("compression_types")}));
         return false;
     }
     if (compression.loadAll(&o)) |missing| {
@@ -347,7 +438,7 @@ pub fn setTrust(self: *EngineObjectCore, opts: *Object) bool {
     for (0..@intCast(py.seqLen(seq))) |i| {
         const text = py.strView(items[i].?) orelse return false;
         self.trust.add(text) catch |err| {
-            const why = if (err == error.TooMany) "too many entries (at most 64)" else "not an IP address, a CIDR network, '*' or 'unix:'";
+            const why = if (err == error.TooMany) std.fmt.comptimePrint("too many entries (at most {d})", .{most("forwarded_allow_ips")}) else "not an IP address, a CIDR network, '*' or 'unix:'";
             _ = c.PyErr_Format(c.PyExc_ValueError, "forwarded_allow_ips: %R is %s", items[i].?, why.ptr);
             return false;
         };
@@ -408,7 +499,6 @@ pub fn setExtraHeaders(self: *EngineObjectCore, opts: *Object) bool {
 
 /// The server's options from the dict, or null with a Python exception set.
 pub fn serverOptions(opts: *Object) ?server_mod.Options {
-    const u32_max = std.math.maxInt(u32);
     return server_mod.Options{
         // setOps fills these in when the paths are given.
         .metrics_path = "",
@@ -419,34 +509,34 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
         .timeout_header_ms = optMs(opts, "timeout_header") orelse return null,
         .timeout_body_ms = optMs(opts, "timeout_body") orelse return null,
         .timeout_write_ms = optMs(opts, "timeout_write") orelse return null,
-        .timeout_connection_s = optInt(opts, "timeout_connection", u32, 0, u32_max) orelse return null,
+        .timeout_connection_s = optLimited(opts, "timeout_connection", u32) orelse return null,
         .server_header = optBool(opts, "server_header") orelse return null,
         .date_header = optBool(opts, "date_header") orelse return null,
-        .connections_max = optInt(opts, "limit_connections", u32, 1, u32_max) orelse return null,
-        .keep_alive_requests_max = optInt(opts, "limit_keep_alive_requests", u32, 1, u32_max) orelse return null,
-        .body_bytes_max = optInt(opts, "limit_request_body", u64, 0, std.math.maxInt(i64)) orelse return null,
+        .connections_max = optLimited(opts, "limit_connections", u32) orelse return null,
+        .keep_alive_requests_max = optLimited(opts, "limit_keep_alive_requests", u32) orelse return null,
+        .body_bytes_max = optLimited(opts, "limit_request_body", u64) orelse return null,
         .ws_enabled = optBool(opts, "ws") orelse return null,
         .ws_deflate = optBool(opts, "ws_per_message_deflate") orelse return null,
-        .ws_message_bytes_max = optInt(opts, "ws_max_size", u64, 1, u32_max) orelse return null,
-        .ws_queue_max = optInt(opts, "ws_max_queue", u32, 1, u32_max) orelse return null,
+        .ws_message_bytes_max = optLimited(opts, "ws_max_size", u64) orelse return null,
+        .ws_queue_max = optLimited(opts, "ws_max_queue", u32) orelse return null,
         .ws_ping_interval_ms = optMs(opts, "ws_ping_interval") orelse return null,
         .ws_ping_timeout_ms = optMs(opts, "ws_ping_timeout") orelse return null,
-        .spin_ns = (optInt(opts, "busy_poll", u64, 0, busy_poll_us_max) orelse return null) * std.time.ns_per_us,
+        .spin_ns = (optLimited(opts, "busy_poll", u64) orelse return null) * std.time.ns_per_us,
         .http2 = optBool(opts, "http2") orelse return null,
         .h2c_upgrade = optBool(opts, "h2c_upgrade") orelse return null,
-        .h2_max_streams = optInt(opts, "http2_max_concurrent_streams", u32, 1, std.math.maxInt(i32)) orelse return null,
+        .h2_max_streams = optLimited(opts, "http2_max_concurrent_streams", u32) orelse return null,
         .writer = std.meta.intToEnum(server_mod.WriterMode, optInt(opts, "writer_thread", u8, 0, 2) orelse return null) catch unreachable,
         .io = .{
             .kind = std.meta.intToEnum(io.Kind, optInt(opts, "io_backend", u8, 0, 1) orelse return null) catch unreachable,
             .uring = .{
-                .buffers = optPowerOfTwo(opts, "io_uring_buffers", u16, uring.buffers_min, uring.buffers_max) orelse return null,
-                .buffer_bytes = optPowerOfTwo(opts, "io_uring_buffer_size", u32, uring.buffer_bytes_min, uring.buffer_bytes_max) orelse return null,
+                .buffers = optPowerOfTwo(opts, "io_uring_buffers", u16) orelse return null,
+                .buffer_bytes = optPowerOfTwo(opts, "io_uring_buffer_size", u32) orelse return null,
             },
         },
         .limits = .{
-            .head_bytes_max = optInt(opts, "limit_request_head", usize, request_head_bytes_min, request_head_bytes_max) orelse return null,
-            .target_bytes_max = optInt(opts, "limit_request_line", usize, 16, request_head_bytes_max) orelse return null,
-            .headers_count_max = optInt(opts, "limit_request_fields", usize, 1, request_fields_max) orelse return null,
+            .head_bytes_max = optLimited(opts, "limit_request_head", usize) orelse return null,
+            .target_bytes_max = optLimited(opts, "limit_request_line", usize) orelse return null,
+            .headers_count_max = optLimited(opts, "limit_request_fields", usize) orelse return null,
         },
     };
 }

@@ -46,7 +46,7 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         .max_version = options.optInt(opts, "ssl_max_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
         .http2 = options.optBool(opts, "http2") orelse return false,
         .session_tickets = options.optBool(opts, "ssl_session_tickets") orelse return false,
-        .session_cache = options.optInt(opts, "ssl_session_cache", u32, 0, 1 << 20) orelse return false,
+        .session_cache = options.optLimited(opts, "ssl_session_cache", u32) orelse return false,
         .crl = optPath(opts, "ssl_crl") catch return false,
     };
     const keys = options.required(opts, "ssl_ticket_keys") orelse return false;

@@ -13,7 +13,7 @@ const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const sys = @import("../os/sys.zig");
 
-/// The server, hooks and recorder live in test_server.zig (shared with fuzz_http2.zig).
+/// The server, hooks and recorder live in test_server.zig (shared with testing/fuzz_http2.zig).
 const test_server = @import("test_server.zig");
 const Recorder = test_server.Recorder;
 const Fixture = test_server.Fixture;

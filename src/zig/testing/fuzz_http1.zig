@@ -6,10 +6,10 @@
 //! and that splitting the same bytes into several reads never changes the outcome.
 //!
 //! Two runners share it:
-//!   - `zig test src/zig/fuzz.zig`: runs every file of `fuzz_corpus/` once (regression),
+//!   - `zig test src/zig/unit_tests.zig`: runs every file of `fuzz_corpus/` once (regression),
 //!     through `std.testing.fuzz` (also usable with `zig build --fuzz` if a build.zig ever
 //!     wires it up), and checks each file's expected first outcome.
-//!   - `fuzz_http1.zig`: a time-bounded mutation fuzzer for CI.
+//!   - `fuzz_http1_main.zig`: a time-bounded mutation fuzzer for CI.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -770,7 +770,7 @@ test "fuzz: corpus list matches fuzz_corpus/ (from the repository root)" {
         for (corpus_entries) |entry| {
             if (std.mem.eql(u8, entry.name, stem)) break;
         } else {
-            std.debug.print("fuzz_corpus/{s} is not listed in fuzz.zig corpus_entries\n", .{item.name});
+            std.debug.print("fuzz_corpus/{s} is not listed in testing/fuzz_http1.zig corpus_entries\n", .{item.name});
             return error.TestUnexpectedResult;
         }
     }

@@ -24,7 +24,7 @@
 //! come), the bound is the largest value it may be using.
 //!
 //! Runners: the `test` below (a fixed seed, a fixed number of cases) and
-//! `fuzz_http2.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
+//! `fuzz_http2_main.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
 const std = @import("std");
 const builtin = @import("builtin");
 const linux = std.os.linux;

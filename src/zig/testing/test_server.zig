@@ -2,7 +2,7 @@
 //! socketpair, the caller plays the client on the other end and the app through the
 //! stream verbs. The hooks record what the engine handed out in `rec`.
 //!
-//! Used by testing/connection_tests.zig (connection and stream state machines) and fuzz_http2.zig (the
+//! Used by testing/connection_tests.zig (connection and stream state machines) and testing/fuzz_http2.zig (the
 //! HTTP/2 session fuzzer). Holds no tests itself.
 const std = @import("std");
 const linux = std.os.linux;

@@ -1,7 +1,7 @@
-//! Time-bounded mutation fuzzer for the HTTP/1.1 parser; the CI runner.
+//! Time-bounded mutation fuzzer for the HTTP/1.1 parser (`testing/fuzz_http1.zig`); the CI runner.
 //!
-//!   python -m ziglang build-exe -OReleaseSafe src/zig/fuzz_main.zig -femit-bin=fuzz_main
-//!   ./fuzz_main --seconds 60 [--seed S] [--out fuzz-crash.bin] [--max-len 4096]
+//!   python -m ziglang build-exe -OReleaseSafe src/zig/fuzz_http1_main.zig -femit-bin=fuzz_http1
+//!   ./fuzz_http1 --seconds 60 [--seed S] [--out fuzz-crash.bin] [--max-len 4096]
 //!
 //! Starts from the checked-in corpus (`fuzz_corpus/`), applies stacked mutations, and runs
 //! `fuzz.checkOne` (the same checks as the `std.testing.fuzz` target). Inputs that set a
@@ -197,7 +197,7 @@ const Args = struct {
 };
 
 fn usage() noreturn {
-    std.debug.print("usage: fuzz_main [--seconds N] [--seed S] [--out PATH] [--max-len N]\n", .{});
+    std.debug.print("usage: fuzz_http1 [--seconds N] [--seed S] [--out PATH] [--max-len N]\n", .{});
     std.process.exit(2);
 }
 

@@ -1,6 +1,6 @@
 //! Time-bounded runner of the HTTP/2 session fuzzer (`testing/fuzz_http2.zig`); the CI runner.
 //!
-//!   python -m ziglang build-exe -OReleaseSafe -lc src/zig/fuzz_http2.zig -femit-bin=fuzz_http2
+//!   python -m ziglang build-exe -OReleaseSafe -lc src/zig/fuzz_http2_main.zig -femit-bin=fuzz_http2
 //!   ./fuzz_http2 --seconds 60 [--seed N] [--out fuzz_h2-failure.txt]
 //!   ./fuzz_http2 --replay CASE_SEED      (one case, every frame and app action printed)
 //!
