@@ -23,6 +23,8 @@ test {
     _ = @import("http/metrics.zig");
     _ = @import("http/response.zig");
     _ = @import("server/static_files.zig");
+    _ = @import("server/static_paths.zig");
+    _ = @import("server/static_fields.zig");
     _ = @import("http/tracing.zig");
     _ = @import("http/rate_limit.zig");
     _ = @import("http/compression.zig");

@@ -5,15 +5,11 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const http1 = @import("../http1/parser.zig"); // the server owns the request-head limits the protocols parse with
-const compression = @import("../http/compression.zig"); // the server holds the --compression settings every protocol reads
-const tracing = @import("../http/tracing.zig"); // the server holds the request-id and trace settings every protocol reads
 const static_files = @import("static_files.zig"); // the engine's own answers for --static mounts, before the app
 const per_ip = @import("../transport/per_ip.zig");
 const proxy_protocol = @import("../transport/proxy_protocol.zig");
 const lifetime = @import("../transport/lifetime.zig");
 const rate_limit = @import("../http/rate_limit.zig"); // the server owns the request-rate table the protocols consult
-const forwarded = @import("../http/forwarded.zig"); // which peers may name the client, for the rate limit
 const metrics = @import("../http/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
@@ -29,6 +25,12 @@ const protocol = @import("protocol.zig");
 const deflate = @import("../websocket/deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
 const tls = @import("../transport/openssl.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
+const options = @import("options.zig");
+const offload_mod = @import("offload.zig"); // the writer thread's `auto` measure and the busy poll
+
+pub const Options = options.Options;
+pub const TcpOptions = options.TcpOptions;
+pub const WriterMode = options.WriterMode;
 
 /// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
 pub const LogLevel = enum { warning, err, access };
@@ -91,144 +93,6 @@ pub const Hooks = struct {
     }
 };
 
-/// Everything the server runs with, all given explicitly (python/options.zig reads them from
-/// the dict `Config.engine_options()` builds): the engine keeps no defaults of its own.
-pub const Options = struct {
-    /// An idle keep-alive connection is closed after this long.
-    timeout_keep_alive_ms: u64,
-    /// A request head must be complete this long after its first byte (or the accept).
-    timeout_header_ms: u64,
-    /// An app waiting for request body bytes waits at most this long for the next ones.
-    timeout_body_ms: u64,
-    /// Pending output that makes no progress for this long closes the connection.
-    timeout_write_ms: u64,
-    /// A connection older than this ends after its current response (0 = no limit).
-    timeout_connection_s: u32 = 0,
-    server_header: bool,
-    date_header: bool,
-    /// Connections past this are accepted and closed at once.
-    connections_max: u32,
-    /// The response to the Nth request on one connection closes it.
-    keep_alive_requests_max: u32,
-    /// Request bodies larger than this get 413.
-    body_bytes_max: u64,
-    limits: http1.Limits,
-    /// Paths the engine answers itself ("" = off); the memory belongs to the caller.
-    metrics_path: []const u8,
-    health_path: []const u8,
-    /// `--ready-path`: 200 while the server wants new traffic, 503 before it is ready and
-    /// from the drain's start.
-    ready_path: []const u8,
-    /// This process's slot in the shared counters, when metrics are on.
-    metrics: ?*metrics.Slot,
-    /// WebSocket upgrades are served (`--ws`); off, they are plain HTTP requests.
-    ws_enabled: bool,
-    /// permessage-deflate is negotiated when a client offers it.
-    ws_deflate: bool,
-    /// Larger messages close the connection with 1009.
-    ws_message_bytes_max: u64,
-    /// Whole messages waiting for the app before the socket stops being read.
-    ws_queue_max: u32,
-    /// 0: no server pings.
-    ws_ping_interval_ms: u64,
-    ws_ping_timeout_ms: u64,
-    /// Who writes complete plain HTTP/1.1 responses: see `WriterMode`.
-    writer: WriterMode,
-    /// Busy poll after the last stream finishes, in ns (0: off). See `Server.spinWait`.
-    spin_ns: u64,
-    /// HTTP/2 is served: h2c with prior knowledge, and "h2" offered in TLS ALPN.
-    http2: bool,
-    /// `--h2c-upgrade`: an HTTP/1.1 request with `Upgrade: h2c` switches a plain connection
-    /// to HTTP/2 (RFC 7540 3.2, with `http2`). Off, the upgrade is ignored (RFC 9110 7.8) and
-    /// the request served as HTTP/1.1: behind a proxy, a 101 makes the connection a tunnel
-    /// whose requests the proxy never sees (h2c smuggling).
-    h2c_upgrade: bool = false,
-    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
-    h2_max_streams: u32,
-    /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
-    io: io.Config,
-    /// Request ids, trace context and server-timing (all off by default).
-    tracing: tracing.Options = .{},
-    /// `--static` mounts answered by the engine (null: none); the caller owns them.
-    static: ?*const static_files.Config = null,
-    /// The access log is on (and `zigcorn.access` takes INFO): the engine logs what it answers itself.
-    access_log: bool = false,
-    /// Socket options of the TCP listener, which accepted connections inherit.
-    tcp: TcpOptions = .{},
-    /// Connections past this many open from one address are closed at accept (0 = no limit).
-    connections_per_ip_max: u32 = 0,
-    /// Connections from peers in `trust` begin with a PROXY protocol header (v1 or v2).
-    proxy_protocol: bool = false,
-    /// Requests a second per client address, and the burst (`rate` 0 = no limit).
-    rate_limit: rate_limit.Options = .{},
-    /// The proxies that may name the client (`--forwarded-allow-ips`), for the rate limit;
-    /// owned by the caller, null when proxy headers are off.
-    trust: ?*const forwarded.Trust = null,
-    /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
-    hsts: []const u8 = "",
-    /// `--compression*` (off unless it names encodings).
-    compression: compression.Options = .{},
-    /// `--request-decompression`: request bodies in gzip, br or zstd reach the app decoded.
-    request_decompression: bool = false,
-};
-
-/// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies
-/// keepalive, its timers and the user timeout into every connection accepted from it.
-pub const TcpOptions = struct {
-    nodelay: bool = true,
-    /// Keepalive is on when any of the three is set.
-    keepalive_idle_s: u32 = 0,
-    keepalive_interval_s: u32 = 0,
-    keepalive_count: u32 = 0,
-    user_timeout_ms: u32 = 0,
-    /// TCP Fast Open: the listener's queue of pending TFO requests.
-    fastopen: u32 = 0,
-
-    /// Applies the options to a listening socket; a Unix socket takes none. The name of
-    /// the option the kernel refused, if one was.
-    pub fn apply(self: TcpOptions, fd: i32) ?[]const u8 {
-        var domain: c_int = 0;
-        var len: linux.socklen_t = @sizeOf(c_int);
-        if (sys.E.init(linux.getsockopt(fd, linux.SOL.SOCKET, linux.SO.DOMAIN, std.mem.asBytes(&domain), &len)) != .SUCCESS) return null;
-        if (domain != linux.AF.INET and domain != linux.AF.INET6) return null;
-        const keepalive = self.keepalive_idle_s != 0 or self.keepalive_interval_s != 0 or self.keepalive_count != 0;
-        const tcp = linux.IPPROTO.TCP;
-        const settings = [_]struct { []const u8, i32, u32, u32, bool }{
-            .{ "SO_KEEPALIVE", linux.SOL.SOCKET, linux.SO.KEEPALIVE, 1, keepalive },
-            .{ "TCP_KEEPIDLE", tcp, linux.TCP.KEEPIDLE, self.keepalive_idle_s, self.keepalive_idle_s != 0 },
-            .{ "TCP_KEEPINTVL", tcp, linux.TCP.KEEPINTVL, self.keepalive_interval_s, self.keepalive_interval_s != 0 },
-            .{ "TCP_KEEPCNT", tcp, linux.TCP.KEEPCNT, self.keepalive_count, self.keepalive_count != 0 },
-            .{ "TCP_USER_TIMEOUT", tcp, linux.TCP.USER_TIMEOUT, self.user_timeout_ms, self.user_timeout_ms != 0 },
-            .{ "TCP_FASTOPEN", tcp, linux.TCP.FASTOPEN, self.fastopen, self.fastopen != 0 },
-        };
-        for (settings) |o| {
-            if (o[4] and !sys.setIntOption(fd, o[1], o[2], @intCast(o[3]))) return o[0];
-        }
-        return null;
-    }
-};
-
-/// `off`: the Python thread writes every response itself. `on`: every complete response
-/// goes to the writer thread (for tests). `auto`: the thread starts, and takes
-/// responses, only while the app is slow enough per response that the Python thread is
-/// the bottleneck and other connections are open; a fast app (where the
-/// hand-over costs more than the write) and a lone connection keep writing inline.
-pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
-
-/// `auto` measures the Python thread over windows of `offload_window` responses: its
-/// CPU time per response, and how busy it was (CPU time, plus the time it was runnable
-/// but waited for a CPU another process held, over wall time: on a loaded machine a
-/// saturated thread gets less CPU than wall time, yet never waits for work). It hands over
-/// once the thread is saturated (`busy_above_pct`) and each response costs it more than
-/// `offload_above_ns`; it stops when either falls (below `busy_below_pct` or
-/// `offload_below_ns`; a handed-over write no longer counts). A thread that waits for
-/// slow or few clients is not the bottleneck: handing over would only add work.
-const offload_window: u32 = 16;
-const offload_above_ns: u64 = 30_000;
-const offload_below_ns: u64 = 20_000;
-const busy_above_pct: u64 = 80;
-const busy_below_pct: u64 = 50;
-
 /// Why a connection was closed at accept (the label of `/metrics`' rejections).
 pub const RejectCause = metrics.RejectCause;
 const Rejected = struct { limit_connections: u64 = 0, limit_per_ip: u64 = 0 };
@@ -272,15 +136,8 @@ pub const Server = struct {
     writer_mode_configured: WriterMode,
     /// Started on first use (`auto`) or in init (`on`), joined in deinit.
     writer: ?*writer_mod.Writer = null,
-    /// `auto`'s measure: responses in the current window, and the thread's CPU clock and
-    /// the wall clock when it began.
-    window_responses: u32 = 0,
-    window_cpu_ns: u64 = 0,
-    window_wall_ns: u64 = 0,
-    window_waited_ns: u64 = 0,
-    /// The Python thread's schedstat (run queue wait), opened at the first window; -1: none.
-    schedstat_fd: i32 = -2,
-    offloading: bool = false,
+    /// `auto`'s measure of the Python thread: whether the writer thread should take responses.
+    offload: offload_mod.Measure = .{},
 
     idle_timeouts: timer.Queue,
     header_timeouts: timer.Queue,
@@ -330,12 +187,8 @@ pub const Server = struct {
     spin_wanted: bool = false,
     kick_wanted: bool = false,
     io_submit_wanted: bool = false,
-    /// After a spin that found nothing, the next idle moments are let pass without one:
-    /// 1, then 2, 4, ... up to `spin_backoff_max` after misses in a row.
-    spin_skip: u8 = 0,
-    spin_backoff: u8 = 0,
-    /// Time spent spinning, in total (the writer thread's `auto` does not count it as work).
-    spun_ns: u64 = 0,
+    /// The busy poll's back-off after misses, and the time it spent.
+    busy_poll: offload_mod.BusyPoll = .{},
 
     /// The listener is out of the event set after EMFILE/ENFILE/ENOBUFS/ENOMEM (`pauseAccepting`).
     accept_paused: bool = false,
@@ -422,31 +275,11 @@ pub const Server = struct {
             .on => return self.writer != null,
             .auto => {},
         }
-        self.window_responses += 1;
-        if (self.window_responses >= offload_window) {
-            // Time spent busy polling is the thread waiting, not the app working.
-            if (self.schedstat_fd == -2) self.schedstat_fd = sys.openThreadSchedStat();
-            const cpu = sys.threadCpuNs() -| self.spun_ns;
-            const wall = sys.monotonicNs();
-            const waited = sys.runQueueWaitNs(self.schedstat_fd);
-            const first = self.window_cpu_ns == 0; // no window measured yet
-            const per_response = (cpu -| self.window_cpu_ns) / offload_window;
-            const wanted_ns = (cpu -| self.window_cpu_ns) + (waited -| self.window_waited_ns);
-            const busy_pct = wanted_ns * 100 / @max(wall -| self.window_wall_ns, 1);
-            self.window_cpu_ns = cpu;
-            self.window_wall_ns = wall;
-            self.window_waited_ns = waited;
-            self.window_responses = 0;
-            if (first) {} else if (self.offloading) {
-                if (per_response < offload_below_ns or busy_pct < busy_below_pct) self.offloading = false;
-            } else if (per_response > offload_above_ns and busy_pct >= busy_above_pct) {
-                self.offloading = true;
-            }
-        }
+        self.offload.count(self.busy_poll.spun_ns);
         // A lone connection gains nothing from a hand-over: nothing else could run
         // meanwhile. (Not streams in flight: with eager tasks, 3.12+, a request often
         // finishes before the next one is even parsed.)
-        if (!self.offloading or self.connections < 2) return false;
+        if (!self.offload.offloading or self.connections < 2) return false;
         if (self.writer == null) self.startWriter();
         return self.writer != null;
     }
@@ -868,9 +701,7 @@ pub const Server = struct {
         self.streams -= 1;
         if (self.metrics) |m| m.requests_in_flight = self.streams;
         if (self.streams == 0 and self.spin_ns != 0 and !self.spin_wanted and !self.draining) {
-            if (self.spin_skip != 0) {
-                self.spin_skip -= 1;
-            } else {
+            if (self.busy_poll.due()) {
                 self.spin_wanted = true;
                 self.settleSoon();
             }
@@ -963,33 +794,11 @@ pub const Server = struct {
         return w.in_flight != 0 and !self.draining;
     }
 
-    /// Failed spins in a row make the next ones rarer: a client that answers within the
-    /// budget (a request/response ping-pong) keeps the spin, and one late answer costs
-    /// it one idle moment; sporadic traffic soon sleeps at once, paying one budget per
-    /// `spin_backoff_max` + 1 idle moments.
-    const spin_backoff_max = 32;
-
     /// The scheduled `settle`, second half, without the GIL: polls without blocking until an
     /// event is ready (true: the caller runs `process`) or the budget is spent.
     /// Touches only the poller and the batch, never a connection.
     pub fn spinWait(self: *Server) bool {
-        const start = sys.monotonicNs();
-        while (true) {
-            self.io.wait(&self.batch, 0);
-            const spent = sys.monotonicNs() -% start;
-            if (self.batch.len != 0) {
-                self.spun_ns +%= spent;
-                self.spin_backoff = 0;
-                return true;
-            }
-            if (spent >= self.spin_ns) {
-                self.spun_ns +%= spent;
-                self.spin_backoff = if (self.spin_backoff == 0) 1 else @min(self.spin_backoff * 2, spin_backoff_max);
-                self.spin_skip = self.spin_backoff;
-                return false;
-            }
-            for (0..32) |_| std.atomic.spinLoopHint();
-        }
+        return self.busy_poll.wait(&self.io, &self.batch, self.spin_ns);
     }
 
     /// Graceful shutdown, step one (the drain's start): the health and ready paths answer
@@ -1088,7 +897,7 @@ pub const Server = struct {
         self.freeGraveyard();
         if (self.timer_fd >= 0) sys.close(self.timer_fd);
         if (self.wake_fd >= 0) sys.close(self.wake_fd);
-        if (self.schedstat_fd >= 0) sys.close(self.schedstat_fd);
+        self.offload.deinit();
         self.io.deinit();
         self.pool.deinit();
         self.zlib.deinit();

@@ -1,0 +1,137 @@
+//! What the server runs with: every option, as `python/options.zig` reads it from the
+//! dict `Config.engine_options()` builds, and the TCP options of the listener.
+const std = @import("std");
+const linux = std.os.linux;
+const sys = @import("../os/sys.zig");
+const io = @import("../os/io.zig");
+const http1 = @import("../http1/parser.zig"); // the server owns the request-head limits the protocols parse with
+const compression = @import("../http/compression.zig"); // the server holds the --compression settings every protocol reads
+const tracing = @import("../http/tracing.zig"); // the server holds the request-id and trace settings every protocol reads
+const rate_limit = @import("../http/rate_limit.zig");
+const forwarded = @import("../http/forwarded.zig"); // which peers may name the client, for the rate limit
+const metrics = @import("../http/metrics.zig");
+const static_paths = @import("static_paths.zig"); // the --static mounts (their answer is `static_files.zig`)
+
+/// Everything the server runs with, all given explicitly (python/options.zig reads them from
+/// the dict `Config.engine_options()` builds): the engine keeps no defaults of its own.
+pub const Options = struct {
+    /// An idle keep-alive connection is closed after this long.
+    timeout_keep_alive_ms: u64,
+    /// A request head must be complete this long after its first byte (or the accept).
+    timeout_header_ms: u64,
+    /// An app waiting for request body bytes waits at most this long for the next ones.
+    timeout_body_ms: u64,
+    /// Pending output that makes no progress for this long closes the connection.
+    timeout_write_ms: u64,
+    /// A connection older than this ends after its current response (0 = no limit).
+    timeout_connection_s: u32 = 0,
+    server_header: bool,
+    date_header: bool,
+    /// Connections past this are accepted and closed at once.
+    connections_max: u32,
+    /// The response to the Nth request on one connection closes it.
+    keep_alive_requests_max: u32,
+    /// Request bodies larger than this get 413.
+    body_bytes_max: u64,
+    limits: http1.Limits,
+    /// Paths the engine answers itself ("" = off); the memory belongs to the caller.
+    metrics_path: []const u8,
+    health_path: []const u8,
+    /// `--ready-path`: 200 while the server wants new traffic, 503 before it is ready and
+    /// from the drain's start.
+    ready_path: []const u8,
+    /// This process's slot in the shared counters, when metrics are on.
+    metrics: ?*metrics.Slot,
+    /// WebSocket upgrades are served (`--ws`); off, they are plain HTTP requests.
+    ws_enabled: bool,
+    /// permessage-deflate is negotiated when a client offers it.
+    ws_deflate: bool,
+    /// Larger messages close the connection with 1009.
+    ws_message_bytes_max: u64,
+    /// Whole messages waiting for the app before the socket stops being read.
+    ws_queue_max: u32,
+    /// 0: no server pings.
+    ws_ping_interval_ms: u64,
+    ws_ping_timeout_ms: u64,
+    /// Who writes complete plain HTTP/1.1 responses: see `WriterMode`.
+    writer: WriterMode,
+    /// Busy poll after the last stream finishes, in ns (0: off). See `Server.spinWait`.
+    spin_ns: u64,
+    /// HTTP/2 is served: h2c with prior knowledge, and "h2" offered in TLS ALPN.
+    http2: bool,
+    /// `--h2c-upgrade`: an HTTP/1.1 request with `Upgrade: h2c` switches a plain connection
+    /// to HTTP/2 (RFC 7540 3.2, with `http2`). Off, the upgrade is ignored (RFC 9110 7.8) and
+    /// the request served as HTTP/1.1: behind a proxy, a 101 makes the connection a tunnel
+    /// whose requests the proxy never sees (h2c smuggling).
+    h2c_upgrade: bool = false,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams one HTTP/2 connection may have at once.
+    h2_max_streams: u32,
+    /// The I/O backend asked for (io_uring falls back to epoll where refused: `io.fallback`).
+    io: io.Config,
+    /// Request ids, trace context and server-timing (all off by default).
+    tracing: tracing.Options = .{},
+    /// `--static` mounts answered by the engine (null: none); the caller owns them.
+    static: ?*const static_paths.Config = null,
+    /// The access log is on (and `zigcorn.access` takes INFO): the engine logs what it answers itself.
+    access_log: bool = false,
+    /// Socket options of the TCP listener, which accepted connections inherit.
+    tcp: TcpOptions = .{},
+    /// Connections past this many open from one address are closed at accept (0 = no limit).
+    connections_per_ip_max: u32 = 0,
+    /// Connections from peers in `trust` begin with a PROXY protocol header (v1 or v2).
+    proxy_protocol: bool = false,
+    /// Requests a second per client address, and the burst (`rate` 0 = no limit).
+    rate_limit: rate_limit.Options = .{},
+    /// The proxies that may name the client (`--forwarded-allow-ips`), for the rate limit;
+    /// owned by the caller, null when proxy headers are off.
+    trust: ?*const forwarded.Trust = null,
+    /// `strict-transport-security` for HTTPS responses ("" = none): `--hsts`.
+    hsts: []const u8 = "",
+    /// `--compression*` (off unless it names encodings).
+    compression: compression.Options = .{},
+    /// `--request-decompression`: request bodies in gzip, br or zstd reach the app decoded.
+    request_decompression: bool = false,
+};
+
+/// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies
+/// keepalive, its timers and the user timeout into every connection accepted from it.
+pub const TcpOptions = struct {
+    nodelay: bool = true,
+    /// Keepalive is on when any of the three is set.
+    keepalive_idle_s: u32 = 0,
+    keepalive_interval_s: u32 = 0,
+    keepalive_count: u32 = 0,
+    user_timeout_ms: u32 = 0,
+    /// TCP Fast Open: the listener's queue of pending TFO requests.
+    fastopen: u32 = 0,
+
+    /// Applies the options to a listening socket; a Unix socket takes none. The name of
+    /// the option the kernel refused, if one was.
+    pub fn apply(self: TcpOptions, fd: i32) ?[]const u8 {
+        var domain: c_int = 0;
+        var len: linux.socklen_t = @sizeOf(c_int);
+        if (sys.E.init(linux.getsockopt(fd, linux.SOL.SOCKET, linux.SO.DOMAIN, std.mem.asBytes(&domain), &len)) != .SUCCESS) return null;
+        if (domain != linux.AF.INET and domain != linux.AF.INET6) return null;
+        const keepalive = self.keepalive_idle_s != 0 or self.keepalive_interval_s != 0 or self.keepalive_count != 0;
+        const tcp = linux.IPPROTO.TCP;
+        const settings = [_]struct { []const u8, i32, u32, u32, bool }{
+            .{ "SO_KEEPALIVE", linux.SOL.SOCKET, linux.SO.KEEPALIVE, 1, keepalive },
+            .{ "TCP_KEEPIDLE", tcp, linux.TCP.KEEPIDLE, self.keepalive_idle_s, self.keepalive_idle_s != 0 },
+            .{ "TCP_KEEPINTVL", tcp, linux.TCP.KEEPINTVL, self.keepalive_interval_s, self.keepalive_interval_s != 0 },
+            .{ "TCP_KEEPCNT", tcp, linux.TCP.KEEPCNT, self.keepalive_count, self.keepalive_count != 0 },
+            .{ "TCP_USER_TIMEOUT", tcp, linux.TCP.USER_TIMEOUT, self.user_timeout_ms, self.user_timeout_ms != 0 },
+            .{ "TCP_FASTOPEN", tcp, linux.TCP.FASTOPEN, self.fastopen, self.fastopen != 0 },
+        };
+        for (settings) |o| {
+            if (o[4] and !sys.setIntOption(fd, o[1], o[2], @intCast(o[3]))) return o[0];
+        }
+        return null;
+    }
+};
+
+/// `off`: the Python thread writes every response itself. `on`: every complete response
+/// goes to the writer thread (for tests). `auto`: the thread starts, and takes
+/// responses, only while the app is slow enough per response that the Python thread is
+/// the bottleneck and other connections are open; a fast app (where the
+/// hand-over costs more than the write) and a lone connection keep writing inline.
+pub const WriterMode = enum(u8) { off = 0, auto = 1, on = 2 };
