@@ -29,6 +29,7 @@ pub fn applySetting(s: *Session, id: u16, value: u32) void {
         setting_enable_push => if (value > 1) return connError(s, .protocol),
         setting_initial_window_size => {
             if (value > window_max) return connError(s, .flow_control);
+            std.debug.assert(s.peer_initial_window >= 0 and s.peer_initial_window <= window_max);
             const delta = @as(i64, value) - s.peer_initial_window;
             s.peer_initial_window = value;
             var it = s.first;
@@ -39,6 +40,8 @@ pub fn applySetting(s: *Session, id: u16, value: u32) void {
         setting_max_frame_size => {
             if (value < frames.frame_size_default or value > frames.frame_size_limit) return connError(s, .protocol);
             s.peer_frame_size = @min(value, frame_size_max * 4);
+            // What the scheduler cuts frames to: within RFC 9113 6.5.2's range and our cap.
+            std.debug.assert(s.peer_frame_size >= frames.frame_size_default and s.peer_frame_size <= frame_size_max * 4);
         },
         setting_enable_connect_protocol => if (value > 1) return connError(s, .protocol),
         // The table size bounds the peer's decoder: our encoder never indexes, so any size suits it.
@@ -64,6 +67,7 @@ pub fn onPing(s: *Session, fh: FrameHeader) void {
         if (s.drain_ping_sent and std.mem.eql(u8, s.fixed[0..8], &session.drain_ping_payload)) session.finalGoaway(s);
         return;
     }
+    std.debug.assert(fh.len == 8 and fh.stream == 0 and s.fixed_len == 8);
     useless(s);
     if (s.dead) return;
     const h = frames.header_bytes;
@@ -85,6 +89,8 @@ pub fn onReset(s: *Session, id: u32, code: u32) void {
         };
         return;
     };
+    // RST_STREAM on an idle stream was a connection error (`beginFrame`).
+    std.debug.assert(id != 0 and id <= s.last_stream_id);
     if (st.held and !st.base.resp_complete) {
         // Rapid Reset: many streams opened and reset while their apps run.
         tick(s);

@@ -25,6 +25,9 @@ const resetLocal = streams.resetLocal;
 /// A connection error: GOAWAY with the code, then the connection closes once it is written.
 pub fn connError(s: *Session, code: ErrorCode) void {
     if (s.dead) return;
+    // An error's GOAWAY carries an error code; NO_ERROR GOAWAYs are the drain's and the
+    // final one's. Once dead, no second error GOAWAY follows (the guard above).
+    std.debug.assert(code != .no_error);
     s.dead = true;
     sendGoaway(s, code);
     // Not queued: the connection closed, and its streams were told (`connClosed`).
@@ -50,12 +53,19 @@ pub fn connErrorFor(s: *Session, reason: []const u8) void {
 /// The final GOAWAY: it names the last stream read; no later stream is taken.
 pub fn sendGoaway(s: *Session, code: ErrorCode) void {
     s.goaway_sent = true;
-    sendGoawayWith(s, s.last_stream_id, code);
+    // A later GOAWAY never names more than an earlier one (RFC 9113 6.8): streams read
+    // after the first final GOAWAY were ignored, not processed.
+    sendGoawayWith(s, @min(s.last_stream_id, s.goaway_last_id), code);
 }
 
 /// A GOAWAY naming `last_id` (a drain's first one names the largest id: streams the
 /// client already sent are still taken, see `session.drainStarted`).
 pub fn sendGoawayWith(s: *Session, last_id: u32, code: ErrorCode) void {
+    // Contract: the ids our GOAWAYs name never increase, and never name a stream the
+    // client did not open, but for a drain's first (the largest id).
+    std.debug.assert(last_id <= s.goaway_last_id);
+    std.debug.assert(last_id <= s.last_stream_id or last_id == frames.stream_id_max);
+    s.goaway_last_id = last_id;
     const h = frames.header_bytes;
     var buf: [h + 8]u8 = undefined;
     (FrameHeader{ .len = 8, .type = .goaway, .flags = 0, .stream = 0 }).write(buf[0..h]);
@@ -80,6 +90,8 @@ pub fn streamErrorOn(s: *Session, id: u32, code: ErrorCode) void {
 }
 
 pub fn streamError(s: *Session, st: *H2Stream, code: ErrorCode) void {
+    // A stream is reset once: RST_STREAM is not sent on a stream already reset (5.4.2).
+    std.debug.assert(!st.base.reset);
     sendReset(s, st.id, code);
     st.remote_closed = true;
     resetLocal(s, st);
@@ -91,6 +103,9 @@ pub fn streamErrorFor(s: *Session, st: *H2Stream, code: ErrorCode, reason: []con
 }
 
 pub fn sendReset(s: *Session, id: u32, code: ErrorCode) void {
+    // RST_STREAM names a stream, never the connection (an idle one may be named: a bad
+    // PRIORITY frame's stream error).
+    std.debug.assert(id != 0 and id <= frames.stream_id_max);
     const h = frames.header_bytes;
     var buf: [h + 4]u8 = undefined;
     (FrameHeader{ .len = 4, .type = .rst_stream, .flags = 0, .stream = id }).write(buf[0..h]);

@@ -2,6 +2,8 @@
 //! our send windows; DATA frames use our receive windows, which are credited back as the
 //! app reads (`receive()` is the backpressure).
 const std = @import("std");
+const assert = std.debug.assert;
+const builtin = @import("builtin");
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const windowGrow = frames.windowGrow;
@@ -62,6 +64,9 @@ pub fn dataBytes(s: *Session, fh: FrameHeader, bytes: []const u8) void {
     }
     st.body.appendSlice(s.gpa, bytes) catch return streamErrorFor(s, st, .internal, "out of memory for a request body");
     st.base.body_received += bytes.len;
+    // From here these bytes are the body's: whoever frees or reads the body credits them.
+    s.data_buffered += @intCast(bytes.len);
+    assert(s.data_buffered <= fh.len);
 }
 
 /// The whole DATA frame was read: flow control, the stream's state, the app told.
@@ -74,21 +79,33 @@ pub fn dataEnd(s: *Session, fh: FrameHeader) void {
     // Every DATA frame counts against the connection window, whatever its stream.
     if (len > s.recv_window) return connError(s, .flow_control);
     s.recv_window = windowUse(s.recv_window, len);
+    // The frame's bytes that no body holds (padding, bytes dropped): credited here. Those
+    // `dataBytes` put in a body are credited by whoever reads or frees that body, which
+    // may have happened already, between two pieces of this frame (a reset, the app done).
+    const buffered = s.data_buffered;
+    s.data_buffered = 0;
+    assert(buffered <= len);
+    const unbuffered = len - buffered;
     const st = find(s, fh.stream) orelse {
         if (fh.stream > s.last_stream_id) return connError(s, .protocol);
-        creditConnection(s, len);
+        creditConnection(s, unbuffered);
         if (wasResetByUs(s, fh.stream)) return;
         return connError(s, .stream_closed);
     };
     if (st.remote_closed) {
-        creditConnection(s, len);
+        creditConnection(s, unbuffered);
         if (st.base.reset) return;
         return streamError(s, st, .stream_closed);
     }
-    if (len > st.recv_window) return streamError(s, st, .flow_control);
+    if (len > st.recv_window) {
+        creditConnection(s, unbuffered);
+        return streamError(s, st, .flow_control);
+    }
     st.recv_window = windowUse(st.recv_window, len);
-    if (st.ws) |w| if (!discarding(st)) return wsDataEnd(s, st, w, fh);
-    if (discarding(st)) return discardedDataEnd(s, st, fh);
+    if (discarding(st)) return discardedDataEnd(s, st, fh, unbuffered);
+    // Neither reset nor discarding: every piece of the frame went into the body.
+    assert(buffered == dataLenOf(fh, s));
+    if (st.ws) |w| return wsDataEnd(s, st, w, fh);
     // Padding is never read by the app: credited back at once.
     const padding = len - dataLenOf(fh, s);
     if (padding > 0) {
@@ -113,8 +130,8 @@ pub fn dataEnd(s: *Session, fh: FrameHeader) void {
 }
 
 /// A DATA frame for a stream whose app is done: counted, checked and dropped.
-pub fn discardedDataEnd(s: *Session, st: *H2Stream, fh: FrameHeader) void {
-    creditStream(s, st, fh.len);
+pub fn discardedDataEnd(s: *Session, st: *H2Stream, fh: FrameHeader, unbuffered: u32) void {
+    creditStream(s, st, unbuffered);
     if (st.content_length) |cl| if (st.base.body_received > cl) return streamError(s, st, .protocol);
     if (fh.flags & flag_end_stream != 0) {
         if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
@@ -136,10 +153,15 @@ pub fn dataLenOf(fh: FrameHeader, s: *const Session) u64 {
 
 pub fn creditConnection(s: *Session, n: u64) void {
     s.recv_unacked += @intCast(n);
+    // Contract: a byte is credited once, after its DATA frame used the window: what we
+    // granted and what waits to be granted never add up past the window we advertise.
+    // (The current DATA frame's buffered bytes may be credited before its end uses the window.)
+    assert(s.recv_window >= 0 and s.recv_window + s.recv_unacked <= connection_window + s.data_buffered);
     if (s.recv_unacked >= connection_window / 4) {
         const inc = s.recv_unacked;
         s.recv_unacked = 0;
         s.recv_window = windowGrow(s.recv_window, inc) catch unreachable; // ours: at most connection_window
+        assert(s.recv_window <= connection_window + s.data_buffered);
         sendWindowUpdate(s, 0, inc);
     }
 }
@@ -147,16 +169,20 @@ pub fn creditConnection(s: *Session, n: u64) void {
 pub fn creditStream(s: *Session, st: *H2Stream, n: usize) void {
     creditConnection(s, n);
     st.recv_unacked += @intCast(n);
+    assert(st.recv_window >= 0 and st.recv_window + st.recv_unacked <= stream_window + s.data_buffered);
     if (st.remote_closed) return;
     if (st.recv_unacked >= stream_window / 4) {
         const inc = st.recv_unacked;
         st.recv_unacked = 0;
         st.recv_window = windowGrow(st.recv_window, inc) catch unreachable; // ours: at most stream_window
+        assert(st.recv_window <= stream_window + s.data_buffered);
         sendWindowUpdate(s, st.id, inc);
     }
 }
 
 pub fn sendWindowUpdate(s: *Session, id: u32, inc: u32) void {
+    // RFC 9113 6.9: an increment is 1..2^31-1 (a zero one is the peer's PROTOCOL_ERROR).
+    assert(inc > 0 and inc <= frames.window_max);
     // After a GOAWAY for an error only the close follows (RFC 9113 5.4.1).
     if (s.dead) return;
     const h = frames.header_bytes;

@@ -109,6 +109,7 @@ pub fn beginFrame(s: *Session, fh: FrameHeader) void {
     s.fixed_len = 0;
     s.fixed_need = 0;
     s.pad_len = 0;
+    s.data_buffered = 0;
     if (fh.len > frame_size_max) return connError(s, .frame_size);
     // Inside a header block only its CONTINUATION frames may come.
     if (s.block_active and (fh.type != .continuation or fh.stream != s.block_stream)) return connError(s, .protocol);

@@ -83,8 +83,12 @@ pub fn windowGrow(window: i64, delta: i64) error{FlowControl}!i64 {
 /// allowed). Nothing sent leaves any window as it is, a negative one too: an empty DATA
 /// frame that only ends a stream is not flow-controlled (RFC 9113 6.9).
 pub fn windowUse(window: i64, n: u64) i64 {
+    std.debug.assert(window >= -window_max and window <= window_max);
     std.debug.assert(n == 0 or (n <= window_max and @as(i64, @intCast(n)) <= window));
-    return window - @as(i64, @intCast(n));
+    const used = window - @as(i64, @intCast(n));
+    // Using a window never takes it below zero, nor lower than it was when negative.
+    std.debug.assert(used >= @min(window, 0));
+    return used;
 }
 
 pub const FrameHeader = struct {
@@ -103,6 +107,10 @@ pub const FrameHeader = struct {
     }
 
     pub fn write(self: FrameHeader, b: *[header_bytes]u8) void {
+        // Contract: every frame we write fits the 24-bit length and names a 31-bit stream
+        // (the reserved bit clear), whatever the caller built it from.
+        std.debug.assert(self.len <= frame_size_limit);
+        std.debug.assert(self.stream <= stream_id_max);
         std.mem.writeInt(u24, b[0..3], @intCast(self.len), .big);
         b[3] = @intFromEnum(self.type);
         b[4] = self.flags;

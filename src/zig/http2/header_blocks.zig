@@ -50,10 +50,14 @@ pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
         s.block_trailers = true;
         return;
     }
+    // `last_stream_id` only grows: a new stream's id is above every id read before it.
+    std.debug.assert(fh.stream > s.last_stream_id and fh.stream & 1 == 1);
     s.last_stream_id = fh.stream;
 }
 
 pub fn headerBlockDone(s: *Session) void {
+    // The block's HEADERS opened it and only its CONTINUATIONs followed (`beginFrame`).
+    std.debug.assert(s.block_active and s.block_stream != 0 and s.block_stream <= s.last_stream_id);
     s.block_active = false;
     const id = s.block_stream;
     const limit = s.conn.server.opts.limits.head_bytes_max;
@@ -98,6 +102,8 @@ pub fn shrinkBlock(s: *Session) void {
 
 pub fn trailersDone(s: *Session, id: u32, fields: []const hpack.Header) void {
     const st = find(s, id) orelse return;
+    // Reset while its trailers' CONTINUATIONs came (its app aborted): ignored (5.1).
+    if (st.base.reset) return;
     if (!s.block_end_stream) return streamError(s, st, .protocol);
     for (fields) |f| if (f.name.len > 0 and f.name[0] == ':') return streamError(s, st, .protocol);
     if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
@@ -168,8 +174,11 @@ pub fn dispatch(s: *Session, st: *H2Stream, view: *stream_mod.Request, ops: bool
     if (ops or !srv.ready) {
         if (answers.opsAnswer(srv, view.method, view.path)) |a| return answerOps(s, st, a);
     }
+    // Contract: a stream goes to its app once; `held` counts the streams apps hold.
+    std.debug.assert(!st.held and !st.base.reset);
     st.held = true;
     s.held += 1;
+    std.debug.assert(s.held <= s.live);
     srv.streamStarted();
     if (!srv.hooks.onRequest(&st.base, view)) {
         st.held = false;

@@ -148,6 +148,8 @@ fn decodeInt(block: []const u8, pos: *usize, comptime prefix: u4) error{Compress
 /// prefix. Returns the position after it.
 fn encodeInt(buf: []u8, pos: usize, flags: u8, comptime prefix: u4, value: usize) error{NoSpace}!usize {
     const max_prefix: u8 = @intCast((1 << prefix) - 1);
+    // The flags stay above the prefix: they never overwrite the integer's bits.
+    std.debug.assert(flags & max_prefix == 0);
     if (pos >= buf.len) return error.NoSpace;
     if (value < max_prefix) {
         buf[pos] = flags | @as(u8, @intCast(value));
@@ -248,6 +250,7 @@ pub const Decoder = struct {
                 if (limit > self.max_table_size) return error.Compression;
                 self.table_size_limit = limit;
                 self.evictTo(limit);
+                std.debug.assert(self.table_size <= self.table_size_limit);
             } else {
                 // 6.2 Literal Header Field: with incremental indexing (01), without
                 // indexing (0000) or never indexed (0001).
@@ -286,7 +289,9 @@ pub const Decoder = struct {
     }
 
     fn evictOldest(self: *Decoder) void {
+        std.debug.assert(self.count > 0 and self.count <= self.ring.len);
         const e = self.ring[self.head];
+        std.debug.assert(e.size() <= self.table_size);
         self.table_size -= e.size();
         self.gpa.free(e.bytes);
         self.head = (self.head + 1) % self.ring.len;
@@ -295,6 +300,8 @@ pub const Decoder = struct {
 
     fn evictTo(self: *Decoder, limit: usize) void {
         while (self.table_size > limit) self.evictOldest();
+        // An empty table has no size left: the entries and the sum agree.
+        std.debug.assert(self.table_size <= limit and (self.count > 0 or self.table_size == 0));
     }
 
     /// Adds an entry (4.4): evicts oldest entries to make room; an entry larger than
@@ -315,9 +322,15 @@ pub const Decoder = struct {
         self.ring[(self.head + self.count) % self.ring.len] = .{ .bytes = bytes, .name_len = @intCast(name.len) };
         self.count += 1;
         self.table_size += size;
+        // RFC 7541 4.4: after an insertion the table is within its current maximum, which
+        // is within our SETTINGS_HEADER_TABLE_SIZE.
+        std.debug.assert(self.table_size <= self.table_size_limit and self.table_size_limit <= self.max_table_size);
+        std.debug.assert(self.count <= self.ring.len);
     }
 
     fn grow(self: *Decoder) error{OutOfMemory}!void {
+        // Only a full ring grows (its entries are copied in order from `head`).
+        std.debug.assert(self.count == self.ring.len);
         const new_len = @max(8, self.ring.len * 2);
         const ring = try self.gpa.alloc(Entry, new_len);
         for (0..self.count) |i| ring[i] = self.ring[(self.head + i) % self.ring.len];
@@ -402,7 +415,10 @@ fn writeString(buf: []u8, pos: usize, s: []const u8) error{NoSpace}!usize {
     if (hlen < s.len) {
         const p = try encodeInt(buf, pos, 0x80, 7, hlen);
         if (buf.len - p < hlen) return error.NoSpace;
-        return p + huffmanEncode(buf[p..][0..hlen], s);
+        const written = huffmanEncode(buf[p..][0..hlen], s);
+        // The encoder writes exactly the length its length function promised.
+        std.debug.assert(written == hlen);
+        return p + written;
     }
     const p = try encodeInt(buf, pos, 0x00, 7, s.len);
     if (buf.len - p < s.len) return error.NoSpace;

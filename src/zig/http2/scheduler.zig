@@ -1,6 +1,8 @@
 //! HTTP/2 output: each stream's response items, and the scheduler (`fill`) that moves
 //! them into the connection's output as frames, one stream at a time in turn, as far
 //! as the windows and `fill_target` allow.
+const std = @import("std");
+const assert = std.debug.assert;
 const sys = @import("../os/sys.zig");
 const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../server/connection.zig");
@@ -38,6 +40,12 @@ pub fn queueControl(s: *Session, bytes: []const u8) outq.Error!void {
 }
 
 pub fn pushItem(st: *H2Stream, item: Item) error{OutOfMemory}!void {
+    // Contract: a stream we (or the peer) reset is not written to again (RFC 9113 5.1:
+    // closed), and nothing follows the item that carried END_STREAM.
+    assert(!st.base.reset);
+    assert(!st.local_closed);
+    assert(item.kind != .file or (item.fd >= 0 and item.file_left > 0 and item.end_stream));
+    assert(!st.hasOutput() or !st.items.items[st.items.items.len - 1].end_stream);
     // Items already sent are dropped from the front before the list grows.
     if (st.item_head > 0 and st.item_head == st.items.items.len) {
         st.items.clearRetainingCapacity();
@@ -66,6 +74,8 @@ pub fn dropItems(s: *Session, st: *H2Stream) void {
         if (item.kind == .data) st.base.out.queued -= item.bytes.len - item.off;
         releaseItem(s, item);
     }
+    // What `pushItem` counted in, `emitData` and the loop above counted out.
+    assert(st.base.out.queued == 0);
     st.items.clearAndFree(s.gpa);
     st.item_head = 0;
     if (st.head_block) |b| s.gpa.free(b.ptr[0..st.head_alloc]);
@@ -99,6 +109,7 @@ pub fn fill(conn: *Conn) void {
         }
         if (st.hasOutput() and emitOne(s, st)) idle = 0 else idle += 1;
     }
+    streams.checkList(s);
 }
 
 /// One frame (or one whole header block) of the stream's first item. False when the
@@ -108,6 +119,9 @@ pub fn fill(conn: *Conn) void {
 pub const Emitted = enum { blocked, partial, done };
 
 pub fn emitOne(s: *Session, st: *H2Stream) bool {
+    // The pair of `pushItem`'s: a reset stream's items were dropped, a closed side sends nothing.
+    assert(!st.base.reset and !st.local_closed);
+    assert(st.item_head < st.items.items.len);
     const item = &st.items.items[st.item_head];
     const emitted: Emitted = switch (item.kind) {
         .headers => if (writeBlock(s, st.id, item.bytes, item.end_stream)) .done else |_| .blocked,
@@ -122,6 +136,8 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
     const ended = item.end_stream;
     releaseItem(s, item);
     st.item_head += 1;
+    // END_STREAM went with the stream's last item: nothing is queued after it.
+    if (ended) assert(!st.hasOutput());
     if (ended) st.local_closed = true;
     if (st.base.write_blocked and !mustWait(&st.base)) {
         st.base.write_blocked = false;
@@ -148,6 +164,7 @@ pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
     const window = @min(s.send_window, st.send_window);
     if (window <= 0) return .blocked;
     const n: usize = @intCast(@min(item.file_left, @as(u64, @intCast(window)), s.peer_frame_size));
+    assert(n > 0 and n <= s.peer_frame_size);
     const h = frames.header_bytes;
     const space = s.sink.stage(h + n) catch return blockedByMemory(conn);
     const got: usize = switch (sys.pread(item.fd, space[h..][0..n], item.file_pos)) {
@@ -159,6 +176,8 @@ pub fn emitFile(s: *Session, st: *H2Stream, item: *Item) Emitted {
         streamErrorFor(s, st, .internal, "pathsend: the file is shorter than it was when the response started (truncated while sent?): stream reset");
         return .partial;
     }
+    // pread fills at most the room it was given.
+    assert(got <= n and got <= item.file_left);
     const last = item.end_stream and got == item.file_left;
     (FrameHeader{ .len = @intCast(got), .type = .data, .flags = if (last) flag_end_stream else 0, .stream = st.id }).write(space[0..h]);
     s.sink.commitStaged(h + got) catch return blockedByMemory(conn);
@@ -189,6 +208,9 @@ pub fn emitData(s: *Session, st: *H2Stream, item: *Item) Emitted {
     item.off += n;
     s.send_window = windowUse(s.send_window, n);
     st.send_window = windowUse(st.send_window, n);
+    // A DATA frame with bytes is sent only within both windows: neither goes negative.
+    assert(n == 0 or (s.send_window >= 0 and st.send_window >= 0));
+    assert(item.off <= item.bytes.len and n <= st.base.out.queued);
     // Progress through the windows: a stall's deadline starts again.
     if (n > 0 and conn.timer.in(&conn.server.stall_timeouts)) conn.timer.disarm();
     st.base.out.queued -= n;
@@ -212,6 +234,8 @@ pub fn writeBlock(s: *Session, id: u32, block: []const u8, end_stream: bool) out
     var first = true;
     while (true) {
         const n = @min(rest.len, s.peer_frame_size);
+        // Each frame of the block fits the peer's SETTINGS_MAX_FRAME_SIZE (never below 16384).
+        assert(n <= s.peer_frame_size and s.peer_frame_size >= frames.frame_size_default);
         const last = n == rest.len;
         var flags: u8 = if (last) flag_end_headers else 0;
         if (first and end_stream) flags |= flag_end_stream;

@@ -148,6 +148,8 @@ pub const Session = struct {
     last_stream_id: u32 = 0,
     /// The final GOAWAY went out: no new stream is taken; the connection closes once settled.
     goaway_sent: bool = false,
+    /// The last stream id our latest GOAWAY named (none yet: the largest).
+    goaway_last_id: u32 = frames.stream_id_max,
     /// The drain's first GOAWAY (no stream named) and its PING went out (`drainStarted`).
     drain_ping_sent: bool = false,
     /// A connection error was sent: nothing more is read; the connection closes once written.
@@ -165,6 +167,9 @@ pub const Session = struct {
     send_window: i64 = frames.initial_window_default,
     recv_window: i64 = frames.initial_window_default,
     recv_unacked: u32 = 0,
+    /// Bytes of the current DATA frame that `dataBytes` put into a stream's body: those are
+    /// credited by whoever reads or frees the body, the rest by `dataEnd`.
+    data_buffered: u32 = 0,
 
     // The frame being read.
     frame: ?FrameHeader = null,
@@ -242,6 +247,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
         applySetting(s, std.mem.readInt(u16, settings[i..][0..2], .big), std.mem.readInt(u32, settings[i + 2 ..][0..4], .big));
         if (s.dead) return;
     }
+    std.debug.assert(s.last_stream_id == 0 and s.live == 0);
     s.last_stream_id = 1;
     const st = newStream(s, 1) orelse return;
     st.remote_closed = true;

@@ -578,6 +578,49 @@ test "h2 session: body the app reads is credited back by WINDOW_UPDATE once a qu
     try testing.expectEqual(@as(u64, 0), s.window_updates[0]);
 }
 
+/// Every byte of DATA received is credited back once: granted, or waiting to be.
+fn expectConnectionWindowWhole(h: *Harness) !void {
+    const s = h.session();
+    try testing.expectEqual(@as(i64, h2.connection_window), s.recv_window + s.recv_unacked);
+}
+
+test "h2 session: body the app never read goes back to the connection window when its stream ends" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    const chunk = [_]u8{'b'} ** h2.frame_size_max;
+    // Two uploads of 160 KiB, whole before their apps answer without reading them.
+    for ([_]u32{ 1, 3 }, 0..) |id, i| {
+        try openPost(&h, id);
+        for (0..10) |_| try h.send(.data, 0, id, &chunk);
+        try h.send(.data, end_stream, id, "");
+        try h.respond(i, "ok");
+        h.pump();
+    }
+    try testing.expectEqual(@as(u32, 0), h.session().live);
+    try expectConnectionWindowWhole(&h);
+    // 320 KiB is past a quarter of the window: the client is told.
+    try testing.expectEqual(@as(u64, 20 * h2.frame_size_max), h.sink.seen().window_updates[0]);
+}
+
+test "h2 session: a DATA frame split across reads while its app ends is credited once" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try openPost(&h, 1);
+    var buf: [frame_header_bytes + 1000]u8 = undefined;
+    const frame = wire(&buf, .data, 0, 1, &([_]u8{'x'} ** 1000));
+    // The first 400 bytes go into the body; then the app answers and ends, unread.
+    try h.feed(frame[0 .. frame_header_bytes + 400]);
+    try h.respond(0, "ok");
+    h.pump();
+    // The rest of the frame is dropped; the end of the stream frees it.
+    try h.feed(frame[frame_header_bytes + 400 ..]);
+    try h.send(.data, end_stream, 1, "");
+    try testing.expectEqual(@as(u32, 0), h.session().live);
+    try expectConnectionWindowWhole(&h);
+}
+
 test "h2 session: DATA past the frame size we allow is FRAME_SIZE_ERROR" {
     var h: Harness = undefined;
     try h.open(testing.allocator);

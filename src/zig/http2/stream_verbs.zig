@@ -329,7 +329,7 @@ pub fn finishStream(st: *Stream) void {
     const h = H2Stream.of(st);
     const s = h.session;
     const conn = st.conn;
-    std.debug.assert(h.held);
+    std.debug.assert(h.held and s.held > 0 and s.held <= s.live);
     h.held = false;
     s.held -= 1;
     st.handle = null;

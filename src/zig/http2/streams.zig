@@ -1,6 +1,8 @@
 //! A stream's HTTP/2 side (RFC 9113 5.1 states: idle, open, half-closed, closed) and the
 //! session's list of streams: creation, lookup, reset, freeing.
 const std = @import("std");
+const assert = std.debug.assert;
+const builtin = @import("builtin");
 const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
@@ -16,6 +18,7 @@ const creditStream = flow_control.creditStream;
 const dropItems = scheduler.dropItems;
 const Session = session.Session;
 const settled = session.settled;
+const connection_window = session.connection_window;
 const stream_window = session.stream_window;
 
 /// One response item waiting for `fill`: a header block (owned) or body bytes (borrowed
@@ -88,6 +91,10 @@ pub const H2Stream = struct {
 };
 
 pub fn newStream(s: *Session, id: u32) ?*H2Stream {
+    // Contract: only client-initiated ids (odd) that the session already counted as read
+    // (`last_stream_id` moved first, in `beginHeaders` or the h2c upgrade) open a stream.
+    assert(id & 1 == 1 and id <= s.last_stream_id);
+    if (builtin.mode == .Debug) assert(find(s, id) == null);
     const st = s.gpa.create(H2Stream) catch {
         streamErrorId(s, id, .refused_stream);
         return null;
@@ -102,6 +109,7 @@ pub fn newStream(s: *Session, id: u32) ?*H2Stream {
     if (s.last) |l| l.next = st else s.first = st;
     s.last = st;
     s.live += 1;
+    assert(s.held <= s.live);
     return st;
 }
 
@@ -124,6 +132,9 @@ pub fn remoteEnded(s: *Session, st: *H2Stream) void {
 
 /// The stream is over (reset either way): its output is dropped, its app told.
 pub fn resetLocal(s: *Session, st: *H2Stream) void {
+    // Contract: every caller has closed the stream's remote side first (RFC 9113 5.1: a
+    // reset stream is closed both ways), so `reset` implies `remote_closed` everywhere.
+    assert(st.remote_closed);
     st.base.reset = true;
     st.local_closed = true;
     dropItems(s, st);
@@ -133,6 +144,8 @@ pub fn resetLocal(s: *Session, st: *H2Stream) void {
     st.body.clearAndFree(s.gpa);
     st.body_off = 0;
     st.body_taken = 0;
+    // Nothing more goes out on it: its items and the bytes they counted are gone.
+    assert(!st.hasOutput() and st.base.out.queued == 0);
     if (st.held) {
         s.sink.wakeRead(&st.base);
         st.base.write_blocked = false;
@@ -154,11 +167,18 @@ pub fn maybeFree(s: *Session, st: *H2Stream) void {
         st.body_off = 0;
         return;
     }
+    // Closed both ways with body the app never read: the connection window gets it back
+    // (the stream's own window no longer matters).
+    const unread = st.body.items.len - st.body_off;
+    if (unread > 0) creditConnection(s, unread);
     freeStream(s, st);
     if (s.goaway_sent and settled(s) and s.conn.state == .h2 and s.sink.outputLen() == 0) s.conn.lingerClose(true);
 }
 
 pub fn freeStream(s: *Session, st: *H2Stream) void {
+    // Contract: no app holds a stream that is freed (its `Stream` would dangle).
+    assert(!st.held);
+    assert(s.live > 0 and s.live > s.held);
     dropItems(s, st);
     if (st.ws) |w| wsconn.destroy(w);
     st.ws = null;
@@ -166,16 +186,44 @@ pub fn freeStream(s: *Session, st: *H2Stream) void {
     unlink(s, st);
     s.live -= 1;
     s.gpa.destroy(st);
+    // Debug builds: with no stream left, every byte of DATA received was credited back
+    // (granted, or waiting in `recv_unacked`), but those of a frame still being read.
+    // Not after a connection error: the frame that caused it may never be credited.
+    if (builtin.mode == .Debug and s.live == 0 and s.conn.state == .h2 and s.preface_settings and !s.dead)
+        assert(s.recv_window + s.recv_unacked == connection_window + s.data_buffered);
 }
 
 pub fn unlink(s: *Session, st: *H2Stream) void {
+    // The stream is in the list: its neighbours, or the list's ends, point at it.
+    assert((st.prev == null) == (s.first == st));
+    assert((st.next == null) == (s.last == st));
     if (st.prev) |p| p.next = st.next else s.first = st.next;
     if (st.next) |n| n.prev = st.prev else s.last = st.prev;
     st.prev = null;
     st.next = null;
 }
 
+/// Debug builds: the list of streams agrees with the session's counts (`live` streams,
+/// `held` of them held by an app), and a reset stream has nothing left to send. O(n).
+pub fn checkList(s: *const Session) void {
+    if (builtin.mode != .Debug) return;
+    var live: u32 = 0;
+    var held: u32 = 0;
+    var prev: ?*H2Stream = null;
+    var it = s.first;
+    while (it) |st| : (it = st.next) {
+        assert(st.prev == prev and st.session == s);
+        assert(!st.base.reset or (st.remote_closed and !st.hasOutput()));
+        live += 1;
+        if (st.held) held += 1;
+        prev = st;
+    }
+    assert(s.last == prev);
+    assert(live == s.live and held == s.held);
+}
+
 pub fn append(s: *Session, st: *H2Stream) void {
+    assert(st.prev == null and st.next == null and s.last != st);
     st.prev = s.last;
     st.next = null;
     if (s.last) |l| l.next = st else s.first = st;

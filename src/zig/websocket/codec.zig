@@ -262,6 +262,10 @@ pub fn parseHeader(buf: []const u8, allow_rsv1: bool) Failure!?FrameHeader {
         if (!fin or rsv1 or len > control_payload_bytes_max) return error.ProtocolError;
     }
     if (buf.len < at + 4) return null;
+    // What the session relies on: a control frame small enough for `Session.ctrl`, a
+    // header no longer than `header_bytes_max` (both checked above as protocol errors).
+    std.debug.assert(at + 4 <= header_bytes_max);
+    std.debug.assert(!op.isControl() or (fin and len <= control_payload_bytes_max));
     return .{
         .fin = fin,
         .rsv1 = rsv1,
@@ -288,6 +292,14 @@ pub fn unmask(data: []u8, mask: [4]u8, offset: u64) void {
 
 /// Encodes a server frame header (servers never mask). Returns the bytes written.
 pub fn encodeHeader(out: *[10]u8, fin: bool, rsv1: bool, opcode: Opcode, len: u64) []const u8 {
+    // Contract: we frame only the six opcodes RFC 6455 5.2 defines; a control frame is
+    // whole (FIN), uncompressed and at most 125 bytes; a length fits 63 bits.
+    std.debug.assert(switch (opcode) {
+        .continuation, .text, .binary, .close, .ping, .pong => true,
+        _ => false,
+    });
+    std.debug.assert(!opcode.isControl() or (fin and !rsv1 and len <= control_payload_bytes_max));
+    std.debug.assert(len >> 63 == 0);
     out[0] = @as(u8, @intFromEnum(opcode)) | (if (fin) @as(u8, 0x80) else 0) | (if (rsv1) @as(u8, 0x40) else 0);
     if (len < 126) {
         out[1] = @intCast(len);
@@ -322,6 +334,7 @@ pub const Sequence = struct {
             self.message = h.opcode;
             self.compressed = h.rsv1;
         }
+        std.debug.assert(self.message == .text or self.message == .binary);
     }
 
     /// The message's last frame was processed.
@@ -428,6 +441,8 @@ pub fn parseClose(payload: []const u8) Failure!Close {
 
 /// A close frame's payload: code then reason (cut to fit 125 bytes on a character boundary).
 pub fn encodeClosePayload(out: *[control_payload_bytes_max]u8, code: u16, reason: []const u8) []const u8 {
+    // Contract: a code we send is a sendable one (1005, "no code", goes as an empty payload).
+    std.debug.assert(code == 1005 or validCloseCode(code));
     if (code == 1005) return out[0..0];
     std.mem.writeInt(u16, out[0..2], code, .big);
     var n = @min(reason.len, control_payload_bytes_max - 2);

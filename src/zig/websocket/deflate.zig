@@ -131,6 +131,8 @@ pub const Inflater = struct {
             const rc = api.inflate(&self.z, Z_SYNC_FLUSH);
             const consumed = chunk - self.z.avail_in;
             const produced = room_len - self.z.avail_out;
+            // zlib reads and writes within what it was given.
+            std.debug.assert(consumed <= chunk and produced <= room_len);
             out.items.len += produced;
             in = in[consumed..];
             if (out.items.len > limit) return error.TooBig;
@@ -154,6 +156,8 @@ pub const Deflater = struct {
     z: ZStream = .{},
 
     pub fn create(window_bits: u4) ?*Deflater {
+        // A negotiated server_max_window_bits: 9..15 (8 is declined in `negotiateDeflate`), or 15.
+        std.debug.assert(window_bits >= 8);
         if (!load()) return null;
         const self = allocator.create(Deflater) catch return null;
         self.* = .{};

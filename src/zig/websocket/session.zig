@@ -16,6 +16,7 @@
 //! and incoming frames stop being read (so a client that never reads cannot make
 //! us queue pongs without end).
 const std = @import("std");
+const assert = std.debug.assert;
 const ws = @import("codec.zig");
 const deflate = @import("deflate.zig");
 const response = @import("../http/response.zig");
@@ -307,12 +308,17 @@ pub fn processSession(s: *Session) void {
         const chunk = avail[0..n];
         ws.unmask(chunk, s.frame.mask, s.frame_read);
         s.frame_read += n;
+        assert(s.frame_read <= s.frame.payload_len);
         if (s.frame.opcode.isControl()) {
+            // `parseHeader` let through no control frame longer than `ctrl`.
+            assert(s.ctrl_len + n <= s.ctrl.len);
             @memcpy(s.ctrl[s.ctrl_len..][0..n], chunk);
             s.ctrl_len += @intCast(n);
         } else if (!s.close_sent) {
             if (s.seq.message == .text and !s.seq.compressed and !s.utf8.feed(chunk)) return fail(s, error.InvalidData);
             s.msg.appendSlice(allocator, chunk) catch return s.closeFor(out_of_memory);
+            // The header's length was checked against what is left of --ws-max-size.
+            assert(s.msg.items.len <= srv.opts.ws_message_bytes_max);
         }
         s.consume(n);
         if (s.frame_read == s.frame.payload_len) endFrame(s);
@@ -349,6 +355,8 @@ fn endMessage(s: *Session) void {
     }
     var data = s.msg;
     s.msg = .{};
+    // RSV1 (a compressed message) passed `parseHeader` only with deflate negotiated.
+    assert(!compressed or s.deflate != null);
     if (compressed) {
         data = inflateMessage(s, &data) catch |err| switch (err) {
             error.TooBig => return fail(s, error.TooBig),
@@ -368,6 +376,11 @@ fn endMessage(s: *Session) void {
         return s.closeFor(out_of_memory);
     };
     m.* = .{ .text = text, .data = data };
+    const srv = s.conn().server;
+    // Inflated or not, a message is within --ws-max-size; and `processSession` parses
+    // no frame while --ws-max-queue messages wait, so one more stays within it.
+    assert(m.data.items.len <= srv.opts.ws_message_bytes_max);
+    assert(s.ready_count < srv.opts.ws_queue_max);
     if (s.ready_tail) |t| t.next = m else s.ready_head = m;
     s.ready_tail = m;
     s.ready_count += 1;
@@ -457,10 +470,14 @@ fn backlogged(s: *const Session) bool {
 /// The oldest whole message, now owned by the caller (`Message.destroy`).
 pub fn takeMessage(s: *Session) ?*Message {
     const m = s.ready_head orelse return null;
+    assert(s.ready_count > 0 and s.ready_bytes >= m.data.items.len);
     s.ready_head = m.next;
     if (s.ready_head == null) s.ready_tail = null;
     s.ready_count -= 1;
     s.ready_bytes -= m.data.items.len;
+    // The queue and its counts agree: empty means no message and no bytes.
+    assert((s.ready_head == null) == (s.ready_count == 0));
+    assert(s.ready_count > 0 or s.ready_bytes == 0);
     maybeResume(s);
     return m;
 }
@@ -504,6 +521,11 @@ pub fn send(s: *Session, data: []const u8, text: bool) SendError!bool {
 }
 
 fn queueFrame(s: *Session, op: ws.Opcode, payload: []const u8, compressed: bool) error{OutOfMemory}!void {
+    // Contract: whole frames only (never a continuation), nothing but a close after our
+    // close (RFC 6455 5.5.1), compression only when negotiated and only for data.
+    assert(op != .continuation and s.open);
+    assert(op == .close or !s.close_sent);
+    assert(!compressed or (s.deflate != null and !op.isControl()));
     var hdr: [10]u8 = undefined;
     const head = ws.encodeHeader(&hdr, true, compressed, op, payload.len);
     switch (s.carrier) {
@@ -517,6 +539,9 @@ fn queueFrame(s: *Session, op: ws.Opcode, payload: []const u8, compressed: bool)
 }
 
 fn sendClose(s: *Session, code: u16, reason: []const u8) error{OutOfMemory}!void {
+    // A sendable code: ours (1000, 1001, 1002, 1007, 1009, 1011), the peer's echoed (which
+    // `parseClose` checked, 1005 for none), or the app's (checked in python/stream_type.zig).
+    assert(code == 1005 or ws.validCloseCode(code));
     var payload: [ws.control_payload_bytes_max]u8 = undefined;
     try queueFrame(s, .close, ws.encodeClosePayload(&payload, code, reason), false);
     s.close_sent = true;
