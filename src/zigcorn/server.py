@@ -79,6 +79,8 @@ class Server:
         self.drain_signal = drain_signal
         # How long to go on accepting once the drain starts (--drain-delay, --shutdown-delay).
         self.drain_delay = 0.0
+        # A worker retired while the others serve on (DRAIN_SIGNAL's sibling, SIGINT).
+        self.retiring = False
         self.on_ready = on_ready
         self.metrics_slot = metrics_slot
         self.started = False
@@ -257,7 +259,10 @@ class Server:
         # connections close, busy ones after their current response, HTTP/2 ones get
         # GOAWAY. With --drain-delay / --shutdown-delay the server goes on accepting
         # and serving meanwhile, until the balancer has seen the 503 and sends no more.
-        engine.drain()
+        if self.retiring:
+            engine.retire()  # the other workers serve on: the probes are theirs to answer
+        else:
+            engine.drain()
         delay = self.drain_delay
         if delay > 0:
             logger.info("Draining: health and ready paths answer 503; still accepting for %gs.", delay)
@@ -331,6 +336,10 @@ class Server:
             self.force_exit = True
             logger.warning("Second interrupt: exiting now.")
             os._exit(1)
+        if sig == signal.SIGINT and self.drain_signal and not self.should_exit:
+            # A worker told to go while its successors serve (the master retires it with
+            # SIGINT): it drains at once, its health and ready paths still saying 200.
+            self.retiring = True
         if sig == signal.SIGTERM:
             self.handle_exit_request(self.config.shutdown_delay)
         elif sig == DRAIN_SIGNAL:

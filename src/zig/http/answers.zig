@@ -25,7 +25,7 @@ pub fn tooManyRequests(wait_s: u32) OpsAnswer {
 
 /// Whether `method path` is the health, ready or metrics path (GET and HEAD only:
 /// anything else goes to the app), and the answer (`srv` is the server: its `opts`
-/// paths, `ready`, `draining` and `metrics`); before the server is ready, every
+/// paths, `ready`, `draining`, `retiring` and `metrics`); before the server is ready, every
 /// other request gets 503 with `retry-after` (the app's startup is not over). Shared by
 /// HTTP/1.1 and HTTP/2; a metrics body lives in a scratch buffer until the next call
 /// (both copy it into their output).
@@ -40,7 +40,7 @@ pub fn opsAnswer(srv: anytype, method: []const u8, path: []const u8) ?OpsAnswer 
         return .{ .status = 503, .content_type = "text/plain; charset=utf-8", .body = "starting\n", .head_only = head_only, .retry_after = not_ready_retry_after_s };
     }
     var a = OpsAnswer{ .status = 200, .content_type = "text/plain; charset=utf-8", .body = "ok\n", .head_only = head_only };
-    if ((is_health or is_ready) and srv.draining) {
+    if ((is_health or is_ready) and srv.draining and !srv.retiring) {
         a.status = 503;
         a.body = "draining\n";
     } else if (is_ready and !srv.ready) {
@@ -83,6 +83,7 @@ const FakeServer = struct {
     opts: struct { metrics_path: []const u8 = "", health_path: []const u8 = "/h", ready_path: []const u8 = "/r" } = .{},
     ready: bool = true,
     draining: bool = false,
+    retiring: bool = false,
     metrics: ?*metrics.Slot = null,
 };
 
@@ -116,6 +117,10 @@ test "engine answers: health and ready paths through the server's life" {
     try testing.expectEqualStrings("draining\n", h.body);
     try testing.expectEqual(@as(?u16, 503), statusOf(&srv, "GET", "/r"));
     try testing.expectEqual(@as(?u16, null), statusOf(&srv, "GET", "/"));
+    // A worker retired while the others serve on drains without saying so.
+    srv.retiring = true;
+    try testing.expectEqual(@as(?u16, 200), statusOf(&srv, "GET", "/h"));
+    try testing.expectEqual(@as(?u16, 200), statusOf(&srv, "GET", "/r"));
 }
 
 test "engine answers: paths that are off answer nothing" {

@@ -343,6 +343,15 @@ fn engineDrain(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
+/// retire(): `drain()` for a worker whose successors serve on: the health and ready
+/// paths keep answering 200.
+fn engineRetire(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const server = serverOf(obj) orelse return null;
+    server.retiring = true;
+    server.drain();
+    return py.none();
+}
+
 /// stop_accepting(websockets_too): no new connections; idle ones close; with
 /// `websockets_too` (no deadline will come) open WebSockets are closed with 1001.
 fn engineStopAccepting(obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
@@ -437,6 +446,7 @@ var engine_methods = [_]c.PyMethodDef{
     .{ .ml_name = "fileno", .ml_meth = @ptrCast(&engineFileno), .ml_flags = c.METH_NOARGS, .ml_doc = "The fd to watch for readiness." },
     .{ .ml_name = "set_state", .ml_meth = @ptrCast(&engineSetState), .ml_flags = c.METH_O, .ml_doc = "Lifespan state copied into each scope." },
     .{ .ml_name = "drain", .ml_meth = @ptrCast(&engineDrain), .ml_flags = c.METH_NOARGS, .ml_doc = "The drain starts: health and ready paths 503, connections told to leave; still accepting." },
+    .{ .ml_name = "retire", .ml_meth = @ptrCast(&engineRetire), .ml_flags = c.METH_NOARGS, .ml_doc = "drain() for a worker whose successors serve on: health and ready paths stay 200." },
     .{ .ml_name = "stop_accepting", .ml_meth = @ptrCast(&engineStopAccepting), .ml_flags = c.METH_O, .ml_doc = "Stop accepting, close idle connections; True: WebSockets closed with 1001 too." },
     .{ .ml_name = "deadline", .ml_meth = @ptrCast(&engineDeadline), .ml_flags = c.METH_NOARGS, .ml_doc = "The drain's deadline: WebSockets closed with 1001, other connections now." },
     .{ .ml_name = "set_ready", .ml_meth = @ptrCast(&engineSetReady), .ml_flags = c.METH_O, .ml_doc = "Whether the app's startup is over (before it, requests get 503)." },

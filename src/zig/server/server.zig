@@ -178,6 +178,10 @@ pub const Server = struct {
     /// drain's deadline came (WebSockets are closed with 1001, even one accepted now).
     ready: bool = true,
     draining: bool = false,
+    /// A worker retired while the others serve on (SIGHUP's old generation,
+    /// --workers-max-rss): it drains, but its health and ready paths go on saying 200 for
+    /// the last connections it takes, since the server as a whole still wants traffic.
+    retiring: bool = false,
     going_away: bool = false,
     /// Busy poll: once every stream is done, poll without sleeping for up to this long
     /// before the loop goes back to its blocking wait (0: never).
