@@ -238,7 +238,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("http2", True, "serve HTTP/2: h2 over TLS (ALPN) and h2c with prior knowledge", "HTTP", kind="onoff"),
     _S("h2c_upgrade", False, "honour the HTTP/1.1 Upgrade to h2c (RFC 7540 3.2, deprecated): off, it is ignored "
        "and the request served as HTTP/1.1; on behind a proxy, the upgraded connection is a tunnel the proxy no "
-       "longer reads", "HTTP", kind="switch"),
+       "longer reads (a request that shows a proxy hop is never upgraded)", "HTTP", kind="switch"),
     _S("compression", None, "compress responses with these encodings, in the server's order of preference "
        "(a comma list of zstd, br, gzip), chosen against the request's accept-encoding", "Compression",
        metavar="LIST", shown="off"),
