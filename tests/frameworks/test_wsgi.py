@@ -331,8 +331,6 @@ TOKEN = "s3cret-token-0123456789"
 
 
 def test_drain_path_is_answered_by_the_server_and_drains_gracefully(start_server):
-    import threading
-
     server = start_server("wsgi_apps:app", "--interface", "wsgi", "--drain-path", "/admin/drain",
                           "--admin-token", TOKEN)  # fmt: skip
     check_drain_path(server, TOKEN, "/gen?n=1")
