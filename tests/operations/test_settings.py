@@ -391,3 +391,22 @@ def test_a_protocol_class_for_http_is_refused_with_the_reason():
 
     with pytest.raises(ValueError, match="http must be one of auto, h11, httptools.*protocol class cannot"):
         Config("tests.apps.basic:app", http=H11Protocol)
+
+
+def test_bounds_config_alone_keeps_hold_at_their_edges():
+    """The settings whose bounds are Config's own (not the engine's: `_core.LIMITS`), e.g.
+    --drain-delay and --shutdown-delay: each bound is accepted, one past it refused."""
+    checked = []
+    for setting in SETTINGS:
+        if setting.low is None or setting.high is None or setting.name in _core.LIMITS:
+            continue
+        if setting.name in getattr(_core, "MAXIMA", {}):
+            continue
+        extra = COMPANIONS.get(setting.name, {})
+        for good in (setting.low, setting.high):
+            Config("tests.apps.basic:app", **extra, **{setting.name: good})
+        for bad in (setting.low - 1, setting.high + 1):
+            with pytest.raises(ValueError, match=setting.name):
+                Config("tests.apps.basic:app", **extra, **{setting.name: bad})
+        checked.append(setting.name)
+    assert {"drain_delay", "shutdown_delay"} <= set(checked), checked
