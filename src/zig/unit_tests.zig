@@ -29,6 +29,7 @@ test {
     _ = @import("http/rate_limit.zig");
     _ = @import("http/compression.zig");
     _ = @import("http/decompression.zig");
+    _ = @import("http/huffman.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http/fields.zig");

@@ -30,6 +30,7 @@ const builtin = @import("builtin");
 const linux = std.os.linux;
 const h2 = @import("../http2/session.zig");
 const hpack = @import("../http2/hpack.zig");
+const huffman_code = @import("../http/huffman.zig");
 const sys = @import("../os/sys.zig");
 const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
@@ -425,9 +426,9 @@ fn encodeInt(out: *Bytes, first: u8, comptime prefix_bits: u4, value: u64) void 
 /// RFC 7541 5.2: a string literal, Huffman-coded or plain.
 fn encodeString(out: *Bytes, huffman: bool, s: []const u8) void {
     if (huffman) {
-        const n = hpack.huffmanEncodedLen(s);
+        const n = huffman_code.encodedLen(s);
         encodeInt(out, 0x80, 7, n);
-        _ = hpack.huffmanEncode(out.grow(n), s);
+        _ = huffman_code.encode(out.grow(n), s);
     } else {
         encodeInt(out, 0x00, 7, s.len);
         out.append(s);
