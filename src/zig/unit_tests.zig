@@ -43,6 +43,8 @@ test {
     _ = @import("http2/session_tests.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");
+    // QUIC (HTTP/3's transport)
+    _ = @import("quic/suite.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");

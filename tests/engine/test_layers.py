@@ -18,10 +18,12 @@ ALLOWED = {
     "http1": {"http", "transport", "os", "server"},
     "http2": {"http", "transport", "os", "server"},
     "websocket": {"http", "transport", "os", "server"},
-    "server": {"http1", "http2", "websocket", "http", "transport", "os"},
-    "python": {"server", "http1", "http2", "websocket", "http", "transport", "os", "loop"},
+    "quic": {"transport", "os"},
+    "http3": {"quic", "http", "transport", "os", "server"},
+    "server": {"http1", "http2", "http3", "quic", "websocket", "http", "transport", "os"},
+    "python": {"server", "http1", "http2", "http3", "quic", "websocket", "http", "transport", "os", "loop"},
     "loop": {"server", "python", "os"},
-    "testing": {"server", "http1", "http2", "websocket", "http", "transport", "os", "python"},
+    "testing": {"server", "http1", "http2", "http3", "quic", "websocket", "http", "transport", "os", "python"},
 }
 # Imports between protocol folders: the hand-overs (ARCHITECTURE.md, "Protocols that hand
 # over to each other"). This list may only shrink.
@@ -43,7 +45,7 @@ HANDOVERS = {
     ("http2/websocket.zig", "websocket/session.zig"),
     ("websocket/session.zig", "http2/session.zig"),
 }
-PROTOCOLS = {"http1", "http2", "websocket"}
+PROTOCOLS = {"http1", "http2", "http3", "websocket"}
 # The largest knot of files that import each other (server/ and the protocol sessions
 # with HTTP/2's inner files, ARCHITECTURE.md): it may only shrink.
 LARGEST_CYCLE_MAX = 19
