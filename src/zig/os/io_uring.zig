@@ -27,9 +27,12 @@
 //!   completions. Work queued outside a `wait` (an app's `send` that met a full
 //!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
 //!
-//! Events are kept as (descriptor, generation) and turned into tokens only when the
-//! batch is filled, so a completion for a descriptor closed meanwhile (and perhaps
-//! reused) is recognised and dropped.
+//! - **Events** wait as bits in their descriptor's slot (`queued_*`), the slot linked once
+//!   on the `ready` list, and are handed out one per descriptor, read, write and hang-up
+//!   together, as epoll reports them: nothing is reserved per connection, nothing can be
+//!   dropped. Completions carry the slot's generation, so one for a descriptor closed
+//!   meanwhile (and perhaps reused) is recognised and dropped; a closed descriptor's
+//!   bits are cleared and the list's walk passes over it.
 const std = @import("std");
 const linux = std.os.linux;
 const IoUring = linux.IoUring;
