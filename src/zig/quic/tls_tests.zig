@@ -22,7 +22,8 @@ const Cert = enum { rsa, ecdsa };
 const Options = struct {
     cert: Cert = .rsa,
     ciphersuites: [:0]const u8 = "TLS_AES_128_GCM_SHA256",
-    groups: [:0]const u8 = "X25519",
+    /// null: OpenSSL's default list (on 3.5+ a hybrid post-quantum key share first).
+    groups: ?[:0]const u8 = "X25519",
     alpn: []const u8 = "\x02h3",
     send_params: bool = true,
 };
@@ -58,7 +59,7 @@ const Client = struct {
         const wbio = f.BIO_new(f.BIO_s_mem()) orelse return error.OpenSsl;
         f.SSL_set_bio(ssl, rbio, wbio);
         if (f.SSL_set_ciphersuites(ssl, opts.ciphersuites) != 1) return error.OpenSsl;
-        if (f.SSL_ctrl(ssl, 92, 0, @constCast(opts.groups.ptr)) != 1) return error.OpenSsl;
+        if (opts.groups) |groups| if (f.SSL_ctrl(ssl, 92, 0, @constCast(groups.ptr)) != 1) return error.OpenSsl;
         if (f.SSL_set_alpn_protos(ssl, opts.alpn.ptr, @intCast(opts.alpn.len)) != 0) return error.OpenSsl;
         if (f.SSL_ctrl(ssl, 55, 0, @constCast("localhost")) != 1) return error.OpenSsl;
         f.SSL_set_connect_state(ssl);
@@ -317,6 +318,46 @@ test "handshake: ECDSA certificate, each of the three suites" {
     try expectHandshake(.{ .cert = .ecdsa }, .aes_128_gcm_sha256);
     try expectHandshake(.{ .cert = .ecdsa, .ciphersuites = "TLS_AES_256_GCM_SHA384" }, .aes_256_gcm_sha384);
     try expectHandshake(.{ .cert = .ecdsa, .ciphersuites = "TLS_CHACHA20_POLY1305_SHA256" }, .chacha20_poly1305_sha256);
+}
+
+test "handshake: the client's default key-exchange groups" {
+    try expectHandshake(.{ .groups = null }, .aes_128_gcm_sha256);
+}
+
+const MallInfo2 = extern struct { arena: usize, ordblks: usize, smblks: usize, hblks: usize, hblkhd: usize, usmblks: usize, fsmblks: usize, uordblks: usize, fordblks: usize, keepcost: usize };
+extern "c" fn mallinfo2() MallInfo2;
+
+/// Bytes malloc has handed out and not taken back (OpenSSL allocates with malloc too).
+fn heapInUse() usize {
+    const m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+
+test "the heap one handshake holds: peak while OpenSSL runs, and once done" {
+    var p: Pair = undefined;
+    try p.init(.{});
+    defer p.deinit();
+    // Our handshake on malloc, like OpenSSL, so that one counter sees both; the client's
+    // ClientHello made first, so that only the server runs between the counts.
+    p.hs.deinit();
+    try p.client.step();
+    const before = heapInUse();
+    p.hs = tls.Handshake.init(std.heap.c_allocator, p.ctx, server_params) orelse return error.OutOfMemory;
+    const at_init = heapInUse() -| before;
+    _ = try p.client.flushTo(p.hs); // the ClientHello read, the server's flight written
+    const first_flight = heapInUse() -| before;
+    _ = try p.client.feedFrom(p.hs);
+    try p.pump();
+    try testing.expectEqual(tls.State.done, p.hs.state);
+    // Freed memory may stay counted (malloc's thread cache), so once done is counted
+    // from what the Handshake owns rather than from malloc.
+    try testing.expect(p.hs.ssl == null);
+    const done = p.hs.heldBytes();
+    std.debug.print("\nheap held by one handshake (OpenSSL's included, approximate): {d} bytes at init, " ++
+        "{d} after the first flight; once done {d}\n", .{ at_init, first_flight, done });
+    try testing.expect(first_flight > at_init);
+    // Once done: the struct and both transport parameters.
+    try testing.expect(done < 2048);
 }
 
 test "HelloRetryRequest: the client's only key share is a group the server does not take" {
