@@ -40,6 +40,10 @@
 //! about 100 bytes; the decoded transport parameters; the SNI if wanted), calls `deinit`: a
 //! QUIC connection keeps nothing of this module after that.
 //!
+//! Client certificates (`--ssl-cert-reqs`) are verified by OpenSSL as on TCP, but the client's
+//! certificate goes with the SSL object: whoever needs it (the ASGI tls extension) must copy
+//! it out before completion; nothing does yet.
+//!
 //! Tested on OpenSSL 3.0 (Debian 12) and 3.6 (the sid chroot): the same shim serves both, as
 //! OpenSSL 3.5+'s own QUIC TLS callbacks are not needed while these behaviours hold.
 const std = @import("std");

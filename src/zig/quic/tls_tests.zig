@@ -26,6 +26,10 @@ const Options = struct {
     groups: ?[:0]const u8 = "X25519",
     alpn: []const u8 = "\x02h3",
     send_params: bool = true,
+    /// Resume this session (from an earlier handshake on the same server context).
+    session: ?*openssl.SSL_SESSION = null,
+    /// The client presents the ECDSA certificate, and the server requires one.
+    client_cert: bool = false,
 };
 
 /// The test's client: an OpenSSL client with memory BIOs, and what its keylog told it.
@@ -44,6 +48,7 @@ const Client = struct {
     first_server_hello: ?[32]u8 = null,
     server_hellos: usize = 0,
     tickets_bytes: usize = 0,
+    handshake_bytes: usize = 0,
 
     fn init(c: *Client, opts: Options) !void {
         const f = openssl.functions();
@@ -62,6 +67,14 @@ const Client = struct {
         if (opts.groups) |groups| if (f.SSL_ctrl(ssl, 92, 0, @constCast(groups.ptr)) != 1) return error.OpenSsl;
         if (f.SSL_set_alpn_protos(ssl, opts.alpn.ptr, @intCast(opts.alpn.len)) != 0) return error.OpenSsl;
         if (f.SSL_ctrl(ssl, 55, 0, @constCast("localhost")) != 1) return error.OpenSsl;
+        if (opts.session) |session| if (f.SSL_set_session(ssl, session) != 1) return error.OpenSsl;
+        if (opts.client_cert) {
+            var files: Files = undefined;
+            try files.init();
+            defer files.deinit();
+            if (f.SSL_use_certificate_chain_file(ssl, files.ecdsa_cert) != 1 or
+                f.SSL_use_PrivateKey_file(ssl, files.ecdsa_key, 1) != 1) return error.OpenSsl;
+        }
         f.SSL_set_connect_state(ssl);
         c.* = .{ .ctx = ctx, .ssl = ssl, .rbio = rbio, .wbio = wbio, .opts = opts };
         if (f.SSL_set_ex_data(ssl, 0, c) != 1) return error.OpenSsl;
@@ -138,6 +151,7 @@ const Client = struct {
             if (level != .initial and c.secrets[li][1] == null) break;
             if (level == .initial) c.noteServerHellos(out);
             if (level == .application) c.tickets_bytes += out.len;
+            if (level == .handshake) c.handshake_bytes += out.len;
             var rest = out;
             while (rest.len > 0) {
                 const n = @min(rest.len, tls.record_plaintext_max);
@@ -212,33 +226,52 @@ const cert_pems = struct {
     const ecdsa = .{ @embedFile("testdata/ecdsa_cert.pem"), @embedFile("testdata/ecdsa_key.pem") };
 };
 
-/// The server's QUIC context with `cert`, from files as the command line gives them.
-fn serverContext(cert: Cert) !*openssl.SSL_CTX {
+/// The test certificates as files, as the command line names them (OpenSSL reads them
+/// when a context or session loads them; the folder goes at `deinit`).
+const Files = struct {
+    tmp: std.testing.TmpDir,
+    bufs: [5][std.fs.max_path_bytes]u8 = undefined,
+    rsa_cert: [:0]const u8 = "",
+    rsa_key: [:0]const u8 = "",
+    ecdsa_cert: [:0]const u8 = "",
+    ecdsa_key: [:0]const u8 = "",
+
+    fn init(f: *Files) !void {
+        f.* = .{ .tmp = testing.tmpDir(.{}) };
+        errdefer f.tmp.cleanup();
+        const names = [_][]const u8{ "rsa_cert.pem", "rsa_key.pem", "ecdsa_cert.pem", "ecdsa_key.pem" };
+        const data = [_][]const u8{ cert_pems.rsa[0], cert_pems.rsa[1], cert_pems.ecdsa[0], cert_pems.ecdsa[1] };
+        const dir = try f.tmp.dir.realpath(".", &f.bufs[4]);
+        var paths: [4][:0]const u8 = undefined;
+        for (names, data, 0..) |name, bytes, i| {
+            try f.tmp.dir.writeFile(.{ .sub_path = name, .data = bytes });
+            paths[i] = try std.fmt.bufPrintZ(&f.bufs[i], "{s}/{s}", .{ dir, name });
+        }
+        f.rsa_cert, f.rsa_key, f.ecdsa_cert, f.ecdsa_key = paths;
+    }
+
+    fn deinit(f: *Files) void {
+        f.tmp.cleanup();
+    }
+};
+
+/// The server's QUIC context with `cert`; with `client_certs`, client certificates are
+/// required and verified against the (self-signed) ECDSA one.
+fn serverContext(cert: Cert, client_certs: bool) !*openssl.SSL_CTX {
     try openssl.load(openssl.default_library);
-    var tmp = testing.tmpDir(.{});
-    defer tmp.cleanup();
-    const pems = switch (cert) {
-        .rsa => cert_pems.rsa,
-        .ecdsa => cert_pems.ecdsa,
-    };
-    try tmp.dir.writeFile(.{ .sub_path = "cert.pem", .data = pems[0] });
-    try tmp.dir.writeFile(.{ .sub_path = "key.pem", .data = pems[1] });
-    var dir_buf: [std.fs.max_path_bytes]u8 = undefined;
-    const dir = try tmp.dir.realpath(".", &dir_buf);
-    var cert_buf: [std.fs.max_path_bytes]u8 = undefined;
-    var key_buf: [std.fs.max_path_bytes]u8 = undefined;
-    const certfile = try std.fmt.bufPrintZ(&cert_buf, "{s}/cert.pem", .{dir});
-    const keyfile = try std.fmt.bufPrintZ(&key_buf, "{s}/key.pem", .{dir});
+    var files: Files = undefined;
+    try files.init();
+    defer files.deinit();
     var err: openssl.ContextError = .{};
     return tls_context.newContext(.{
-        .certfile = certfile,
-        .keyfile = keyfile,
+        .certfile = if (cert == .rsa) files.rsa_cert else files.ecdsa_cert,
+        .keyfile = if (cert == .rsa) files.rsa_key else files.ecdsa_key,
         .password = null,
         .min_version = openssl.TLS1_3_VERSION,
         .max_version = openssl.TLS1_3_VERSION,
         .ciphers = null,
-        .cert_reqs = 0,
-        .ca_certs = null,
+        .cert_reqs = if (client_certs) 2 else 0,
+        .ca_certs = if (client_certs) files.ecdsa_cert else null,
         .http2 = false,
     }, &err) orelse {
         std.debug.print("QUIC context: {s}\n", .{err.text()});
@@ -249,12 +282,21 @@ fn serverContext(cert: Cert) !*openssl.SSL_CTX {
 /// A server handshake and a client, ready to pump.
 const Pair = struct {
     ctx: *openssl.SSL_CTX,
+    owns_ctx: bool,
     hs: *tls.Handshake,
     client: Client,
 
     fn init(p: *Pair, opts: Options) !void {
-        p.ctx = try serverContext(opts.cert);
-        errdefer openssl.freeContext(p.ctx);
+        const ctx = try serverContext(opts.cert, opts.client_cert);
+        errdefer openssl.freeContext(ctx);
+        try p.initOn(ctx, opts);
+        p.owns_ctx = true;
+    }
+
+    /// On a server context the caller keeps (a second handshake resumes the first's session).
+    fn initOn(p: *Pair, ctx: *openssl.SSL_CTX, opts: Options) !void {
+        p.ctx = ctx;
+        p.owns_ctx = false;
         p.hs = tls.Handshake.init(testing.allocator, p.ctx, server_params) orelse return error.OutOfMemory;
         errdefer p.hs.deinit();
         try p.client.init(opts);
@@ -263,7 +305,7 @@ const Pair = struct {
     fn deinit(p: *Pair) void {
         p.client.deinit();
         p.hs.deinit();
-        openssl.freeContext(p.ctx);
+        if (p.owns_ctx) openssl.freeContext(p.ctx);
     }
 
     /// Bytes back and forth until neither side has anything to say (bounded).
@@ -360,6 +402,48 @@ test "the heap one handshake holds: peak while OpenSSL runs, and once done" {
     try testing.expect(done < 2048);
 }
 
+test "a session ticket from one handshake resumes the next (no Certificate the second time)" {
+    const ctx = try serverContext(.rsa, false);
+    defer openssl.freeContext(ctx);
+    const f = openssl.functions();
+    var first: Pair = undefined;
+    try first.initOn(ctx, .{});
+    defer first.deinit();
+    try first.pump();
+    try testing.expectEqual(tls.State.done, first.hs.state);
+    try testing.expect(first.client.tickets_bytes > 0);
+    const session = f.SSL_get1_session(first.client.ssl) orelse return error.NoSession;
+    defer f.SSL_SESSION_free(session);
+
+    var second: Pair = undefined;
+    try second.initOn(ctx, .{ .session = session });
+    defer second.deinit();
+    try second.pump();
+    try testing.expectEqual(tls.State.done, second.hs.state);
+    try testing.expectEqual(@as(c_int, 1), f.SSL_session_reused(second.client.ssl));
+    try testing.expect(second.client.handshake_bytes < first.client.handshake_bytes);
+    try second.expectSameSecrets();
+    try testing.expectEqualStrings(client_params, second.hs.peerTransportParams().?);
+}
+
+test "a required client certificate: Certificate, CertificateVerify and Finished from the client" {
+    var p: Pair = undefined;
+    try p.init(.{ .cert = .ecdsa, .client_cert = true });
+    defer p.deinit();
+    try p.pump();
+    try testing.expectEqual(tls.State.done, p.hs.state);
+    try p.expectSameSecrets();
+    // Without one, the server refuses (certificate_required, RFC 8446 4.4.2.4).
+    var r: Pair = undefined;
+    const ctx = try serverContext(.ecdsa, true);
+    defer openssl.freeContext(ctx);
+    try r.initOn(ctx, .{});
+    defer r.deinit();
+    try r.pump();
+    try testing.expectEqual(tls.State.failed, r.hs.state);
+    try testing.expectEqual(@as(u64, 0x100 + 116), r.hs.errorCode().?);
+}
+
 test "HelloRetryRequest: the client's only key share is a group the server does not take" {
     // P-521 is not among the server's groups; X25519 is, so the server asks again.
     try expectHandshake(.{ .groups = "P-521:X25519" }, .aes_128_gcm_sha256);
@@ -394,7 +478,7 @@ test "no ALPN overlap fails with no_application_protocol (0x178)" {
 
 /// A fresh server handshake (no client).
 fn lone() !struct { ctx: *openssl.SSL_CTX, hs: *tls.Handshake } {
-    const ctx = try serverContext(.rsa);
+    const ctx = try serverContext(.rsa, false);
     const hs = tls.Handshake.init(testing.allocator, ctx, server_params) orelse return error.OutOfMemory;
     return .{ .ctx = ctx, .hs = hs };
 }

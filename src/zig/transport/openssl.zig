@@ -16,6 +16,7 @@ pub const SSL_CTX = opaque {};
 pub const SSL = opaque {};
 pub const SSL_METHOD = opaque {};
 pub const SSL_CIPHER = opaque {};
+pub const SSL_SESSION = opaque {};
 pub const X509_STORE = opaque {};
 pub const X509 = opaque {};
 pub const X509_NAME = opaque {};
@@ -169,6 +170,12 @@ pub const Api = struct {
     SSL_set_connect_state: *const fn (ssl: *SSL) callconv(.c) void,
     SSL_set_ciphersuites: *const fn (ssl: *SSL, list: [*:0]const u8) callconv(.c) c_int,
     SSL_set_alpn_protos: *const fn (ssl: *SSL, protos: [*]const u8, len: c_uint) callconv(.c) c_int,
+    SSL_get1_session: *const fn (ssl: *SSL) callconv(.c) ?*SSL_SESSION,
+    SSL_set_session: *const fn (ssl: *SSL, session: ?*SSL_SESSION) callconv(.c) c_int,
+    SSL_SESSION_free: *const fn (session: *SSL_SESSION) callconv(.c) void,
+    SSL_session_reused: *const fn (ssl: *const SSL) callconv(.c) c_int,
+    SSL_use_certificate_chain_file: *const fn (ssl: *SSL, file: [*:0]const u8) callconv(.c) c_int,
+    SSL_use_PrivateKey_file: *const fn (ssl: *SSL, file: [*:0]const u8, kind: c_int) callconv(.c) c_int,
 };
 
 var api: Api = undefined;
