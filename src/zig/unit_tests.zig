@@ -45,6 +45,8 @@ test {
     _ = @import("websocket/deflate.zig");
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
+    _ = @import("quic/tls.zig");
+    _ = @import("quic/tls_tests.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
