@@ -277,14 +277,19 @@ test "at capacity the oldest range is dropped and what is below it becomes a dup
     try a.onPacketReceived(10, true, 0); // 4 goes: {6, 8, 10, 20}
     try expectRanges(&a, &.{ .{ .smallest = 20, .largest = 20 }, .{ .smallest = 10, .largest = 10 }, .{ .smallest = 8, .largest = 8 }, .{ .smallest = 6, .largest = 6 } });
     try testing.expectEqual(@as(u64, 5), a.floor);
-    // Full, and the new one would be the oldest: it is the one dropped.
-    try a.onPacketReceived(5, true, 0);
-    try testing.expectEqual(@as(u64, 6), a.floor);
-    try testing.expect(a.isDuplicate(5));
     // Filling a gap frees a slot instead of dropping one.
     try a.onPacketReceived(7, true, 0);
     try a.onPacketReceived(9, true, 0);
     try expectRanges(&a, &.{ .{ .smallest = 20, .largest = 20 }, .{ .smallest = 6, .largest = 10 } });
+}
+
+test "at capacity a packet older than every range is the one dropped" {
+    var a = HandshakeAckRanges.init(.handshake, 25_000);
+    for ([_]u64{ 10, 12, 14, 16 }) |pn| try a.onPacketReceived(pn, true, 0);
+    try a.onPacketReceived(5, true, 0);
+    try testing.expectEqual(@as(u64, 6), a.floor);
+    try testing.expect(a.isDuplicate(5) and a.isDuplicate(0) and !a.isDuplicate(6));
+    try expectRanges(&a, &.{ .{ .smallest = 16, .largest = 16 }, .{ .smallest = 14, .largest = 14 }, .{ .smallest = 12, .largest = 12 }, .{ .smallest = 10, .largest = 10 } });
 }
 
 test "an acknowledged ACK forgets the ranges it carried (13.2.4)" {
