@@ -35,7 +35,7 @@ pub const Range = struct {
 };
 
 /// Ranges kept per space: Initial and Handshake carry a few packets each before their keys go,
-/// Application carries the connection. Sized for the idle budget (16 bytes a range).
+/// Application carries the connection. Sized for the idle budget (8 bytes a range).
 pub const ranges_max_handshake = 4;
 pub const ranges_max_application = 16;
 
@@ -48,8 +48,8 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         const Self = @This();
         pub const capacity = ranges_max;
 
-        /// Ascending, disjoint and never adjacent: ranges[0] is the oldest.
-        ranges: [ranges_max]Range = undefined,
+        /// Ascending, disjoint and never adjacent: slots[0] is the oldest.
+        slots: [ranges_max]Slot = undefined,
         /// Every packet number below this one is a duplicate.
         floor: u64 = 0,
         largest_received: u64 = 0,
@@ -65,6 +65,93 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         /// Initial and Handshake packets are acknowledged at once (13.2.1).
         immediate: bool,
 
+        /// One range as kept, 8 bytes instead of 16: how far its largest is below
+        /// `largest_received`, and how many numbers it holds past its smallest.
+        const Slot = struct { top_gap: u32, span: u32 };
+
+        /// The ranges unpacked, for the operations that rewrite them.
+        const Set = struct {
+            ranges: [ranges_max]Range = undefined,
+            count: u8,
+            floor: u64,
+
+            fn insert(set: *Set, pn: u64) void {
+                // The first range above pn; the one below it ends before pn (not a duplicate).
+                var above: usize = set.count;
+                while (above > 0 and set.ranges[above - 1].smallest > pn) above -= 1;
+                const joins_below = above > 0 and set.ranges[above - 1].largest + 1 == pn;
+                const joins_above = above < set.count and pn + 1 == set.ranges[above].smallest;
+                if (joins_below and joins_above) {
+                    set.ranges[above - 1].largest = set.ranges[above].largest;
+                    set.removeAt(above);
+                } else if (joins_below) {
+                    set.ranges[above - 1].largest = pn;
+                } else if (joins_above) {
+                    set.ranges[above].smallest = pn;
+                } else if (set.count < ranges_max) {
+                    var i: usize = set.count;
+                    while (i > above) : (i -= 1) set.ranges[i] = set.ranges[i - 1];
+                    set.ranges[above] = .{ .smallest = pn, .largest = pn };
+                    set.count += 1;
+                } else if (above == 0) {
+                    // Full, and this would be the oldest range: it is the one dropped.
+                    set.floor = pn + 1;
+                } else {
+                    // Full: drop the oldest range, shift the ones below pn down one slot.
+                    set.floor = set.ranges[0].largest + 1;
+                    var i: usize = 0;
+                    while (i + 1 < above) : (i += 1) set.ranges[i] = set.ranges[i + 1];
+                    set.ranges[above - 1] = .{ .smallest = pn, .largest = pn };
+                }
+            }
+
+            fn removeAt(set: *Set, index: usize) void {
+                assert(index < set.count);
+                var i = index;
+                while (i + 1 < set.count) : (i += 1) set.ranges[i] = set.ranges[i + 1];
+                set.count -= 1;
+            }
+        };
+
+        fn unpack(self: *const Self, slot: Slot) Range {
+            const largest = self.largest_received - slot.top_gap;
+            return .{ .smallest = largest - slot.span, .largest = largest };
+        }
+
+        fn load(self: *const Self) Set {
+            var set: Set = .{ .count = self.count, .floor = self.floor };
+            for (self.slots[0..self.count], 0..) |slot, i| set.ranges[i] = self.unpack(slot);
+            return set;
+        }
+
+        /// Packs `set` below `largest_received`. What 32 bits cannot say (a range 2^32 numbers
+        /// below the largest, or longer than 2^32) is cut with everything older: the floor
+        /// rises over it, as it does over a range dropped at capacity.
+        fn store(self: *Self, set: *const Set) void {
+            const u32_max = std.math.maxInt(u32);
+            var floor = set.floor;
+            var lowest: usize = set.count;
+            while (lowest > 0) {
+                const r = set.ranges[lowest - 1];
+                if (self.largest_received - r.largest > u32_max) {
+                    floor = @max(floor, r.largest + 1);
+                    break;
+                }
+                lowest -= 1;
+                if (r.largest - r.smallest > u32_max) {
+                    floor = @max(floor, r.largest - u32_max);
+                    break;
+                }
+            }
+            for (set.ranges[lowest..set.count], 0..) |r, i| {
+                const smallest = @max(r.smallest, floor);
+                self.slots[i] = .{ .top_gap = @intCast(self.largest_received - r.largest), .span = @intCast(r.largest - smallest) };
+            }
+            self.count = @intCast(set.count - lowest);
+            self.floor = floor;
+            self.assertInvariants();
+        }
+
         pub fn init(space: Space, max_ack_delay_us: u32) Self {
             return .{ .immediate = space != .application, .max_ack_delay_us = max_ack_delay_us };
         }
@@ -73,7 +160,8 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         /// processed again.
         pub fn isDuplicate(self: *const Self, pn: u64) bool {
             if (pn < self.floor) return true;
-            for (self.ranges[0..self.count]) |r| {
+            for (self.slots[0..self.count]) |slot| {
+                const r = self.unpack(slot);
                 if (pn >= r.smallest and pn <= r.largest) return true;
             }
             return false;
@@ -87,12 +175,14 @@ pub fn AckRanges(comptime ranges_max: u8) type {
             // Out of order: below the largest, or past a gap above it (13.2.1).
             const out_of_order = self.received_any and
                 (pn < self.largest_received or pn > self.largest_received + 1);
-            self.insert(pn);
+            var set = self.load();
+            set.insert(pn);
             if (!self.received_any or pn > self.largest_received) {
                 self.largest_received = pn;
                 self.largest_received_time_us = now_us;
                 self.received_any = true;
             }
+            self.store(&set);
             if (!ack_eliciting) return;
             self.ack_eliciting_unacked +|= 1;
             if (self.immediate or out_of_order or self.ack_eliciting_unacked >= 2) {
@@ -100,44 +190,6 @@ pub fn AckRanges(comptime ranges_max: u8) type {
             } else {
                 self.ack_deadline_us = @min(self.ack_deadline_us, now_us +| self.max_ack_delay_us);
             }
-            self.assertInvariants();
-        }
-
-        fn insert(self: *Self, pn: u64) void {
-            // The first range above pn; the one below it ends before pn (not a duplicate).
-            var above: usize = self.count;
-            while (above > 0 and self.ranges[above - 1].smallest > pn) above -= 1;
-            const joins_below = above > 0 and self.ranges[above - 1].largest + 1 == pn;
-            const joins_above = above < self.count and pn + 1 == self.ranges[above].smallest;
-            if (joins_below and joins_above) {
-                self.ranges[above - 1].largest = self.ranges[above].largest;
-                self.removeAt(above);
-            } else if (joins_below) {
-                self.ranges[above - 1].largest = pn;
-            } else if (joins_above) {
-                self.ranges[above].smallest = pn;
-            } else if (self.count < ranges_max) {
-                var i: usize = self.count;
-                while (i > above) : (i -= 1) self.ranges[i] = self.ranges[i - 1];
-                self.ranges[above] = .{ .smallest = pn, .largest = pn };
-                self.count += 1;
-            } else if (above == 0) {
-                // Full, and this would be the oldest range: it is the one dropped.
-                self.floor = pn + 1;
-            } else {
-                // Full: drop the oldest range, shift the ones below pn down one slot.
-                self.floor = self.ranges[0].largest + 1;
-                var i: usize = 0;
-                while (i + 1 < above) : (i += 1) self.ranges[i] = self.ranges[i + 1];
-                self.ranges[above - 1] = .{ .smallest = pn, .largest = pn };
-            }
-        }
-
-        fn removeAt(self: *Self, index: usize) void {
-            assert(index < self.count);
-            var i = index;
-            while (i + 1 < self.count) : (i += 1) self.ranges[i] = self.ranges[i + 1];
-            self.count -= 1;
         }
 
         /// Whether an ACK frame should go out in the packet being built now.
@@ -159,7 +211,7 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         /// frame writer may keep fewer to fit a packet: the newest are the ones that matter).
         pub fn writeRanges(self: *const Self, out: []Range) []Range {
             const n = @min(out.len, self.count);
-            for (out[0..n], 0..) |*slot, i| slot.* = self.ranges[self.count - 1 - i];
+            for (out[0..n], 0..) |*r, i| r.* = self.unpack(self.slots[self.count - 1 - i]);
             return out[0..n];
         }
 
@@ -172,25 +224,26 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         /// The peer acknowledged a packet of ours whose ACK frame's Largest Acknowledged was
         /// `largest_acked`: it knows every range up to there, which we stop sending (13.2.4).
         pub fn onAckAcknowledged(self: *Self, largest_acked: u64) void {
-            assert(largest_acked <= pn_max);
+            // Our ACK frame said no more than we had received.
+            assert(self.received_any and largest_acked <= self.largest_received);
             if (largest_acked < self.floor) return;
-            self.floor = largest_acked + 1;
-            var kept: usize = 0;
-            for (self.ranges[0..self.count]) |r| {
+            const old = self.load();
+            var set: Set = .{ .count = 0, .floor = largest_acked + 1 };
+            for (old.ranges[0..old.count]) |r| {
                 if (r.largest <= largest_acked) continue;
-                self.ranges[kept] = .{ .smallest = @max(r.smallest, self.floor), .largest = r.largest };
-                kept += 1;
+                set.ranges[set.count] = .{ .smallest = @max(r.smallest, set.floor), .largest = r.largest };
+                set.count += 1;
             }
-            self.count = @intCast(kept);
-            self.assertInvariants();
+            self.store(&set);
         }
 
         fn assertInvariants(self: *const Self) void {
             assert(self.count <= ranges_max);
-            for (self.ranges[0..self.count], 0..) |r, i| {
+            const set = self.load();
+            for (set.ranges[0..set.count], 0..) |r, i| {
                 assert(r.smallest <= r.largest and r.largest <= pn_max);
                 assert(r.smallest >= self.floor);
-                if (i > 0) assert(self.ranges[i - 1].largest + 1 < r.smallest);
+                if (i > 0) assert(set.ranges[i - 1].largest + 1 < r.smallest);
             }
         }
     };
@@ -325,7 +378,32 @@ test "max_ack_delay: the deadline is the earliest owed, counted afresh after an 
     try testing.expectEqual(@as(?u64, 25_200), a.ackDeadline());
 }
 
+test "32-bit slots: a jump past 2^32 drops what falls out, a range longer than 2^32 is cut" {
+    const u32_max: u64 = std.math.maxInt(u32);
+    var a = HandshakeAckRanges.init(.handshake, 25_000);
+    try a.onPacketReceived(5, true, 0);
+    try a.onPacketReceived(7, true, 0);
+    try a.onPacketReceived(7 + u32_max, true, 0); // 7 is exactly 2^32-1 below: kept
+    try expectRanges(&a, &.{ .{ .smallest = 7 + u32_max, .largest = 7 + u32_max }, .{ .smallest = 7, .largest = 7 } });
+    try testing.expectEqual(@as(u64, 6), a.floor); // 5 fell out
+    try a.onPacketReceived(9 + u32_max, true, 0); // now 7 falls out too
+    try expectRanges(&a, &.{ .{ .smallest = 9 + u32_max, .largest = 9 + u32_max }, .{ .smallest = 7 + u32_max, .largest = 7 + u32_max } });
+    try testing.expectEqual(@as(u64, 8), a.floor);
+    try testing.expect(a.isDuplicate(7) and !a.isDuplicate(8 + u32_max));
+
+    // A range that grows past 2^32 numbers keeps its newest 2^32.
+    var b = HandshakeAckRanges.init(.handshake, 25_000);
+    b.count = 1;
+    b.received_any = true;
+    b.largest_received = u32_max + 10;
+    b.slots[0] = .{ .top_gap = 0, .span = @intCast(u32_max) }; // 10 ..= 2^32 + 9
+    try b.onPacketReceived(u32_max + 11, true, 0);
+    try expectRanges(&b, &.{.{ .smallest = 11, .largest = u32_max + 11 }});
+    try testing.expectEqual(@as(u64, 11), b.floor);
+    try testing.expect(b.isDuplicate(10));
+}
+
 test "size at rest" {
     std.debug.print("\nquic/ack_ranges: @sizeOf HandshakeAckRanges={d} ApplicationAckRanges={d}\n", .{ @sizeOf(HandshakeAckRanges), @sizeOf(ApplicationAckRanges) });
-    try testing.expect(@sizeOf(ApplicationAckRanges) <= 320);
+    try testing.expect(@sizeOf(ApplicationAckRanges) <= 192);
 }
