@@ -436,3 +436,104 @@ test "sizes at rest" {
     try testing.expect(@sizeOf(Recovery) <= 1024);
     try testing.expect(@sizeOf(SentPacket) <= 24);
 }
+
+/// Checks that no packet is reported twice, acknowledged or lost.
+const CheckingSink = struct {
+    reported: [3]std.StaticBitSet(pn_limit) = .{ .initEmpty(), .initEmpty(), .initEmpty() },
+    count: u64 = 0,
+    twice: bool = false,
+    const pn_limit = 8192;
+
+    pub fn onAcked(self: *CheckingSink, space: Space, p: SentPacket) void {
+        self.note(space, p);
+    }
+
+    pub fn onLost(self: *CheckingSink, space: Space, p: SentPacket) void {
+        self.note(space, p);
+    }
+
+    fn note(self: *CheckingSink, space: Space, p: SentPacket) void {
+        const set = &self.reported[@intFromEnum(space)];
+        if (set.isSet(p.pn)) self.twice = true;
+        set.set(p.pn);
+        self.count += 1;
+    }
+};
+
+fn expectBooksBalance(r: *const Recovery, sent_count: u64, sink: *const CheckingSink) !void {
+    var records: u64 = 0;
+    var bytes: u64 = 0;
+    for (r.spaces) |sp| {
+        var ack_eliciting: u16 = 0;
+        for (sp.sent.items[0..sp.sent.len]) |p| {
+            bytes += p.bytes;
+            if (p.ack_eliciting) ack_eliciting += 1;
+        }
+        try testing.expectEqual(ack_eliciting, sp.ack_eliciting_in_flight);
+        records += sp.sent.len;
+        if (sp.sent.len == 0) try testing.expectEqual(@as(usize, 0), sp.sent.items.len);
+    }
+    try testing.expectEqual(records, r.packets_count);
+    try testing.expectEqual(bytes, r.cc.bytes_in_flight);
+    try testing.expectEqual(sent_count, records + sink.count);
+    try testing.expect(!sink.twice);
+    try testing.expect(r.cc.cwnd_bytes >= r.cc.minimumWindow());
+    if (r.packets_count == 0) try testing.expectEqual(@as(?u64, null), r.nextDeadline());
+}
+
+test "random sends, ACKs, timeouts and discards keep the books balanced" {
+    var prng = std.Random.DefaultPrng.init(0x9002);
+    const rand = prng.random();
+    var r = Recovery.init(.{ .packets_in_flight_max = 64 });
+    defer r.deinit(gpa);
+    r.onHandshakeConfirmed();
+    var sink: CheckingSink = .{};
+    var next_pn: [3]u64 = .{ 0, 0, 0 };
+    var sent_count: u64 = 0;
+    var now_us: u64 = 0;
+    var ranges_buf: [4]Range = undefined;
+    var discarded: [3]bool = .{ false, false, false };
+    for (0..6000) |_| {
+        now_us += rand.uintLessThan(u64, 5_000);
+        const space: Space = @enumFromInt(rand.uintLessThan(u2, 3));
+        const s = @intFromEnum(space);
+        if (discarded[s]) continue; // no keys: nothing is sent or read there any more
+        switch (rand.uintLessThan(u8, 10)) {
+            0...4 => if (r.canSend(1200, true) and next_pn[s] < CheckingSink.pn_limit) {
+                var p = packet(next_pn[s], now_us);
+                p.ack_eliciting = rand.boolean();
+                p.bytes = rand.intRangeAtMost(u16, 20, 1200);
+                try r.onPacketSent(gpa, space, p);
+                next_pn[s] += 1;
+                sent_count += 1;
+            },
+            5...7 => if (next_pn[s] > 0) {
+                // Mostly near the newest, as a peer acknowledges; sometimes old (reordered).
+                const back_max = if (rand.uintLessThan(u8, 4) == 0) next_pn[s] - 1 else @min(next_pn[s] - 1, 6);
+                var hi = next_pn[s] - 1 - rand.uintAtMost(u64, back_max);
+                var n: usize = 0;
+                const ranges_max: usize = if (rand.uintLessThan(u8, 4) == 0) ranges_buf.len else 1;
+                while (n < ranges_max) {
+                    const lo = hi - @min(hi, rand.uintAtMost(u64, 16));
+                    ranges_buf[n] = .{ .smallest = lo, .largest = hi };
+                    n += 1;
+                    if (lo < 2) break;
+                    hi = lo - 2 - rand.uintAtMost(u64, @min(lo - 2, 5));
+                }
+                _ = try r.onAckReceived(gpa, space, ranges_buf[0..n], rand.uintAtMost(u64, 50_000), now_us, &sink);
+                // One past what was sent is always refused, and changes nothing.
+                const unsent: []const Range = &.{.{ .smallest = next_pn[s], .largest = next_pn[s] }};
+                try testing.expectError(error.AckOfUnsentPacket, r.onAckReceived(gpa, space, unsent, 0, now_us, &sink));
+            },
+            8 => _ = r.onLossDetectionTimeout(gpa, now_us, &sink),
+            else => if (space != .application and rand.uintLessThan(u8, 20) == 0) {
+                // Discarded packets leave the books without a report.
+                sent_count -= r.spaces[s].sent.len;
+                r.discardSpace(gpa, space);
+                discarded[s] = true;
+            },
+        }
+        try expectBooksBalance(&r, sent_count, &sink);
+    }
+    try testing.expect(sink.count > 500); // enough traffic went through to mean something
+}
