@@ -266,6 +266,9 @@ test "a loss during recovery does not reduce the window twice; a later one does"
     _ = try ack(&r, .application, 5, 5, 0, 100_000, &sink);
     try sink.expect(&.{5}, &.{ 0, 1, 2 });
     try testing.expectEqual(@as(u64, 6_000), r.cc.cwnd_bytes);
+    // The recovery this ACK began holds back growth from what it acknowledged (RFC 9002 A.7
+    // handles the losses first), even toward congestion avoidance's next datagram.
+    try testing.expectEqual(@as(u64, 0), r.cc.avoidance_acked_bytes);
     _ = try ack(&r, .application, 9, 9, 0, 100_500, &sink);
     try sink.expect(&.{9}, &.{ 3, 4, 6 });
     try testing.expectEqual(@as(u64, 6_000), r.cc.cwnd_bytes);
