@@ -1,4 +1,5 @@
-//! NewReno congestion control and a pacer for one QUIC connection (RFC 9002 7, 7.7).
+//! Congestion control and a pacer for one QUIC connection: NewReno (RFC 9002 7, 7.7), or
+//! CUBIC (RFC 9438) chosen by a parameter behind the same calls.
 //!
 //! Sans-IO and allocation-free; `quic/recovery.zig` drives it (bytes sent, acknowledged, lost,
 //! the congestion events) and the connection asks it what may be sent: `sendAllowanceBytes`
@@ -6,7 +7,10 @@
 //! the peer's ECN counts and, when CE rose, calls `onEcnCe` with the send time of the largest
 //! packet the ACK acknowledged (`AckOutcome.largest_acked_time_sent_us`).
 //!
-//! Not here yet: CUBIC (RFC 9438), which would sit behind this same set of calls.
+//! The two differ only in congestion avoidance and in how much a congestion event takes
+//! away (1/2 for NewReno, 3/10 for CUBIC); slow start, recovery periods, persistent congestion,
+//! the minimum window and the pacer are shared. CUBIC's window function is computed in f64
+//! seconds and segments, as RFC 9438 writes it. Not done: CUBIC's spurious-loss undo (4.9).
 const std = @import("std");
 const assert = std.debug.assert;
 
@@ -16,6 +20,14 @@ const initial_window_floor_bytes: u64 = 14_720;
 /// sender below its window (RFC 9002 7.7's N).
 const pacing_gain_num: u64 = 5;
 const pacing_gain_den: u64 = 4;
+
+pub const Algorithm = enum(u1) { new_reno, cubic };
+
+/// RFC 9438 4.1 and 4.6: the cubic's constant (segments per second cubed) and the window
+/// kept on a congestion event; 4.3's additive increase that matches Reno's average rate.
+const cubic_c: f64 = 0.4;
+const cubic_beta: f64 = 0.7;
+const cubic_alpha: f64 = 3.0 * (1.0 - cubic_beta) / (1.0 + cubic_beta);
 
 pub fn initialWindowBytes(max_datagram_bytes: u16) u64 {
     const mds: u64 = max_datagram_bytes;
@@ -39,15 +51,28 @@ pub const Congestion = struct {
     pacer_tokens_bytes: u64,
     pacer_refill_us: u64 = 0,
     max_datagram_bytes: u16,
+    /// CUBIC: the window before the last reduction, its start, and the Reno-friendly
+    /// estimate (RFC 9438 4.2, 4.3). Unused by NewReno.
+    cubic_w_max_bytes: u64 = 0,
+    cubic_epoch_start_us: u64 = 0,
+    cubic_k_us: u64 = 0,
+    cubic_w_est_bytes: u64 = 0,
+    algorithm: Algorithm,
+    cubic_epoch_started: bool = false,
     in_recovery_period: bool = false,
     /// Set by the connection when it had less to send than the window allowed: an
     /// under-used window is not grown (RFC 9002 7.8).
     app_limited: bool = false,
 
-    pub fn init(max_datagram_bytes: u16) Congestion {
+    pub fn init(max_datagram_bytes: u16, algorithm: Algorithm) Congestion {
         assert(max_datagram_bytes >= 1200);
         const window = initialWindowBytes(max_datagram_bytes);
-        return .{ .cwnd_bytes = window, .pacer_tokens_bytes = window, .max_datagram_bytes = max_datagram_bytes };
+        return .{
+            .cwnd_bytes = window,
+            .pacer_tokens_bytes = window,
+            .max_datagram_bytes = max_datagram_bytes,
+            .algorithm = algorithm,
+        };
     }
 
     pub fn minimumWindow(self: *const Congestion) u64 {
@@ -73,7 +98,7 @@ pub const Congestion = struct {
 
     /// In-flight packets were acknowledged: `acked_bytes` in all, of which `growth_bytes` were
     /// sent outside the recovery period and may grow the window (RFC 9002 7.3.1, 7.3.3).
-    pub fn onPacketsAcked(self: *Congestion, acked_bytes: u64, growth_bytes: u64) void {
+    pub fn onPacketsAcked(self: *Congestion, acked_bytes: u64, growth_bytes: u64, now_us: u64, smoothed_rtt_us: u64) void {
         assert(growth_bytes <= acked_bytes);
         assert(acked_bytes <= self.bytes_in_flight);
         self.bytes_in_flight -= acked_bytes;
@@ -86,12 +111,63 @@ pub const Congestion = struct {
             left -= step;
         }
         if (left == 0) return;
-        // Congestion avoidance: one datagram per window of bytes acknowledged.
-        self.avoidance_acked_bytes += left;
+        switch (self.algorithm) {
+            .new_reno => self.renoAvoidance(left),
+            .cubic => self.cubicAvoidance(left, now_us, smoothed_rtt_us),
+        }
+    }
+
+    /// NewReno's congestion avoidance: one datagram per window of bytes acknowledged.
+    fn renoAvoidance(self: *Congestion, acked_bytes: u64) void {
+        self.avoidance_acked_bytes += acked_bytes;
         while (self.avoidance_acked_bytes >= self.cwnd_bytes) {
             self.avoidance_acked_bytes -= self.cwnd_bytes;
             self.cwnd_bytes += self.max_datagram_bytes;
         }
+    }
+
+    /// RFC 9438 4.2-4.4: toward W_cubic(t + RTT), by at most half the window per window
+    /// acknowledged, and never below what Reno would have reached.
+    fn cubicAvoidance(self: *Congestion, acked_bytes: u64, now_us: u64, smoothed_rtt_us: u64) void {
+        if (!self.cubic_epoch_started) {
+            // Avoidance without a reduction first (after slow start ended at ssthresh, or after
+            // persistent congestion): the curve starts at its plateau, here.
+            self.startCubicEpoch(self.cwnd_bytes, now_us);
+        }
+        const cwnd: f64 = @floatFromInt(self.cwnd_bytes);
+        const acked: f64 = @floatFromInt(acked_bytes);
+        const mds: f64 = @floatFromInt(self.max_datagram_bytes);
+        const w_est = @as(f64, @floatFromInt(self.cubic_w_est_bytes)) + cubic_alpha * mds * acked / cwnd;
+        self.cubic_w_est_bytes = @intFromFloat(w_est);
+        const elapsed_us = now_us -| self.cubic_epoch_start_us;
+        const w_cubic = self.cubicWindowBytes(elapsed_us);
+        if (w_cubic < w_est) {
+            self.cwnd_bytes = @max(self.cwnd_bytes, self.cubic_w_est_bytes);
+            return;
+        }
+        const target = std.math.clamp(self.cubicWindowBytes(elapsed_us +| smoothed_rtt_us), cwnd, 1.5 * cwnd);
+        self.cwnd_bytes += @intFromFloat((target - cwnd) * acked / cwnd);
+    }
+
+    /// W_cubic(t) = C * (t - K)^3 + W_max, in bytes (RFC 9438 4.2).
+    pub fn cubicWindowBytes(self: *const Congestion, elapsed_us: u64) f64 {
+        const t_s = @as(f64, @floatFromInt(elapsed_us)) / 1e6;
+        const k_s = @as(f64, @floatFromInt(self.cubic_k_us)) / 1e6;
+        const mds: f64 = @floatFromInt(self.max_datagram_bytes);
+        const w_max: f64 = @floatFromInt(self.cubic_w_max_bytes);
+        return @max(0.0, cubic_c * std.math.pow(f64, t_s - k_s, 3) * mds + w_max);
+    }
+
+    fn startCubicEpoch(self: *Congestion, w_max_bytes: u64, now_us: u64) void {
+        self.cubic_epoch_started = true;
+        self.cubic_epoch_start_us = now_us;
+        self.cubic_w_max_bytes = w_max_bytes;
+        self.cubic_w_est_bytes = self.cwnd_bytes;
+        // K = cbrt((W_max - cwnd_epoch) / C), in segments and seconds: when the curve climbs
+        // back from the window it starts at to W_max.
+        const below_bytes: f64 = @floatFromInt(w_max_bytes -| self.cwnd_bytes);
+        const k_s = std.math.cbrt(below_bytes / @as(f64, @floatFromInt(self.max_datagram_bytes)) / cubic_c);
+        self.cubic_k_us = @intFromFloat(k_s * 1e6);
     }
 
     /// In-flight bytes left the network without an acknowledgement: declared lost, or their
@@ -107,9 +183,20 @@ pub const Congestion = struct {
         if (self.inRecovery(time_sent_us)) return false;
         self.in_recovery_period = true;
         self.recovery_start_us = now_us;
-        self.ssthresh_bytes = @max(self.cwnd_bytes / 2, self.minimumWindow());
+        const before_bytes = self.cwnd_bytes;
+        const kept_bytes = switch (self.algorithm) {
+            .new_reno => before_bytes / 2,
+            .cubic => before_bytes * 7 / 10,
+        };
+        self.ssthresh_bytes = @max(kept_bytes, self.minimumWindow());
         self.cwnd_bytes = self.ssthresh_bytes;
         self.avoidance_acked_bytes = 0;
+        if (self.algorithm == .cubic) {
+            // Fast convergence (RFC 9438 4.7): a flow losing ground releases more of it.
+            const converging = self.cubic_epoch_started and before_bytes < self.cubic_w_max_bytes;
+            const w_max = if (converging) before_bytes * 17 / 20 else before_bytes;
+            self.startCubicEpoch(w_max, now_us);
+        }
         return true;
     }
 
@@ -125,6 +212,7 @@ pub const Congestion = struct {
         self.cwnd_bytes = self.minimumWindow();
         self.in_recovery_period = false;
         self.avoidance_acked_bytes = 0;
+        self.cubic_epoch_started = false; // CUBIC starts afresh from slow start (RFC 9438 4.8)
     }
 
     /// When a packet of `bytes` may leave by the pacer: `now_us` or later.
@@ -156,15 +244,15 @@ test "the initial and minimum windows (RFC 9002 7.2)" {
     try testing.expectEqual(@as(u64, 14_720), initialWindowBytes(1472));
     try testing.expectEqual(@as(u64, 18_000), initialWindowBytes(9000));
     try testing.expectEqual(@as(u64, 2400), minimumWindowBytes(1200));
-    const c = Congestion.init(1200);
+    const c = Congestion.init(1200, .new_reno);
     try testing.expectEqual(@as(u64, 12_000), c.sendAllowanceBytes());
 }
 
 test "slow start doubles per round trip, then congestion avoidance adds one datagram per window" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     c.onPacketSent(12_000, 0, 100_000);
     try testing.expectEqual(@as(u64, 0), c.sendAllowanceBytes());
-    c.onPacketsAcked(12_000, 12_000);
+    c.onPacketsAcked(12_000, 12_000, 0, 100_000);
     try testing.expectEqual(@as(u64, 24_000), c.cwnd_bytes);
     // A loss halves it and sets ssthresh; what is acknowledged after, sent after, grows linearly.
     c.onPacketSent(24_000, 1_000, 100_000);
@@ -172,26 +260,26 @@ test "slow start doubles per round trip, then congestion avoidance adds one data
     try testing.expectEqual(@as(u64, 12_000), c.cwnd_bytes);
     try testing.expectEqual(@as(u64, 12_000), c.ssthresh_bytes);
     c.onBytesGone(1_200);
-    c.onPacketsAcked(22_800, 0); // sent before the recovery began: no growth
+    c.onPacketsAcked(22_800, 0, 0, 100_000); // sent before the recovery began: no growth
     try testing.expectEqual(@as(u64, 12_000), c.cwnd_bytes);
     c.onPacketSent(12_000, 3_000, 100_000);
-    c.onPacketsAcked(11_999, 11_999);
+    c.onPacketsAcked(11_999, 11_999, 0, 100_000);
     try testing.expectEqual(@as(u64, 12_000), c.cwnd_bytes);
-    c.onPacketsAcked(1, 1); // a whole window acknowledged: one datagram more
+    c.onPacketsAcked(1, 1, 0, 100_000); // a whole window acknowledged: one datagram more
     try testing.expectEqual(@as(u64, 13_200), c.cwnd_bytes);
 }
 
 test "slow start stops at ssthresh mid-acknowledgement" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     c.ssthresh_bytes = 13_000;
     c.onPacketSent(12_000, 0, 1);
-    c.onPacketsAcked(12_000, 12_000); // 1_000 by slow start, 11_000 toward avoidance
+    c.onPacketsAcked(12_000, 12_000, 0, 100_000); // 1_000 by slow start, 11_000 toward avoidance
     try testing.expectEqual(@as(u64, 13_000), c.cwnd_bytes);
     try testing.expectEqual(@as(u64, 11_000), c.avoidance_acked_bytes);
 }
 
 test "a loss during recovery does not reduce twice; one sent after does" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     c.onPacketSent(12_000, 0, 1);
     try testing.expect(c.onCongestionEvent(0, 10));
     try testing.expect(!c.onCongestionEvent(5, 20)); // sent before recovery started at 10
@@ -204,28 +292,28 @@ test "a loss during recovery does not reduce twice; one sent after does" {
 }
 
 test "ECN-CE is a congestion event; persistent congestion collapses to the minimum" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     c.onEcnCe(0, 1);
     try testing.expectEqual(@as(u64, 6_000), c.cwnd_bytes);
     c.onPersistentCongestion();
     try testing.expectEqual(@as(u64, 2_400), c.cwnd_bytes);
     try testing.expect(!c.inRecovery(0));
     c.onPacketSent(2_400, 2, 1);
-    c.onPacketsAcked(2_400, 2_400); // below ssthresh (6_000): slow start again
+    c.onPacketsAcked(2_400, 2_400, 0, 100_000); // below ssthresh (6_000): slow start again
     try testing.expectEqual(@as(u64, 4_800), c.cwnd_bytes);
 }
 
 test "an app-limited sender does not grow its window" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     c.app_limited = true;
     c.onPacketSent(1_200, 0, 1);
-    c.onPacketsAcked(1_200, 1_200);
+    c.onPacketsAcked(1_200, 1_200, 0, 100_000);
     try testing.expectEqual(@as(u64, 12_000), c.cwnd_bytes);
     try testing.expectEqual(@as(u64, 0), c.bytes_in_flight);
 }
 
 test "pacing: a burst of the initial window, then 5/4 cwnd per smoothed RTT" {
-    var c = Congestion.init(1200);
+    var c = Congestion.init(1200, .new_reno);
     const rtt_us: u64 = 100_000;
     try testing.expectEqual(@as(u64, 0), c.nextSendTimeUs(12_000, 0, rtt_us));
     c.onPacketSent(12_000, 0, rtt_us);
@@ -240,7 +328,71 @@ test "pacing: a burst of the initial window, then 5/4 cwnd per smoothed RTT" {
     try testing.expectEqual(@as(u64, 10_000_000 + 8_000), c.nextSendTimeUs(13_200, 10_000_000, rtt_us));
 }
 
+test "CUBIC: a loss keeps 7/10 of the window, and the curve climbs back to W_max at K" {
+    var c = Congestion.init(1200, .cubic);
+    c.cwnd_bytes = 120_000; // 100 segments
+    c.bytes_in_flight = 120_000;
+    try testing.expect(c.onCongestionEvent(0, 1_000_000));
+    try testing.expectEqual(@as(u64, 84_000), c.cwnd_bytes);
+    try testing.expectEqual(@as(u64, 84_000), c.ssthresh_bytes);
+    try testing.expectEqual(@as(u64, 120_000), c.cubic_w_max_bytes);
+    // K = cbrt(100 * 0.3 / 0.4) = cbrt(75) s
+    try testing.expectApproxEqAbs(std.math.cbrt(@as(f64, 75.0)) * 1e6, @as(f64, @floatFromInt(c.cubic_k_us)), 1.0);
+    try testing.expectApproxEqAbs(84_000.0, c.cubicWindowBytes(0), 1.0);
+    try testing.expectApproxEqAbs(120_000.0, c.cubicWindowBytes(c.cubic_k_us), 1.0);
+    try testing.expect(c.cubicWindowBytes(c.cubic_k_us + 1_000_000) > 120_000.0); // convex past it
+
+    // A window acknowledged per 100 ms RTT after the recovery: the window grows, concave
+    // below W_max, and never more than half of itself per window.
+    var now_us: u64 = 1_000_000;
+    var previous = c.cwnd_bytes;
+    while (now_us < 1_000_000 + c.cubic_k_us) : (now_us += 100_000) {
+        c.onPacketsAcked(c.cwnd_bytes, c.cwnd_bytes, now_us + 1, 100_000);
+        c.bytes_in_flight += c.cwnd_bytes;
+        try testing.expect(c.cwnd_bytes >= previous and c.cwnd_bytes <= previous + previous / 2);
+        previous = c.cwnd_bytes;
+    }
+    try testing.expect(c.cwnd_bytes > 110_000 and c.cwnd_bytes < 125_000);
+}
+
+test "CUBIC: fast convergence lowers W_max when losses come below it; NewReno halves" {
+    var c = Congestion.init(1200, .cubic);
+    c.cwnd_bytes = 120_000;
+    _ = c.onCongestionEvent(0, 10);
+    try testing.expect(c.onCongestionEvent(20, 30)); // sent after the first: a new event
+    try testing.expectEqual(@as(u64, 84_000 * 7 / 10), c.cwnd_bytes);
+    try testing.expectEqual(@as(u64, 84_000 * 17 / 20), c.cubic_w_max_bytes);
+    var r = Congestion.init(1200, .new_reno);
+    r.cwnd_bytes = 120_000;
+    _ = r.onCongestionEvent(0, 10);
+    try testing.expectEqual(@as(u64, 60_000), r.cwnd_bytes);
+}
+
+test "CUBIC: the Reno-friendly estimate wins while the cubic is flat" {
+    var c = Congestion.init(1200, .cubic);
+    c.ssthresh_bytes = 12_000; // avoidance from the start, no reduction: K = 0, W_max = cwnd
+    c.bytes_in_flight = 1_000_000;
+    // Short RTT, acks over 10 ms: the cubic barely moves, Reno's line (alpha ~0.53
+    // segments per window) carries the window.
+    var now_us: u64 = 0;
+    while (now_us < 10_000) : (now_us += 1_000) c.onPacketsAcked(12_000, 12_000, now_us, 1_000);
+    try testing.expect(c.cwnd_bytes >= 12_000 + 5 * 600);
+    try testing.expect(c.cubic_w_est_bytes <= c.cwnd_bytes);
+}
+
+test "CUBIC: persistent congestion restarts from slow start" {
+    var c = Congestion.init(1200, .cubic);
+    c.cwnd_bytes = 120_000;
+    _ = c.onCongestionEvent(0, 10);
+    c.onPersistentCongestion();
+    try testing.expectEqual(@as(u64, 2_400), c.cwnd_bytes);
+    try testing.expect(!c.cubic_epoch_started);
+    c.bytes_in_flight = 2_400;
+    c.onPacketsAcked(2_400, 2_400, 20, 100_000);
+    try testing.expectEqual(@as(u64, 4_800), c.cwnd_bytes); // slow start below ssthresh
+}
+
 test "size at rest" {
     std.debug.print("\nquic/congestion: @sizeOf Congestion={d}\n", .{@sizeOf(Congestion)});
-    try testing.expect(@sizeOf(Congestion) <= 64);
+    try testing.expect(@sizeOf(Congestion) <= 96);
 }

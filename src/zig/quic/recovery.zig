@@ -72,6 +72,7 @@ pub const SentPacket = struct {
 pub const Config = struct {
     max_datagram_bytes: u16 = 1200,
     packets_in_flight_max: u16 = 1024,
+    congestion_algorithm: congestion.Algorithm = .new_reno,
 };
 
 pub const Error = error{
@@ -241,7 +242,7 @@ pub const Recovery = struct {
             .initial_acks = ack_ranges.HandshakeAckRanges.init(.initial, our_delay_us),
             .handshake_acks = ack_ranges.HandshakeAckRanges.init(.handshake, our_delay_us),
             .application_acks = ack_ranges.ApplicationAckRanges.init(.application, our_delay_us),
-            .cc = Congestion.init(config.max_datagram_bytes),
+            .cc = Congestion.init(config.max_datagram_bytes, config.congestion_algorithm),
             .packets_max = config.packets_in_flight_max,
         };
     }
@@ -441,7 +442,7 @@ pub const Recovery = struct {
             self.cc.onPersistentCongestion();
             growth_bytes = acked.in_flight_bytes;
         }
-        self.cc.onPacketsAcked(acked.in_flight_bytes, growth_bytes);
+        self.cc.onPacketsAcked(acked.in_flight_bytes, growth_bytes, now_us, self.rtt.smoothed_us);
     }
 
     /// The loss detection timer fired (or the connection's deadline passed, which is the same

@@ -484,10 +484,15 @@ fn expectBooksBalance(r: *const Recovery, sent_count: u64, sink: *const Checking
     if (r.packets_count == 0) try testing.expectEqual(@as(?u64, null), r.nextDeadline());
 }
 
-test "random sends, ACKs, timeouts and discards keep the books balanced" {
+test "random sends, ACKs, timeouts and discards keep the books balanced, NewReno and CUBIC" {
+    try randomBooks(.new_reno);
+    try randomBooks(.cubic);
+}
+
+fn randomBooks(algorithm: @import("congestion.zig").Algorithm) !void {
     var prng = std.Random.DefaultPrng.init(0x9002);
     const rand = prng.random();
-    var r = Recovery.init(.{ .packets_in_flight_max = 64 });
+    var r = Recovery.init(.{ .packets_in_flight_max = 64, .congestion_algorithm = algorithm });
     defer r.deinit(gpa);
     r.onHandshakeConfirmed();
     var sink: CheckingSink = .{};
