@@ -73,6 +73,8 @@ pub const Config = struct {
     max_datagram_bytes: u16 = 1200,
     packets_in_flight_max: u16 = 1024,
     congestion_algorithm: congestion.Algorithm = .new_reno,
+    /// Our max_ack_delay transport parameter: how long an Application ACK may wait.
+    max_ack_delay_us: u32 = @intCast(ack_ranges.max_ack_delay_us_default),
 };
 
 pub const Error = error{
@@ -224,7 +226,8 @@ pub const Recovery = struct {
     rtt: Rtt = .{},
     cc: Congestion,
     loss_timer_us: u64 = never,
-    /// The peer's max_ack_delay transport parameter (at most 2^14 ms).
+    /// The peer's max_ack_delay transport parameter (at most 2^14 ms): the connection sets it
+    /// when the peer's transport parameters arrive.
     peer_max_ack_delay_us: u32 = @intCast(ack_ranges.max_ack_delay_us_default),
     packets_max: u16,
     /// Records held in all spaces.
@@ -237,7 +240,7 @@ pub const Recovery = struct {
 
     pub fn init(config: Config) Recovery {
         assert(config.packets_in_flight_max > 2 * probe_reserve);
-        const our_delay_us: u32 = @intCast(ack_ranges.max_ack_delay_us_default);
+        const our_delay_us = config.max_ack_delay_us;
         return .{
             .initial_acks = ack_ranges.HandshakeAckRanges.init(.initial, our_delay_us),
             .handshake_acks = ack_ranges.HandshakeAckRanges.init(.handshake, our_delay_us),

@@ -426,6 +426,13 @@ test "the receive side: the ACK's deadline joins the connection's one deadline" 
     try testing.expectError(error.DuplicatePacket, r.onPacketReceived(.application, 1, true, 4_000));
     r.onAckAcknowledged(.application, 1);
     try testing.expectEqual(@as(usize, 0), r.writeAck(.application, 5_000, &out).ranges.len);
+
+    var quick = Recovery.init(.{ .max_ack_delay_us = 10_000 });
+    defer quick.deinit(gpa);
+    try quick.onPacketReceived(.application, 0, true, 0);
+    try testing.expectEqual(@as(?u64, 10_000), quick.nextDeadline());
+    try quick.onPacketReceived(.handshake, 0, true, 5);
+    try testing.expectEqual(@as(?u64, 5), quick.nextDeadline()); // Handshake: at once
 }
 
 test "sizes at rest" {
