@@ -47,6 +47,10 @@ test {
     _ = @import("quic/suite.zig");
     _ = @import("quic/tls.zig");
     _ = @import("quic/tls_tests.zig");
+    _ = @import("quic/ack_ranges.zig");
+    _ = @import("quic/recovery.zig");
+    _ = @import("quic/recovery_tests.zig");
+    _ = @import("quic/congestion.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
