@@ -266,6 +266,8 @@ pub const Decoder = struct {
             rest = rest[take..];
             const used = try self.applyAll(self.pending.items);
             const left = self.pending.items.len - used;
+            // A partial instruction is shorter than the longest whole one.
+            if (left >= self.instructionBytesMax()) return error.EncoderStream;
             std.mem.copyForwards(u8, self.pending.items[0..left], self.pending.items[used..]);
             self.pending.shrinkRetainingCapacity(left);
         }
