@@ -196,7 +196,7 @@ const Chunk = struct { encoder_stream: bool, stream_id: u64, bytes: []const u8 }
 fn nextChunk(input: []const u8, pos: *usize) ?Chunk {
     if (input.len - pos.* < 2) return null;
     const tag = input[pos.*];
-    const len = @min(input[pos.* + 1], input.len - pos.* - 2);
+    const len: usize = @min(input[pos.* + 1], input.len - pos.* - 2);
     const bytes = input[pos.* + 2 ..][0..len];
     pos.* += 2 + len;
     return .{ .encoder_stream = tag & 1 == 1, .stream_id = 4 * @as(u64, tag >> 1), .bytes = bytes };
