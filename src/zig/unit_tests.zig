@@ -45,6 +45,14 @@ test {
     _ = @import("websocket/deflate.zig");
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
+    // HTTP/3's wire layer: frames, QPACK
+    _ = @import("http3/frames.zig");
+    _ = @import("http3/frame_reader.zig");
+    _ = @import("http3/frames_tests.zig");
+    _ = @import("http3/qpack.zig");
+    _ = @import("http3/qpack_decoder.zig");
+    _ = @import("http3/qpack_decoder_tests.zig");
+    _ = @import("http3/qpack_encoder.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
@@ -53,4 +61,5 @@ test {
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
     _ = @import("testing/fuzz_http2.zig");
+    _ = @import("testing/fuzz_http3.zig");
 }
