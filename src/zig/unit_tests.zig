@@ -51,6 +51,14 @@ test {
     _ = @import("quic/recovery.zig");
     _ = @import("quic/recovery_tests.zig");
     _ = @import("quic/congestion.zig");
+    // HTTP/3's wire layer: frames, QPACK
+    _ = @import("http3/frames.zig");
+    _ = @import("http3/frame_reader.zig");
+    _ = @import("http3/frames_tests.zig");
+    _ = @import("http3/qpack.zig");
+    _ = @import("http3/qpack_decoder.zig");
+    _ = @import("http3/qpack_decoder_tests.zig");
+    _ = @import("http3/qpack_encoder.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
@@ -59,4 +67,5 @@ test {
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
     _ = @import("testing/fuzz_http2.zig");
+    _ = @import("testing/fuzz_http3.zig");
 }
