@@ -51,6 +51,12 @@ test {
     _ = @import("quic/recovery.zig");
     _ = @import("quic/recovery_tests.zig");
     _ = @import("quic/congestion.zig");
+    _ = @import("quic/varint.zig");
+    _ = @import("quic/packet.zig");
+    _ = @import("quic/protection.zig");
+    _ = @import("quic/frames.zig");
+    _ = @import("quic/transport_params.zig");
+    _ = @import("quic/stateless_reset.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");
@@ -68,4 +74,5 @@ test {
     _ = @import("testing/fuzz_http1.zig");
     _ = @import("testing/fuzz_http2.zig");
     _ = @import("testing/fuzz_http3.zig");
+    _ = @import("testing/fuzz_quic.zig");
 }

@@ -291,10 +291,11 @@ fn unhex(comptime s: []const u8) [s.len / 2]u8 {
     return out;
 }
 
-const a2_dcid = "8394c8f03e515708";
+// RFC 9001 Appendix A's packets, public for the fuzz target's seed corpus.
+pub const a2_dcid = "8394c8f03e515708";
 /// RFC 9001 A.2: the client Initial's CRYPTO frame (its ClientHello), padded with PADDING
 /// frames to 1162 bytes of payload.
-const a2_crypto_hex =
+pub const a2_crypto_hex =
     "060040f1010000ed0303ebf8fa56f12939b9584a3896472ec40bb863cfd3e868" ++
     "04fe3a47f06a2b69484c00000413011302010000c000000010000e00000b6578" ++
     "616d706c652e636f6dff01000100000a00080006001d00170018001000070005" ++
@@ -303,8 +304,8 @@ const a2_crypto_hex =
     "0d0010000e0403050306030203080408050806002d00020101001c0002400100" ++
     "3900320408ffffffffffffffff05048000ffff07048000ffff08011001048000" ++
     "75300901100f088394c8f03e51570806048000ffff";
-const a2_header_hex = "c300000001088394c8f03e5157080000449e00000002";
-const a2_packet_hex =
+pub const a2_header_hex = "c300000001088394c8f03e5157080000449e00000002";
+pub const a2_packet_hex =
     "c000000001088394c8f03e5157080000449e7b9aec34d1b1c98dd7689fb8ec11" ++
     "d242b123dc9bd8bab936b47d92ec356c0bab7df5976d27cd449f63300099f399" ++
     "1c260ec4c60d17b31f8429157bb35a1282a643a8d2262cad67500cadb8e7378c" ++
@@ -350,7 +351,7 @@ const a3_payload_hex =
     "88cfc79825df566dc5430b9a045a1200130100002e00330024001d00209d3c94" ++
     "0d89690b84d08a60993c144eca684d1081287c834d5311bcf32bb9da1a002b00" ++
     "020304";
-const a3_packet_hex =
+pub const a3_packet_hex =
     "cf000000010008f067a5502a4262b5004075c0d95a482cd0991cd25b0aac406a" ++
     "5816b6394100f37a1c69797554780bb38cc5a99f5ede4cf73c3ec2493a1839b3" ++
     "dbcba3f6ea46c5b7684df3548e7ddeb9c3bf9c73cc3f3bded74b562bfb19fb84" ++
