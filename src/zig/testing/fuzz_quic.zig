@@ -52,7 +52,7 @@ fn feature(comptime kind: u8, value: u64) void {
     features.set(@intCast(hasher.final() % Features.bit_length));
 }
 
-pub const Target = enum(u8) { datagram = 0, frames = 1, transport_params = 2 };
+pub const Target = enum(u8) { datagram = 0, frames = 1, transport_params = 2, sealed = 3 };
 
 /// Checks one input; error.InvariantViolated (with `last_failure`) if the code broke its
 /// contract. A panic is a failure too (the runners keep safety checks on).
@@ -60,10 +60,11 @@ pub fn checkOne(raw: []const u8) Failure!void {
     features = Features.initEmpty();
     if (raw.len == 0) return;
     const input = raw[1..@min(raw.len, max_input_bytes)];
-    const target: Target = switch (raw[0] % 3) {
+    const target: Target = switch (raw[0] % 4) {
         0 => .datagram,
         1 => .frames,
-        else => .transport_params,
+        2 => .transport_params,
+        else => .sealed,
     };
     feature('t', @intFromEnum(target));
     switch (target) {
@@ -74,7 +75,41 @@ pub fn checkOne(raw: []const u8) Failure!void {
             try checkFrames(input[1..], kinds[input[0] % kinds.len], if (input[0] & 0x80 != 0) .server else .client);
         },
         .transport_params => try checkTransportParams(input),
+        .sealed => try checkSealed(input),
     }
+}
+
+var sealed_buf: [max_input_bytes + 128]u8 = undefined;
+
+/// Mutated packets never authenticate, so this target seals its input first: a packet
+/// number and a DCID from the first bytes, the rest as frames, built into an Initial or a
+/// 1-RTT packet, protected, then parsed and unprotected as received. The frames must come
+/// back, the packet number too, then they are walked like the frames target.
+fn checkSealed(input: []const u8) Failure!void {
+    if (input.len < 6) return;
+    const pn_len: usize = (input[0] & 3) + 1;
+    const largest = std.mem.readInt(u32, input[1..5], .big);
+    const pn: u64 = @as(u64, largest) + 1 + (input[0] >> 2);
+    const dcid = input[6..][0..@min(input[5] % (packet.cid_len_max + 1), input.len - 6)];
+    const payload = input[6 + dcid.len ..];
+    const padding = protection.payloadLenMin(pn_len) -| payload.len;
+    const one_rtt = input[0] & 0x80 != 0;
+    const keys = if (one_rtt) protection.Keys.init(&fixed_secret) else protection.initialKeys(dcid).client;
+    const b = if (one_rtt)
+        packet.writeShortHeader(&sealed_buf, dcid, pn, pn_len, 0, false) catch unreachable
+    else
+        packet.writeLongHeader(&sealed_buf, .{ .long_type = .initial, .dcid = dcid, .scid = "s", .pn = pn, .pn_len = pn_len }, payload.len + padding, protection.tag_len) catch unreachable;
+    @memcpy(sealed_buf[b.header_len..][0..payload.len], payload);
+    @memset(sealed_buf[b.header_len + payload.len ..][0..padding], 0);
+    const len = b.header_len + payload.len + padding + protection.tag_len;
+    protection.protect(&keys, sealed_buf[0..len], b.pn_offset, pn);
+    const h = packet.parse(sealed_buf[0..len], dcid.len) catch return check(false, "a sealed packet parses");
+    try check(h.len == len and h.pn_offset == b.pn_offset, "a sealed packet's bounds are found");
+    const opened = protection.unprotect(&keys, sealed_buf[0..len], h.pn_offset, largest) catch return check(false, "a sealed packet opens");
+    try check(opened.header.pn == pn, "the packet number comes back");
+    try check(std.mem.eql(u8, opened.payload[0..payload.len], payload), "the frames come back");
+    feature('s', @intFromBool(one_rtt));
+    try checkFrames(opened.payload, if (one_rtt) .one_rtt else .initial, .client);
 }
 
 var datagram_buf: [max_input_bytes]u8 = undefined;
@@ -162,10 +197,13 @@ fn checkFrames(payload: []const u8, kind: packet.Kind, sender: frames.Sender) Fa
     var count: usize = 0;
     while (true) : (count += 1) {
         const frame = it.next() catch |err| {
-            feature('e', @intFromError(err) ^ (it.failed_type << 8));
+            feature('e', @as(u64, @intFromError(err)) ^ (@as(u64, @min(it.failed_type, 0x20)) << 16));
             try check((it.next() catch null) == null, "the walk ends at an error");
             return;
-        } orelse break;
+        } orelse {
+            feature('n', std.math.log2_int_ceil(usize, count + 1));
+            break;
+        };
         try check(count < payload.len, "frames each take a byte at least");
         feature('f', @intFromEnum(std.meta.activeTag(frame)));
         try checkFrameSlices(payload, frame);
@@ -266,7 +304,9 @@ pub const corpus = [_][]const u8{
     &([_]u8{ 1, 0 } ++ unhex("06004005" ++ "6869686968" ++ "1c0700026f6b" ++ "000000" ++ "01")),
     &([_]u8{ 1, 0x83 } ++ unhex("1e07026869" ++ "1a0102030405060708" ++ "1b0102030405060708" ++ "1d0500" ++ "10405012400a13011401150102160117021904")),
     &([_]u8{2} ++ unhex("0408ffffffffffffffff05048000ffff07048000ffff0801100104800075300901100f088394c8f03e51570806048000ffff")),
-    &([_]u8{2} ++ unhex("0f0101" ++ "0a0114" ++ "0b027fff" ++ "0e0102" ++ "0c00" ++ "03024400" ++ "9b0474657374")),
+    &([_]u8{ 3, 0x01, 0, 0, 0, 9, 8 } ++ "abcdefgh".* ++ unhex("0600056869686968" ++ "0200000000")),
+    &([_]u8{ 3, 0x82, 0xff, 0xff, 0xff, 0xf0, 0 } ++ unhex("0f0400036162631c0700026f6b")),
+    &([_]u8{2} ++ unhex("0f0101" ++ "0a0114" ++ "0b027fff" ++ "0e0102" ++ "0c00" ++ "030244b0" ++ "1b0474657374")),
 };
 
 const testing = std.testing;
@@ -275,18 +315,21 @@ test "fuzz quic: the seed corpus passes every check" {
     for (corpus) |input| try checkOne(input);
 }
 
+fn reaches(input: []const u8, comptime kind: u8, value: u64) !bool {
+    try checkOne(input);
+    const reached = features;
+    features = Features.initEmpty();
+    feature(kind, value);
+    return reached.supersetOf(features);
+}
+
 test "fuzz quic: the seeds reach what they are for" {
-    // The A.2 Initial opens (feature 'o') and its CRYPTO frame is walked.
-    try checkOne(corpus[0]);
-    var reached = features;
-    features = Features.initEmpty();
-    feature('o', @intFromEnum(packet.Kind.initial));
-    try testing.expect(reached.supersetOf(features));
-    try checkOne(corpus[9]);
-    reached = features;
-    features = Features.initEmpty();
-    feature('y', 0);
-    try testing.expect(reached.supersetOf(features));
+    // The A.2 Initial opens and protects back; the sealed seeds open; parameters decode.
+    try testing.expect(try reaches(corpus[0], 'o', @intFromEnum(packet.Kind.initial)));
+    try testing.expect(try reaches(corpus[9], 'y', 0));
+    try testing.expect(try reaches(corpus[10], 's', 0));
+    try testing.expect(try reaches(corpus[11], 's', 1));
+    try testing.expect(try reaches(corpus[12], 'y', 1));
 }
 
 test "fuzz quic: a fixed run of mutated inputs" {
