@@ -311,7 +311,7 @@ pub const corpus = [_][]const u8{
 
 const testing = std.testing;
 
-test "fuzz quic: the seed corpus passes every check" {
+test "fuzz: quic, the seed corpus passes every check" {
     for (corpus) |input| try checkOne(input);
 }
 
@@ -323,7 +323,7 @@ fn reaches(input: []const u8, comptime kind: u8, value: u64) !bool {
     return reached.supersetOf(features);
 }
 
-test "fuzz quic: the seeds reach what they are for" {
+test "fuzz: quic, the seeds reach what they are for" {
     // The A.2 Initial opens and protects back; the sealed seeds open; parameters decode.
     try testing.expect(try reaches(corpus[0], 'o', @intFromEnum(packet.Kind.initial)));
     try testing.expect(try reaches(corpus[9], 'y', 0));
@@ -332,7 +332,7 @@ test "fuzz quic: the seeds reach what they are for" {
     try testing.expect(try reaches(corpus[12], 'y', 1));
 }
 
-test "fuzz quic: a fixed run of mutated inputs" {
+test "fuzz: quic, a fixed run of mutated inputs" {
     var prng = std.Random.DefaultPrng.init(0x9000);
     const random = prng.random();
     var buf: [max_input_bytes]u8 = undefined;
