@@ -287,6 +287,50 @@ pub fn allowedIn(t: Type, kind: packet.Kind) bool {
     };
 }
 
+/// Whether a frame of this type makes its packet ack-eliciting (RFC 9000 13.2.1): all but
+/// ACK, PADDING and CONNECTION_CLOSE. Loss recovery counts packets by it.
+pub fn ackEliciting(t: Type) bool {
+    return switch (t) {
+        .ack, .ack_ecn, .padding, .connection_close, .connection_close_app => false,
+        else => true,
+    };
+}
+
+/// Whether a frame of this type is a probing frame (RFC 9000 9.1): a packet of only these
+/// does not move the connection to a new path.
+pub fn probing(t: Type) bool {
+    return switch (t) {
+        .path_challenge, .path_response, .new_connection_id, .padding => true,
+        else => false,
+    };
+}
+
+/// The type of a parsed frame (STREAM as the one type 0x08, ACK with ECN as `.ack_ecn`).
+pub fn typeOf(frame: Frame) Type {
+    return switch (frame) {
+        .padding => .padding,
+        .ping => .ping,
+        .ack => |a| if (a.ecn == null) .ack else .ack_ecn,
+        .reset_stream => .reset_stream,
+        .stop_sending => .stop_sending,
+        .crypto => .crypto,
+        .new_token => .new_token,
+        .stream => .stream,
+        .max_data => .max_data,
+        .max_stream_data => .max_stream_data,
+        .max_streams => |f| if (f.bidi) .max_streams_bidi else .max_streams_uni,
+        .data_blocked => .data_blocked,
+        .stream_data_blocked => .stream_data_blocked,
+        .streams_blocked => |f| if (f.bidi) .streams_blocked_bidi else .streams_blocked_uni,
+        .new_connection_id => .new_connection_id,
+        .retire_connection_id => .retire_connection_id,
+        .path_challenge => .path_challenge,
+        .path_response => .path_response,
+        .connection_close => |f| if (f.application) .connection_close_app else .connection_close,
+        .handshake_done => .handshake_done,
+    };
+}
+
 /// Frames only a server sends (RFC 9000 19.7, 19.20): a client's are PROTOCOL_VIOLATION.
 pub fn serverOnly(t: Type) bool {
     return t == .new_token or t == .handshake_done;
@@ -523,6 +567,7 @@ test "every frame written is parsed back the same, and every truncation refused"
         try write(&w, frame);
         const got = try parseOne(w.written(), .one_rtt);
         try testing.expectEqualDeep(frame, got);
+        try testing.expectEqual(Type.of(w.written()[0] & 0x3f), typeOf(got));
         // Every shorter room is NoSpace with nothing written; every shorter input refused
         // (PADDING and the last STREAM bytes excepted: they are their own lengths).
         for (0..w.pos) |room| {
@@ -667,6 +712,10 @@ test "Table 3: which frames each packet type carries" {
     try testing.expectError(error.UnknownFrameType, parseOne(&.{ 0x80, 0, 0x40, 0 }, .one_rtt));
     try testing.expectError(error.ProtocolViolation, parseOne(&.{ 0x40, 0x01 }, .one_rtt));
     try testing.expectEqual(TransportError.protocol_violation, transportError(error.ProtocolViolation));
+    try testing.expect(!ackEliciting(.ack) and !ackEliciting(.padding) and !ackEliciting(.connection_close_app));
+    try testing.expect(ackEliciting(.ping) and ackEliciting(.stream) and ackEliciting(.handshake_done));
+    try testing.expect(probing(.path_challenge) and probing(.padding) and !probing(.ping));
+    try testing.expectEqual(Type.max_streams_uni, typeOf(.{ .max_streams = .{ .bidi = false, .max = 1 } }));
     try testing.expectEqual(@as(u64, 0x12a), @intFromEnum(TransportError.crypto(0x2a)));
 }
 

@@ -237,6 +237,7 @@ pub fn pnLen(full_pn: u64, largest_acked: ?u64) usize {
 /// before any.
 pub fn pnDecode(largest: ?u64, truncated: u64, pn_len: usize) u64 {
     assert(pn_len >= 1 and pn_len <= 4);
+    assert(largest == null or largest.? <= pn_max);
     const expected: u64 = if (largest) |l| l + 1 else 0;
     const win: u64 = @as(u64, 1) << @intCast(pn_len * 8);
     assert(truncated < win);

@@ -206,6 +206,8 @@ fn checkFrames(payload: []const u8, kind: packet.Kind, sender: frames.Sender) Fa
         };
         try check(count < payload.len, "frames each take a byte at least");
         feature('f', @intFromEnum(std.meta.activeTag(frame)));
+        try check(frames.allowedIn(frames.typeOf(frame), kind), "a frame read is allowed in its packet type");
+        try check(sender == .server or !frames.serverOnly(frames.typeOf(frame)), "a client's frames are not the server's own");
         try checkFrameSlices(payload, frame);
         try checkRewrite(frame);
     }
