@@ -19,7 +19,8 @@ pub const cid_len_max = 20;
 /// Other versions may carry connection IDs of up to 255 bytes (RFC 8999 5.1): a server
 /// reads them to echo them in Version Negotiation.
 pub const cid_len_max_any_version = 255;
-/// A datagram carrying a client's Initial is at least this long (RFC 9000 14.1); Version
+/// A datagram carrying a client's Initial is at least this long (RFC 9000 14.1), and so is
+/// one of the server's that carries an ack-eliciting Initial (it pads up to it); Version
 /// Negotiation is never sent in answer to a shorter one.
 pub const initial_datagram_len_min = 1200;
 /// The Retry integrity tag's length (RFC 9001 5.8).

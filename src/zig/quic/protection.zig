@@ -276,11 +276,12 @@ pub const OneRtt = struct {
         assert(bytes[0] & packet.form_bit == 0);
         assert(@intFromBool(bytes[0] & packet.key_phase_bit != 0) == k.tx_phase);
         const keys: Keys = .{ .aead = k.tx, .hp = k.hp_tx };
-        protect_(&keys, bytes, pn_offset, pn);
+        file.protect(&keys, bytes, pn_offset, pn);
     }
 };
 
-const protect_ = protect;
+/// This file, to reach its `protect` from inside `OneRtt`, whose own `protect` hides it.
+const file = @This();
 
 const testing = std.testing;
 
