@@ -17,6 +17,40 @@ const pystream = @import("python/stream_type.zig");
 const tls_setup = @import("python/tls_context.zig");
 const options = @import("python/options.zig");
 
+/// A panic (a failed safety check or assertion) kills the worker, as the standard handler
+/// would, but writes only the message and the addresses of the panic and its caller as
+/// offsets into this library (`addr2line -f -e _core*.so 0x...` names them): the standard
+/// handler symbolizes a stack trace from DWARF in the process, which links some 120 KiB of
+/// unwinding and line-table code into the engine, mapped into every worker.
+pub const panic = std.debug.FullPanic(enginePanic);
+
+fn enginePanic(msg: []const u8, first_trace_addr: ?usize) noreturn {
+    @branchHint(.cold);
+    var buf: [1024]u8 = undefined;
+    const base = libraryBase();
+    const at = first_trace_addr orelse @returnAddress();
+    const line = std.fmt.bufPrint(&buf, "zigcorn engine panic: {s}\n  at _core+0x{x} (caller _core+0x{x})\n", .{
+        msg, at -% base, @returnAddress() -% base,
+    }) catch msg;
+    _ = std.posix.system.write(2, line.ptr, line.len);
+    std.posix.abort();
+}
+
+const DlInfo = extern struct {
+    fname: ?[*:0]const u8,
+    fbase: ?*anyopaque,
+    sname: ?[*:0]const u8,
+    saddr: ?*anyopaque,
+};
+extern "c" fn dladdr(addr: ?*const anyopaque, info: *DlInfo) c_int;
+
+/// Where the dynamic loader put this library: the base the offsets above are taken from.
+fn libraryBase() usize {
+    var info: DlInfo = undefined;
+    if (dladdr(@ptrCast(&enginePanic), &info) == 0) return 0;
+    return @intFromPtr(info.fbase);
+}
+
 /// set_parent_death_signal(signum): the kernel sends signum to this process when its
 /// parent exits, so workers never outlive a master that was SIGKILLed.
 fn setParentDeathSignal(_: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
