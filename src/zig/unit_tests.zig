@@ -32,6 +32,7 @@ test {
     _ = @import("http/huffman.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http1/chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("http/answers.zig");
     _ = @import("python/environ.zig");
@@ -41,14 +42,18 @@ test {
     _ = @import("http2/request.zig");
     _ = @import("http2/session.zig");
     _ = @import("http2/session_tests.zig");
+    _ = @import("http2/session_life_tests.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");
+    // the seam: the hand-overs between protocols
+    _ = @import("server/protocol.zig");
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
     _ = @import("loop/core.zig");
+    _ = @import("loop/wait.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
