@@ -494,7 +494,6 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
-
 /// Runs one ready handle; false with the exception set that must leave the loop.
 fn runReady(loop: *Object, core: *Core, h: *Object) bool {
     if (isNativeHandle(h) and !core.debug) {
@@ -560,7 +559,6 @@ fn sweepTimers(core: *Core) bool {
     }
     return true;
 }
-
 
 // --- set-up, engine, state ------------------------------------------------------------
 
@@ -875,7 +873,6 @@ pub fn init(m: *Object) bool {
 // here, their type objects stand-ins that only `isNativeHandle` compares).
 
 const testing = std.testing;
-
 
 test "the heap is swept at once past 100 timers with over half cancelled; a huge count saturates" {
     try testing.expect(!sweepAll(0, 0));

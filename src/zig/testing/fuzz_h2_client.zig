@@ -378,7 +378,6 @@ pub fn encodeField(out: *Bytes, table: *Table, r: std.Random, name: []const u8, 
     if (indexing) table.insert(name, value);
 }
 
-
 // ---- the client: frames from a grammar ----------------------------------------------------
 
 pub const Method = enum { get, post, head, put, options, delete, connect };

@@ -243,7 +243,6 @@ pub fn outOfMemory() noreturn {
     @panic("fuzz_h2: out of memory");
 }
 
-
 // ---- a case -------------------------------------------------------------------------------
 
 pub const StepKind = enum { client, app, deliver, read };
