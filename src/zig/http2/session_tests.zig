@@ -30,13 +30,8 @@ const frame_header_bytes = frames.header_bytes;
 /// Stream ids the summaries keep apart (client streams 1, 3, ... 61).
 const ids_max = 64;
 const harness = @import("../testing/h2_harness.zig");
-const Recording = harness.Recording;
-const Frame = harness.Frame;
-const Seen = harness.Seen;
-const statusOf = harness.statusOf;
 const code = harness.code;
 const Harness = harness.Harness;
-const frames_payload_max = harness.frames_payload_max;
 const wire = harness.wire;
 const be32 = harness.be32;
 const setting = harness.setting;
