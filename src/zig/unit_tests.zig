@@ -12,6 +12,7 @@ test {
     _ = @import("os/deadlines.zig");
     _ = @import("os/sys.zig");
     _ = @import("os/io_uring.zig");
+    _ = @import("os/io_uring_tests.zig");
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");
     _ = @import("transport/output_queue.zig");
@@ -49,6 +50,26 @@ test {
     _ = @import("server/protocol.zig");
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
+    _ = @import("quic/tls.zig");
+    _ = @import("quic/tls_tests.zig");
+    _ = @import("quic/ack_ranges.zig");
+    _ = @import("quic/recovery.zig");
+    _ = @import("quic/recovery_tests.zig");
+    _ = @import("quic/congestion.zig");
+    _ = @import("quic/varint.zig");
+    _ = @import("quic/packet.zig");
+    _ = @import("quic/protection.zig");
+    _ = @import("quic/frames.zig");
+    _ = @import("quic/transport_params.zig");
+    _ = @import("quic/stateless_reset.zig");
+    // HTTP/3's wire layer: frames, QPACK
+    _ = @import("http3/frames.zig");
+    _ = @import("http3/frame_reader.zig");
+    _ = @import("http3/frames_tests.zig");
+    _ = @import("http3/qpack.zig");
+    _ = @import("http3/qpack_decoder.zig");
+    _ = @import("http3/qpack_decoder_tests.zig");
+    _ = @import("http3/qpack_encoder.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
@@ -58,4 +79,6 @@ test {
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
     _ = @import("testing/fuzz_http2.zig");
+    _ = @import("testing/fuzz_http3.zig");
+    _ = @import("testing/fuzz_quic.zig");
 }

@@ -6,6 +6,10 @@
   or out-of-bounds access panics). ZIGCORN_FUZZ_SECONDS (default 20) bounds the run;
   ZIGCORN_FUZZ_SEED pins the seed (otherwise a fresh one, printed, per run).
 - The HTTP/2 session fuzzer (src/zig/fuzz_http2_main.zig, testing/fuzz_http2.zig), bounded the same way.
+- The HTTP/3 wire-layer fuzzer (src/zig/fuzz_http3_main.zig, testing/fuzz_http3.zig: the frame reader
+  and the QPACK decoder), bounded the same way.
+- The QUIC wire layer's fuzzer (src/zig/fuzz_quic_main.zig, testing/fuzz_quic.zig): datagrams,
+  frames and transport parameters, bounded the same way; its seeds run in the Zig unit tests.
 """
 
 import os
@@ -82,5 +86,59 @@ def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
     output = result.stdout + result.stderr
     print(output)
     detail = f"\nreport ({report}):\n{report.read_text()}" if report.exists() else ""
+    assert result.returncode == 0, output + detail
+    assert "iterations/s" in output
+
+
+@zigcorn_only
+def test_fuzz_h3_wire_bounded(tmp_path, tmp_path_factory):
+    """The HTTP/3 wire-layer fuzzer (src/zig/fuzz_http3_main.zig): mutated frame streams and
+    QPACK encoder-stream/section chunks against the frame reader and the QPACK decoder, their
+    invariants checked (split-invariance, table bounds, no leak, re-encoding round trip), for
+    ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed."""
+    seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
+    cache = tmp_path_factory.getbasetemp() / "zig-cache"
+    exe = tmp_path / "fuzz_http3"
+    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                str(ZIG_DIR / "fuzz_http3_main.zig"), cwd=tmp_path, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    crash = tmp_path / "fuzz-crash.bin"
+    command = [str(exe), "--seconds", str(seconds), "--out", str(crash)]
+    if "ZIGCORN_FUZZ_SEED" in os.environ:
+        command += ["--seed", os.environ["ZIGCORN_FUZZ_SEED"]]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    output = result.stdout + result.stderr
+    print(output)
+    detail = ""
+    if crash.exists():
+        detail = f"\ncrashing input ({crash}): {crash.read_bytes()!r}"
+    assert result.returncode == 0, output + detail
+    assert "iterations/s" in output
+
+
+@zigcorn_only
+def test_fuzz_quic_bounded(tmp_path, tmp_path_factory):
+    """The QUIC wire layer's fuzzer (src/zig/fuzz_quic_main.zig): hostile datagrams (header
+    parse, unprotect with Initial keys, protect back), frame payloads (parsed, written again,
+    parsed back) and the client's transport parameters, for ZIGCORN_FUZZ_SECONDS.
+    ZIGCORN_FUZZ_SEED pins the seed."""
+    seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
+    cache = tmp_path_factory.getbasetemp() / "zig-cache"
+    exe = tmp_path / "fuzz_quic"
+    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                str(ZIG_DIR / "fuzz_quic_main.zig"), cwd=tmp_path, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    crash = tmp_path / "fuzz-crash.bin"
+    command = [str(exe), "--seconds", str(seconds), "--out", str(crash)]
+    if "ZIGCORN_FUZZ_SEED" in os.environ:
+        command += ["--seed", os.environ["ZIGCORN_FUZZ_SEED"]]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    output = result.stdout + result.stderr
+    print(output)
+    detail = ""
+    if crash.exists():
+        detail = f"\ncrashing input ({crash}): {crash.read_bytes()!r}"
     assert result.returncode == 0, output + detail
     assert "iterations/s" in output

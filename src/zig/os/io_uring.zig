@@ -27,9 +27,12 @@
 //!   completions. Work queued outside a `wait` (an app's `send` that met a full
 //!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
 //!
-//! Events are kept as (descriptor, generation) and turned into tokens only when the
-//! batch is filled, so a completion for a descriptor closed meanwhile (and perhaps
-//! reused) is recognised and dropped.
+//! - **Events** wait as bits in their descriptor's slot (`queued_*`), the slot linked once
+//!   on the `ready` list, and are handed out one per descriptor, read, write and hang-up
+//!   together, as epoll reports them: nothing is reserved per connection, nothing can be
+//!   dropped. Completions carry the slot's generation, so one for a descriptor closed
+//!   meanwhile (and perhaps reused) is recognised and dropped; a closed descriptor's
+//!   bits are cleared and the list's walk passes over it.
 const std = @import("std");
 const linux = std.os.linux;
 const IoUring = linux.IoUring;
@@ -67,14 +70,11 @@ const cq_per_sq = 8;
 /// Completions copied out of the ring at once.
 const cqe_batch = 256;
 /// The slot table grows in steps of this many descriptors, not doubled: an idle
-/// connection costs its 16 bytes.
+/// connection costs its 16-byte slot and 8 bytes of list links.
 const slot_step = 1024;
 /// An io_uring_enter interrupted by a signal is retried at most this many times more;
 /// then the work stays queued for the next pass.
 const enter_retries_max = 3;
-/// Events a registered descriptor can have waiting at once: a read, a write, a hang-up
-/// (each at most once, see `Slot.queued_*`).
-const events_per_slot = 3;
 /// Token events waiting at once: one per pollable and the listener's (`queueToken` keeps one each).
 const pollables_max = 4;
 const tokens_max = pollables_max + 1;
@@ -96,9 +96,9 @@ fn userData(op: Op, gen: u32, fd: i32) u64 {
     return (@as(u64, @intFromEnum(op)) << op_shift) | (@as(u64, gen & gen_mask) << gen_shift) | @as(u32, @bitCast(fd));
 }
 
-/// What the backend keeps per descriptor: 16 bytes, in a table indexed by descriptor
-/// (the only per-connection memory io_uring adds on our side).
-const Slot = packed struct(u128) {
+/// What the backend keeps per descriptor: 16 bytes, in a table indexed by descriptor,
+/// and its `Links` (the only per-connection memory io_uring adds on our side).
+pub const Slot = packed struct(u128) {
     /// The connection's token (a pointer: user-space addresses fit 48 bits).
     token: u48 = 0,
     gen: u24 = 0,
@@ -117,9 +117,28 @@ const Slot = packed struct(u128) {
     queued_read: bool = false,
     queued_write: bool = false,
     queued_hup: bool = false,
-    /// On the `starved` list (its receive waits for a ring buffer).
+    /// On the `starved` list (its receive waits for a ring buffer). Kept through
+    /// `forget`: the list is walked, never searched, and a slot is linked only once.
     is_starved: bool = false,
-    _: u5 = 0,
+    /// On the `ready` list (a `queued_*` event waits). Kept through `forget` likewise.
+    on_ready: bool = false,
+    _: u4 = 0,
+};
+
+/// A descriptor's places on the two lists of slots, by descriptor number (`none` ends
+/// a list): events wait in their slot's `queued_*` bits, not in a queue of their own,
+/// so an idle connection reserves no room for the events it may get.
+pub const Links = struct { ready_next: i32 = none, starved_next: i32 = none };
+pub const none: i32 = -1;
+
+/// A list of slots through `Links`, first in first out.
+const SlotList = struct {
+    head: i32 = none,
+    tail: i32 = none,
+
+    fn isEmpty(l: *const SlotList) bool {
+        return l.head == none;
+    }
 };
 
 const Seg = struct { off: u32 = 0, len: u32 = 0, next: u16 = no_buf };
@@ -148,11 +167,15 @@ pub const Uring = struct {
     buf_count: u16,
     segs: []Seg,
     slots: []Slot = &.{},
-    /// Events waiting for `fill`. Its room is reserved when a descriptor registers or a
-    /// send is queued (`reserve`), so a completion never finds it full.
+    links: []Links = &.{},
+    /// Descriptors with events waiting for `fill` (their `queued_*` bits), in the order
+    /// the first of them came.
+    ready: SlotList = .{},
+    /// The token and `sent` events waiting for `fill`. Its room is reserved when a send
+    /// is queued (`reserve`), so a completion never finds it full.
     queue: std.ArrayListUnmanaged(Pending) = .{},
-    /// Registered descriptors and `sendAsync`s whose `sent` event is not handed out yet:
-    /// what the queue's room is counted from.
+    /// Registered descriptors, and `sendAsync`s whose `sent` event is not handed out yet
+    /// (what the queue's room is counted from).
     registered_count: u32 = 0,
     sends_pending: u32 = 0,
     /// io_uring_enter failed in a way no retry mends: how often, and the last error
@@ -164,7 +187,7 @@ pub const Uring = struct {
     /// Descriptors given a read event: reported again next pass if still readable.
     delivered_in: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
-    starved: std.ArrayListUnmanaged(Pending) = .{},
+    starved: SlotList = .{},
     listen_fd: i32 = -1,
     listen_token: usize = 0,
     listen_armed: bool = false,
@@ -226,10 +249,10 @@ pub const Uring = struct {
         std.posix.munmap(self.mem);
         allocator.free(self.segs);
         allocator.free(self.slots);
+        allocator.free(self.links);
         self.queue.deinit(allocator);
         self.delivered_out.deinit(allocator);
         self.delivered_in.deinit(allocator);
-        self.starved.deinit(allocator);
         allocator.destroy(self);
     }
 
@@ -277,14 +300,43 @@ pub const Uring = struct {
         return .{ .count = self.failures, .err = self.last_failure.? };
     }
 
-    /// Room in the queue for every event that can wait at once: three per registered
-    /// descriptor, one per send in flight, the tokens. False when memory is short: the
-    /// caller refuses what asked (a connection, a send) rather than lose an event later.
-    fn reserve(self: *Uring, registered: u32, sends: u32) bool {
-        const need = @as(usize, registered) * events_per_slot + sends + tokens_max;
-        self.queue.ensureTotalCapacity(allocator, need) catch return false;
-        self.starved.ensureTotalCapacity(allocator, registered) catch return false;
+    /// Room in the queue for every token and `sent` event that can wait at once: one per
+    /// send in flight, the tokens. False when memory is short: the caller refuses the
+    /// send rather than lose its event later.
+    fn reserve(self: *Uring, sends: u32) bool {
+        self.queue.ensureTotalCapacity(allocator, @as(usize, sends) + tokens_max) catch return false;
         return true;
+    }
+
+    /// Appends `fd_` to `list` through the link `field` of `links`.
+    fn link(self: *Uring, list: *SlotList, comptime field: []const u8, fd_: i32) void {
+        std.debug.assert(@field(self.links[@intCast(fd_)], field) == none and list.tail != fd_);
+        if (list.tail == none) list.head = fd_ else @field(self.links[@intCast(list.tail)], field) = fd_;
+        list.tail = fd_;
+    }
+
+    /// Takes the first descriptor off `list`.
+    fn unlinkFirst(self: *Uring, list: *SlotList, comptime field: []const u8) i32 {
+        const fd_ = list.head;
+        std.debug.assert(fd_ != none);
+        const l = &self.links[@intCast(fd_)];
+        list.head = @field(l, field);
+        if (list.head == none) list.tail = none;
+        @field(l, field) = none;
+        return fd_;
+    }
+
+    /// Marks an event of `kind` waiting on the slot and puts the slot on the ready list.
+    fn queueEvent(self: *Uring, fd_: i32, s: *Slot, comptime kind: enum { read, write, hangup }) void {
+        switch (kind) {
+            .read => s.queued_read = true,
+            .write => s.queued_write = true,
+            .hangup => s.queued_hup = true,
+        }
+        if (!s.on_ready) {
+            s.on_ready = true;
+            self.link(&self.ready, "ready_next", fd_);
+        }
     }
 
     /// Queues an event; `reserve` made room for it.
@@ -349,6 +401,12 @@ pub const Uring = struct {
         const i: usize = @intCast(fd_);
         if (i >= self.slots.len) {
             const n = std.mem.alignForward(usize, i + 1, slot_step);
+            // Links first: a failure between the two leaves them longer, never shorter.
+            if (self.links.len < n) {
+                const links = allocator.realloc(self.links, n) catch return null;
+                @memset(links[self.links.len..], .{});
+                self.links = links;
+            }
             const grown = allocator.realloc(self.slots, n) catch return null;
             @memset(grown[self.slots.len..], .{});
             self.slots = grown;
@@ -367,9 +425,8 @@ pub const Uring = struct {
         const s = self.slot(fd_) orelse return false;
         std.debug.assert(!s.registered);
         if (token >> token_bits != 0) return false;
-        if (!self.reserve(self.registered_count + 1, self.sends_pending)) return false;
         self.registered_count += 1;
-        s.* = .{ .token = @intCast(token), .gen = s.gen +% 1, .registered = true };
+        s.* = .{ .token = @intCast(token), .gen = s.gen +% 1, .registered = true, .on_ready = s.on_ready, .is_starved = s.is_starved };
         self.apply(fd_, s, readable, writable);
         return true;
     }
@@ -440,8 +497,7 @@ pub const Uring = struct {
     /// epoll the descriptor's readiness would wake the loop; here nothing else would).
     fn queueRead(self: *Uring, fd_: i32, s: *Slot) void {
         if (s.queued_read) return;
-        self.push(.{ .fd = fd_, .gen = s.gen, .kind = .read });
-        s.queued_read = true;
+        self.queueEvent(fd_, s, .read);
         self.kicked();
     }
 
@@ -463,30 +519,18 @@ pub const Uring = struct {
             q.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
             q.user_data = userData(.cancel, 0, fd_);
         }
-        self.forget(fd_, s);
+        self.forget(s);
     }
 
     /// The slot is free again: held bytes back to the ring, and a new generation, so
     /// completions still on their way for the old connection are recognised and dropped.
-    fn forget(self: *Uring, fd_: i32, s: *Slot) void {
+    fn forget(self: *Uring, s: *Slot) void {
         self.dropHeld(s);
         std.debug.assert(s.registered and self.registered_count > 0);
         self.registered_count -= 1;
-        // Its waiting events leave with it: the queue's room is counted per registered slot.
-        if (s.queued_read or s.queued_write or s.queued_hup) dropEvents(&self.queue, fd_, s.gen);
-        if (s.is_starved) dropEvents(&self.starved, fd_, s.gen);
-        s.* = .{ .gen = s.gen +% 1 };
-    }
-
-    /// Removes `fd_`'s events of generation `gen` from `list`, keeping the others' order.
-    fn dropEvents(list: *std.ArrayListUnmanaged(Pending), fd_: i32, gen: u32) void {
-        var kept: usize = 0;
-        for (list.items) |p| {
-            if (p.fd == fd_ and p.gen == gen and p.kind != .token and p.kind != .sent) continue;
-            list.items[kept] = p;
-            kept += 1;
-        }
-        list.shrinkRetainingCapacity(kept);
+        // Its waiting events leave with it (the bits); it stays linked where it is, and
+        // the lists' walks pass over a slot with nothing waiting.
+        s.* = .{ .gen = s.gen +% 1, .on_ready = s.on_ready, .is_starved = s.is_starved };
     }
 
     /// Cancels the descriptor's operations, then closes it, in order, from the ring: the
@@ -495,7 +539,7 @@ pub const Uring = struct {
         if (fd_ == self.listen_fd) self.unregister(fd_);
         const s = self.known(fd_) orelse return sys.close(fd_);
         const armed = s.recv_armed or s.out_armed or s.hup_armed;
-        self.forget(fd_, s);
+        self.forget(s);
         // Nothing of the ring's on it: closed at once.
         if (armed) self.closeLinked(fd_) else sys.close(fd_);
     }
@@ -593,7 +637,7 @@ pub const Uring = struct {
     /// it points at alive until the `sent` event. False: nothing was queued.
     pub fn sendAsync(self: *Uring, fd_: i32, msg: *const std.posix.msghdr_const, token: usize) bool {
         std.debug.assert(token >> op_shift == 0 and token != 0);
-        if (!self.reserve(self.registered_count, self.sends_pending + 1)) return false;
+        if (!self.reserve(self.sends_pending + 1)) return false;
         const q = self.sqe() orelse return false;
         q.prep_sendmsg(fd_, msg, linux.MSG.NOSIGNAL);
         q.user_data = (@as(u64, @intFromEnum(Op.send)) << op_shift) | token;
@@ -631,15 +675,13 @@ pub const Uring = struct {
             if (s.gen == p.gen and s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
         }
         self.delivered_in.clearRetainingCapacity();
-        if (self.starved.items.len != 0 and self.buffers_free > 0) {
-            for (self.starved.items) |p| {
-                const s = &self.slots[@intCast(p.fd)];
-                // `forget` took the entries of closed descriptors out.
-                std.debug.assert(s.gen == p.gen and s.registered and s.is_starved);
-                s.is_starved = false;
-                if (s.want_read) self.armRecv(p.fd, s);
-            }
-            self.starved.clearRetainingCapacity();
+        while (!self.starved.isEmpty() and self.buffers_free > 0) {
+            const fd_ = self.unlinkFirst(&self.starved, "starved_next");
+            const s = &self.slots[@intCast(fd_)];
+            std.debug.assert(s.is_starved);
+            s.is_starved = false;
+            // A descriptor closed since is passed over (a new one on its number arms its own).
+            if (s.registered and s.want_read) self.armRecv(fd_, s);
         }
     }
 
@@ -691,7 +733,7 @@ pub const Uring = struct {
     /// More events wait than the last batch held: the server makes sure the loop comes
     /// back for them (its wake-up descriptor).
     pub fn hasBacklog(self: *const Uring) bool {
-        return self.queue.items.len != 0;
+        return self.queue.items.len != 0 or !self.ready.isEmpty();
     }
 
     fn fill(self: *Uring, events: []Event, sent_only: bool) usize {
@@ -705,44 +747,33 @@ pub const Uring = struct {
         var i: usize = 0;
         while (i < self.queue.items.len and n < events.len) : (i += 1) {
             const p = self.queue.items[i];
-            if (p.kind == .token) {
-                events[n] = .{ .token = p.token, .readable = true, .writable = false, .hangup = false };
-                n += 1;
-                continue;
-            }
-            if (p.kind == .sent) {
-                // Delivered whatever became of the descriptor: the owner waits for it.
-                events[n] = self.sentEvent(p);
-                n += 1;
-                continue;
-            }
-            const s = &self.slots[@intCast(p.fd)];
-            if (s.gen != p.gen or !s.registered) continue;
-            switch (p.kind) {
-                .read => {
-                    s.queued_read = false;
-                    if (!s.want_read) continue;
-                    self.delivered_in.appendAssumeCapacity(p);
-                    events[n] = .{ .token = @as(usize, s.token), .readable = true, .writable = false, .hangup = false };
-                },
-                .write => {
-                    s.queued_write = false;
-                    if (!s.want_write) continue;
-                    self.delivered_out.appendAssumeCapacity(p);
-                    events[n] = .{ .token = @as(usize, s.token), .readable = false, .writable = true, .hangup = false };
-                },
-                .hangup => {
-                    s.queued_hup = false;
-                    events[n] = .{ .token = @as(usize, s.token), .readable = false, .writable = false, .hangup = true };
-                },
-                .token, .sent => unreachable,
-            }
+            // Delivered whatever became of a `sent` event's descriptor: the owner waits for it.
+            events[n] = if (p.kind == .sent) self.sentEvent(p) else .{ .token = p.token, .readable = true, .writable = false, .hangup = false };
             n += 1;
         }
         // What did not fit stays, in order.
         const rest = self.queue.items.len - i;
         std.mem.copyForwards(Pending, self.queue.items[0..rest], self.queue.items[i..]);
         self.queue.shrinkRetainingCapacity(rest);
+        // A descriptor's waiting events go out as one, as epoll reports them.
+        while (n < events.len and !self.ready.isEmpty()) {
+            const fd_ = self.unlinkFirst(&self.ready, "ready_next");
+            const s = &self.slots[@intCast(fd_)];
+            std.debug.assert(s.on_ready);
+            s.on_ready = false;
+            const readable = s.queued_read and s.want_read;
+            const writable = s.queued_write and s.want_write;
+            const hangup = s.queued_hup;
+            s.queued_read = false;
+            s.queued_write = false;
+            s.queued_hup = false;
+            if (!(readable or writable or hangup)) continue;
+            std.debug.assert(s.registered);
+            if (readable) self.delivered_in.appendAssumeCapacity(.{ .fd = fd_, .gen = s.gen, .kind = .read });
+            if (writable) self.delivered_out.appendAssumeCapacity(.{ .fd = fd_, .gen = s.gen, .kind = .write });
+            events[n] = .{ .token = @as(usize, s.token), .readable = readable, .writable = writable, .hangup = hangup };
+            n += 1;
+        }
         return n;
     }
 
@@ -788,18 +819,12 @@ pub const Uring = struct {
             .pollout => {
                 const s = self.live(fd_, gen) orelse return;
                 s.out_armed = false;
-                if (s.want_write and !s.queued_write) {
-                    self.push(.{ .fd = fd_, .gen = gen, .kind = .write });
-                    s.queued_write = true;
-                }
+                if (s.want_write and !s.queued_write) self.queueEvent(fd_, s, .write);
             },
             .pollhup => {
                 const s = self.live(fd_, gen) orelse return;
                 s.hup_armed = false;
-                if (cqe.res > 0 and !s.queued_hup) {
-                    self.push(.{ .fd = fd_, .gen = gen, .kind = .hangup });
-                    s.queued_hup = true;
-                }
+                if (cqe.res > 0 and !s.queued_hup) self.queueEvent(fd_, s, .hangup);
             },
             .accept => {
                 if (fd_ != self.listen_fd) return;
@@ -852,10 +877,8 @@ pub const Uring = struct {
                 .NOBUFS => {
                     self.buffer_waits += 1;
                     if (s.want_read and !s.is_starved) {
-                        // Room reserved per registered descriptor, one entry each.
-                        std.debug.assert(self.starved.items.len < self.starved.capacity);
-                        self.starved.appendAssumeCapacity(.{ .fd = fd_, .gen = gen, .kind = .read });
                         s.is_starved = true;
+                        self.link(&self.starved, "starved_next", fd_);
                     }
                 },
                 else => {
@@ -877,68 +900,3 @@ pub const Uring = struct {
         return if (s.gen == gen) s else null;
     }
 };
-
-// ---- tests ---------------------------------------------------------------------------
-
-const testing = std.testing;
-
-fn socketPair() ![2]i32 {
-    var fds: [2]i32 = undefined;
-    const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);
-    if (sys.E.init(rc) != .SUCCESS) return error.SocketPair;
-    return fds;
-}
-
-/// Collects completions into the queue without handing their events out (`waitSent`
-/// hands out only `sent` ones) until `want` events wait, or a second passes.
-fn queueUntil(u: *Uring, want: usize) !void {
-    var none: [1]Event = undefined;
-    var rounds: usize = 0;
-    while (u.queue.items.len < want) : (rounds += 1) {
-        if (rounds == 1000) return error.Timeout;
-        _ = u.waitSent(&none);
-        std.Thread.sleep(std.time.ns_per_ms);
-    }
-}
-
-test "io_uring: a read, a write and a hang-up waiting for every descriptor fit the room reserved at register; a closed one's events leave" {
-    const u = Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
-    defer u.deinit();
-    const pairs = 6;
-    var fds: [pairs][2]i32 = undefined;
-    var owners: [pairs]u8 = undefined;
-    for (&fds, &owners) |*p, *o| {
-        p.* = try socketPair();
-        try testing.expect(u.register(p[0], @intFromPtr(o), true, true));
-        try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
-    }
-    defer for (fds[1..]) |p| u.close(p[0]);
-    // Each: its byte (a read) and POLLOUT (a write).
-    try queueUntil(u, 2 * pairs);
-    // Reading stops (a poll for the hang-up instead) and the peers go: a hang-up each,
-    // and the end of stream behind the byte adds nothing (one read waits already).
-    for (fds) |p| {
-        try testing.expect(u.update(p[0], false, true));
-        sys.close(p[1]);
-    }
-    try queueUntil(u, 3 * pairs);
-    try testing.expectEqual(@as(usize, events_per_slot * pairs), u.queue.items.len);
-    try testing.expect(u.queue.capacity >= events_per_slot * pairs + tokens_max);
-    // A descriptor closed with events waiting takes them out of the queue.
-    const gone = fds[0][0];
-    u.close(gone);
-    for (u.queue.items) |p| try testing.expect(p.fd != gone);
-    try testing.expectEqual(@as(usize, events_per_slot * (pairs - 1)), u.queue.items.len);
-    // Handed out in small batches: a write and a hang-up each (reading stopped).
-    var events: [4]Event = undefined;
-    var writes: usize = 0;
-    var hangups: usize = 0;
-    while (u.queue.items.len > 0) {
-        for (events[0..u.wait(&events)]) |e| {
-            writes += @intFromBool(e.writable);
-            hangups += @intFromBool(e.hangup);
-        }
-    }
-    try testing.expectEqual(@as(usize, pairs - 1), writes);
-    try testing.expectEqual(@as(usize, pairs - 1), hangups);
-}

@@ -16,6 +16,7 @@ pub const SSL_CTX = opaque {};
 pub const SSL = opaque {};
 pub const SSL_METHOD = opaque {};
 pub const SSL_CIPHER = opaque {};
+pub const SSL_SESSION = opaque {};
 pub const X509_STORE = opaque {};
 pub const X509 = opaque {};
 pub const X509_NAME = opaque {};
@@ -71,10 +72,17 @@ const BioRead = fn (bio: *BIO, buf: [*]u8, len: c_int) callconv(.c) c_int;
 const BioWrite = fn (bio: *BIO, buf: [*]const u8, len: c_int) callconv(.c) c_int;
 const BioCtrl = fn (bio: *BIO, cmd: c_int, larg: c_long, parg: ?*anyopaque) callconv(.c) c_long;
 const PasswordCb = fn (buf: [*]u8, size: c_int, rwflag: c_int, userdata: ?*anyopaque) callconv(.c) c_int;
-const AlpnCb = fn (ssl: *SSL, out: *[*]const u8, outlen: *u8, in: [*]const u8, inlen: c_uint, arg: ?*anyopaque) callconv(.c) c_int;
+pub const AlpnCb = fn (ssl: *SSL, out: *[*]const u8, outlen: *u8, in: [*]const u8, inlen: c_uint, arg: ?*anyopaque) callconv(.c) c_int;
+// The callbacks QUIC's handshake shim (quic/tls.zig) gives OpenSSL.
+pub const KeylogCb = fn (ssl: *const SSL, line: [*:0]const u8) callconv(.c) void;
+pub const MsgCb = fn (write_p: c_int, version: c_int, content_type: c_int, buf: ?*const anyopaque, len: usize, ssl: *SSL, arg: ?*anyopaque) callconv(.c) void;
+pub const ClientHelloCb = fn (ssl: *SSL, alert: *c_int, arg: ?*anyopaque) callconv(.c) c_int;
+pub const ExtAddCb = fn (ssl: *SSL, ext_type: c_uint, context: c_uint, out: *?[*]const u8, outlen: *usize, x: ?*X509, chainidx: usize, alert: *c_int, arg: ?*anyopaque) callconv(.c) c_int;
+pub const ExtFreeCb = fn (ssl: *SSL, ext_type: c_uint, context: c_uint, out: ?[*]const u8, arg: ?*anyopaque) callconv(.c) void;
+pub const ExtParseCb = fn (ssl: *SSL, ext_type: c_uint, context: c_uint, in: [*]const u8, inlen: usize, x: ?*X509, chainidx: usize, alert: *c_int, arg: ?*anyopaque) callconv(.c) c_int;
 
 /// The OpenSSL functions used, by their C names: resolved one by one with dlsym.
-const Api = struct {
+pub const Api = struct {
     OpenSSL_version_num: *const fn () callconv(.c) c_ulong,
     OPENSSL_init_ssl: *const fn (opts: u64, settings: ?*const anyopaque) callconv(.c) c_int,
     TLS_server_method: *const fn () callconv(.c) ?*const SSL_METHOD,
@@ -140,6 +148,34 @@ const Api = struct {
     BIO_ctrl: *const fn (bio: *BIO, cmd: c_int, larg: c_long, parg: ?*anyopaque) callconv(.c) c_long,
     OPENSSL_sk_num: *const fn (sk: ?*const STACK) callconv(.c) c_int,
     OPENSSL_sk_value: *const fn (sk: ?*const STACK, i: c_int) callconv(.c) ?*anyopaque,
+    // QUIC's handshake shim (quic/tls.zig): all public API of OpenSSL 3.0.
+    SSL_CTX_set_keylog_callback: *const fn (ctx: *SSL_CTX, cb: ?*const KeylogCb) callconv(.c) void,
+    SSL_CTX_set_client_hello_cb: *const fn (ctx: *SSL_CTX, cb: ?*const ClientHelloCb, arg: ?*anyopaque) callconv(.c) void,
+    SSL_CTX_add_custom_ext: *const fn (ctx: *SSL_CTX, ext_type: c_uint, context: c_uint, add: ?*const ExtAddCb, free: ?*const ExtFreeCb, add_arg: ?*anyopaque, parse: ?*const ExtParseCb, parse_arg: ?*anyopaque) callconv(.c) c_int,
+    SSL_CTX_clear_options: *const fn (ctx: *SSL_CTX, op: u64) callconv(.c) u64,
+    SSL_CTX_set_ciphersuites: *const fn (ctx: *SSL_CTX, list: [*:0]const u8) callconv(.c) c_int,
+    SSL_CTX_set_num_tickets: *const fn (ctx: *SSL_CTX, n: usize) callconv(.c) c_int,
+    SSL_CTX_set_max_early_data: *const fn (ctx: *SSL_CTX, n: u32) callconv(.c) c_int,
+    SSL_set_msg_callback: *const fn (ssl: *SSL, cb: ?*const MsgCb) callconv(.c) void,
+    SSL_ctrl: *const fn (ssl: *SSL, cmd: c_int, larg: c_long, parg: ?*anyopaque) callconv(.c) c_long,
+    SSL_set_ex_data: *const fn (ssl: *SSL, idx: c_int, data: ?*anyopaque) callconv(.c) c_int,
+    SSL_get_ex_data: *const fn (ssl: *const SSL, idx: c_int) callconv(.c) ?*anyopaque,
+    SSL_client_hello_get0_ext: *const fn (ssl: *SSL, ext_type: c_uint, out: *?[*]const u8, outlen: *usize) callconv(.c) c_int,
+    SSL_get_pending_cipher: *const fn (ssl: *const SSL) callconv(.c) ?*const SSL_CIPHER,
+    BIO_s_null: *const fn () callconv(.c) ?*const BIO_METHOD,
+    BIO_write: *const fn (bio: *BIO, data: [*]const u8, len: c_int) callconv(.c) c_int,
+    BIO_read: *const fn (bio: *BIO, data: [*]u8, len: c_int) callconv(.c) c_int,
+    // The OpenSSL client of quic/tls.zig's tests.
+    TLS_client_method: *const fn () callconv(.c) ?*const SSL_METHOD,
+    SSL_set_connect_state: *const fn (ssl: *SSL) callconv(.c) void,
+    SSL_set_ciphersuites: *const fn (ssl: *SSL, list: [*:0]const u8) callconv(.c) c_int,
+    SSL_set_alpn_protos: *const fn (ssl: *SSL, protos: [*]const u8, len: c_uint) callconv(.c) c_int,
+    SSL_get1_session: *const fn (ssl: *SSL) callconv(.c) ?*SSL_SESSION,
+    SSL_set_session: *const fn (ssl: *SSL, session: ?*SSL_SESSION) callconv(.c) c_int,
+    SSL_SESSION_free: *const fn (session: *SSL_SESSION) callconv(.c) void,
+    SSL_session_reused: *const fn (ssl: *const SSL) callconv(.c) c_int,
+    SSL_use_certificate_chain_file: *const fn (ssl: *SSL, file: [*:0]const u8) callconv(.c) c_int,
+    SSL_use_PrivateKey_file: *const fn (ssl: *SSL, file: [*:0]const u8, kind: c_int) callconv(.c) c_int,
 };
 
 var api: Api = undefined;
@@ -152,6 +188,13 @@ pub const LoadError = error{ LibraryNotFound, SymbolMissing, TooOld, InitFailed 
 /// Why the last `load` failed, for the one error line the user sees.
 pub var load_error_detail: [256]u8 = undefined;
 pub var load_error_len: usize = 0;
+
+/// The function table, for quic/tls.zig, which drives OpenSSL's handshake itself (its
+/// shim needs more of the API than the TCP path's wrappers below). Only once loaded.
+pub fn functions() *const Api {
+    std.debug.assert(isLoaded());
+    return &api;
+}
 
 pub fn isLoaded() bool {
     return loaded_version != 0;
@@ -235,7 +278,7 @@ pub const ContextError = struct {
     buf: [320]u8 = undefined,
     len: usize = 0,
 
-    fn set(self: *ContextError, comptime what: []const u8) void {
+    pub fn set(self: *ContextError, comptime what: []const u8) void {
         const code = api.ERR_get_error();
         const reason: []const u8 = if (api.ERR_reason_error_string(code)) |r| std.mem.span(r) else "unknown error";
         const s = std.fmt.bufPrint(&self.buf, what ++ ": {s}", .{reason}) catch self.buf[0..0];
@@ -292,15 +335,29 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
         err.set("--ssl-version: unsupported protocol version");
         return false;
     }
-    if (api.SSL_CTX_use_certificate_chain_file(ctx, opts.certfile) != 1) {
-        err.set("--ssl-certfile: could not load the certificate chain");
-        return false;
-    }
-    if (!loadKey(ctx, opts, err)) return false;
+    if (!loadCertificate(ctx, opts, err)) return false;
     if (opts.ciphers) |list| if (api.SSL_CTX_set_cipher_list(ctx, list) != 1) {
         err.set("--ssl-ciphers: no usable cipher");
         return false;
     };
+    if (!configureVerify(ctx, opts, err)) return false;
+    // The callback's argument says whether "h2" is offered (any non-null pointer).
+    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @ptrCast(@constCast(&alpn_h2_on)) else null);
+    return true;
+}
+
+/// The certificate chain and its key (`certfile`, `keyfile`, `password`): QUIC's context
+/// (quic/tls_context.zig) loads the same ones as TCP's.
+pub fn loadCertificate(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
+    if (api.SSL_CTX_use_certificate_chain_file(ctx, opts.certfile) != 1) {
+        err.set("--ssl-certfile: could not load the certificate chain");
+        return false;
+    }
+    return loadKey(ctx, opts, err);
+}
+
+/// Client certificates (`cert_reqs`, `ca_certs`, `crl`), the same for TCP and QUIC.
+pub fn configureVerify(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     if (opts.ca_certs) |file| if (api.SSL_CTX_load_verify_locations(ctx, file, null) != 1) {
         err.set("--ssl-ca-certs: could not load the CA certificates");
         return false;
@@ -321,8 +378,6 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
         else => SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
     };
     api.SSL_CTX_set_verify(ctx, verify, null);
-    // The callback's argument says whether "h2" is offered (any non-null pointer).
-    api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @ptrCast(@constCast(&alpn_h2_on)) else null);
     return true;
 }
 

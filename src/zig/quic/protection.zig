@@ -1,0 +1,529 @@
+//! QUIC packet protection (RFC 9001 5): the Initial secrets every connection starts from,
+//! the keys of one epoch and direction (the AEAD of `suite.zig` plus the header protection
+//! key), `protect` (seal a built packet in place, then mask its header) and `unprotect`
+//! (unmask, rebuild the packet number, open in place), and the 1-RTT key phases of a key
+//! update (RFC 9001 6).
+//!
+//! Sans-IO, no allocation: packets are byte slices the caller owns; `packet.zig` finds
+//! where their packet numbers start.
+const std = @import("std");
+const assert = std.debug.assert;
+const suite = @import("suite.zig");
+const packet = @import("packet.zig");
+const Aes128 = std.crypto.core.aes.Aes128;
+const Aes256 = std.crypto.core.aes.Aes256;
+const ChaCha20IETF = std.crypto.stream.chacha.ChaCha20IETF;
+const HkdfSha256 = std.crypto.kdf.hkdf.HkdfSha256;
+
+/// The v1 salt of the Initial secrets (RFC 9001 5.2).
+pub const initial_salt_v1 = [20]u8{ 0x38, 0x76, 0x2c, 0xf7, 0xf5, 0x59, 0x34, 0xb3, 0x4d, 0x17, 0x9a, 0xe6, 0xa4, 0xc8, 0x0c, 0xad, 0xcc, 0xbb, 0x7f, 0x0a };
+/// The bytes of ciphertext header protection samples (RFC 9001 5.4.2).
+pub const sample_len = 16;
+/// The sample starts this far after the packet number's first byte, as if the packet
+/// number were 4 bytes long (RFC 9001 5.4.2).
+pub const pn_len_max = 4;
+pub const tag_len = suite.tag_len;
+
+/// Bits of the first byte under header protection (RFC 9001 5.4.1): the low 4 of a long
+/// header, the low 5 of a short one.
+const long_masked_bits: u8 = 0x0f;
+const short_masked_bits: u8 = 0x1f;
+/// Reserved bits that must be 0 once protection is removed (RFC 9000 17.2, 17.3.1).
+const long_reserved_bits: u8 = 0x0c;
+const short_reserved_bits: u8 = 0x18;
+
+/// The header protection key of one epoch and direction ("quic hp", RFC 9001 5.4).
+pub const HeaderKey = struct {
+    suite: suite.Suite,
+    key: [suite.max_key_len]u8 = [_]u8{0} ** suite.max_key_len,
+
+    pub fn init(secret: *const suite.Secret) HeaderKey {
+        var hk: HeaderKey = .{ .suite = secret.suite };
+        secret.expand("quic hp", "", hk.key[0..secret.suite.keyLen()]);
+        return hk;
+    }
+
+    /// The 5 mask bytes from a ciphertext sample: AES-ECB of the sample (5.4.3), or
+    /// ChaCha20 with the sample's first 4 bytes as the counter (little-endian) and the
+    /// other 12 as the nonce, over 5 zero bytes (5.4.4).
+    pub fn mask(hk: *const HeaderKey, sample: *const [sample_len]u8) [5]u8 {
+        var block: [16]u8 = undefined;
+        switch (hk.suite) {
+            .aes_128_gcm_sha256 => Aes128.initEnc(hk.key[0..16].*).encrypt(&block, sample),
+            .aes_256_gcm_sha384 => Aes256.initEnc(hk.key[0..32].*).encrypt(&block, sample),
+            .chacha20_poly1305_sha256 => {
+                const counter = std.mem.readInt(u32, sample[0..4], .little);
+                ChaCha20IETF.xor(block[0..5], &[_]u8{0} ** 5, counter, hk.key[0..32].*, sample[4..16].*);
+            },
+        }
+        return block[0..5].*;
+    }
+};
+
+/// The keys that protect packets of one epoch in one direction.
+pub const Keys = struct {
+    aead: suite.Aead,
+    hp: HeaderKey,
+
+    pub fn init(secret: *const suite.Secret) Keys {
+        return .{ .aead = suite.Aead.init(secret, .quic), .hp = HeaderKey.init(secret) };
+    }
+};
+
+pub const InitialSecrets = struct { client: suite.Secret, server: suite.Secret };
+
+/// The Initial secrets from the client's first destination connection ID (RFC 9001 5.2):
+/// HKDF-Extract with the v1 salt, then "client in" and "server in".
+pub fn initialSecrets(client_dcid: []const u8) InitialSecrets {
+    assert(client_dcid.len <= packet.cid_len_max);
+    const prk = HkdfSha256.extract(&initial_salt_v1, client_dcid);
+    const initial = suite.Secret.init(.aes_128_gcm_sha256, &prk);
+    var s: InitialSecrets = .{ .client = .{ .suite = .aes_128_gcm_sha256 }, .server = .{ .suite = .aes_128_gcm_sha256 } };
+    initial.expand("client in", "", s.client.bytes[0..32]);
+    initial.expand("server in", "", s.server.bytes[0..32]);
+    return s;
+}
+
+/// The Initial keys of both directions: a server opens with `client`, seals with `server`.
+pub fn initialKeys(client_dcid: []const u8) struct { client: Keys, server: Keys } {
+    const s = initialSecrets(client_dcid);
+    return .{ .client = Keys.init(&s.client), .server = Keys.init(&s.server) };
+}
+
+fn maskedBits(first: u8) u8 {
+    return if (first & packet.form_bit != 0) long_masked_bits else short_masked_bits;
+}
+
+/// The fewest bytes of frames a packet with a `pn_len`-byte packet number must carry for
+/// the header protection sample to fit (RFC 9001 5.4.2): a writer pads up to it.
+pub fn payloadLenMin(pn_len: usize) usize {
+    assert(pn_len >= 1 and pn_len <= pn_len_max);
+    return pn_len_max - pn_len;
+}
+
+/// Seals a built packet in place: `bytes` is the whole packet (header with the packet number
+/// in clear at `pn_offset`, the frames, then `tag_len` bytes of room for the tag). The
+/// payload is sealed with the header as associated data, then the header is masked.
+pub fn protect(keys: *const Keys, bytes: []u8, pn_offset: usize, pn: u64) void {
+    const pn_len: usize = (bytes[0] & 0x03) + 1;
+    const header_len = pn_offset + pn_len;
+    assert(bytes.len >= header_len + payloadLenMin(pn_len) + tag_len);
+    const payload = bytes[header_len .. bytes.len - tag_len];
+    keys.aead.seal(payload, bytes[bytes.len - tag_len ..][0..tag_len], payload, bytes[0..header_len], pn);
+    const m = keys.hp.mask(bytes[pn_offset + pn_len_max ..][0..sample_len]);
+    bytes[0] ^= m[0] & maskedBits(bytes[0]);
+    for (bytes[pn_offset..header_len], m[1..][0..pn_len]) |*b, x| b.* ^= x;
+}
+
+pub const Header = struct {
+    /// The first byte with its protection removed.
+    first: u8,
+    pn: u64,
+    pn_len: usize,
+    /// The header's length (through the packet number): the associated data.
+    header_len: usize,
+
+    /// A short header's key phase bit (RFC 9001 6).
+    pub fn keyPhase(h: *const Header) u1 {
+        assert(h.first & packet.form_bit == 0);
+        return @intFromBool(h.first & packet.key_phase_bit != 0);
+    }
+};
+
+pub const UnprotectError = error{
+    /// Too short to carry the header protection sample: dropped.
+    Truncated,
+    /// The AEAD did not authenticate the packet: dropped (RFC 9001 5.5); the payload's
+    /// bytes are then overwritten.
+    AuthenticationFailed,
+    /// Reserved bits set once the packet is authenticated: PROTOCOL_VIOLATION
+    /// (RFC 9000 17.2).
+    ReservedBitsSet,
+};
+
+/// Removes the header protection of `bytes` (one packet, from its first byte to its end)
+/// in place and rebuilds its packet number against `largest_pn`, the largest received in
+/// its number space. The header key does not change with key updates, so this comes first
+/// and the key phase bit it reveals picks the AEAD key.
+pub fn unprotectHeader(hp: *const HeaderKey, bytes: []u8, pn_offset: usize, largest_pn: ?u64) error{Truncated}!Header {
+    if (bytes.len < pn_offset + pn_len_max + sample_len) return error.Truncated;
+    const m = hp.mask(bytes[pn_offset + pn_len_max ..][0..sample_len]);
+    bytes[0] ^= m[0] & maskedBits(bytes[0]);
+    const pn_len: usize = (bytes[0] & 0x03) + 1;
+    var truncated: u64 = 0;
+    for (bytes[pn_offset..][0..pn_len], m[1..][0..pn_len]) |*b, x| {
+        b.* ^= x;
+        truncated = (truncated << 8) | b.*;
+    }
+    return .{ .first = bytes[0], .pn = packet.pnDecode(largest_pn, truncated, pn_len), .pn_len = pn_len, .header_len = pn_offset + pn_len };
+}
+
+/// Opens the payload of a packet whose header `unprotectHeader` cleared, in place; returns
+/// the frames (a slice of `bytes`).
+pub fn openPayload(aead: *const suite.Aead, bytes: []u8, h: *const Header) UnprotectError![]u8 {
+    assert(bytes.len >= h.header_len + tag_len);
+    const payload = bytes[h.header_len .. bytes.len - tag_len];
+    const tag = bytes[bytes.len - tag_len ..][0..tag_len].*;
+    try aead.open(payload, payload, tag, bytes[0..h.header_len], h.pn);
+    const reserved = if (h.first & packet.form_bit != 0) long_reserved_bits else short_reserved_bits;
+    if (h.first & reserved != 0) return error.ReservedBitsSet;
+    return payload;
+}
+
+pub const Opened = struct { header: Header, payload: []u8 };
+
+/// `unprotectHeader` then `openPayload` with the same keys: Initial and Handshake packets,
+/// which have no key phases.
+pub fn unprotect(keys: *const Keys, bytes: []u8, pn_offset: usize, largest_pn: ?u64) UnprotectError!Opened {
+    const h = try unprotectHeader(&keys.hp, bytes, pn_offset, largest_pn);
+    return .{ .header = h, .payload = try openPayload(&keys.aead, bytes, &h) };
+}
+
+/// The 1-RTT keys of both directions through key updates (RFC 9001 6): the header keys
+/// stay; the AEAD keys move to the next generation ("quic ku") together, one phase bit per
+/// generation. The receive side keeps the next generation ready (a packet with the other
+/// phase bit is tried with it, RFC 9001 6.3) and the previous one for late packets until
+/// `discardPrevious` (the connection calls it three PTOs after an update, 6.5).
+pub const OneRtt = struct {
+    hp_rx: HeaderKey,
+    hp_tx: HeaderKey,
+    rx: suite.Aead,
+    rx_next: suite.Aead,
+    rx_previous: ?suite.Aead = null,
+    /// The secret `rx_next` came from; the generation after it derives from it.
+    rx_next_secret: suite.Secret,
+    tx: suite.Aead,
+    tx_secret: suite.Secret,
+    rx_phase: u1 = 0,
+    tx_phase: u1 = 0,
+    /// The smallest packet number opened with `rx`: older packets with the other phase
+    /// bit belong to the previous generation.
+    rx_first_pn: ?u64 = null,
+
+    pub fn init(rx_secret: *const suite.Secret, tx_secret: *const suite.Secret) OneRtt {
+        const rx_next_secret = rx_secret.next();
+        return .{
+            .hp_rx = HeaderKey.init(rx_secret),
+            .hp_tx = HeaderKey.init(tx_secret),
+            .rx = suite.Aead.init(rx_secret, .quic),
+            .rx_next = suite.Aead.init(&rx_next_secret, .quic),
+            .rx_next_secret = rx_next_secret,
+            .tx = suite.Aead.init(tx_secret, .quic),
+            .tx_secret = tx_secret.*,
+        };
+    }
+
+    pub const Generation = enum { previous, current, next };
+
+    /// Which receive keys open a packet with this phase bit and (already rebuilt) number.
+    pub fn select(k: *const OneRtt, key_phase: u1, pn: u64) Generation {
+        if (key_phase == k.rx_phase) return .current;
+        if (k.rx_previous != null and k.rx_first_pn != null and pn < k.rx_first_pn.?) return .previous;
+        return .next;
+    }
+
+    /// Opens a 1-RTT packet whose header `unprotectHeader(&k.hp_rx, ...)` cleared, with the
+    /// keys its phase bit picks; a packet opened with the next keys moves the receive side
+    /// to them and, if the peer started the update, the send side too (RFC 9001 6.2).
+    pub fn open(k: *OneRtt, bytes: []u8, h: *const Header) UnprotectError![]u8 {
+        const generation = k.select(h.keyPhase(), h.pn);
+        const aead = switch (generation) {
+            .current => &k.rx,
+            .next => &k.rx_next,
+            .previous => &k.rx_previous.?,
+        };
+        const payload = try openPayload(aead, bytes, h);
+        switch (generation) {
+            .previous => {},
+            .current => k.rx_first_pn = @min(k.rx_first_pn orelse h.pn, h.pn),
+            .next => k.rotateRx(h.pn),
+        }
+        return payload;
+    }
+
+    fn rotateRx(k: *OneRtt, pn: u64) void {
+        k.rx_previous = k.rx;
+        k.rx = k.rx_next;
+        k.rx_next_secret = k.rx_next_secret.next();
+        k.rx_next = suite.Aead.init(&k.rx_next_secret, .quic);
+        k.rx_phase ^= 1;
+        k.rx_first_pn = pn;
+        if (k.tx_phase != k.rx_phase) k.rotateTx(); // the peer updated: answer in kind
+        assert(k.tx_phase == k.rx_phase);
+    }
+
+    fn rotateTx(k: *OneRtt) void {
+        k.tx_secret = k.tx_secret.next();
+        k.tx = suite.Aead.init(&k.tx_secret, .quic);
+        k.tx_phase ^= 1;
+    }
+
+    /// Starts a key update from this side. The caller checks RFC 9001 6.1's condition (a
+    /// packet of the current phase acknowledged, the previous update completed): here only
+    /// that the peer has answered the last one (both phases agree).
+    pub fn initiate(k: *OneRtt) error{UpdateInProgress}!void {
+        if (k.tx_phase != k.rx_phase) return error.UpdateInProgress;
+        k.rotateTx();
+    }
+
+    /// Forgets the previous receive keys (three PTOs after an update, RFC 9001 6.5).
+    pub fn discardPrevious(k: *OneRtt) void {
+        k.rx_previous = null;
+    }
+
+    /// Seals a built short header packet (`packet.writeShortHeader` with `k.tx_phase`).
+    pub fn protect(k: *const OneRtt, bytes: []u8, pn_offset: usize, pn: u64) void {
+        assert(bytes[0] & packet.form_bit == 0);
+        assert(@intFromBool(bytes[0] & packet.key_phase_bit != 0) == k.tx_phase);
+        const keys: Keys = .{ .aead = k.tx, .hp = k.hp_tx };
+        file.protect(&keys, bytes, pn_offset, pn);
+    }
+};
+
+/// This file, to reach its `protect` from inside `OneRtt`, whose own `protect` hides it.
+const file = @This();
+
+const testing = std.testing;
+
+fn unhex(comptime s: []const u8) [s.len / 2]u8 {
+    @setEvalBranchQuota(100_000);
+    var out: [s.len / 2]u8 = undefined;
+    _ = std.fmt.hexToBytes(&out, s) catch unreachable;
+    return out;
+}
+
+// RFC 9001 Appendix A's packets, public for the fuzz target's seed corpus.
+pub const a2_dcid = "8394c8f03e515708";
+/// RFC 9001 A.2: the client Initial's CRYPTO frame (its ClientHello), padded with PADDING
+/// frames to 1162 bytes of payload.
+pub const a2_crypto_hex =
+    "060040f1010000ed0303ebf8fa56f12939b9584a3896472ec40bb863cfd3e868" ++
+    "04fe3a47f06a2b69484c00000413011302010000c000000010000e00000b6578" ++
+    "616d706c652e636f6dff01000100000a00080006001d00170018001000070005" ++
+    "04616c706e000500050100000000003300260024001d00209370b2c9caa47fba" ++
+    "baf4559fedba753de171fa71f50f1ce15d43e994ec74d748002b000302030400" ++
+    "0d0010000e0403050306030203080408050806002d00020101001c0002400100" ++
+    "3900320408ffffffffffffffff05048000ffff07048000ffff08011001048000" ++
+    "75300901100f088394c8f03e51570806048000ffff";
+pub const a2_header_hex = "c300000001088394c8f03e5157080000449e00000002";
+pub const a2_packet_hex =
+    "c000000001088394c8f03e5157080000449e7b9aec34d1b1c98dd7689fb8ec11" ++
+    "d242b123dc9bd8bab936b47d92ec356c0bab7df5976d27cd449f63300099f399" ++
+    "1c260ec4c60d17b31f8429157bb35a1282a643a8d2262cad67500cadb8e7378c" ++
+    "8eb7539ec4d4905fed1bee1fc8aafba17c750e2c7ace01e6005f80fcb7df6212" ++
+    "30c83711b39343fa028cea7f7fb5ff89eac2308249a02252155e2347b63d58c5" ++
+    "457afd84d05dfffdb20392844ae812154682e9cf012f9021a6f0be17ddd0c208" ++
+    "4dce25ff9b06cde535d0f920a2db1bf362c23e596d11a4f5a6cf3948838a3aec" ++
+    "4e15daf8500a6ef69ec4e3feb6b1d98e610ac8b7ec3faf6ad760b7bad1db4ba3" ++
+    "485e8a94dc250ae3fdb41ed15fb6a8e5eba0fc3dd60bc8e30c5c4287e53805db" ++
+    "059ae0648db2f64264ed5e39be2e20d82df566da8dd5998ccabdae053060ae6c" ++
+    "7b4378e846d29f37ed7b4ea9ec5d82e7961b7f25a9323851f681d582363aa5f8" ++
+    "9937f5a67258bf63ad6f1a0b1d96dbd4faddfcefc5266ba6611722395c906556" ++
+    "be52afe3f565636ad1b17d508b73d8743eeb524be22b3dcbc2c7468d54119c74" ++
+    "68449a13d8e3b95811a198f3491de3e7fe942b330407abf82a4ed7c1b311663a" ++
+    "c69890f4157015853d91e923037c227a33cdd5ec281ca3f79c44546b9d90ca00" ++
+    "f064c99e3dd97911d39fe9c5d0b23a229a234cb36186c4819e8b9c5927726632" ++
+    "291d6a418211cc2962e20fe47feb3edf330f2c603a9d48c0fcb5699dbfe58964" ++
+    "25c5bac4aee82e57a85aaf4e2513e4f05796b07ba2ee47d80506f8d2c25e50fd" ++
+    "14de71e6c418559302f939b0e1abd576f279c4b2e0feb85c1f28ff18f58891ff" ++
+    "ef132eef2fa09346aee33c28eb130ff28f5b766953334113211996d20011a198" ++
+    "e3fc433f9f2541010ae17c1bf202580f6047472fb36857fe843b19f5984009dd" ++
+    "c324044e847a4f4a0ab34f719595de37252d6235365e9b84392b061085349d73" ++
+    "203a4a13e96f5432ec0fd4a1ee65accdd5e3904df54c1da510b0ff20dcc0c77f" ++
+    "cb2c0e0eb605cb0504db87632cf3d8b4dae6e705769d1de354270123cb11450e" ++
+    "fc60ac47683d7b8d0f811365565fd98c4c8eb936bcab8d069fc33bd801b03ade" ++
+    "a2e1fbc5aa463d08ca19896d2bf59a071b851e6c239052172f296bfb5e724047" ++
+    "90a2181014f3b94a4e97d117b438130368cc39dbb2d198065ae3986547926cd2" ++
+    "162f40a29f0c3c8745c0f50fba3852e566d44575c29d39a03f0cda721984b6f4" ++
+    "40591f355e12d439ff150aab7613499dbd49adabc8676eef023b15b65bfc5ca0" ++
+    "6948109f23f350db82123535eb8a7433bdabcb909271a6ecbcb58b936a88cd4e" ++
+    "8f2e6ff5800175f113253d8fa9ca8885c2f552e657dc603f252e1a8e308f76f0" ++
+    "be79e2fb8f5d5fbbe2e30ecadd220723c8c0aea8078cdfcb3868263ff8f09400" ++
+    "54da48781893a7e49ad5aff4af300cd804a6b6279ab3ff3afb64491c85194aab" ++
+    "760d58a606654f9f4400e8b38591356fbf6425aca26dc85244259ff2b19c41b9" ++
+    "f96f3ca9ec1dde434da7d2d392b905ddf3d1f9af93d1af5950bd493f5aa731b4" ++
+    "056df31bd267b6b90a079831aaf579be0a39013137aac6d404f518cfd4684064" ++
+    "7e78bfe706ca4cf5e9c5453e9f7cfd2b8b4c8d169a44e55c88d4a9a7f9474241" ++
+    "e221af44860018ab0856972e194cd934";
+
+const a3_header_hex = "c1000000010008f067a5502a4262b50040750001";
+const a3_payload_hex =
+    "02000000000600405a020000560303eefce7f7b37ba1d1632e96677825ddf739" ++
+    "88cfc79825df566dc5430b9a045a1200130100002e00330024001d00209d3c94" ++
+    "0d89690b84d08a60993c144eca684d1081287c834d5311bcf32bb9da1a002b00" ++
+    "020304";
+pub const a3_packet_hex =
+    "cf000000010008f067a5502a4262b5004075c0d95a482cd0991cd25b0aac406a" ++
+    "5816b6394100f37a1c69797554780bb38cc5a99f5ede4cf73c3ec2493a1839b3" ++
+    "dbcba3f6ea46c5b7684df3548e7ddeb9c3bf9c73cc3f3bded74b562bfb19fb84" ++
+    "022f8ef4cdd93795d77d06edbb7aaf2f58891850abbdca3d20398c276456cbc4" ++
+    "2158407dd074ee";
+
+test "RFC 9001 A.1: Initial secrets and keys of both sides" {
+    const s = initialSecrets(&unhex(a2_dcid));
+    try testing.expectEqualSlices(u8, &unhex("c00cf151ca5be075ed0ebfb5c80323c42d6b7db67881289af4008f1f6c357aea"), s.client.slice());
+    try testing.expectEqualSlices(u8, &unhex("3c199828fd139efd216c155ad844cc81fb82fa8d7446fa7d78be803acdda951b"), s.server.slice());
+    const k = initialKeys(&unhex(a2_dcid));
+    try testing.expectEqualSlices(u8, &unhex("cf3a5331653c364c88f0f379b6067e37"), k.server.aead.key[0..16]);
+    try testing.expectEqualSlices(u8, &unhex("0ac1493ca1905853b0bba03e"), &k.server.aead.iv);
+    try testing.expectEqualSlices(u8, &unhex("c206b8d9b9f0f37644430b490eeaa314"), k.server.hp.key[0..16]);
+    try testing.expectEqualSlices(u8, &unhex("437b9aec36"), &k.client.hp.mask(&unhex("d1b1c98dd7689fb8ec11d242b123dc9b")));
+}
+
+test "RFC 9001 A.2: the client Initial, protected byte for byte and opened again" {
+    const keys = initialKeys(&unhex(a2_dcid)).client;
+    const expected = unhex(a2_packet_hex);
+    var buf = [_]u8{0} ** 1200;
+    const header = unhex(a2_header_hex);
+    @memcpy(buf[0..header.len], &header);
+    const crypto = unhex(a2_crypto_hex);
+    @memcpy(buf[header.len..][0..crypto.len], &crypto); // the rest stays PADDING
+    const h = try packet.parse(&buf, 0);
+    try testing.expectEqual(@as(usize, 18), h.pn_offset);
+    try testing.expectEqual(@as(usize, 1200), h.len);
+    protect(&keys, &buf, h.pn_offset, 2);
+    try testing.expectEqualSlices(u8, &expected, &buf);
+
+    var received = expected;
+    const rh = try packet.parse(&received, 0);
+    try testing.expectEqualStrings(&unhex(a2_dcid), rh.dcid);
+    const opened = try unprotect(&keys, received[0..rh.len], rh.pn_offset, null);
+    try testing.expectEqual(@as(u64, 2), opened.header.pn);
+    try testing.expectEqual(@as(usize, 4), opened.header.pn_len);
+    try testing.expectEqualSlices(u8, &header, received[0..opened.header.header_len]);
+    try testing.expectEqual(@as(usize, 1162), opened.payload.len);
+    try testing.expectEqualSlices(u8, &crypto, opened.payload[0..crypto.len]);
+    try testing.expect(std.mem.allEqual(u8, opened.payload[crypto.len..], 0));
+}
+
+test "RFC 9001 A.3: the server Initial, protected byte for byte and opened again" {
+    const keys = initialKeys(&unhex(a2_dcid)).server;
+    const expected = unhex(a3_packet_hex);
+    var buf: [expected.len]u8 = undefined;
+    const header = unhex(a3_header_hex);
+    const payload = unhex(a3_payload_hex);
+    @memcpy(buf[0..header.len], &header);
+    @memcpy(buf[header.len..][0..payload.len], &payload);
+    const h = try packet.parse(&buf, 0);
+    try testing.expectEqual(buf.len, h.len);
+    protect(&keys, &buf, h.pn_offset, 1);
+    try testing.expectEqualSlices(u8, &expected, &buf);
+    // The same through the header builder: a server Initial with an empty token.
+    var built: [expected.len]u8 = undefined;
+    const b = try packet.writeLongHeader(&built, .{ .long_type = .initial, .dcid = "", .scid = &unhex("f067a5502a4262b5"), .pn = 1, .pn_len = 2 }, payload.len, tag_len);
+    try testing.expectEqualSlices(u8, &header, built[0..b.header_len]);
+
+    var received = expected;
+    const opened = try unprotect(&keys, &received, h.pn_offset, 0);
+    try testing.expectEqual(@as(u64, 1), opened.header.pn);
+    try testing.expectEqualSlices(u8, &payload, opened.payload);
+}
+
+test "RFC 9001 A.5: a ChaCha20 short header packet, both ways" {
+    const secret = suite.Secret.init(.chacha20_poly1305_sha256, &unhex("9ac312a7f877468ebe69422748ad00a15443f18203a07d6060f688f30f21632b"));
+    const keys = Keys.init(&secret);
+    try testing.expectEqualSlices(u8, &unhex("25a282b9e82f06f21f488917a4fc8f1b73573685608597d0efcb076b0ab7a7a4"), &keys.hp.key);
+    try testing.expectEqualSlices(u8, &unhex("aefefe7d03"), &keys.hp.mask(&unhex("5e5cd55c41f69080575d7999c25a5bfb")));
+    const expected = unhex("4cfe4189655e5cd55c41f69080575d7999c25a5bfb");
+    var buf: [expected.len]u8 = undefined;
+    const b = try packet.writeShortHeader(&buf, "", 654360564, 3, 0, false);
+    try testing.expectEqualSlices(u8, &unhex("4200bff4"), buf[0..b.header_len]);
+    buf[b.header_len] = 0x01; // PING
+    protect(&keys, &buf, b.pn_offset, 654360564);
+    try testing.expectEqualSlices(u8, &expected, &buf);
+
+    var received = expected;
+    const h = try packet.parse(&received, 0);
+    const opened = try unprotect(&keys, &received, h.pn_offset, 654360563);
+    try testing.expectEqual(@as(u64, 654360564), opened.header.pn);
+    try testing.expectEqualSlices(u8, &.{0x01}, opened.payload);
+}
+
+test "unprotect refuses short packets, changed bytes and set reserved bits" {
+    const keys = initialKeys(&unhex(a2_dcid)).client;
+    const expected = unhex(a2_packet_hex);
+    var buf = expected;
+    try testing.expectError(error.Truncated, unprotect(&keys, buf[0 .. 18 + 19], 18, null));
+    buf[1000] ^= 0x10;
+    try testing.expectError(error.AuthenticationFailed, unprotect(&keys, &buf, 18, null));
+    // A reserved bit set under protection: authenticated, then refused.
+    var built = [_]u8{0} ** 64;
+    const b = try packet.writeShortHeader(&built, "abcd", 9, 1, 0, false);
+    built[0] |= 0x08;
+    protect(&keys, built[0 .. b.header_len + 20], b.pn_offset, 9);
+    try testing.expectError(error.ReservedBitsSet, unprotect(&keys, built[0 .. b.header_len + 20], b.pn_offset, 8));
+}
+
+test "AES-256 header protection round-trips" {
+    var bytes: [48]u8 = undefined;
+    for (&bytes, 0..) |*x, i| x.* = @truncate(i * 7);
+    const keys = Keys.init(&suite.Secret.init(.aes_256_gcm_sha384, &bytes));
+    var buf = [_]u8{0} ** 40;
+    const b = try packet.writeShortHeader(&buf, "cid", 300, 2, 1, true);
+    buf[b.header_len] = 0x01;
+    protect(&keys, &buf, b.pn_offset, 300);
+    const opened = try unprotect(&keys, &buf, b.pn_offset, 299);
+    try testing.expectEqual(@as(u64, 300), opened.header.pn);
+    try testing.expectEqual(@as(u1, 1), opened.header.keyPhase());
+    try testing.expect(opened.header.first & packet.spin_bit != 0);
+}
+
+fn sendOneRtt(k: *const OneRtt, buf: []u8, pn: u64) !usize {
+    const b = try packet.writeShortHeader(buf, "", pn, 2, k.tx_phase, false);
+    @memset(buf[b.header_len..][0..4], 0x01);
+    const len = b.header_len + 4 + tag_len;
+    k.protect(buf[0..len], b.pn_offset, pn);
+    return len;
+}
+
+fn receiveOneRtt(k: *OneRtt, bytes: []u8, largest: ?u64) !u64 {
+    const h = try unprotectHeader(&k.hp_rx, bytes, 1, largest);
+    _ = try k.open(bytes, &h);
+    return h.pn;
+}
+
+test "RFC 9001 6: a key update started by either side, and a late packet of the old phase" {
+    var c_secret: [32]u8 = undefined;
+    var s_secret: [32]u8 = undefined;
+    for (&c_secret, &s_secret, 0..) |*c, *s, i| {
+        c.* = @intCast(i);
+        s.* = @intCast(100 + i);
+    }
+    const cs = suite.Secret.init(.aes_128_gcm_sha256, &c_secret);
+    const ss = suite.Secret.init(.aes_128_gcm_sha256, &s_secret);
+    var client = OneRtt.init(&ss, &cs);
+    var server = OneRtt.init(&cs, &ss);
+    var buf: [64]u8 = undefined;
+    var late: [64]u8 = undefined;
+
+    // Phase 0 both ways; one client packet held back.
+    var n = try sendOneRtt(&client, &buf, 0);
+    try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&server, buf[0..n], null));
+    const late_len = try sendOneRtt(&client, &late, 1);
+    // The client updates; the server follows on its first new-phase packet.
+    try client.initiate();
+    try testing.expectError(error.UpdateInProgress, client.initiate());
+    n = try sendOneRtt(&client, &buf, 2);
+    try testing.expectEqual(@as(u64, 2), try receiveOneRtt(&server, buf[0..n], 0));
+    try testing.expectEqual(@as(u1, 1), server.rx_phase);
+    try testing.expectEqual(@as(u1, 1), server.tx_phase);
+    // The late phase-0 packet still opens, with the previous keys.
+    try testing.expectEqual(@as(u64, 1), try receiveOneRtt(&server, late[0..late_len], 2));
+    try testing.expectEqual(@as(u1, 1), server.rx_phase);
+    server.discardPrevious();
+    // The server's answer moves the client's receive side; now the server updates.
+    n = try sendOneRtt(&server, &buf, 0);
+    try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&client, buf[0..n], null));
+    try testing.expectEqual(@as(u1, 1), client.rx_phase);
+    try server.initiate();
+    n = try sendOneRtt(&server, &buf, 1);
+    try testing.expectEqual(@as(u64, 1), try receiveOneRtt(&client, buf[0..n], 0));
+    try testing.expectEqual(@as(u1, 0), client.tx_phase);
+    n = try sendOneRtt(&client, &buf, 3);
+    try testing.expectEqual(@as(u64, 3), try receiveOneRtt(&server, buf[0..n], 2));
+    // A forged packet with the other phase bit fails and moves nothing.
+    n = try sendOneRtt(&client, &buf, 4);
+    buf[n - 1] ^= 1;
+    try testing.expectError(error.AuthenticationFailed, receiveOneRtt(&server, buf[0..n], 3));
+    try testing.expectEqual(@as(u1, 0), server.rx_phase);
+}
