@@ -12,6 +12,7 @@ test {
     _ = @import("os/deadlines.zig");
     _ = @import("os/sys.zig");
     _ = @import("os/io_uring.zig");
+    _ = @import("os/io_uring_tests.zig");
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");
     _ = @import("transport/output_queue.zig");
@@ -32,6 +33,7 @@ test {
     _ = @import("http/huffman.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http1/chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("http/answers.zig");
     _ = @import("python/environ.zig");
@@ -41,8 +43,11 @@ test {
     _ = @import("http2/request.zig");
     _ = @import("http2/session.zig");
     _ = @import("http2/session_tests.zig");
+    _ = @import("http2/session_life_tests.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");
+    // the seam: the hand-overs between protocols
+    _ = @import("server/protocol.zig");
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
     _ = @import("quic/tls.zig");
@@ -69,6 +74,7 @@ test {
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
     _ = @import("loop/core.zig");
+    _ = @import("loop/wait.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");
     _ = @import("testing/fuzz_http1.zig");

@@ -15,16 +15,13 @@ const http_fields = @import("../http/fields.zig");
 const sys = @import("../os/sys.zig");
 const http1 = @import("parser.zig");
 const response = @import("../http/response.zig");
-const ws = @import("../websocket/codec.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
-const wsconn = @import("../websocket/session.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
-const deflate = @import("../websocket/deflate.zig"); // the WebSocket upgrade (RFC 6455) begins as an HTTP/1.1 request
 const outq = @import("../transport/output_queue.zig");
 const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../server/server.zig").Server;
-const h2 = @import("../http2/session.zig"); // against the layers: the preface on a plain port and the h2c upgrade (RFC 7540 3.2) hand the connection to HTTP/2
+const seam = @import("../server/protocol.zig"); // the hand-overs: HTTP/2 (preface, h2c upgrade) and WebSocket begin as HTTP/1.1
 const scratch = @import("../http/scratch.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
@@ -47,7 +44,7 @@ pub const ConnState = struct {
     discarding: bool = false,
     discarded_bytes: u64 = 0,
     /// A WebSocket upgrade: pending the app's accept, then the open session.
-    ws: ?*wsconn.Session = null,
+    ws: ?*seam.WebSocket = null,
 
     pub fn init(conn: *Conn) ConnState {
         return .{ .stream = Stream.init(conn, .http1) };
@@ -64,7 +61,7 @@ fn streamOf(conn: *Conn) *Stream {
 }
 
 /// The WebSocket session upgraded from this connection's request, if any.
-pub fn wsSessionOf(conn: *const Conn) ?*wsconn.Session {
+pub fn wsSessionOf(conn: *const Conn) ?*seam.WebSocket {
     const act = conn.act orelse return null;
     return switch (act.proto) {
         .http1 => |*s| s.ws,
@@ -119,11 +116,11 @@ fn parseHead(conn: *Conn) void {
     if (act.rstart == act.rlen) return;
     const srv = conn.server;
     const data = buf[act.rstart..act.rlen];
-    if (conn.requests_count == 0 and srv.opts.http2) switch (h2.prefaceState(data)) {
+    if (conn.requests_count == 0 and srv.opts.http2) switch (seam.http2Preface(data)) {
         // HTTP/2 with prior knowledge (h2c), or after ALPN chose h2.
         .yes => {
-            act.rstart += h2.preface.len;
-            return h2.begin(conn);
+            act.rstart += seam.http2_preface_len;
+            return seam.startHttp2(conn);
         },
         .partial => {
             if (!conn.timer.in(&srv.header_timeouts)) srv.header_timeouts.arm(&conn.timer, srv.now_ms);
@@ -145,8 +142,8 @@ fn parseHead(conn: *Conn) void {
     conn.timer.disarm();
     if (h2cSettings(conn, &head.request)) |settings| {
         act.rstart += @intCast(head.len);
-        // h2c upgrade (RFC 7540 3.2), an import against the layers: the request becomes HTTP/2's stream 1.
-        return h2.beginUpgrade(conn, &head.request, settings);
+        // h2c upgrade (RFC 7540 3.2), a hand-over through the seam: the request becomes HTTP/2's stream 1.
+        return seam.upgradeToHttp2(conn, &head.request, settings);
     }
     const st = beginRequest(conn, &head.request);
     act.rstart += @intCast(head.len);
@@ -154,7 +151,7 @@ fn parseHead(conn: *Conn) void {
         // Refused before any app sees it, and before a 100-continue invites the body.
         return refuse(conn, 413);
     }
-    if (srv.opts.ws_enabled and ws.isUpgrade(head.request.upgrade)) {
+    if (srv.opts.ws_enabled and seam.asksWebSocket(&head.request)) {
         if (!beginUpgrade(conn, &head.request)) return;
     }
     conn.state = .request;
@@ -246,22 +243,11 @@ fn mustBeHttp2(conn: *Conn, data: []const u8) bool {
     return std.mem.eql(u8, @import("../transport/openssl.zig").alpnSelected(ssl), "h2");
 }
 
-/// What WebSocket's handshake checks read of an HTTP/1.1 request.
-fn handshakeRequest(req: *const http1.Request) ws.HandshakeRequest {
-    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
-}
-
 /// A WebSocket upgrade: checked here; the app then accepts or denies it. False
 /// when the engine refused it (400/426).
 fn beginUpgrade(conn: *Conn, req: *const http1.Request) bool {
-    var hs = ws.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| {
-        refuse(conn, ws.statusFor(err));
-        return false;
-    };
-    // zlib is loaded only now, for a client that offers compression; without it we decline.
-    if (hs.deflate != null and !deflate.load()) hs.deflate = null;
-    if (!wsconn.begin(conn, hs)) {
-        refuse(conn, 500);
+    if (seam.upgradeToWebSocket(conn, req)) |status| {
+        refuse(conn, status);
         return false;
     }
     // Whatever the app answers over HTTP (denial, 403, 500) ends the connection.
@@ -771,7 +757,7 @@ pub fn finishStream(st: *Stream) void {
     if (!st.refused) observe(conn, if (st.resp_started) st.status else 500);
     conn.server.streamFinished();
     if (conn.state == .closed) return conn.server.retire(conn);
-    if (stateOf(conn).ws != null and conn.state != .request) return wsconn.streamFinished(conn);
+    if (stateOf(conn).ws != null and conn.state != .request) return seam.webSocketStreamFinished(conn);
     if (!st.resp_complete) return conn.close();
     afterResponse(conn);
 }
@@ -877,41 +863,4 @@ test "HTTP2-Settings decodes base64url to whole settings, padded or not, and ref
     try t.expect(decodeH2cSettings("AAQAAP+/") == null); // standard base64, not url-safe
     try t.expect(decodeH2cSettings("A") == null);
     try t.expect(decodeH2cSettings("AAAAAAAA" ** 17) == null); // past the bound
-}
-
-const testing = std.testing;
-const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
-
-fn handshake(raw: []const u8, offer_deflate: bool) ws.HandshakeError!ws.Handshake {
-    var storage: [32]http_fields.Header = undefined;
-    var buf: [1024]u8 = undefined;
-    @memcpy(buf[0..raw.len], raw);
-    const head = (http1.parseHead(buf[0..raw.len], &storage, http1.test_limits) catch unreachable).?;
-    return ws.validate(handshakeRequest(&head.request), offer_deflate);
-}
-
-test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
-    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    const hs = try handshake(ok, true);
-    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
-    try testing.expect(hs.deflate == null);
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-}
-
-test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
-    var storage: [8]http_fields.Header = undefined;
-    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
-    const r = (try http1.parseHead(&buf, &storage, http1.test_limits)).?;
-    try testing.expect(ws.isUpgrade(r.request.upgrade));
-    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
-    const r2 = (try http1.parseHead(&buf2, &storage, http1.test_limits)).?;
-    try testing.expect(!ws.isUpgrade(r2.request.upgrade));
-    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
-    const r3 = (try http1.parseHead(&buf3, &storage, http1.test_limits)).?;
-    try testing.expect(!ws.isUpgrade(r3.request.upgrade));
 }

@@ -4,7 +4,7 @@
 const std = @import("std");
 const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_ack = frames.flag_ack;
@@ -49,7 +49,7 @@ pub fn process(conn: *Conn) void {
     var it = s.first;
     while (it) |st| {
         it = st.next;
-        if (st.ws) |w| if (w.open and !wsInputEmpty(st)) wsconn.processSession(w);
+        if (st.ws) |w| if (w.open and !wsInputEmpty(st)) seam.webSocketProcess(w);
         if (conn.state != .h2) return;
     }
     while (conn.state == .h2 and !s.dead) {

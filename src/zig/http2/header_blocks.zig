@@ -4,9 +4,7 @@ const std = @import("std");
 const hpack = @import("hpack.zig");
 const stream_mod = @import("../server/stream.zig");
 const answers = @import("../http/answers.zig");
-const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
-const deflate = @import("../websocket/deflate.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_end_stream = frames.flag_end_stream;
@@ -144,10 +142,7 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
             version = f.value;
         };
         if (!std.mem.eql(u8, version orelse "", "13")) return refuseStream(s, st, 426);
-        var hs = ws.Handshake{ .accept = [_]u8{0} ** ws.accept_bytes, .deflate = null };
-        if (srv.opts.ws_deflate) hs.deflate = ws.negotiateDeflate(headers);
-        if (hs.deflate != null and !deflate.load()) hs.deflate = null;
-        st.ws = wsconn.create(.{ .h2 = st }, hs) orelse return refuseStream(s, st, 500);
+        st.ws = seam.openWebSocket(&st.base, headers) orelse return refuseStream(s, st, 500);
     }
     const full = head.path.?;
     const q = std.mem.indexOfScalar(u8, full, '?');

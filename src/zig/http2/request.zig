@@ -91,8 +91,10 @@ pub fn findField(fields: []const http_fields.Header, name: []const u8) ?usize {
     return null;
 }
 
-/// Joined cookies live after the decoded fields in the same scratch.
-var cookie_scratch: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
+/// Joined cookies live after the decoded fields in the same scratch. A request head fits
+/// one pooled buffer (`server/server.zig` `request_head_bytes_max`), named here from the
+/// pool itself so that this file stays out of the server's knot of imports.
+var cookie_scratch: [@import("../os/buffer_pool.zig").buffer_bytes]u8 = undefined;
 pub var cookie_len: usize = 0;
 
 fn joinCookie(a: []const u8, b: []const u8) error{NoSpace}![]const u8 {

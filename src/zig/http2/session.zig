@@ -27,7 +27,6 @@
 //! beside it, one concern a file (docs/ARCHITECTURE.md lists them).
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const http1 = @import("../http1/parser.zig"); // against the layers: the h2c upgrade's request is an HTTP/1.1 one
 const sink_mod = @import("sink.zig");
 pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
@@ -36,7 +35,7 @@ const conn_mod = @import("../server/connection.zig");
 const Conn = conn_mod.Conn;
 const stream_mod = @import("../server/stream.zig");
 const deadlines = @import("../os/deadlines.zig");
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const setting_enable_push = frames.setting_enable_push;
@@ -79,6 +78,8 @@ const freeStream = streams.freeStream;
 const newStream = streams.newStream;
 pub const wsAbort = websocket.wsAbort;
 pub const wsAccept = websocket.wsAccept;
+pub const wsEnded = websocket.wsEnded;
+pub const wsHeld = websocket.wsHeld;
 pub const wsConsume = websocket.wsConsume;
 pub const wsEnd = websocket.wsEnd;
 pub const wsInput = websocket.wsInput;
@@ -236,7 +237,17 @@ pub const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection:
 /// payload, a whole number of settings). The connection answers 101 and speaks HTTP/2;
 /// the request becomes stream 1, half-closed from the client's side; the client's
 /// preface is expected next. The 101 acknowledges `settings`: no SETTINGS ack is sent.
-pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8) void {
+/// What the h2c upgrade reads of the HTTP/1.1 request (`server/protocol.zig` fills it).
+pub const UpgradeRequest = struct {
+    method: []const u8,
+    path: []const u8,
+    query: []const u8,
+    host: ?[]const u8,
+    /// Its fields, filtered in place of what HTTP/2 does not carry.
+    fields: []http_fields.Header,
+};
+
+pub fn beginUpgrade(conn: *Conn, req: UpgradeRequest, settings: []const u8) void {
     std.debug.assert(settings.len % setting_bytes == 0 and conn.session() == null);
     conn.queueCopy(switching_protocols, null, out_bytes_max) catch return conn.closeFor("out of memory for an h2c upgrade");
     const s = newSession(conn) orelse return;
@@ -253,7 +264,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
     st.remote_closed = true;
     st.base.body_done = true;
     st.base.is_head_method = std.mem.eql(u8, req.method, "HEAD");
-    for (req.headers) |f| if (std.mem.eql(u8, f.name, "te") and http_fields.connectionHas(f.value, "trailers")) {
+    for (req.fields) |f| if (std.mem.eql(u8, f.name, "te") and http_fields.connectionHas(f.value, "trailers")) {
         st.base.te_trailers = true;
     };
     var view = stream_mod.Request{
@@ -262,7 +273,7 @@ pub fn beginUpgrade(conn: *Conn, req: *const http1.Request, settings: []const u8
         .query = req.query,
         .authority = req.host,
         .scheme = "http",
-        .headers = withoutHopByHop(req.headers),
+        .headers = withoutHopByHop(req.fields),
         .version = .http2,
     };
     dispatch(s, st, &view, true);
@@ -467,7 +478,7 @@ pub fn closeWebSockets(conn: *Conn) bool {
         it = st.next;
         if (st.ws) |w| {
             any = true;
-            wsconn.goingAwaySession(w);
+            seam.webSocketGoingAway(w);
         }
     }
     if (conn.state == .h2) conn.flush();

@@ -8,7 +8,7 @@ const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
 const Server = @import("../server/server.zig").Server;
 const answers = @import("../http/answers.zig");
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
 
@@ -344,7 +344,7 @@ pub fn finishStream(st: *Stream) void {
     if (h.ws) |w| if (w.open) {
         // An accepted WebSocket: closed normally if the app did not; the stream ends
         // once the peer's close (and END_STREAM) arrives.
-        wsconn.sessionFinished(w);
+        seam.webSocketFinished(w);
         st.resp_complete = true;
     };
     if (!st.resp_complete and !st.reset) {

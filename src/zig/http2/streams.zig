@@ -5,8 +5,7 @@ const assert = std.debug.assert;
 const builtin = @import("builtin");
 const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const ws = @import("../websocket/codec.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 
 const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
@@ -74,7 +73,7 @@ pub const H2Stream = struct {
     items: std.ArrayListUnmanaged(Item) = .{},
     item_head: usize = 0,
     /// RFC 8441: the WebSocket session this stream carries (its DATA are WebSocket frames).
-    ws: ?*wsconn.Session = null,
+    ws: ?*seam.WebSocket = null,
 
     pub fn of(st: *Stream) *H2Stream {
         return @fieldParentPtr("base", st);
@@ -180,7 +179,7 @@ pub fn freeStream(s: *Session, st: *H2Stream) void {
     assert(!st.held);
     assert(s.live > 0 and s.live > s.held);
     dropItems(s, st);
-    if (st.ws) |w| wsconn.destroy(w);
+    if (st.ws) |w| seam.webSocketDestroy(w);
     st.ws = null;
     st.body.deinit(s.gpa);
     unlink(s, st);

@@ -5,7 +5,7 @@ const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const stream_mod = @import("../server/stream.zig");
 const Stream = stream_mod.Stream;
-const wsconn = @import("../websocket/session.zig"); // RFC 8441: WebSocket over an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_end_stream = frames.flag_end_stream;
@@ -27,7 +27,7 @@ const H2Stream = streams.H2Stream;
 const find = streams.find;
 const remoteEnded = streams.remoteEnded;
 
-pub fn wsSessionOf(st: *const Stream) ?*wsconn.Session {
+pub fn wsSessionOf(st: *const Stream) ?*seam.WebSocket {
     const h: *const H2Stream = @fieldParentPtr("base", st);
     return h.ws;
 }
@@ -43,6 +43,17 @@ pub fn wsInput(h: *H2Stream) []u8 {
 
 pub fn wsInputEmpty(h: *const H2Stream) bool {
     return h.body_off == h.body.items.len;
+}
+
+/// The WebSocket is over for the app: the stream cannot move frames, or the client's
+/// side ended and every frame it sent was parsed.
+pub fn wsEnded(h: *const H2Stream) bool {
+    return !wsLive(h) or (h.remote_closed and wsInputEmpty(h));
+}
+
+/// The app holds the stream (it may wait on it).
+pub fn wsHeld(h: *const H2Stream) bool {
+    return h.held;
 }
 
 /// `n` received bytes were parsed: they leave the buffer and the window opens by as much.
@@ -82,7 +93,7 @@ pub fn wsAbort(h: *H2Stream) void {
 
 /// The app accepted the WebSocket: a 200 HEADERS (no END_STREAM) with the subprotocol,
 /// the extension and the app's headers. Frames follow as DATA.
-pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
+pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.websocket.AcceptError!void {
     const st = &h.base;
     if (st.resp_started) return error.NotPending;
     const srv = st.conn.server;
@@ -106,7 +117,7 @@ pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, 
     if (extension) |e| n += hpack.encodeField(block[n..], "sec-websocket-extensions", e) catch return error.HeadTooLarge;
     for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
     outer: for (headers) |f| {
-        for (wsconn.owned_fields) |o| if (std.ascii.eqlIgnoreCase(f[0], o)) continue :outer;
+        for (seam.websocket_owned_fields) |o| if (std.ascii.eqlIgnoreCase(f[0], o)) continue :outer;
         if (subprotocol != null and std.ascii.eqlIgnoreCase(f[0], "sec-websocket-protocol")) continue;
         n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
     }
@@ -117,7 +128,7 @@ pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, 
     flushSoon(st.conn);
 }
 
-pub fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {
+pub fn mapStart(e: stream_mod.StartError) seam.websocket.AcceptError {
     return switch (e) {
         error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
         error.HeadTooLarge => error.HeadTooLarge,
@@ -127,10 +138,10 @@ pub fn mapStart(e: stream_mod.StartError) wsconn.AcceptError {
 
 /// RFC 8441: a DATA frame of a WebSocket stream, its frames parsed as they come and
 /// credited back as they are parsed.
-pub fn wsDataEnd(s: *Session, st: *H2Stream, ws_session: *wsconn.Session, fh: FrameHeader) void {
+pub fn wsDataEnd(s: *Session, st: *H2Stream, ws_session: *seam.WebSocket, fh: FrameHeader) void {
     const padding = fh.len - dataLenOf(fh, s);
     if (padding > 0) creditStream(s, st, padding);
-    wsconn.processSession(ws_session);
+    seam.webSocketProcess(ws_session);
     if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
         // The client's side ended: after its frames, the session is over for the app.
         remoteEnded(s, still);

@@ -27,11 +27,9 @@ const engine_mod = @import("../python/engine.zig");
 
 const allocator = std.heap.c_allocator;
 
-/// asyncio's MAXIMUM_SELECT_TIMEOUT: one wait never sleeps longer than a day.
-const select_timeout_s_max: f64 = 24 * 3600;
 /// asyncio's rule for sweeping cancelled timers out of the heap at once.
 const sweep_timers_min = 100;
-const events_max = 128;
+pub const events_max = 128;
 /// PY_VECTORCALL_ARGUMENTS_OFFSET (a C macro the translation does not carry).
 const vectorcall_offset: usize = @as(usize, 1) << (@bitSizeOf(usize) - 1);
 
@@ -44,6 +42,7 @@ const tupleOf = handle.tupleOf;
 const runHandle = handle.runHandle;
 const fetchException = handle.fetchException;
 const queues = @import("queues.zig");
+const wait = @import("wait.zig"); // the pass's wait, and the engine's end of the pass
 const Ring = queues.Ring;
 const Timer = queues.Timer;
 const Heap = queues.Heap;
@@ -461,14 +460,14 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 
     // io_uring: completions the kernel posts only when this thread enters the ring do
     // not make the ring's descriptor readable; the engine is polled in this pass instead.
-    const engine_due = engineNeedsWait(core);
+    const engine_due = wait.engineNeedsWait(core);
     var timeout_ms: i32 = -1;
-    if (core.ready.len > 0 or core.stopping or engine_due or settlePending(core)) {
+    if (core.ready.len > 0 or core.stopping or engine_due or wait.settlePending(core)) {
         timeout_ms = 0;
     } else if (core.timers.top()) |t| {
-        timeout_ms = waitTimeoutMs(t.when, monotonic());
+        timeout_ms = wait.waitTimeoutMs(t.when, monotonic());
     }
-    if (!poll(o, core, timeout_ms, engine_due)) return null;
+    if (!wait.poll(o, core, timeout_ms, engine_due)) return null;
 
     // Timers due by now become ready, behind what was already.
     const end = monotonic() + core.clock_resolution;
@@ -491,20 +490,8 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
         }
     };
     if (!core.ready.drainQueued(Pass{ .loop = o, .core = core }, Pass.run)) return null;
-    settle(core);
+    wait.settle(core);
     return py.none();
-}
-
-/// How long the pass may sleep for the first timer, due at `deadline` (loop time
-/// `now`): whole milliseconds rounded up, as asyncio's selector does (waking a hair
-/// early would spin), never over a day. Any deadline the heap holds (infinities too)
-/// gives a wait `epoll_wait` takes.
-fn waitTimeoutMs(deadline: f64, now: f64) i32 {
-    assert(!std.math.isNan(deadline) and std.math.isFinite(now));
-    const s = std.math.clamp(deadline - now, 0, select_timeout_s_max);
-    const ms: i32 = @intFromFloat(@ceil(s * 1000));
-    assert(ms >= 0 and ms <= @as(i32, @intFromFloat(select_timeout_s_max * 1000)));
-    return ms;
 }
 
 /// Runs one ready handle; false with the exception set that must leave the loop.
@@ -573,140 +560,6 @@ fn sweepTimers(core: *Core) bool {
     return true;
 }
 
-/// Waits for readiness (without the GIL) and handles it: the engine's events now, the
-/// wake-up drained, third-party descriptors through asyncio's `_process_events`.
-fn poll(loop: *Object, core: *Core, timeout_ms: i32, engine_due: bool) bool {
-    if (core.epfd < 0) return py.runtimeError("the loop is not set up") != null;
-    // A wait that cannot block keeps the GIL: handing it over and back costs more than
-    // the system call, and no other thread needs it for that long.
-    const rc = if (timeout_ms == 0) linux.epoll_wait(core.epfd, &core.events, events_max, 0) else blk: {
-        const spin_ns = writerSpinNs(core);
-        core.sleeping = true;
-        const ts = py.releaseGil();
-        defer core.sleeping = false; // after takeGil (defers run in reverse)
-        defer py.takeGil(ts);
-        if (spin_ns != 0) {
-            if (spinEvents(core, spin_ns)) |r| break :blk r;
-        }
-        break :blk linux.epoll_wait(core.epfd, &core.events, events_max, timeout_ms);
-    };
-    const n: usize = switch (waitResult(rc)) {
-        .events => |k| k,
-        // A signal: its Python handler runs now (and may raise, as in asyncio's select).
-        .interrupted => return c.PyErr_CheckSignals() == 0,
-        .failed => |e| return osError(e) != null,
-    };
-    var engine_ready = engine_due;
-    var others: ?*Object = null;
-    defer py.xdecref(others);
-    for (core.events[0..n]) |ev| {
-        const fd = ev.data.fd;
-        if (fd == core.engine_fd) {
-            engine_ready = true;
-        } else if (fd == core.wake_fd) {
-            var buf: u64 = 0;
-            _ = linux.read(core.wake_fd, std.mem.asBytes(&buf), 8);
-        } else {
-            if (others == null) others = c.PyList_New(0) orelse return false;
-            const pair = c.Py_BuildValue("(iI)", fd, ev.events) orelse return false;
-            defer py.decref(pair);
-            if (c.PyList_Append(others, pair) != 0) return false;
-        }
-    }
-    if (engine_ready) {
-        if (engineServer(core)) |server| inEngineContext(core, Server.poll, server);
-    }
-    if (others) |list| {
-        const name = py.intern("_zc_process_fds") orelse return false;
-        defer py.decref(name);
-        const r = c.PyObject_CallMethodObjArgs(loop, name, list, @as(?*Object, null)) orelse return false;
-        py.decref(r);
-    }
-    return true;
-}
-
-const Wait = union(enum) { events: usize, interrupted, failed: linux.E };
-
-/// What `epoll_wait` returned: the number of events, a signal (not an error: the pass
-/// goes on), or a failure with its errno.
-fn waitResult(rc: usize) Wait {
-    return switch (sys.E.init(rc)) {
-        .SUCCESS => .{ .events = rc },
-        .INTR => .interrupted,
-        else => |e| .{ .failed = e },
-    };
-}
-
-/// OSError from a raw system call's errno (std.os.linux leaves C's `errno` alone, which
-/// PyErr_SetFromErrno reads). Null, for returning.
-fn osError(e: linux.E) ?*Object {
-    std.c._errno().* = @intFromEnum(e);
-    return c.PyErr_SetFromErrno(c.PyExc_OSError);
-}
-
-const Server = @import("../server/server.zig").Server;
-
-fn engineServer(core: *Core) ?*Server {
-    const e = core.engine orelse return null;
-    return engine_mod.asEngine(e).server;
-}
-
-/// The busy-poll budget before the pass sleeps while the engine's writer thread still
-/// holds responses (0: sleep at once). Their completions come back within microseconds,
-/// and with them the clients' next requests: sleeping and being woken for them costs
-/// two context switches per pass and leaves the core idle meanwhile.
-fn writerSpinNs(core: *Core) u64 {
-    const s = engineServer(core) orelse return 0;
-    return if (s.writerBusy()) s.spin_ns else 0;
-}
-
-/// Without the GIL: polls the loop's epoll set without blocking for up to `budget_ns`.
-/// The result of the wait that found something (events or an error), or null.
-fn spinEvents(core: *Core, budget_ns: u64) ?usize {
-    const start = sys.monotonicNs();
-    while (true) {
-        const rc = linux.epoll_wait(core.epfd, &core.events, events_max, 0);
-        if (rc != 0) return rc;
-        if (sys.monotonicNs() -% start >= budget_ns) return null;
-        for (0..32) |_| std.atomic.spinLoopHint();
-    }
-}
-
-fn engineNeedsWait(core: *Core) bool {
-    const s = engineServer(core) orelse return false;
-    return s.io.needsWait();
-}
-
-fn settlePending(core: *Core) bool {
-    const s = engineServer(core) orelse return false;
-    return s.settle_pending;
-}
-
-/// The end of the pass for the engine: one flush of what the pass wrote, the writer
-/// thread woken, and, when the last stream finished and nothing else is ready, the busy
-/// poll (without the GIL) whose events are handled at once.
-fn settle(core: *Core) void {
-    const s = engineServer(core) orelse return;
-    if (!s.settle_pending) return;
-    const spin = s.settleBegin();
-    if (!spin) return;
-    // Callbacks still to run (the finished requests' tasks winding down): the busy poll
-    // waits for the end of a pass that leaves nothing ready.
-    if (core.ready.len > 0) return s.deferSpin();
-    if (engine_mod.spinWithoutGil(s)) inEngineContext(core, Server.process, s);
-}
-
-/// Runs `f(server)` (which calls into the app: new requests, wake-ups) inside the
-/// engine's context. The engine reports its own errors; anything left is unraisable.
-fn inEngineContext(core: *Core, comptime f: fn (*Server) void, server: *Server) void {
-    const ctx = core.engine_context.?;
-    const entered = c.PyContext_Enter(ctx) == 0;
-    if (!entered) c.PyErr_WriteUnraisable(core.engine);
-    f(server);
-    if (c.PyErr_Occurred() != null) c.PyErr_WriteUnraisable(core.engine);
-    if (entered and c.PyContext_Exit(ctx) != 0) c.PyErr_WriteUnraisable(core.engine);
-}
-
 // --- set-up, engine, state ------------------------------------------------------------
 
 /// _zc_setup(epoll_fd, future_type, clock_resolution, task_type): the selector's epoll
@@ -729,7 +582,7 @@ fn loopSetup(self: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) call
     }
     var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = core.wake_fd } };
     const rc = linux.epoll_ctl(@intCast(fd), linux.EPOLL.CTL_ADD, core.wake_fd, &ev);
-    if (sys.E.init(rc) != .SUCCESS) return osError(sys.E.init(rc));
+    if (sys.E.init(rc) != .SUCCESS) return wait.osError(sys.E.init(rc));
     core.epfd = @intCast(fd);
     core.clock_resolution = res;
     const task_kw = c.Py_BuildValue("(sss)", "loop", "name", "context") orelse return null;
@@ -857,7 +710,7 @@ fn loopAttach(self: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const rc = linux.epoll_ctl(core.epfd, linux.EPOLL.CTL_ADD, fd, &ev);
     if (sys.E.init(rc) != .SUCCESS) {
         py.decref(ctx);
-        return osError(sys.E.init(rc));
+        return wait.osError(sys.E.init(rc));
     }
     py.incref(e);
     core.engine = e;
@@ -1021,22 +874,6 @@ pub fn init(m: *Object) bool {
 
 const testing = std.testing;
 
-test "the wait for a timer is rounded up to whole milliseconds, never below zero nor over a day" {
-    const day_ms: i32 = 24 * 3600 * 1000;
-    const inf = std.math.inf(f64);
-    for ([_]f64{ 0, 5, 123456.789, 1e9 }) |now| {
-        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now, now)); // due now (a zero delay)
-        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(now - 5, now)); // negative delay: past
-        try testing.expectEqual(@as(i32, 0), waitTimeoutMs(-inf, now));
-        try testing.expectEqual(@as(i32, 1), waitTimeoutMs(now + 1e-6, now)); // a hair: 1 ms, not 0 (no spin)
-        try testing.expectEqual(@as(i32, 1000), waitTimeoutMs(now + 1, now));
-        try testing.expectEqual(day_ms, waitTimeoutMs(now + 3 * 24 * 3600, now));
-        try testing.expectEqual(day_ms, waitTimeoutMs(std.math.floatMax(f64), now));
-        try testing.expectEqual(day_ms, waitTimeoutMs(inf, now)); // never: a day at a time
-    }
-    try testing.expectEqual(@as(i32, 2), waitTimeoutMs(0.0015, 0));
-}
-
 test "the heap is swept at once past 100 timers with over half cancelled; a huge count saturates" {
     try testing.expect(!sweepAll(0, 0));
     try testing.expect(!sweepAll(100, 100)); // not past 100: the top is swept lazily
@@ -1156,96 +993,4 @@ test "timers due in a pass queue behind what was ready, by deadline then order, 
     // The cancelled one left uncounted, as on asyncio: the count is an estimate.
     try testing.expectEqual(@as(isize, 1), core.timer_cancelled_count);
     while (core.ready.pop()) |_| {}
-}
-
-var signal_wake_fd: i32 = -1;
-
-fn onTestSignal(_: i32) callconv(.c) void {
-    // What CPython's C-level handler does with the wake-up descriptor (set_wakeup_fd).
-    if (signal_wake_fd >= 0) {
-        const one: u64 = 1;
-        _ = linux.write(signal_wake_fd, std.mem.asBytes(&one), 8);
-    }
-}
-
-const TestSignal = struct {
-    const sig = std.posix.SIG.URG; // ignored by default: a late one does no harm
-    old: std.posix.Sigaction = undefined,
-
-    fn install(self: *TestSignal) void {
-        const act = std.posix.Sigaction{ .handler = .{ .handler = onTestSignal }, .mask = std.posix.sigemptyset(), .flags = 0 };
-        std.posix.sigaction(sig, &act, &self.old);
-    }
-
-    fn restore(self: *TestSignal) void {
-        std.posix.sigaction(sig, &self.old, null);
-    }
-};
-
-fn testEpoll() !i32 {
-    const rc = linux.epoll_create1(linux.EPOLL.CLOEXEC);
-    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(rc));
-    return @intCast(rc);
-}
-
-test "a signal during the wait ends it as interrupted, not as an error" {
-    var ts = TestSignal{};
-    ts.install();
-    defer ts.restore();
-    const epfd = try testEpoll();
-    defer _ = linux.close(epfd);
-    const Sender = struct {
-        fn run(tid: linux.pid_t, done: *std.atomic.Value(bool)) void {
-            // Until the waiter has seen one: the first may land before it waits.
-            while (!done.load(.acquire)) {
-                _ = linux.tgkill(linux.getpid(), tid, TestSignal.sig);
-                std.Thread.sleep(10 * std.time.ns_per_ms);
-            }
-        }
-    };
-    var done = std.atomic.Value(bool).init(false);
-    const t = try std.Thread.spawn(.{}, Sender.run, .{ linux.gettid(), &done });
-    var events: [4]linux.epoll_event = undefined;
-    const started = std.time.milliTimestamp();
-    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
-    done.store(true, .release);
-    t.join();
-    try testing.expectEqual(Wait.interrupted, r);
-    try testing.expect(std.time.milliTimestamp() - started < 4000);
-}
-
-test "a signal between passes: its wake-up write ends the next wait at once, and is drained" {
-    var ts = TestSignal{};
-    ts.install();
-    defer ts.restore();
-    const epfd = try testEpoll();
-    defer _ = linux.close(epfd);
-    const efd_rc = linux.eventfd(0, linux.EFD.NONBLOCK | linux.EFD.CLOEXEC);
-    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(efd_rc));
-    const efd: i32 = @intCast(efd_rc);
-    defer _ = linux.close(efd);
-    var ev = linux.epoll_event{ .events = linux.EPOLL.IN, .data = .{ .fd = efd } };
-    try testing.expectEqual(linux.E.SUCCESS, sys.E.init(linux.epoll_ctl(epfd, linux.EPOLL.CTL_ADD, efd, &ev)));
-    signal_wake_fd = efd;
-    defer signal_wake_fd = -1;
-    // Delivered to this thread before tgkill returns: between two waits.
-    _ = linux.tgkill(linux.getpid(), linux.gettid(), TestSignal.sig);
-    var events: [4]linux.epoll_event = undefined;
-    const started = std.time.milliTimestamp();
-    const r = waitResult(linux.epoll_wait(epfd, &events, events.len, 5000));
-    try testing.expect(std.time.milliTimestamp() - started < 4000);
-    try testing.expectEqual(Wait{ .events = 1 }, r);
-    try testing.expectEqual(efd, events[0].data.fd);
-    var buf: u64 = 0;
-    _ = linux.read(efd, std.mem.asBytes(&buf), 8);
-    // Drained: the next wait does not see it again.
-    try testing.expectEqual(Wait{ .events = 0 }, waitResult(linux.epoll_wait(epfd, &events, events.len, 0)));
-}
-
-test "a failed wait keeps its errno" {
-    var events: [1]linux.epoll_event = undefined;
-    try testing.expectEqual(Wait{ .failed = .BADF }, waitResult(linux.epoll_wait(-1, &events, 1, 0)));
-    const efd: i32 = @intCast(linux.eventfd(0, linux.EFD.CLOEXEC));
-    defer _ = linux.close(efd);
-    try testing.expectEqual(Wait{ .failed = .INVAL }, waitResult(linux.epoll_wait(efd, &events, 1, 0)));
 }

@@ -22,6 +22,10 @@ const h1 = @import("../http1/session.zig"); // the seam: the transport's one way
 const h2 = @import("../http2/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
 /// The WebSocket verbs a stream offers the app side (`Stream.wsAccept` ...) and their types.
 pub const websocket = @import("../websocket/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
+const ws_codec = @import("../websocket/codec.zig"); // the hand-overs: WebSocket's handshake checks
+const ws_deflate = @import("../websocket/deflate.zig"); // the hand-overs: zlib, loaded when a client offers compression
+const h1_parser = @import("../http1/parser.zig"); // the hand-overs: what HTTP/2 and WebSocket read of an HTTP/1.1 request
+const http_fields = @import("../http/fields.zig");
 
 /// What the protocol of a busy connection keeps, in its `Active`. The phase
 /// (`Conn.state`) says which protocol reads the connection; this is that protocol's state.
@@ -305,4 +309,180 @@ pub fn wsSession(st: *const Stream) ?*websocket.Session {
         .http1 => h1.wsSessionOf(st.conn),
         .http2 => h2.wsSessionOf(st),
     };
+}
+
+// ---- the hand-overs: one protocol starting or carrying another -----------------------
+//
+// No protocol folder imports another's (docs/ARCHITECTURE.md, "Protocols that hand over
+// to each other"): where HTTP/1.1 starts HTTP/2 or WebSocket, and where a stream carries
+// a WebSocket, the protocols call these verbs, and only this file knows both sides.
+
+/// A WebSocket session, as the protocols that start or carry one hold it.
+pub const WebSocket = websocket.Session;
+/// Queued bytes past which a carried WebSocket's app waits and its reading pauses.
+pub const websocket_out_bytes_high = websocket.out_bytes_high;
+/// Fields of a WebSocket's accept response the engine writes itself.
+pub const websocket_owned_fields = websocket.owned_fields;
+
+/// HTTP/1.1 to HTTP/2 with prior knowledge: where a new connection's bytes stand
+/// against the client preface (RFC 9113 3.4).
+pub const http2Preface = h2.prefaceState;
+pub const http2_preface_len = h2.preface.len;
+
+/// The preface was read: the connection speaks HTTP/2 from now on.
+pub fn startHttp2(conn: *Conn) void {
+    h2.begin(conn);
+}
+
+/// The h2c upgrade (RFC 7540 3.2): the HTTP/1.1 request becomes HTTP/2's stream 1.
+/// `settings` is its HTTP2-Settings field, decoded (a whole number of settings).
+pub fn upgradeToHttp2(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
+    h2.beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
+}
+
+/// An HTTP/1.1 request that asks for the WebSocket upgrade (RFC 6455 4.1).
+pub fn asksWebSocket(req: *const h1_parser.Request) bool {
+    return ws_codec.isUpgrade(req.upgrade);
+}
+
+/// What WebSocket's handshake checks read of an HTTP/1.1 request.
+fn handshakeRequest(req: *const h1_parser.Request) ws_codec.HandshakeRequest {
+    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
+}
+
+/// The WebSocket upgrade of an HTTP/1.1 request, checked; the session then waits for the
+/// app's accept. Null when it began; else the status HTTP/1.1 refuses it with.
+pub fn upgradeToWebSocket(conn: *Conn, req: *const h1_parser.Request) ?u16 {
+    var hs = ws_codec.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| return ws_codec.statusFor(err);
+    // zlib is loaded only now, for a client that offers compression; without it we decline.
+    if (hs.deflate != null and !ws_deflate.load()) hs.deflate = null;
+    if (!websocket.begin(conn, hs)) return 500;
+    return null;
+}
+
+/// HTTP/1.1's app returned on an upgraded connection: an open WebSocket closes normally.
+pub fn webSocketStreamFinished(conn: *Conn) void {
+    websocket.streamFinished(conn);
+}
+
+/// An extended CONNECT for a WebSocket (RFC 8441 4) with version 13: a session carried by
+/// `st`, waiting for the app's accept; null when out of memory.
+pub fn openWebSocket(st: *Stream, fields: []const http_fields.Header) ?*WebSocket {
+    var hs = ws_codec.Handshake{ .accept = [_]u8{0} ** ws_codec.accept_bytes, .deflate = null };
+    if (st.conn.server.opts.ws_deflate) hs.deflate = ws_codec.negotiateDeflate(fields);
+    if (hs.deflate != null and !ws_deflate.load()) hs.deflate = null;
+    return websocket.create(.{ .stream = st }, hs);
+}
+
+/// A carried WebSocket's verbs for its carrier: parse what arrived, the output drained,
+/// the app returned, the drain's deadline (1001), the stream is freed.
+pub const webSocketProcess = websocket.processSession;
+pub const webSocketOutputDrained = websocket.outputDrained;
+pub const webSocketFinished = websocket.sessionFinished;
+pub const webSocketGoingAway = websocket.goingAwaySession;
+pub const webSocketDestroy = websocket.destroy;
+
+// What `websocket/carrier.zig` asks of a stream that carries a WebSocket, by protocol.
+// HTTP/1.1's one stream never does: its WebSocket is carried by the connection.
+
+pub fn carrierLive(st: *const Stream) bool {
+    return switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsLive(@fieldParentPtr("base", st)),
+    };
+}
+
+pub fn carrierEnded(st: *const Stream) bool {
+    return switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsEnded(@fieldParentPtr("base", st)),
+    };
+}
+
+pub fn carrierHeld(st: *const Stream) bool {
+    return switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsHeld(@fieldParentPtr("base", st)),
+    };
+}
+
+pub fn carrierInput(st: *Stream) []u8 {
+    return switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsInput(@fieldParentPtr("base", st)),
+    };
+}
+
+pub fn carrierConsume(st: *Stream, n: usize) void {
+    switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsConsume(@fieldParentPtr("base", st), n),
+    }
+}
+
+pub fn carrierQueue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
+    switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => try h2.wsQueue(@fieldParentPtr("base", st), head, payload),
+    }
+}
+
+pub fn carrierEnd(st: *Stream) error{OutOfMemory}!void {
+    switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => try h2.wsEnd(@fieldParentPtr("base", st)),
+    }
+}
+
+pub fn carrierAbort(st: *Stream) void {
+    switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => h2.wsAbort(@fieldParentPtr("base", st)),
+    }
+}
+
+pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void {
+    switch (st.protocol) {
+        .http1 => unreachable,
+        .http2 => try h2.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra),
+    }
+}
+
+// ---- tests: the WebSocket hand-over reads a parsed HTTP/1.1 head ----------------------
+
+const testing = std.testing;
+const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn handshake(raw: []const u8, offer_deflate: bool) ws_codec.HandshakeError!ws_codec.Handshake {
+    var storage: [32]http_fields.Header = undefined;
+    var buf: [1024]u8 = undefined;
+    @memcpy(buf[0..raw.len], raw);
+    const head = (h1_parser.parseHead(buf[0..raw.len], &storage, h1_parser.test_limits) catch unreachable).?;
+    return ws_codec.validate(handshakeRequest(&head.request), offer_deflate);
+}
+
+test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
+    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    const hs = try handshake(ok, true);
+    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
+    try testing.expect(hs.deflate == null);
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
+    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+}
+
+test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
+    var storage: [8]http_fields.Header = undefined;
+    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
+    const r = (try h1_parser.parseHead(&buf, &storage, h1_parser.test_limits)).?;
+    try testing.expect(asksWebSocket(&r.request));
+    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
+    const r2 = (try h1_parser.parseHead(&buf2, &storage, h1_parser.test_limits)).?;
+    try testing.expect(!asksWebSocket(&r2.request));
+    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
+    const r3 = (try h1_parser.parseHead(&buf3, &storage, h1_parser.test_limits)).?;
+    try testing.expect(!asksWebSocket(&r3.request));
 }

@@ -22,7 +22,10 @@ const deflate = @import("deflate.zig");
 const response = @import("../http/response.zig");
 const pool_mod = @import("../os/buffer_pool.zig");
 const Conn = @import("../server/connection.zig").Conn;
-const h2 = @import("../http2/session.zig"); // RFC 8441: a session's carrier may be an HTTP/2 stream
+const seam = @import("../server/protocol.zig"); // a stream carrier's accept: the seam picks its protocol
+const carrier_mod = @import("carrier.zig");
+/// What carries a session's frames: the connection after an HTTP/1.1 upgrade, or a stream.
+pub const Carrier = carrier_mod.Carrier;
 
 const allocator = std.heap.c_allocator;
 
@@ -45,14 +48,6 @@ pub const Message = struct {
         self.data.deinit(allocator);
         allocator.destroy(self);
     }
-};
-
-/// What carries a session's frames.
-pub const Carrier = union(enum) {
-    /// HTTP/1.1 upgrade: the connection's read buffer and output queue.
-    conn: *Conn,
-    /// HTTP/2 extended CONNECT: one stream's DATA both ways.
-    h2: *h2.H2Stream,
 };
 
 pub const Session = struct {
@@ -96,65 +91,36 @@ pub const Session = struct {
     ping_count: u32 = 0,
 
     fn conn(s: *const Session) *Conn {
-        return switch (s.carrier) {
-            .conn => |c| c,
-            .h2 => |h| h.base.conn,
-        };
+        return s.carrier.connection();
     }
 
     /// Frames can still move both ways on the carrier.
     fn live(s: *const Session) bool {
-        return switch (s.carrier) {
-            .conn => |c| c.state == .websocket,
-            .h2 => |h| h2.wsLive(h),
-        };
+        return s.carrier.live();
     }
 
     /// The received bytes not parsed yet (unmasked in place).
     fn input(s: *Session) []u8 {
-        return switch (s.carrier) {
-            .conn => |c| blk: {
-                const act = c.a();
-                const buf = act.rbuf orelse break :blk &.{};
-                break :blk buf[act.rstart..act.rlen];
-            },
-            .h2 => |h| h2.wsInput(h),
-        };
+        return s.carrier.input();
     }
 
     fn consume(s: *Session, n: usize) void {
-        switch (s.carrier) {
-            .conn => |c| c.a().rstart += @intCast(n),
-            .h2 => |h| h2.wsConsume(h, n),
-        }
+        s.carrier.consume(n);
     }
 
     /// Bytes queued for the client and not written yet.
     fn outLen(s: *const Session) usize {
-        return switch (s.carrier) {
-            .conn => |c| c.outputLen(),
-            .h2 => |h| h.base.out.queued,
-        };
+        return s.carrier.outLen();
     }
 
     pub fn wake(s: *Session) void {
-        const c = s.conn();
-        switch (s.carrier) {
-            .conn => if (c.a().stream) |st| c.server.hooks.wakeRead(st),
-            .h2 => |h| if (h.held) c.server.hooks.wakeRead(&h.base),
-        }
+        s.carrier.wake();
     }
 
     /// The session cannot go on (out of memory): the connection (HTTP/1.1) or the stream ends.
     fn closeFor(s: *Session, reason: []const u8) void {
-        switch (s.carrier) {
-            .conn => |c| c.closeFor(reason),
-            .h2 => |h| {
-                s.conn().server.hooks.logError(reason);
-                s.failed = true;
-                h2.wsAbort(h);
-            },
-        }
+        if (s.carrier == .stream) s.failed = true;
+        s.carrier.abort(reason);
     }
 };
 
@@ -193,12 +159,12 @@ pub const AcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory, NotPend
 /// frames already received are parsed.
 pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) AcceptError!void {
     const conn = s.conn();
-    if (s.carrier == .h2) {
+    if (s.carrier == .stream) {
         if (s.open) return error.NotPending;
         if (!s.live()) return;
         var tmp: [160]u8 = undefined;
         const ext: ?[]const u8 = if (s.deflate) |d| d.response(&tmp) else null;
-        try h2.wsAccept(s.carrier.h2, subprotocol, ext, headers, extra);
+        try seam.carrierAccept(s.carrier.stream, subprotocol, ext, headers, extra);
         s.open = true;
         if (conn.server.going_away) return goingAwaySession(s);
         processSession(s);
@@ -283,7 +249,7 @@ pub fn processSession(s: *Session) void {
     while (s.open and s.live() and !s.close_received and !s.failed) {
         if (backlogged(s)) {
             // The app or the client is behind: stop reading until it catches up.
-            if (s.carrier == .conn) s.carrier.conn.setReading(false);
+            s.carrier.pause();
             break;
         }
         const avail = s.input();
@@ -450,14 +416,7 @@ fn discardInput(s: *Session) void {
 fn maybeResume(s: *Session) void {
     if (!s.live() or s.close_received or s.failed) return;
     if (backlogged(s)) return;
-    switch (s.carrier) {
-        .conn => |conn| if (!conn.interest.readable) {
-            conn.setReading(true);
-            conn.server.schedule(conn);
-        },
-        // What waits in the stream's body buffer is parsed on the connection's next pass.
-        .h2 => |h| if (s.input().len > 0) h.base.conn.server.schedule(h.base.conn),
-    }
+    s.carrier.resumeReading();
 }
 
 /// Too much waits for the app (messages) or for the client (output).
@@ -484,11 +443,7 @@ pub fn takeMessage(s: *Session) ?*Message {
 
 /// The session is over for the app: its carrier ended, it failed, or the peer's close arrived.
 pub fn finished(s: *const Session) bool {
-    const ended = switch (s.carrier) {
-        .conn => |c| c.state == .closed or c.state == .lingering,
-        .h2 => |h| !h2.wsLive(h) or (h.remote_closed and h2.wsInputEmpty(h)),
-    };
-    return ended or s.close_received or s.failed;
+    return s.carrier.ended() or s.close_received or s.failed;
 }
 
 pub fn closeCode(s: *const Session) u16 {
@@ -528,14 +483,7 @@ fn queueFrame(s: *Session, op: ws.Opcode, payload: []const u8, compressed: bool)
     assert(!compressed or (s.deflate != null and !op.isControl()));
     var hdr: [10]u8 = undefined;
     const head = ws.encodeHeader(&hdr, true, compressed, op, payload.len);
-    switch (s.carrier) {
-        .conn => |conn| {
-            // A full segment queue is out of room like any allocation: the caller closes.
-            conn.queueCopy(head, null, frames_bytes_max) catch return error.OutOfMemory;
-            conn.queueCopy(payload, null, frames_bytes_max) catch return error.OutOfMemory;
-        },
-        .h2 => |h| try h2.wsQueue(h, head, payload),
-    }
+    try s.carrier.queue(head, payload, frames_bytes_max);
 }
 
 fn sendClose(s: *Session, code: u16, reason: []const u8) error{OutOfMemory}!void {
@@ -545,12 +493,9 @@ fn sendClose(s: *Session, code: u16, reason: []const u8) error{OutOfMemory}!void
     var payload: [ws.control_payload_bytes_max]u8 = undefined;
     try queueFrame(s, .close, ws.encodeClosePayload(&payload, code, reason), false);
     s.close_sent = true;
-    switch (s.carrier) {
-        // The peer's answer must come within the linger time (this replaces the ping timer).
-        .conn => |conn| conn.server.linger_timeouts.arm(&conn.timer, conn.server.now_ms),
-        // Our side of the stream ends with the close frame (RFC 8441 5); the peer's follows.
-        .h2 => |h| try h2.wsEnd(h),
-    }
+    // Over a connection the peer's answer must come within the linger time (this
+    // replaces the ping timer); a stream's side ends with the close frame (RFC 8441 5).
+    try s.carrier.closeSent();
 }
 
 /// websocket.close from the app (after accept).

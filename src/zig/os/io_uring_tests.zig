@@ -1,0 +1,138 @@
+//! The io_uring backend's unit tests (`os/io_uring.zig`), on socketpairs and a real ring:
+//! where events wait (slot bits, the ready list), what a closed or reused descriptor gets,
+//! and the sends handed to the ring. Skipped where the kernel gives no io_uring.
+const std = @import("std");
+const linux = std.os.linux;
+const sys = @import("sys.zig");
+const io_uring = @import("io_uring.zig");
+const Event = io_uring.Event;
+const Slot = io_uring.Slot;
+const Links = io_uring.Links;
+const none = io_uring.none;
+const Uring = io_uring.Uring;
+const testing = std.testing;
+
+fn socketPair() ![2]i32 {
+    var fds: [2]i32 = undefined;
+    const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);
+    if (sys.E.init(rc) != .SUCCESS) return error.SocketPair;
+    return fds;
+}
+
+/// Events waiting to be handed out: tokens and sends in the queue, and the bits of the
+/// slots on the ready list.
+fn waitingEvents(u: *Uring) usize {
+    var count = u.queue.items.len;
+    var fd_ = u.ready.head;
+    while (fd_ != none) : (fd_ = u.links[@intCast(fd_)].ready_next) {
+        const s = u.slots[@intCast(fd_)];
+        count += @as(usize, @intFromBool(s.queued_read)) + @intFromBool(s.queued_write) + @intFromBool(s.queued_hup);
+    }
+    return count;
+}
+
+/// Collects completions without handing their events out (`waitSent` hands out only
+/// `sent` ones) until `want` events wait, or a second passes.
+fn queueUntil(u: *Uring, want: usize) !void {
+    var none_: [1]Event = undefined;
+    var rounds: usize = 0;
+    while (waitingEvents(u) < want) : (rounds += 1) {
+        if (rounds == 1000) return error.Timeout;
+        _ = u.waitSent(&none_);
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+}
+
+test "io_uring: a read, a write and a hang-up wait in the slot, with no room reserved per descriptor; a closed one's events leave" {
+    const u = Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    const pairs = 6;
+    var fds: [pairs][2]i32 = undefined;
+    var owners: [pairs]u8 = undefined;
+    for (&fds, &owners) |*p, *o| {
+        p.* = try socketPair();
+        try testing.expect(u.register(p[0], @intFromPtr(o), true, true));
+        try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
+    }
+    defer for (fds[1..]) |p| u.close(p[0]);
+    // Per descriptor the backend holds its slot and its links, nothing in the queue.
+    try testing.expectEqual(@as(usize, 16), @sizeOf(Slot));
+    try testing.expectEqual(@as(usize, 8), @sizeOf(Links));
+    try testing.expect(u.queue.capacity < pairs);
+    // Each: its byte (a read) and POLLOUT (a write).
+    try queueUntil(u, 2 * pairs);
+    // Reading stops (a poll for the hang-up instead) and the peers go: a hang-up each,
+    // and the end of stream behind the byte adds nothing (one read waits already).
+    for (fds) |p| {
+        try testing.expect(u.update(p[0], false, true));
+        sys.close(p[1]);
+    }
+    try queueUntil(u, 3 * pairs);
+    try testing.expectEqual(@as(usize, 3 * pairs), waitingEvents(u));
+    try testing.expectEqual(@as(usize, 0), u.queue.items.len);
+    // A descriptor closed with events waiting takes them with it.
+    const gone = fds[0][0];
+    u.close(gone);
+    try testing.expectEqual(@as(usize, 3 * (pairs - 1)), waitingEvents(u));
+    // Handed out in small batches, one event a descriptor: a write and a hang-up each
+    // (reading stopped), none for the closed one.
+    var events: [4]Event = undefined;
+    var writes: usize = 0;
+    var hangups: usize = 0;
+    var handed: usize = 0;
+    while (u.hasBacklog()) {
+        for (events[0..u.wait(&events)]) |e| {
+            try testing.expect(e.token != @intFromPtr(&owners[0]));
+            try testing.expect(e.writable and e.hangup and !e.readable);
+            writes += @intFromBool(e.writable);
+            hangups += @intFromBool(e.hangup);
+            handed += 1;
+        }
+    }
+    try testing.expectEqual(@as(usize, pairs - 1), handed);
+    try testing.expectEqual(@as(usize, pairs - 1), writes);
+    try testing.expectEqual(@as(usize, pairs - 1), hangups);
+}
+
+test "io_uring: a descriptor closed while its event waits, and its number taken again, gets only the new connection's event" {
+    const u = Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    var old_owner: u8 = 0;
+    var new_owner: u8 = 0;
+    const a = try socketPair();
+    try testing.expect(u.register(a[0], @intFromPtr(&old_owner), true, false));
+    try testing.expectEqual(@as(usize, 1), sys.writev(a[1], &.{.{ .base = "x", .len = 1 }}).ok);
+    try queueUntil(u, 1);
+    const number = a[0];
+    u.close(a[0]);
+    sys.close(a[1]);
+    // Drain the cancel and close the ring still does for the old descriptor.
+    var events: [4]Event = undefined;
+    for (0..20) |_| {
+        _ = u.waitSent(&events);
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+    const b = try socketPair();
+    defer {
+        u.close(b[0]);
+        sys.close(b[1]);
+    }
+    if (b[0] != number) return error.SkipZigTest; // the kernel gave another number
+    try testing.expect(u.register(b[0], @intFromPtr(&new_owner), true, false));
+    try testing.expectEqual(@as(usize, 2), sys.writev(b[1], &.{.{ .base = "yz", .len = 2 }}).ok);
+    try queueUntil(u, 1);
+    var got: usize = 0;
+    for (0..20) |_| {
+        for (events[0..u.wait(&events)]) |e| {
+            try testing.expectEqual(@intFromPtr(&new_owner), e.token);
+            try testing.expect(e.readable);
+            got += 1;
+            var buf: [8]u8 = undefined;
+            try testing.expectEqual(@as(usize, 2), u.recv(b[0], &buf).ok);
+        }
+        u.rearm();
+        if (got > 0) break;
+    }
+    try testing.expectEqual(@as(usize, 1), got);
+    try testing.expect(!u.hasBacklog());
+}
