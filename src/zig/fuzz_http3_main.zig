@@ -61,17 +61,16 @@ fn installSignalHandlers() void {
 /// Frame headers, stream types, varints at their length boundaries, QPACK instructions and
 /// prefix integers at theirs.
 const dictionary = [_][]const u8{
-    "\x00",             "\x01",             "\x02",             "\x03",
-    "\x04",             "\x07",             "\x0d",             "\x21",
-    "\x3f",             "\x40",             "\x7f",             "\x80",
-    "\xff",             "\x40\x00",         "\x7f\xff",         "\x80\x00\x00\x00",
-    "\xbf\xff\xff\xff", "\xc0\x00\x00\x00\x00\x00\x00\x00", "\xff\xff\xff\xff\xff\xff\xff\xff",
-    "\x01\x00",         "\x00\x00",         "\x04\x00",         "\x07\x01\x00",
-    "\x01\x41\x00",     "\x00\x40\x46",     "\x5f\x01",         "\x3f\xbd\x01",
-    "\x20",             "\x3f\xe1\x1f",     "\xc0\x00",         "\x4a",
-    "\x00\x00",         "\x03\x81",         "\x05\x00",         "\x10",
-    "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f",
-    "\x84",             "\x48",             "\x8c\xf1\xe3\xc2\xe5\xf2\x3a\x6b\xa0\xab\x90\xf4\xff",
+    "\x00",             "\x01",                             "\x02",                                                 "\x03",
+    "\x04",             "\x07",                             "\x0d",                                                 "\x21",
+    "\x3f",             "\x40",                             "\x7f",                                                 "\x80",
+    "\xff",             "\x40\x00",                         "\x7f\xff",                                             "\x80\x00\x00\x00",
+    "\xbf\xff\xff\xff", "\xc0\x00\x00\x00\x00\x00\x00\x00", "\xff\xff\xff\xff\xff\xff\xff\xff",                     "\x01\x00",
+    "\x00\x00",         "\x04\x00",                         "\x07\x01\x00",                                         "\x01\x41\x00",
+    "\x00\x40\x46",     "\x5f\x01",                         "\x3f\xbd\x01",                                         "\x20",
+    "\x3f\xe1\x1f",     "\xc0\x00",                         "\x4a",                                                 "\x00\x00",
+    "\x03\x81",         "\x05\x00",                         "\x10",                                                 "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f",
+    "\x84",             "\x48",                             "\x8c\xf1\xe3\xc2\xe5\xf2\x3a\x6b\xa0\xab\x90\xf4\xff",
 };
 
 const Mutator = struct {

@@ -58,13 +58,13 @@ test "the frame table: every known type on every stream, both ways" {
     const F = frames.FrameType;
     const Case = struct { F, frames.StreamKind, frames.Receiver, bool };
     const cases = [_]Case{
-        .{ .data, .request, .server, true },       .{ .data, .control, .server, false },        .{ .data, .push, .client, true },
-        .{ .headers, .request, .server, true },    .{ .headers, .control, .client, false },     .{ .headers, .push, .client, true },
-        .{ .cancel_push, .control, .server, true }, .{ .cancel_push, .request, .server, false }, .{ .cancel_push, .push, .client, false },
-        .{ .settings, .control, .server, true },   .{ .settings, .request, .server, false },    .{ .settings, .push, .client, false },
+        .{ .data, .request, .server, true },         .{ .data, .control, .server, false },         .{ .data, .push, .client, true },
+        .{ .headers, .request, .server, true },      .{ .headers, .control, .client, false },      .{ .headers, .push, .client, true },
+        .{ .cancel_push, .control, .server, true },  .{ .cancel_push, .request, .server, false },  .{ .cancel_push, .push, .client, false },
+        .{ .settings, .control, .server, true },     .{ .settings, .request, .server, false },     .{ .settings, .push, .client, false },
         .{ .push_promise, .request, .client, true }, .{ .push_promise, .request, .server, false }, .{ .push_promise, .control, .client, false },
-        .{ .goaway, .control, .client, true },     .{ .goaway, .request, .server, false },      .{ .goaway, .push, .client, false },
-        .{ .max_push_id, .control, .server, true }, .{ .max_push_id, .control, .client, false }, .{ .max_push_id, .request, .server, false },
+        .{ .goaway, .control, .client, true },       .{ .goaway, .request, .server, false },       .{ .goaway, .push, .client, false },
+        .{ .max_push_id, .control, .server, true },  .{ .max_push_id, .control, .client, false },  .{ .max_push_id, .request, .server, false },
     };
     for (cases) |c| try testing.expectEqual(c[3], frames.frameAllowed(c[1], c[2], @intFromEnum(c[0])));
     for ([_]u64{ 0x02, 0x06, 0x08, 0x09 }) |t| {
