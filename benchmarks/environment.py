@@ -44,7 +44,20 @@ def ensure_venv() -> str:
         _pip(*REQUIREMENTS)
         _pip("-e", str(ROOT))
         MARKER.write_text(wanted)
+    compile_zigcorn(str(venv_python()))
     return str(venv_python())
+
+
+def compile_zigcorn(python: str) -> None:
+    """Byte-compile zigcorn's own modules, as installing a wheel does for every server.
+
+    An editable install leaves them as source; with ``PYTHONDONTWRITEBYTECODE`` set
+    (some machines set it) each start then compiles them again, and the compiler's
+    memory stays in the process: 2.9 MiB more RSS after importing zigcorn beside FastAPI
+    (4.2 MiB against 1.3) than with its modules compiled.
+    """
+    subprocess.run([python, "-m", "compileall", "-q", str(ROOT / "src" / "zigcorn")], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
 
 
 def install(packages: list[str]) -> None:
