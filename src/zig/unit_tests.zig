@@ -19,6 +19,7 @@ test {
     _ = @import("transport/per_ip.zig");
     _ = @import("transport/proxy_protocol.zig");
     _ = @import("transport/lifetime.zig");
+    _ = @import("transport/udp.zig");
     // HTTP shared by the protocols
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");

@@ -96,6 +96,62 @@ pub fn setIntOption(fd: i32, level: i32, name: u32, value: c_int) bool {
     return E.init(linux.setsockopt(fd, level, name, bytes.ptr, @intCast(bytes.len))) == .SUCCESS;
 }
 
+/// Sets a socket option whose value is any bytes (a struct, a BPF program's descriptor).
+pub fn setOption(fd: i32, level: i32, name: u32, value: []const u8) Result(void) {
+    return switch (check(linux.setsockopt(fd, level, name, value.ptr, @intCast(value.len)))) {
+        .ok => .{ .ok = {} },
+        .err => |e| .{ .err = e },
+    };
+}
+
+/// A new socket, non-blocking and close-on-exec.
+pub fn socket(family: u32, kind: u32, protocol: u32) Result(i32) {
+    const flags = linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC;
+    return switch (check(linux.socket(family, kind | flags, protocol))) {
+        .ok => |v| .{ .ok = @intCast(v) },
+        .err => |e| .{ .err = e },
+    };
+}
+
+pub fn bind(fd: i32, addr: *const linux.sockaddr, len: linux.socklen_t) Result(void) {
+    return switch (check(linux.bind(fd, addr, len))) {
+        .ok => .{ .ok = {} },
+        .err => |e| .{ .err = e },
+    };
+}
+
+/// The address a socket is bound to (its port when it asked for port 0).
+pub fn getsockname(fd: i32, addr: *linux.sockaddr.storage) Result(linux.socklen_t) {
+    var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
+    return switch (check(linux.getsockname(fd, @ptrCast(addr), &len))) {
+        .ok => .{ .ok = len },
+        .err => |e| .{ .err = e },
+    };
+}
+
+/// Receives up to `msgs.len` datagrams without waiting (MSG_DONTWAIT): how many arrived,
+/// each message's `len` set; `.err = .AGAIN` when none was queued.
+pub fn recvmmsg(fd: i32, msgs: []linux.mmsghdr) Result(usize) {
+    std.debug.assert(msgs.len > 0 and msgs.len <= std.math.maxInt(u32));
+    while (true) {
+        const r = check(linux.recvmmsg(fd, msgs.ptr, @intCast(msgs.len), linux.MSG.DONTWAIT, null));
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
+/// Sends up to `msgs.len` datagrams without waiting: how many the kernel took (the rest are
+/// the caller's to keep); `.err` only when not even the first was taken.
+pub fn sendmmsg(fd: i32, msgs: []linux.mmsghdr_const) Result(usize) {
+    std.debug.assert(msgs.len > 0 and msgs.len <= std.math.maxInt(u32));
+    while (true) {
+        const rc = linux.syscall4(.sendmmsg, @as(usize, @bitCast(@as(isize, fd))), @intFromPtr(msgs.ptr), msgs.len, linux.MSG.DONTWAIT);
+        const r = check(rc);
+        if (r == .err and r.err == .INTR) continue;
+        return r;
+    }
+}
+
 pub fn shutdownWrite(fd: i32) void {
     _ = linux.shutdown(fd, linux.SHUT.WR);
 }

@@ -1,0 +1,508 @@
+//! UDP for QUIC, bytes only: one socket (IPv4, IPv6, dual-stack on `::`), datagrams received
+//! and sent in batches (`recvmmsg`/`sendmmsg`), with what QUIC needs beside the bytes: the
+//! peer, the local address each datagram came in on (answers must leave from it on a
+//! multi-homed host), the ECN bits, and UDP GSO on send (one message, several datagrams
+//! of one size) when the kernel offers it.
+//!
+//! Buffers are the caller's: a `RecvBatch` is a fixed array (`batch_len_max` datagrams of
+//! `datagram_len_max` bytes); a send names the caller's bytes. Nothing here allocates.
+const std = @import("std");
+const assert = std.debug.assert;
+const linux = std.os.linux;
+const sys = @import("../os/sys.zig");
+const Peer = @import("peer.zig").Peer;
+
+/// Datagrams per system call, either way.
+pub const batch_len_max = 32;
+/// The largest datagram received: a QUIC endpoint's path MTU stays below Ethernet's.
+pub const datagram_len_max = 1500;
+/// The kernel's bound on segments in one GSO send (UDP_MAX_SEGMENTS).
+pub const gso_segments_max = 64;
+/// The bytes of one GSO message, at most (the kernel takes 64 KiB minus headers).
+pub const gso_bytes_max = 65_000;
+/// Room for the control messages of one datagram: PKTINFO (v4 or v6), TOS/TCLASS, GSO.
+const control_len = 128;
+
+/// The two ECN bits of the IP header (RFC 3168): 0 not ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+pub const Ecn = u2;
+
+/// The socket's options, set at `open`.
+pub const Options = struct {
+    /// Several workers bind the same port (and a steering program picks one: `udp_steering.zig`).
+    reuse_port: bool = false,
+};
+
+pub const Socket = struct {
+    fd: i32,
+    family: u32,
+    /// The kernel sends GSO messages (probed once at `open`); without it each message
+    /// carries one datagram.
+    gso: bool,
+
+    /// Opens and binds a UDP socket on `local` (its family, address and port; port 0 picks
+    /// one). On `::` the socket is dual-stack (IPv4 peers appear as `::ffff:a.b.c.d`).
+    pub fn open(local: Peer, options: Options) sys.Result(Socket) {
+        assert(local.family == linux.AF.INET or local.family == linux.AF.INET6);
+        const fd = switch (sys.socket(local.family, linux.SOCK.DGRAM, linux.IPPROTO.UDP)) {
+            .ok => |fd| fd,
+            .err => |e| return .{ .err = e },
+        };
+        if (configure(fd, local, options)) |e| {
+            sys.close(fd);
+            return .{ .err = e };
+        }
+        var st: linux.sockaddr.storage = undefined;
+        const len = toStorage(&local, &st);
+        switch (sys.bind(fd, @ptrCast(&st), len)) {
+            .ok => {},
+            .err => |e| {
+                sys.close(fd);
+                return .{ .err = e };
+            },
+        }
+        const gso = sys.setIntOption(fd, linux.IPPROTO.UDP, linux.UDP.SEGMENT, 0);
+        return .{ .ok = .{ .fd = fd, .family = local.family, .gso = gso } };
+    }
+
+    pub fn close(self: *Socket) void {
+        sys.close(self.fd);
+        self.fd = -1;
+    }
+
+    /// The bound address (the port the kernel chose for port 0).
+    pub fn localAddress(self: *const Socket) ?Peer {
+        var st: linux.sockaddr.storage = undefined;
+        return switch (sys.getsockname(self.fd, &st)) {
+            .ok => Peer.fromStorage(&st),
+            .err => null,
+        };
+    }
+};
+
+fn configure(fd: i32, local: Peer, options: Options) ?sys.E {
+    const v6 = local.family == linux.AF.INET6;
+    if (options.reuse_port and !sys.setIntOption(fd, linux.SOL.SOCKET, linux.SO.REUSEPORT, 1)) return .INVAL;
+    if (v6) {
+        const any = std.mem.allEqual(u8, &local.addr, 0);
+        // Dual-stack only on the unspecified address; a named IPv6 address is IPv6 only.
+        if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, if (any) 0 else 1)) return .INVAL;
+        if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.RECVPKTINFO, 1)) return .INVAL;
+        if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.RECVTCLASS, 1)) return .INVAL;
+        // Path MTU probing is QUIC's (DPLPMTUD): the kernel sets DF and never fragments.
+        _ = sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.MTU_DISCOVER, pmtudisc_probe);
+        if (!any) return null;
+    }
+    // IPv4 datagrams (on a dual-stack socket too) report their destination and TOS here.
+    if (!sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.PKTINFO, 1)) return .INVAL;
+    if (!sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.RECVTOS, 1)) return .INVAL;
+    _ = sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.MTU_DISCOVER, pmtudisc_probe);
+    return null;
+}
+
+/// IP_PMTUDISC_PROBE / IPV6_PMTUDISC_PROBE: set DF, ignore the kernel's path MTU.
+const pmtudisc_probe: c_int = 3;
+
+/// A socket address for `p`; its length.
+pub fn toStorage(p: *const Peer, st: *linux.sockaddr.storage) linux.socklen_t {
+    st.* = std.mem.zeroes(linux.sockaddr.storage);
+    if (p.family == linux.AF.INET) {
+        const in: *linux.sockaddr.in = @ptrCast(@alignCast(st));
+        in.* = .{ .port = std.mem.nativeToBig(u16, p.port), .addr = std.mem.bytesToValue(u32, p.addr[0..4]) };
+        return @sizeOf(linux.sockaddr.in);
+    }
+    assert(p.family == linux.AF.INET6);
+    const in6: *linux.sockaddr.in6 = @ptrCast(@alignCast(st));
+    in6.* = .{ .port = std.mem.nativeToBig(u16, p.port), .flowinfo = 0, .addr = p.addr, .scope_id = 0 };
+    return @sizeOf(linux.sockaddr.in6);
+}
+
+// ---- control messages (cmsg(3)) ------------------------------------------------------------
+
+const Cmsghdr = extern struct { len: usize, level: i32, type: i32 };
+const cmsg_header_len = std.mem.alignForward(usize, @sizeOf(Cmsghdr), @sizeOf(usize));
+
+fn cmsgSpace(data_len: usize) usize {
+    return cmsg_header_len + std.mem.alignForward(usize, data_len, @sizeOf(usize));
+}
+
+const InPktinfo = extern struct { ifindex: i32, spec_dst: [4]u8, addr: [4]u8 };
+const In6Pktinfo = extern struct { addr: [16]u8, ifindex: u32 };
+
+/// Appends one control message to `buf` at `pos.*`.
+fn putCmsg(buf: []align(@alignOf(usize)) u8, pos: *usize, level: i32, kind: i32, data: []const u8) void {
+    const space = cmsgSpace(data.len);
+    assert(pos.* + space <= buf.len);
+    const h: *Cmsghdr = @ptrCast(@alignCast(buf[pos.*..].ptr));
+    h.* = .{ .len = cmsg_header_len + data.len, .level = level, .type = kind };
+    @memset(buf[pos.* + cmsg_header_len ..][0 .. space - cmsg_header_len], 0);
+    @memcpy(buf[pos.* + cmsg_header_len ..][0..data.len], data);
+    pos.* += space;
+}
+
+/// What the control messages of a received datagram say: where it came in, its ECN bits.
+const Ancillary = struct { local: Peer = .{}, ecn: Ecn = 0 };
+
+fn readCmsgs(control: []const u8) Ancillary {
+    var out: Ancillary = .{};
+    var pos: usize = 0;
+    while (pos + cmsg_header_len <= control.len) {
+        const h = std.mem.bytesToValue(Cmsghdr, control[pos..][0..@sizeOf(Cmsghdr)]);
+        if (h.len < cmsg_header_len or pos + h.len > control.len) break;
+        const data = control[pos + cmsg_header_len .. pos + h.len];
+        readOne(&out, h.level, h.type, data);
+        pos += std.mem.alignForward(usize, h.len, @sizeOf(usize));
+    }
+    return out;
+}
+
+fn readOne(out: *Ancillary, level: i32, kind: i32, data: []const u8) void {
+    if (level == linux.IPPROTO.IP and kind == linux.IP.PKTINFO and data.len >= @sizeOf(InPktinfo)) {
+        const info = std.mem.bytesToValue(InPktinfo, data[0..@sizeOf(InPktinfo)]);
+        out.local.family = linux.AF.INET;
+        out.local.addr = [_]u8{0} ** 16;
+        out.local.addr[0..4].* = info.addr;
+    } else if (level == linux.IPPROTO.IPV6 and kind == linux.IPV6.PKTINFO and data.len >= @sizeOf(In6Pktinfo)) {
+        const info = std.mem.bytesToValue(In6Pktinfo, data[0..@sizeOf(In6Pktinfo)]);
+        out.local.family = linux.AF.INET6;
+        out.local.addr = info.addr;
+    } else if (level == linux.IPPROTO.IP and kind == linux.IP.TOS and data.len >= 1) {
+        out.ecn = @truncate(data[0]);
+    } else if (level == linux.IPPROTO.IPV6 and kind == linux.IPV6.TCLASS and data.len >= 4) {
+        out.ecn = @truncate(std.mem.bytesToValue(u32, data[0..4]));
+    }
+}
+
+// ---- receiving ----------------------------------------------------------------------------
+
+/// One datagram of a batch: its bytes (in the batch's buffer), who sent it, the local
+/// address it was sent to (port 0: the socket's), its ECN bits.
+pub const Received = struct { bytes: []const u8, peer: Peer, local: Peer, ecn: Ecn };
+
+/// The caller's buffers for one `receive`: ~50 KiB, kept for the socket's life.
+pub const RecvBatch = struct {
+    bufs: [batch_len_max][datagram_len_max]u8 = undefined,
+    names: [batch_len_max]linux.sockaddr.storage = undefined,
+    controls: [batch_len_max][control_len]u8 align(@alignOf(usize)) = undefined,
+    iovs: [batch_len_max]std.posix.iovec = undefined,
+    msgs: [batch_len_max]linux.mmsghdr = undefined,
+    count: usize = 0,
+
+    /// Datagram `i` of the last `receive`.
+    pub fn get(self: *const RecvBatch, i: usize) Received {
+        assert(i < self.count);
+        const m = &self.msgs[i].hdr;
+        const anc = readCmsgs(self.controls[i][0..m.controllen]);
+        return .{
+            .bytes = self.bufs[i][0..@min(self.msgs[i].len, datagram_len_max)],
+            .peer = Peer.fromStorage(&self.names[i]),
+            .local = anc.local,
+            .ecn = anc.ecn,
+        };
+    }
+};
+
+/// Reads up to `batch_len_max` datagrams; how many (0 when none was waiting). A datagram
+/// longer than `datagram_len_max` is cut (MSG_TRUNC in its flags): QUIC then fails to
+/// open it, as it would any damaged datagram.
+pub fn receive(sock: *const Socket, batch: *RecvBatch) sys.Result(usize) {
+    for (0..batch_len_max) |i| {
+        batch.iovs[i] = .{ .base = &batch.bufs[i], .len = datagram_len_max };
+        batch.msgs[i] = .{ .hdr = .{
+            .name = @ptrCast(&batch.names[i]),
+            .namelen = @sizeOf(linux.sockaddr.storage),
+            .iov = @ptrCast(&batch.iovs[i]),
+            .iovlen = 1,
+            .control = &batch.controls[i],
+            .controllen = control_len,
+            .flags = 0,
+        }, .len = 0 };
+    }
+    batch.count = 0;
+    return switch (sys.recvmmsg(sock.fd, &batch.msgs)) {
+        .ok => |n| blk: {
+            assert(n <= batch_len_max);
+            batch.count = n;
+            break :blk .{ .ok = n };
+        },
+        .err => |e| if (e == .AGAIN) .{ .ok = 0 } else .{ .err = e },
+    };
+}
+
+// ---- sending ------------------------------------------------------------------------------
+
+/// One message to send: `bytes` (the caller's) to `peer`, from `local` (its address; family
+/// 0: the kernel picks), with `ecn`. `segment_len` < `bytes.len` asks for GSO: the bytes go
+/// as datagrams of `segment_len` (the last may be shorter); only on a socket with `gso`.
+pub const Outgoing = struct {
+    bytes: []const u8,
+    peer: Peer,
+    local: Peer = .{},
+    ecn: Ecn = 0,
+    segment_len: u16 = 0,
+
+    fn segmented(o: *const Outgoing) bool {
+        return o.segment_len != 0 and o.segment_len < o.bytes.len;
+    }
+};
+
+/// Sends up to `batch_len_max` messages in one call; how many the kernel took (0 when its
+/// buffer was full: EAGAIN). The caller keeps the rest for the next writable event.
+pub fn send(sock: *const Socket, out: []const Outgoing) sys.Result(usize) {
+    const n = @min(out.len, batch_len_max);
+    if (n == 0) return .{ .ok = 0 };
+    var names: [batch_len_max]linux.sockaddr.storage = undefined;
+    var controls: [batch_len_max][control_len]u8 align(@alignOf(usize)) = undefined;
+    var iovs: [batch_len_max]std.posix.iovec_const = undefined;
+    var msgs: [batch_len_max]linux.mmsghdr_const = undefined;
+    for (out[0..n], 0..) |*o, i| {
+        assert(o.bytes.len > 0);
+        assert(!o.segmented() or (sock.gso and o.bytes.len <= gso_bytes_max and
+            (o.bytes.len + o.segment_len - 1) / o.segment_len <= gso_segments_max));
+        const name_len = toStorage(&o.peer, &names[i]);
+        const control = writeCmsgs(&controls[i], o);
+        iovs[i] = .{ .base = o.bytes.ptr, .len = o.bytes.len };
+        msgs[i] = .{ .hdr = .{
+            .name = @ptrCast(&names[i]),
+            .namelen = name_len,
+            .iov = @ptrCast(&iovs[i]),
+            .iovlen = 1,
+            .control = if (control == 0) null else &controls[i],
+            .controllen = control,
+            .flags = 0,
+        }, .len = 0 };
+    }
+    return switch (sys.sendmmsg(sock.fd, msgs[0..n])) {
+        .ok => |sent| .{ .ok = sent },
+        .err => |e| if (e == .AGAIN) .{ .ok = 0 } else .{ .err = e },
+    };
+}
+
+/// The control messages of one outgoing message: the source address, ECN, the GSO size.
+fn writeCmsgs(buf: *align(@alignOf(usize)) [control_len]u8, o: *const Outgoing) usize {
+    var pos: usize = 0;
+    if (o.local.family == linux.AF.INET) {
+        const info: InPktinfo = .{ .ifindex = 0, .spec_dst = o.local.addr[0..4].*, .addr = .{ 0, 0, 0, 0 } };
+        putCmsg(buf, &pos, linux.IPPROTO.IP, linux.IP.PKTINFO, std.mem.asBytes(&info));
+    } else if (o.local.family == linux.AF.INET6) {
+        const info: In6Pktinfo = .{ .addr = o.local.addr, .ifindex = 0 };
+        putCmsg(buf, &pos, linux.IPPROTO.IPV6, linux.IPV6.PKTINFO, std.mem.asBytes(&info));
+    }
+    if (o.ecn != 0) {
+        const tos: c_int = o.ecn;
+        // The peer's family says which header carries it (IPv4-mapped peers: IPv4's TOS).
+        if (o.peer.family == linux.AF.INET or isV4Mapped(&o.peer.addr))
+            putCmsg(buf, &pos, linux.IPPROTO.IP, linux.IP.TOS, std.mem.asBytes(&tos))
+        else
+            putCmsg(buf, &pos, linux.IPPROTO.IPV6, linux.IPV6.TCLASS, std.mem.asBytes(&tos));
+    }
+    if (o.segmented()) putCmsg(buf, &pos, linux.IPPROTO.UDP, linux.UDP.SEGMENT, std.mem.asBytes(&o.segment_len));
+    assert(pos <= control_len);
+    return pos;
+}
+
+pub fn isV4Mapped(addr: *const [16]u8) bool {
+    return std.mem.allEqual(u8, addr[0..10], 0) and addr[10] == 0xff and addr[11] == 0xff;
+}
+
+const testing = std.testing;
+
+fn loopback4(port: u16) Peer {
+    var p: Peer = .{ .family = linux.AF.INET, .port = port, .addr = [_]u8{0} ** 16 };
+    p.addr[0..4].* = .{ 127, 0, 0, 1 };
+    return p;
+}
+
+fn loopback6(port: u16) Peer {
+    var p: Peer = .{ .family = linux.AF.INET6, .port = port, .addr = [_]u8{0} ** 16 };
+    p.addr[15] = 1;
+    return p;
+}
+
+/// Receives until `want` datagrams arrived or ~1 s passed (loopback delivers at once).
+fn receiveAll(sock: *const Socket, batch: *RecvBatch, want: usize) !usize {
+    var tries: usize = 0;
+    while (tries < 1000) : (tries += 1) {
+        const n = switch (receive(sock, batch)) {
+            .ok => |n| n,
+            .err => return error.ReceiveFailed,
+        };
+        if (n >= want) return n;
+        if (n > 0) return n;
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+    return 0;
+}
+
+test "udp: a batch each way over IPv4 loopback, with the destination address and ECN" {
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    const server_addr = server.localAddress().?;
+    var payloads: [batch_len_max][8]u8 = undefined;
+    var out: [batch_len_max]Outgoing = undefined;
+    for (&out, 0..) |*o, i| {
+        payloads[i] = .{ 'q', 'u', 'i', 'c', '-', @intCast(i), 0, 0 };
+        o.* = .{ .bytes = &payloads[i], .peer = server_addr, .ecn = 2 };
+    }
+    try testing.expectEqual(@as(usize, batch_len_max), send(&client, &out).ok);
+    var batch: RecvBatch = .{};
+    var got: usize = 0;
+    while (got < batch_len_max) {
+        const n = try receiveAll(&server, &batch, 1);
+        try testing.expect(n > 0);
+        for (0..n) |i| {
+            const d = batch.get(i);
+            try testing.expectEqualSlices(u8, &payloads[got + i], d.bytes);
+            try testing.expectEqual(client.localAddress().?.port, d.peer.port);
+            try testing.expectEqual(@as(u16, linux.AF.INET), d.local.family);
+            try testing.expectEqualSlices(u8, &.{ 127, 0, 0, 1 }, d.local.addr[0..4]);
+            try testing.expectEqual(@as(Ecn, 2), d.ecn);
+        }
+        got += n;
+    }
+    // The answer leaves from the address the datagram came in on, back to the sender.
+    const d = batch.get(0);
+    const answer = [_]Outgoing{.{ .bytes = "answer", .peer = d.peer, .local = d.local }};
+    try testing.expectEqual(@as(usize, 1), send(&server, &answer).ok);
+    try testing.expectEqual(@as(usize, 1), try receiveAll(&client, &batch, 1));
+    try testing.expectEqualStrings("answer", batch.get(0).bytes);
+    try testing.expectEqual(server_addr.port, batch.get(0).peer.port);
+    // Nothing waiting: 0, not an error.
+    try testing.expectEqual(@as(usize, 0), receive(&client, &batch).ok);
+}
+
+test "udp: a dual-stack socket on :: takes IPv4 and IPv6 and knows the destination of each" {
+    var any6: Peer = .{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 };
+    var server = switch (Socket.open(any6, .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    any6.port = server.localAddress().?.port;
+    var c4 = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer c4.close();
+    var c6 = switch (Socket.open(loopback6(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest, // no IPv6 here
+    };
+    defer c6.close();
+    try testing.expectEqual(@as(usize, 1), send(&c4, &.{.{ .bytes = "four", .peer = loopback4(any6.port) }}).ok);
+    try testing.expectEqual(@as(usize, 1), send(&c6, &.{.{ .bytes = "six", .peer = loopback6(any6.port), .ecn = 1 }}).ok);
+    var batch: RecvBatch = .{};
+    var seen: usize = 0;
+    var rounds: usize = 0;
+    while (seen < 2 and rounds < 100) : (rounds += 1) {
+        const n = try receiveAll(&server, &batch, 2 - seen);
+        for (0..n) |i| {
+            const d = batch.get(i);
+            if (std.mem.eql(u8, d.bytes, "four")) {
+                try testing.expect(isV4Mapped(&d.peer.addr));
+                try testing.expectEqual(@as(u16, linux.AF.INET), d.local.family);
+                try testing.expectEqualSlices(u8, &.{ 127, 0, 0, 1 }, d.local.addr[0..4]);
+                // Answer an IPv4 client from the IPv4 address it wrote to.
+                try testing.expectEqual(@as(usize, 1), send(&server, &.{.{ .bytes = "back", .peer = d.peer, .local = d.local }}).ok);
+            } else {
+                try testing.expectEqualStrings("six", d.bytes);
+                try testing.expectEqual(@as(u16, linux.AF.INET6), d.local.family);
+                try testing.expectEqualSlices(u8, &loopback6(0).addr, &d.local.addr);
+                try testing.expectEqual(@as(Ecn, 1), d.ecn);
+            }
+        }
+        seen += n;
+    }
+    try testing.expectEqual(@as(usize, 2), seen);
+    try testing.expectEqual(@as(usize, 1), try receiveAll(&c4, &batch, 1));
+    try testing.expectEqualStrings("back", batch.get(0).bytes);
+}
+
+test "udp: GSO, when offered: one 3-segment send arrives as 3 datagrams" {
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    if (!client.gso) return error.SkipZigTest;
+    var bytes: [1200 * 2 + 500]u8 = undefined;
+    for (&bytes, 0..) |*b, i| b.* = @truncate(i / 1200 + 1);
+    const out = [_]Outgoing{.{ .bytes = &bytes, .peer = server.localAddress().?, .segment_len = 1200 }};
+    try testing.expectEqual(@as(usize, 1), send(&client, &out).ok);
+    var batch: RecvBatch = .{};
+    var lens: [3]usize = undefined;
+    var got: usize = 0;
+    var rounds: usize = 0;
+    while (got < 3 and rounds < 100) : (rounds += 1) {
+        const n = try receiveAll(&server, &batch, 3 - got);
+        for (0..n) |i| {
+            try testing.expect(got < 3);
+            const d = batch.get(i);
+            lens[got] = d.bytes.len;
+            try testing.expect(std.mem.allEqual(u8, d.bytes, @intCast(got + 1)));
+            got += 1;
+        }
+    }
+    try testing.expectEqual(@as(usize, 3), got);
+    try testing.expectEqualSlices(usize, &.{ 1200, 1200, 500 }, &lens);
+}
+
+test "udp: a full send buffer reports how many went, and the rest can follow" {
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    // A small receive buffer on the server and a small send buffer on the client: the
+    // loopback drops past the former, so only the count returned is checked, and it is
+    // never more than asked.
+    _ = sys.setIntOption(client.fd, linux.SOL.SOCKET, linux.SO.SNDBUF, 4096);
+    var payload: [1400]u8 = [_]u8{7} ** 1400;
+    var out: [batch_len_max]Outgoing = undefined;
+    for (&out) |*o| o.* = .{ .bytes = &payload, .peer = server.localAddress().? };
+    var total: usize = 0;
+    for (0..50) |_| {
+        const n = send(&client, &out).ok;
+        try testing.expect(n <= batch_len_max);
+        total += n;
+    }
+    try testing.expect(total > 0);
+    try testing.expectEqual(@as(usize, 0), send(&client, out[0..0]).ok);
+}
+
+test "udp: control messages are read defensively" {
+    var buf: [control_len]u8 align(@alignOf(usize)) = undefined;
+    var pos: usize = 0;
+    const info: In6Pktinfo = .{ .addr = loopback6(0).addr, .ifindex = 3 };
+    putCmsg(&buf, &pos, linux.IPPROTO.IPV6, linux.IPV6.PKTINFO, std.mem.asBytes(&info));
+    const tclass: c_int = 0x03;
+    putCmsg(&buf, &pos, linux.IPPROTO.IPV6, linux.IPV6.TCLASS, std.mem.asBytes(&tclass));
+    const a = readCmsgs(buf[0..pos]);
+    try testing.expectEqual(@as(u16, linux.AF.INET6), a.local.family);
+    try testing.expectEqual(@as(Ecn, 3), a.ecn);
+    // Cut anywhere: no read past the end, at most what the whole messages said.
+    for (0..pos) |cut| _ = readCmsgs(buf[0..cut]);
+    // A length field of 0 or past the buffer stops the walk.
+    var bad = buf;
+    std.mem.bytesAsValue(Cmsghdr, bad[0..@sizeOf(Cmsghdr)]).len = 0;
+    try testing.expectEqual(@as(u16, 0), readCmsgs(bad[0..pos]).local.family);
+    std.mem.bytesAsValue(Cmsghdr, bad[0..@sizeOf(Cmsghdr)]).len = 4096;
+    try testing.expectEqual(@as(u16, 0), readCmsgs(bad[0..pos]).local.family);
+}
