@@ -20,6 +20,7 @@ test {
     _ = @import("transport/proxy_protocol.zig");
     _ = @import("transport/lifetime.zig");
     _ = @import("transport/udp.zig");
+    _ = @import("transport/udp_steering.zig");
     // HTTP shared by the protocols
     _ = @import("http/forwarded.zig");
     _ = @import("http/metrics.zig");
