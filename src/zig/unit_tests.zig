@@ -64,6 +64,8 @@ test {
     _ = @import("quic/frames.zig");
     _ = @import("quic/transport_params.zig");
     _ = @import("quic/stateless_reset.zig");
+    _ = @import("quic/cid_table.zig");
+    _ = @import("quic/retry_token.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");
