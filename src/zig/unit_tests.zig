@@ -66,6 +66,8 @@ test {
     _ = @import("quic/stateless_reset.zig");
     _ = @import("quic/cid_table.zig");
     _ = @import("quic/retry_token.zig");
+    _ = @import("quic/endpoint.zig");
+    _ = @import("quic/endpoint_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");

@@ -1,0 +1,393 @@
+//! The endpoint's tests, with a fake connection type that records what reaches it: routing,
+//! Version Negotiation, Retry and its tokens, stateless resets, the bounds under a flood.
+const std = @import("std");
+const testing = std.testing;
+const linux = std.os.linux;
+const endpoint = @import("endpoint.zig");
+const packet = @import("packet.zig");
+const stateless_reset = @import("stateless_reset.zig");
+const retry_token = @import("retry_token.zig");
+const Peer = @import("../transport/peer.zig").Peer;
+const udp_steering = @import("../transport/udp_steering.zig");
+
+/// Where the fake connections live: a fixed pool, so a test sees every one ever made.
+const Pool = struct {
+    conns: [256]Fake = undefined,
+    made: usize = 0,
+    refuse: bool = false,
+};
+
+const Fake = struct {
+    pub const Context = *Pool;
+    endpoint_link: endpoint.Link = .{},
+    accept: endpoint.Accept,
+    received: usize = 0,
+    last_len: usize = 0,
+
+    pub fn open(pool: *Pool, accept: *const endpoint.Accept) ?*Fake {
+        if (pool.refuse or pool.made == pool.conns.len) return null;
+        const c = &pool.conns[pool.made];
+        c.* = .{ .accept = accept.* };
+        pool.made += 1;
+        return c;
+    }
+
+    pub fn receive(self: *Fake, datagram: []const u8, path: *const endpoint.Path, now_us: u64) void {
+        _ = path;
+        _ = now_us;
+        self.received += 1;
+        self.last_len = datagram.len;
+    }
+};
+
+const E = endpoint.Endpoint(Fake);
+const worker: u8 = 3;
+
+fn config(retry: endpoint.RetryMode) endpoint.Config {
+    return .{
+        .worker_index = worker,
+        .seed = [_]u8{0x5e} ** 32,
+        .table_key = [_]u8{0x7a} ** 16,
+        .retry_key = [_]u8{0x4b} ** 32,
+        .reset_key = [_]u8{0x2c} ** 32,
+        .retry = retry,
+        .retry_handshakes_min = 2,
+        .connections_max = 8,
+        .handshakes_max = 4,
+        .resets_per_interval_max = 3,
+        .reset_interval_us = 1000,
+    };
+}
+
+fn peer4(last: u8, port: u16) Peer {
+    var p: Peer = .{ .family = linux.AF.INET, .port = port, .addr = [_]u8{0} ** 16 };
+    p.addr[0..4].* = .{ 198, 51, 100, last };
+    return p;
+}
+
+const local = peer4(1, 443);
+
+/// A client Initial of `total` bytes (the payload is noise: the endpoint does not open it).
+fn initial(buf: []u8, dcid: []const u8, scid: []const u8, token: []const u8, total: usize) []const u8 {
+    const h = packet.writeLongHeader(buf, .{ .long_type = .initial, .dcid = dcid, .scid = scid, .token = token, .pn = 0, .pn_len = 4 }, total - headerLen(dcid, scid, token) - 4, 0) catch unreachable;
+    @memset(buf[h.header_len..total], 0xee);
+    return buf[0..total];
+}
+
+fn headerLen(dcid: []const u8, scid: []const u8, token: []const u8) usize {
+    // first byte, version, two ID lengths, the IDs, the token's varint and bytes, a 2-byte Length
+    return 1 + 4 + 1 + dcid.len + 1 + scid.len + varintLen(token.len) + token.len + 2;
+}
+
+fn varintLen(v: usize) usize {
+    return if (v < 64) 1 else if (v < 16384) 2 else 4;
+}
+
+fn shortHeader(buf: []u8, dcid: []const u8, total: usize) []const u8 {
+    buf[0] = 0x41;
+    @memcpy(buf[1..][0..dcid.len], dcid);
+    @memset(buf[1 + dcid.len .. total], 0x33);
+    return buf[0..total];
+}
+
+const Fixture = struct {
+    pool: Pool = .{},
+    out: endpoint.OutQueue = .{},
+    ep: E = undefined,
+
+    fn init(self: *Fixture, retry: endpoint.RetryMode) !void {
+        self.* = .{};
+        self.ep = try E.init(testing.allocator, config(retry), &self.pool);
+    }
+
+    fn deinit(self: *Fixture) void {
+        self.ep.deinit(testing.allocator);
+    }
+
+    fn take(self: *Fixture) ?[]const u8 {
+        const a = self.out.peek() orelse return null;
+        self.out.pop();
+        return a.slice();
+    }
+};
+
+test "endpoint: an Initial makes a connection; its IDs route everything after to it" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    const d = initial(&buf, "client-dcid-1", "cs", "", 1200);
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d, peer4(9, 5000), local, 10, &f.out));
+    try testing.expectEqual(@as(usize, 1), f.pool.made);
+    const c = &f.pool.conns[0];
+    try testing.expectEqual(@as(usize, 1), c.received);
+    try testing.expectEqual(@as(usize, endpoint.cid_len), c.accept.scid.len);
+    try testing.expectEqual(worker, c.accept.scid.bytes[udp_steering.cid_worker_offset]);
+    try testing.expectEqualStrings("client-dcid-1", c.accept.original_dcid.slice());
+    try testing.expectEqualStrings("cs", c.accept.client_scid.slice());
+    try testing.expect(c.accept.retry_scid == null and !c.accept.address_validated);
+    try testing.expectEqualSlices(u8, &f.ep.resetToken(c.accept.scid.slice()), &c.accept.reset_token);
+    // The client resends its Initial (same DCID), from another port even: the same connection.
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d, peer4(9, 5001), local, 20, &f.out));
+    // Short and long headers to our ID.
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 50), peer4(9, 5000), local, 30, &f.out));
+    var hs: [64]u8 = undefined;
+    const built = try packet.writeLongHeader(&hs, .{ .long_type = .handshake, .dcid = c.accept.scid.slice(), .scid = "cs", .pn = 1, .pn_len = 1 }, 20, 16);
+    const hs_len = built.header_len + 20 + 16;
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 40, &f.out));
+    try testing.expectEqual(@as(usize, 4), c.received);
+    try testing.expectEqual(@as(usize, 1), f.pool.made);
+    // 0-RTT and Handshake for IDs we do not know: dropped, nothing made or answered.
+    hs[6] ^= 0xff;
+    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 50, &f.out));
+    try testing.expectEqual(@as(?[]const u8, null), f.take());
+    try testing.expectEqual(@as(u32, 1), f.ep.connections);
+    try testing.expectEqual(@as(u32, 1), f.ep.handshakes);
+}
+
+test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed connection" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    _ = f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 10, &f.out);
+    const c = &f.pool.conns[0];
+    var ids: [endpoint.cids_per_connection_max]endpoint.Cid = undefined;
+    ids[0] = c.accept.scid;
+    for (1..endpoint.cids_per_connection_max) |i| {
+        const issued = f.ep.issueCid(c).?;
+        try testing.expectEqual(worker, issued.cid.bytes[udp_steering.cid_worker_offset]);
+        try testing.expectEqualSlices(u8, &f.ep.resetToken(issued.cid.slice()), &issued.reset_token);
+        ids[i] = issued.cid;
+    }
+    try testing.expectEqual(@as(?E.Issued, null), f.ep.issueCid(c));
+    for (&ids) |*id| try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, id.slice(), 40), peer4(9, 5000), local, 20, &f.out));
+    try testing.expect(f.ep.retireCid(c, ids[1].slice()));
+    try testing.expect(!f.ep.retireCid(c, ids[1].slice()));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[1].slice(), 40), peer4(9, 5000), local, 20, &f.out));
+    // Confirmed: the client's first DCID no longer routes; the handshake no longer counts.
+    f.ep.handshakeConfirmed(c);
+    try testing.expectEqual(@as(u32, 0), f.ep.handshakes);
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 30, &f.out));
+    try testing.expectEqual(@as(usize, 2), f.pool.made);
+    f.ep.remove(c);
+    f.ep.remove(&f.pool.conns[1]);
+    try testing.expectEqual(@as(u32, 0), f.ep.connections);
+    try testing.expectEqual(@as(u32, 0), f.ep.handshakes);
+    try testing.expectEqual(@as(usize, 0), f.ep.table.used);
+    // Gone: its first ID now earns a reset like any unknown one.
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 21, &f.out));
+}
+
+test "endpoint: Version Negotiation for an unknown version, never for a short datagram or VN" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf = [_]u8{0} ** 1200;
+    const hdr = [_]u8{ 0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8, 1, 2, 3, 4, 5, 6, 7, 8, 3, 's', 'r', 'c' };
+    @memcpy(buf[0..hdr.len], &hdr);
+    try testing.expectEqual(endpoint.Outcome.version_negotiation, f.ep.onDatagram(&buf, peer4(9, 7), local, 1, &f.out));
+    const a = f.out.peek().?;
+    try testing.expectEqual(peer4(9, 7).port, a.path.peer.port);
+    try testing.expectEqualSlices(u8, local.addr[0..4], a.path.local.addr[0..4]);
+    const vn = f.take().?;
+    const h = try packet.parse(vn, 0);
+    try testing.expectEqual(packet.Kind.version_negotiation, h.kind);
+    try testing.expectEqualStrings("src", h.dcid);
+    try testing.expectEqualSlices(u8, hdr[6..14], h.scid);
+    var it = packet.negotiatedVersions(vn, &h);
+    try testing.expectEqual(@as(?u32, packet.version_1), it.next());
+    try testing.expectEqual(@as(u32, 0x0a0a0a0a), it.next().? & 0x0f0f0f0f);
+    try testing.expectEqual(@as(?u32, null), it.next());
+    try testing.expectEqual(endpoint.Outcome.dropped_version, f.ep.onDatagram(buf[0..1199], peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(vn, peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(@as(?[]const u8, null), f.take());
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
+    // Garbage: a long header cut short, a fixed bit of 0.
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(buf[0..4], peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{ 0x01, 2, 3 }, peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{}, peer4(9, 7), local, 1, &f.out));
+}
+
+test "endpoint: Initials too short, or with a DCID under 8 bytes, are dropped" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1199), peer4(9, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "7bytes!", "", "", 1200), peer4(9, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "8bytes!!", "", "", 1200), peer4(9, 1), local, 1, &f.out));
+    f.pool.refuse = true;
+    try testing.expectEqual(endpoint.Outcome.dropped_open_failed, f.ep.onDatagram(initial(&buf, "8bytes!?", "", "", 1200), peer4(9, 1), local, 1, &f.out));
+    try testing.expectEqual(@as(u32, 1), f.ep.connections);
+    try testing.expectEqual(@as(usize, 2), f.ep.table.used);
+}
+
+/// Sends an Initial that earns a Retry; returns the token and the Retry's source ID.
+fn getRetry(f: *Fixture, buf: []u8, odcid: []const u8, from: Peer, now_us: u64, token: *[retry_token.len]u8) !endpoint.Cid {
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(buf, odcid, "client-scid", "", 1200), from, local, now_us, &f.out));
+    const r = f.take().?;
+    try testing.expect(packet.retryTagValid(odcid, r));
+    const h = try packet.parse(r, 0);
+    try testing.expectEqual(packet.Kind.retry, h.kind);
+    try testing.expectEqualStrings("client-scid", h.dcid);
+    try testing.expectEqual(@as(usize, endpoint.cid_len), h.scid.len);
+    try testing.expectEqual(worker, h.scid[udp_steering.cid_worker_offset]);
+    try testing.expectEqual(retry_token.len, h.token.len);
+    token.* = h.token[0..retry_token.len].*;
+    return endpoint.Cid.from(h.scid);
+}
+
+test "endpoint: Retry always, and the token's round trip gives the original DCID" {
+    var f: Fixture = undefined;
+    try f.init(.always);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var tok: [retry_token.len]u8 = undefined;
+    const client = peer4(20, 6000);
+    const rscid = try getRetry(&f, &buf, "first-dcid", client, 1000, &tok);
+    try testing.expectEqual(@as(usize, 0), f.pool.made); // a Retry keeps nothing
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &f.out));
+    const c = &f.pool.conns[0];
+    try testing.expect(c.accept.address_validated);
+    try testing.expectEqualStrings("first-dcid", c.accept.original_dcid.slice());
+    try testing.expectEqualSlices(u8, rscid.slice(), c.accept.retry_scid.?.slice());
+    try testing.expectEqualSlices(u8, rscid.slice(), c.accept.client_dcid.slice());
+    try testing.expect(!std.mem.eql(u8, rscid.slice(), c.accept.scid.slice()));
+}
+
+test "endpoint: a token from another address, expired, tampered or for another ID is refused" {
+    var f: Fixture = undefined;
+    try f.init(.always);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var tok: [retry_token.len]u8 = undefined;
+    const client = peer4(20, 6000);
+    const rscid = try getRetry(&f, &buf, "first-dcid", client, 1000, &tok);
+    const refused = endpoint.Outcome.dropped_invalid_token;
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(21, 6000), local, 2000, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(20, 6001), local, 2000, &f.out));
+    const late = 1000 + retry_token.lifetime_us_default + 1;
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, late, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, "another-dcid", "cs", &tok, 1200), client, local, 2000, &f.out));
+    for (1..tok.len) |i| {
+        var bad = tok;
+        bad[i] ^= 0x80;
+        try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &bad, 1200), client, local, 2000, &f.out));
+    }
+    // A token that is not ours (another marker) counts as none: a fresh Retry.
+    var other = tok;
+    other[0] ^= 1;
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &other, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
+    // The right one, at the edge of its lifetime.
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, late - 1, &f.out));
+}
+
+test "endpoint: Retry auto starts once enough handshakes are in progress" {
+    var f: Fixture = undefined;
+    try f.init(.auto);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var dcid = "client-dcid-0".*;
+    for (0..2) |i| {
+        dcid[12] = @intCast('0' + i);
+        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+    }
+    dcid[12] = 'x';
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+    f.ep.handshakeConfirmed(&f.pool.conns[0]);
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+}
+
+test "endpoint: stateless resets for unknown short headers; never tiny, foreign or past the rate" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var id = [_]u8{ worker, 1, 2, 3, 4, 5, 6, 7 };
+    try testing.expectEqual(endpoint.Outcome.dropped_too_short_to_reset, f.ep.onDatagram(shortHeader(&buf, &id, 21), peer4(9, 1), local, 0, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 22), peer4(9, 1), local, 0, &f.out));
+    const tok = stateless_reset.token(&config(.never).reset_key, &id);
+    const r1 = f.take().?;
+    try testing.expectEqual(@as(usize, 21), r1.len);
+    try testing.expect(stateless_reset.matches(r1, &tok));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 1200), peer4(9, 1), local, 0, &f.out));
+    const r2 = f.take().?;
+    try testing.expect(r2.len < 1200 and r2.len <= stateless_reset.len_max);
+    try testing.expect(stateless_reset.matches(r2, &tok));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 999, &f.out));
+    // Three in the interval, then none until it ends.
+    try testing.expectEqual(endpoint.Outcome.dropped_reset_rate, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 999, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 1000, &f.out));
+    // Another worker's ID: steering went wrong; that worker may hold the connection.
+    id[udp_steering.cid_worker_offset] = worker + 1;
+    try testing.expectEqual(endpoint.Outcome.dropped_other_worker, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 5000, &f.out));
+    // A short header too short for our ID is not ours at all.
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(shortHeader(&buf, id[0..7], 8), peer4(9, 1), local, 5000, &f.out));
+}
+
+test "endpoint: a full queue drops answers, never more than it holds" {
+    var f: Fixture = undefined;
+    try f.init(.always);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    for (0..endpoint.queue_len_max) |_| {
+        try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, &f.out));
+    }
+    try testing.expectEqual(endpoint.Outcome.dropped_queue_full, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, &f.out));
+    var n: usize = 0;
+    while (f.take()) |_| n += 1;
+    try testing.expectEqual(@as(usize, endpoint.queue_len_max), n);
+}
+
+test "endpoint: 100,000 forged Initials from random addresses make at most the bound's connections" {
+    inline for (.{ endpoint.RetryMode.never, endpoint.RetryMode.auto }) |mode| {
+        // The endpoint's memory comes from a fixed buffer: after init, nothing more.
+        var memory: [64 * 1024]u8 = undefined;
+        var fba = std.heap.FixedBufferAllocator.init(&memory);
+        var pool: Pool = .{};
+        var out: endpoint.OutQueue = .{};
+        var ep = try E.init(fba.allocator(), config(mode), &pool);
+        const used_after_init = fba.end_index;
+        var prng = std.Random.DefaultPrng.init(99);
+        const r = prng.random();
+        var buf: [1500]u8 = undefined;
+        var counts = std.EnumArray(endpoint.Outcome, usize).initFill(0);
+        for (0..100_000) |i| {
+            var dcid: [16]u8 = undefined;
+            r.bytes(&dcid);
+            const from = peer4(r.int(u8), r.int(u16));
+            const o = ep.onDatagram(initial(&buf, &dcid, "", "", 1200), from, local, i, &out);
+            counts.getPtr(o).* += 1;
+            while (out.peek()) |_| out.pop();
+        }
+        const bound = config(mode).handshakes_max;
+        try testing.expect(pool.made <= bound);
+        try testing.expectEqual(@as(usize, if (mode == .never) bound else 2), pool.made);
+        try testing.expectEqual(pool.made, counts.get(.accepted));
+        try testing.expectEqual(@as(usize, 100_000) - pool.made, counts.get(if (mode == .never) .dropped_handshakes_max else .retry));
+        try testing.expectEqual(used_after_init, fba.end_index);
+        try testing.expectEqual(pool.made * 2, ep.table.used);
+    }
+}
+
+test "endpoint: connections_max bounds the connections whatever their state" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var dcid = "client-dcid-00".*;
+    for (0..8) |i| {
+        dcid[13] = @intCast('a' + i);
+        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+        f.ep.handshakeConfirmed(&f.pool.conns[i]);
+    }
+    dcid[13] = 'z';
+    try testing.expectEqual(endpoint.Outcome.dropped_connections_max, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+    // Every connection at its most IDs: the table's room was kept for them.
+    for (f.pool.conns[0..8]) |*c| while (f.ep.issueCid(c)) |_| {};
+    try testing.expectEqual(@as(usize, 8 * endpoint.cids_per_connection_max), f.ep.table.used);
+    f.ep.remove(&f.pool.conns[3]);
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+}
