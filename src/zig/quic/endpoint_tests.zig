@@ -391,3 +391,44 @@ test "endpoint: connections_max bounds the connections whatever their state" {
     f.ep.remove(&f.pool.conns[3]);
     try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
 }
+
+test "endpoint: hostile datagrams (random, and valid ones mutated) never break its bounds" {
+    var f: Fixture = undefined;
+    try f.init(.auto);
+    defer f.deinit();
+    var prng = std.Random.DefaultPrng.init(2024);
+    const r = prng.random();
+    var seeds: [3][1500]u8 = undefined;
+    var seed_lens: [3]usize = undefined;
+    seed_lens[0] = initial(&seeds[0], "client-dcid-h", "cs", "", 1200).len;
+    var tok: [retry_token.len]u8 = undefined;
+    retry_token.seal(&tok, &config(.auto).retry_key, [_]u8{1} ** retry_token.nonce_len, &peer4(1, 1), "retry-id", "odcid-odcid", 0);
+    seed_lens[1] = initial(&seeds[1], "retry-id", "cs", &tok, 1250).len;
+    seed_lens[2] = shortHeader(&seeds[2], &.{ worker, 9, 9, 9, 9, 9, 9, 9 }, 60).len;
+    var buf: [1500]u8 = undefined;
+    for (0..30_000) |i| {
+        const len = if (r.boolean()) blk: {
+            const s = r.uintLessThan(usize, 3);
+            @memcpy(buf[0..seed_lens[s]], seeds[s][0..seed_lens[s]]);
+            for (0..r.intRangeAtMost(usize, 1, 4)) |_| buf[r.uintLessThan(usize, seed_lens[s])] = r.int(u8);
+            break :blk r.intRangeAtMost(usize, 0, seed_lens[s]);
+        } else blk: {
+            const n = r.intRangeAtMost(usize, 0, buf.len);
+            r.bytes(buf[0..n]);
+            break :blk n;
+        };
+        _ = f.ep.onDatagram(buf[0..len], peer4(r.int(u8), r.int(u16)), local, i * 10, &f.out);
+        try testing.expect(f.ep.connections <= config(.auto).connections_max);
+        try testing.expect(f.ep.handshakes <= config(.auto).handshakes_max);
+        try testing.expect(f.out.len <= endpoint.queue_len_max);
+        // Every answer is shorter than what it answered or a Version Negotiation to 1200+ bytes.
+        if (f.take()) |a| try testing.expect(a.len < len or len >= packet.initial_datagram_len_min);
+        while (f.take()) |_| {}
+        // Connections end now and then, as handshakes time out.
+        if (f.pool.made > 200 or r.uintLessThan(usize, 8) == 0) {
+            for (f.pool.conns[0..f.pool.made]) |*c| if (c.endpoint_link.cids_len > 0) f.ep.remove(c);
+            try testing.expectEqual(@as(usize, 0), f.ep.table.used);
+            if (f.pool.made > 200) f.pool.made = 0;
+        }
+    }
+}
