@@ -135,6 +135,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         window_start_ms: u64 = 0,
         resets_in_window: u32 = 0,
         empty_in_window: u32 = 0,
+        /// Inside `handle` (or an owner callback it made): `read_buf` may be in use.
+        read_depth: u32 = 0,
+        /// Streams marked `resume_due`, read once `handle` is done.
+        resume_due: u32 = 0,
         read_buf: [read_bytes_max]u8 = undefined,
         /// Decoding: Huffman strings and dynamic entries, the fields, the app's list.
         scratch: []u8,
@@ -212,6 +216,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         pub fn handle(s: *Self, ev: anytype) void {
             if (s.closed) return;
+            s.read_depth += 1;
+            defer s.afterHandle();
             switch (ev) {
                 .handshake_done => s.openOwnStreams(),
                 .readable => |id| s.onReadable(id),
@@ -220,6 +226,25 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 .stop_sending => |r| s.onStopSending(r.id, r.code),
                 .closed => |c| s.connectionOver(c.code),
             }
+        }
+
+        /// Streams the owner resumed from inside a callback are read now, when no read
+        /// buffer is in use (`resumeReading`).
+        fn afterHandle(s: *Self) void {
+            s.read_depth -= 1;
+            if (s.read_depth > 0) return;
+            while (s.resume_due > 0 and !s.closed) {
+                s.resume_due -= 1;
+                var it = s.requests.valueIterator();
+                const rs = while (it.next()) |r| {
+                    if (r.*.resume_due) break r.*;
+                } else break;
+                rs.resume_due = false;
+                s.read_depth += 1;
+                s.pump(rs);
+                s.read_depth -= 1;
+            }
+            s.resume_due = 0;
         }
 
         // ---- connection errors and the end -----------------------------------------------
@@ -406,8 +431,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         fn maybeFree(s: *Self, rs: *RequestStream) void {
             if (!rs.finished() or rs.busy) return;
+            if (rs.resume_due) s.resume_due -= 1;
             std.debug.assert(rs.pending.items.len == 0 or s.closed);
             _ = s.requests.remove(rs.id);
+            s.rememberClosed(rs.id);
             rs.deinit(s.gpa);
             s.gpa.destroy(rs);
             s.closeIfDrained();
@@ -456,10 +483,14 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn readUni(s: *Self, id: u64) void {
-            const u = s.findUni(id) orelse s.newUni(id) orelse return;
+            var fresh = s.findUni(id) == null;
             while (!s.closed) {
                 const r = s.transport.streamRead(id, &s.read_buf) catch return;
                 if (r.n == 0 and !r.fin) return;
+                // A slot only for a stream with bytes (a late event leaves nothing).
+                if (fresh and s.newUni(id) == null) return;
+                fresh = false;
+                const u = s.findUni(id).?;
                 s.uniBytes(u, s.read_buf[0..r.n]);
                 if (s.closed) return;
                 if (r.fin) return s.uniFin(u);
@@ -575,7 +606,16 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         // ---- request streams: reading -----------------------------------------------------
 
         fn readRequest(s: *Self, id: u64) void {
-            const rs = s.requests.get(id) orelse s.openRequest(id) orelse return s.drain(id);
+            if (s.requests.get(id)) |rs| return s.pump(rs);
+            if (s.recentlyClosed(id)) return s.drain(id);
+            // A record only for a stream with something to read: a late event for a
+            // stream the transport already forgot leaves nothing behind.
+            const r = s.transport.streamRead(id, &s.read_buf) catch return;
+            if (r.n == 0 and !r.fin) return;
+            const rs = s.openRequest(id) orelse return;
+            rs.busy = true;
+            s.requestBytes(rs, s.read_buf[0..r.n], r.fin);
+            rs.busy = false;
             s.pump(rs);
         }
 
@@ -589,7 +629,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn openRequest(s: *Self, id: u64) ?*RequestStream {
-            if (s.closed or id < s.next_request_id and s.recentlyClosed(id)) return null;
+            if (s.closed) return null;
             s.next_request_id = @max(s.next_request_id, id + 4);
             const refuse = (s.goaway_id != null and id >= s.goaway_id.?) or s.requests.count() >= s.config.streams_max;
             if (refuse) {
@@ -766,11 +806,21 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             if (s.requests.get(id)) |rs| rs.paused = true;
         }
 
+        /// From inside a callback the stream is read once the event is handled: the read
+        /// buffer may hold bytes still being delivered.
         pub fn resumeReading(s: *Self, id: u64) void {
             const rs = s.requests.get(id) orelse return;
             if (!rs.paused) return;
             rs.paused = false;
-            if (!rs.busy) s.pump(rs);
+            if (rs.busy) return; // its own reading loop goes on
+            if (s.read_depth > 0) {
+                if (!rs.resume_due) s.resume_due += 1;
+                rs.resume_due = true;
+                return;
+            }
+            s.read_depth += 1;
+            s.pump(rs);
+            s.afterHandle();
         }
 
         // ---- request streams: responding ----------------------------------------------------

@@ -131,6 +131,10 @@ const Fake = struct {
 
 const Owner = struct {
     log: std.ArrayListUnmanaged(u8) = .empty,
+    /// Set by the test: what the owner does from inside `onRequest`.
+    session: ?*Session = null,
+    pause_on_request: bool = false,
+    resume_on_request: ?u64 = null,
 
     fn print(o: *Owner, comptime fmt: []const u8, args: anytype) void {
         o.log.print(testing.allocator, fmt, args) catch @panic("test memory");
@@ -139,6 +143,8 @@ const Owner = struct {
     pub fn onRequest(o: *Owner, id: u64, head: *const session_mod.Head) void {
         o.print("request {d} {s} {s} ?{s} @{s}\n", .{ id, head.method, head.path, head.query, head.authority orelse "-" });
         for (head.headers) |h| o.print("  {s}: {s}\n", .{ h.name, h.value });
+        if (o.pause_on_request) o.session.?.pauseReading(id);
+        if (o.resume_on_request) |other| o.session.?.resumeReading(other);
     }
     pub fn onBody(o: *Owner, id: u64, bytes: []const u8, fin: bool) void {
         o.print("body {d} \"{s}\"{s}\n", .{ id, bytes, if (fin) " fin" else "" });
@@ -178,6 +184,7 @@ const Harness = struct {
     fn init(h: *Harness, config: session_mod.Config) !void {
         h.* = .{};
         h.s = try Session.create(testing.allocator, &h.fake, &h.owner, config);
+        h.owner.session = h.s;
         h.fake.push(.handshake_done);
         h.s.run();
     }
@@ -764,4 +771,71 @@ test "h3 session: a connection error tells the owner of every request it holds" 
     h.s.run();
     try h.expectLog("reset 0 0xa\n");
     try testing.expectError(error.Closed, h.s.respond(0, 200, &.{}));
+}
+
+test "h3 session: pauseReading holds a request body until resumeReading, also from a callback" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    var hb: [512]u8 = undefined;
+    var d: [64]u8 = undefined;
+    var all: [1024]u8 = undefined;
+    const post = [_]Header{ .{ .name = ":method", .value = "POST" }, get[1], get[2], get[3] };
+    // One byte a read: the pause stops the stream right after its HEADERS.
+    h.fake.read_chunk = 1;
+    h.owner.pause_on_request = true;
+    h.fake.send(0, concat(&all, &.{ headersFrame(&hb, &post), dataFrame(&d, "ab") }), true);
+    h.s.run();
+    try h.expectLog(
+        \\request 0 POST /a/b ?x=1 @example.test
+        \\  host: example.test
+        \\
+    );
+    h.owner.pause_on_request = false;
+    h.s.resumeReading(0);
+    try h.expectLog(
+        \\body 0 "a"
+        \\body 0 "b"
+        \\body 0 "" fin
+        \\
+    );
+    // A request that resumes another from inside its callback: read after the event.
+    h.owner.pause_on_request = true;
+    h.fake.send(4, concat(&all, &.{ headersFrame(&hb, &post), dataFrame(&d, "c") }), true);
+    h.s.run();
+    _ = h.owner.take();
+    h.owner.pause_on_request = false;
+    h.owner.resume_on_request = 4;
+    h.fake.send(8, headersFrame(&hb, &post), false);
+    h.s.run();
+    const log = h.owner.take();
+    try testing.expect(std.mem.startsWith(u8, log, "request 8 POST"));
+    try testing.expect(std.mem.endsWith(u8, log, "body 4 \"c\"\nbody 4 \"\" fin\n"));
+}
+
+test "h3 session: late events for streams already gone leave no record" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    var hb: [512]u8 = undefined;
+    h.fake.send(0, headersFrame(&hb, &get), true);
+    h.s.run();
+    try h.s.respond(0, 200, &.{});
+    _ = try h.s.writeBody(0, "", true);
+    try testing.expectEqual(@as(usize, 0), h.s.liveStreams());
+    // A readable with nothing to read, on a finished stream and on one never seen.
+    h.fake.push(.{ .readable = 0 });
+    h.fake.push(.{ .readable = 40 });
+    h.fake.push(.{ .readable = 42 });
+    h.s.run();
+    try testing.expectEqual(@as(usize, 0), h.s.liveStreams());
+    for (h.s.uni) |slot| try testing.expect(slot == null or slot.?.id != 42);
+    _ = h.owner.take();
+    // Streams that arrive out of order are both served.
+    h.fake.send(8, headersFrame(&hb, &get), true);
+    h.fake.send(4, headersFrame(&hb, &get), true);
+    h.s.run();
+    const log = h.owner.take();
+    try testing.expect(std.mem.indexOf(u8, log, "request 8 GET") != null);
+    try testing.expect(std.mem.indexOf(u8, log, "request 4 GET") != null);
 }

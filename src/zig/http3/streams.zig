@@ -63,6 +63,8 @@ pub const RequestStream = struct {
     body_received: u64 = 0,
     /// The owner asked us to stop reading (backpressure on the request body).
     paused: bool = false,
+    /// Resumed from inside an owner callback: read once the session's event is handled.
+    resume_due: bool = false,
     /// Engine-made bytes (frame headers, HEADERS frames) the transport did not accept yet.
     pending: std.ArrayListUnmanaged(u8) = .empty,
     /// Payload bytes of the DATA frame already announced that the owner still owes.
