@@ -100,7 +100,19 @@ const recent_closed_len = 32;
 /// The reserved setting we send (0x1f * 1 + 0x21) and its value.
 pub const grease_setting: u64 = 0x40;
 
+/// The names a transport and an owner must have, checked when the session is built, so
+/// a missing one is named here rather than deep inside a call.
+fn checkInterface(comptime T: type, comptime names: []const []const u8) void {
+    inline for (names) |name| if (!@hasDecl(T, name)) @compileError(@typeName(T) ++ " lacks " ++ name);
+}
+
+/// The session over `Transport` (a `*Transport` is called: nextEvent, streamRead,
+/// streamWrite, streamReset, streamStopSending, openUni, closeApplication) for `Owner`
+/// (onRequest, onBody, onTrailers, onReset, onGoaway, onWritable). Created on the heap
+/// (`create`): the peer's streams' readers point into it.
 pub fn Session(comptime Transport: type, comptime Owner: type) type {
+    comptime checkInterface(Transport, &.{ "nextEvent", "streamRead", "streamWrite", "streamReset", "streamStopSending", "openUni", "closeApplication" });
+    comptime checkInterface(Owner, &.{ "onRequest", "onBody", "onTrailers", "onReset", "onGoaway", "onWritable" });
     return struct {
         const Self = @This();
 
@@ -638,6 +650,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.transport.streamStopSending(id, code);
                 s.transport.streamReset(id, code);
                 s.rememberClosed(id);
+                // Its HEADERS may reference the peer's table: release them (RFC 9204 4.4.2).
+                s.decoder.cancelStream(id) catch {};
+                s.flushDecoderStream();
                 return null;
             }
             const gather = s.gpa.alloc(u8, s.config.field_section_bytes_max) catch {

@@ -839,3 +839,60 @@ test "h3 session: late events for streams already gone leave no record" {
     try testing.expect(std.mem.indexOf(u8, log, "request 8 GET") != null);
     try testing.expect(std.mem.indexOf(u8, log, "request 4 GET") != null);
 }
+
+test "h3 session: unknown frames on a request stream are skipped; HTTP/2's are H3_FRAME_UNEXPECTED" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    var hb: [512]u8 = undefined;
+    var d: [64]u8 = undefined;
+    var all: [1024]u8 = undefined;
+    const post = [_]Header{ .{ .name = ":method", .value = "POST" }, get[1], get[2], get[3] };
+    // A reserved frame type (0x21) before the HEADERS and between the DATA frames.
+    const reserved = [_]u8{ 0x40, 0x21, 0x03, 'z', 'z', 'z' };
+    var d2: [64]u8 = undefined;
+    h.fake.send(0, concat(&all, &.{ &reserved, headersFrame(&hb, &post), dataFrame(&d, "a"), &reserved, dataFrame(&d2, "b") }), true);
+    h.s.run();
+    try testing.expect(std.mem.endsWith(u8, h.owner.take(), "body 0 \"a\"\nbody 0 \"b\"\nbody 0 \"\" fin\n"));
+    try testing.expectEqual(@as(?u64, null), h.fake.close_code);
+    // PRIORITY (HTTP/2's 0x02) has no HTTP/3 frame.
+    h.fake.send(4, concat(&all, &.{ headersFrame(&hb, &post), &.{ 0x02, 0x00 } }), false);
+    h.s.run();
+    try h.expectClosed(.frame_unexpected);
+}
+
+test "h3 session: empty DATA frames past the budget are H3_EXCESSIVE_LOAD; streams past streams_max rejected" {
+    var h: Harness = undefined;
+    try h.init(.{ .empty_frames_per_second_max = 10, .streams_max = 1 });
+    defer h.deinit();
+    var hb: [512]u8 = undefined;
+    var all: [1024]u8 = undefined;
+    const post = [_]Header{ .{ .name = ":method", .value = "POST" }, get[1], get[2], get[3] };
+    h.fake.send(0, headersFrame(&hb, &post), false);
+    h.s.run();
+    h.fake.send(4, headersFrame(&hb, &post), false);
+    h.s.run();
+    try h.expectStreamError(4, .request_rejected);
+    h.fake.send(0, &([_]u8{ 0x00, 0x00 } ** 10), false);
+    h.s.run();
+    try testing.expectEqual(@as(?u64, null), h.fake.close_code);
+    h.fake.send(0, &.{ 0x00, 0x00 }, false);
+    h.s.run();
+    try h.expectClosed(.excessive_load);
+    _ = &all;
+}
+
+test "h3 session: a response past the peer's SETTINGS_MAX_FIELD_SECTION_SIZE is refused" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    // The client's SETTINGS: max field section size 100.
+    h.fake.send(2, &.{ 0x00, 0x04, 0x03, 0x06, 0x40, 0x64 }, false);
+    var hb: [512]u8 = undefined;
+    h.fake.send(0, headersFrame(&hb, &get), true);
+    h.s.run();
+    const v = [_]u8{'v'} ** 40;
+    // :status (42) + 32 + 1 + 1 = 76 fits; another 32 + 41 does not.
+    try testing.expectError(error.HeadTooLarge, h.s.respond(0, 200, &.{ .{ .name = "a", .value = "b" }, .{ .name = "x", .value = &v } }));
+    try h.s.respond(0, 200, &.{.{ .name = "a", .value = "b" }});
+}
