@@ -896,3 +896,24 @@ test "h3 session: a response past the peer's SETTINGS_MAX_FIELD_SECTION_SIZE is 
     try testing.expectError(error.HeadTooLarge, h.s.respond(0, 200, &.{ .{ .name = "a", .value = "b" }, .{ .name = "x", .value = &v } }));
     try h.s.respond(0, 200, &.{.{ .name = "a", .value = "b" }});
 }
+
+test "h3 session: a blocked stream reset by the peer is forgotten; more blocked streams than allowed fail" {
+    var h: Harness = undefined;
+    try h.init(.{ .qpack_blocked_streams = 1 });
+    defer h.deinit();
+    const section = [_]u8{ 0x01, 0x06, 0x03, 0x81, 0x10, 0x11, 0xd1, 0xd7 };
+    h.fake.send(0, &section, false);
+    h.s.run();
+    try testing.expectEqual(@as(usize, 1), h.s.decoder.blockedCount());
+    h.fake.push(.{ .reset = .{ .id = 0, .code = 0x10c, .final_size = 8 } });
+    h.s.run();
+    try testing.expectEqual(@as(usize, 0), h.s.decoder.blockedCount());
+    try testing.expectEqual(@as(usize, 0), h.s.liveStreams());
+    try h.expectLog("");
+    // Our decoder stream: its type, then Stream Cancellation of stream 0 (0x40).
+    try testing.expectEqualSlices(u8, &.{ 0x03, 0x40 }, h.fake.out(11));
+    h.fake.send(4, &section, false);
+    h.fake.send(8, &section, false);
+    h.s.run();
+    try h.expectClosed(.qpack_decompression_failed);
+}
