@@ -638,14 +638,16 @@ test "h3 session: response headers, body and trailers, byte for byte" {
     try h.s.writeTrailers(0, &.{.{ .name = "a", .value = "b" }});
     var expect: [256]u8 = undefined;
     var hint: [64]u8 = undefined;
-    var hp = try qpack_encoder.encodeResponse(&hint, 103, &.{.{ .name = "link", .value = "</s.css>" }});
-    _ = &hp;
+    const hp = try qpack_encoder.encodeResponse(&hint, 103, &.{.{ .name = "link", .value = "</s.css>" }});
     const want = concat(&expect, &.{
-        &.{ 0x01, @intCast(hp) }, hint[0..hp],
+        // The 103: its own HEADERS frame first.
+        &.{ 0x01, @intCast(hp) },
+        hint[0..hp],
         // HEADERS: prefix 00 00, :status 200 indexed (0xd9), content-type text/plain (0xf5).
         &.{ 0x01, 0x04, 0x00, 0x00, 0xd9, 0xf5 },
         // DATA "hello".
-        &.{ 0x00, 0x05 }, "hello",
+        &.{ 0x00, 0x05 },
+        "hello",
         // HEADERS trailers: a literal name "a", value "b".
         &.{ 0x01, 0x06, 0x00, 0x00, 0x21, 'a', 0x01, 'b' },
     });
