@@ -38,6 +38,7 @@ test {
     _ = @import("http1/chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("http/answers.zig");
+    _ = @import("http/request_fields.zig");
     _ = @import("python/environ.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");
@@ -76,6 +77,10 @@ test {
     _ = @import("http3/qpack_decoder.zig");
     _ = @import("http3/qpack_decoder_tests.zig");
     _ = @import("http3/qpack_encoder.zig");
+    _ = @import("http3/session.zig");
+    _ = @import("http3/session_tests.zig");
+    _ = @import("http3/streams.zig");
+    _ = @import("http3/stream_verbs.zig");
     // zigcorn's event loop
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
