@@ -16,6 +16,7 @@ const engine_mod = @import("python/engine.zig");
 const pystream = @import("python/stream_type.zig");
 const tls_setup = @import("python/tls_context.zig");
 const options = @import("python/options.zig");
+const udp_steering = @import("transport/udp_steering.zig");
 
 /// A panic (a failed safety check or assertion) kills the worker, as the standard handler
 /// would, but writes only the message and the addresses of the panic and its caller as
@@ -99,7 +100,33 @@ fn trimMemory(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     return py.none();
 }
 
+/// quic_steer(fd, workers): attach the steering program (`transport/udp_steering.zig`) to
+/// the SO_REUSEPORT group of UDP socket `fd`, so each datagram reaches the worker its
+/// connection ID names. The group's sockets must be bound in worker order.
+fn quicSteer(_: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize_t) callconv(.c) ?*Object {
+    if (nargs != 2) return py.typeError("quic_steer(fd, workers)");
+    const fd = c.PyLong_AsLong(args[0]);
+    if (fd == -1 and c.PyErr_Occurred() != null) return null;
+    const workers = c.PyLong_AsLong(args[1]);
+    if (workers == -1 and c.PyErr_Occurred() != null) return null;
+    if (fd < 0 or fd > std.math.maxInt(i32)) return valueError("quic_steer: fd out of range");
+    if (workers < 1 or workers > udp_steering.workers_max) return valueError("quic_steer: workers must be 1..256");
+    switch (udp_steering.attach(@intCast(fd), @intCast(workers))) {
+        .ok => return py.none(),
+        .err => |e| {
+            _ = c.PyErr_Format(c.PyExc_OSError, "SO_ATTACH_REUSEPORT_CBPF failed: %s", @tagName(e).ptr);
+            return null;
+        },
+    }
+}
+
+fn valueError(msg: [*:0]const u8) ?*Object {
+    c.PyErr_SetString(c.PyExc_ValueError, msg);
+    return null;
+}
+
 var module_methods = [_]c.PyMethodDef{
+    .{ .ml_name = "quic_steer", .ml_meth = @ptrCast(&quicSteer), .ml_flags = c.METH_FASTCALL, .ml_doc = "Steer a UDP SO_REUSEPORT group's datagrams to the worker each QUIC connection ID names." },
     .{ .ml_name = "trim_memory", .ml_meth = @ptrCast(&trimMemory), .ml_flags = c.METH_NOARGS, .ml_doc = "Return the C heap's free pages to the OS (malloc_trim)." },
     .{ .ml_name = "metrics_init", .ml_meth = @ptrCast(&metricsInit), .ml_flags = c.METH_FASTCALL, .ml_doc = "Map the shared metrics counters (before forking workers)." },
     .{ .ml_name = "metrics_retire", .ml_meth = @ptrCast(&metricsRetire), .ml_flags = c.METH_FASTCALL, .ml_doc = "A worker's slot stops counting gauges." },

@@ -43,6 +43,12 @@ INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 HTTP_CHOICES = ("auto", "h11", "httptools")
 # uvicorn's names; every choice but "none" means the engine's own WebSocket implementation.
 WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
+# --http3-retry, by the engine's Http3Retry values (src/zig/server/options.zig).
+HTTP3_RETRY = {"never": 0, "auto": 1, "always": 2}
+HTTP3_RETRY_CHOICES = tuple(HTTP3_RETRY)
+# QUIC's max_idle_timeout the server advertises (RFC 9000 10.1): longer than HTTP/1.1's
+# keep-alive, since an idle QUIC connection holds no socket and resumes without a handshake.
+HTTP3_IDLE_TIMEOUT_MS = 30_000
 
 # Exit codes. Like uvicorn: 1 when the app (or loop) cannot be loaded, 3 when the
 # server could not start (lifespan startup failed, bind failed).
@@ -365,6 +371,13 @@ SETTINGS: tuple[Setting, ...] = (
        "TLS (HTTPS)", type=int, metavar="N", **_bounds("ssl_session_cache")),
     _S("ssl_crl", None, "certificate revocation lists (PEM) that client certificates are checked against",
        "TLS (HTTPS)", metavar="PATH"),
+    # HTTP/3 (QUIC): uvicorn has no such flag; hypercorn's is --quic-bind.
+    _S("http3", False, "serve HTTP/3 over QUIC on a UDP port of the same host (needs --ssl-certfile and "
+       "--ssl-keyfile); TLS responses advertise it with alt-svc", "TLS (HTTPS)", kind="switch"),
+    _S("http3_port", None, "the UDP port HTTP/3 listens on, 0 for any", "TLS (HTTPS)", type="port",
+       metavar="PORT", low=0, high=65535, shown="the TLS port"),
+    _S("http3_retry", "auto", "QUIC Retry (the client proves its address before the server keeps state): auto "
+       "while many handshakes are pending, always, or never", "TLS (HTTPS)", choices=HTTP3_RETRY_CHOICES),
     _S("hsts", None, "HTTPS responses carry strict-transport-security: max-age=SECONDS (unless the app sets it)",
        "TLS (HTTPS)", type=int, metavar="SECONDS", low=0, high=2**31 - 1, shown="off"),
     _S("hsts_include_subdomains", False, "--hsts: add includeSubDomains", "TLS (HTTPS)", kind="switch"),
@@ -537,6 +550,7 @@ class Config:
         self.ssl_certfile = os.fspath(ssl_certfile) if ssl_certfile is not None else None
         self.ssl_ca_certs = os.fspath(ssl_ca_certs) if ssl_ca_certs is not None else None
         self._check_tls()
+        self._check_http3()
         # One set of ticket keys for the master and every worker it forks, so a ticket
         # resumes whichever worker accepts the client's next connection.
         self.ssl_ticket_keys = os.urandom(80) if self.is_ssl and self.ssl_session_tickets else None
@@ -604,6 +618,40 @@ class Config:
                 raise ValueError("ssl_crl checks client certificates: it needs ssl_ca_certs and ssl_cert_reqs")
         if self.ssl_min_version == "TLSv1.3" and SSL_VERSIONS[version][1] < _TLS13:
             raise ValueError("ssl_min_version TLSv1.3 is above what ssl_version 5 (TLS 1.2 only) allows")
+
+    def _check_http3(self) -> None:
+        """--http3 needs the certificate and key, a TCP host to share, and a worker count its
+        connection IDs can name; the keys every worker shares are made here, once."""
+        self.http3_retry_key = self.http3_reset_key = None
+        if not self.http3:
+            return
+        if not (self.ssl_certfile and self.ssl_keyfile):
+            raise ValueError("http3 needs TLS: give ssl_certfile and ssl_keyfile (QUIC always encrypts)")
+        if self.fd is not None or self.uds:
+            raise ValueError("http3 listens on a UDP port of --host: not with --fd or --uds, which name no UDP "
+                             "socket")
+        most = _engine_limit("http3_workers")[1]
+        if self.workers > most:
+            raise ValueError(f"http3 serves at most {most} workers (a connection ID names its worker in one "
+                             f"byte), not {self.workers}")
+        # One pair for the master and every worker it forks: a Retry token or a stateless
+        # reset made by one worker is checked by another.
+        self.http3_retry_key = os.urandom(32)
+        self.http3_reset_key = os.urandom(32)
+
+    def engine_http3_options(self, fd: int, alt_svc_port: int, worker_index: int, workers: int) -> dict[str, Any]:
+        """The engine's HTTP/3 options for one worker's UDP socket `fd` (Python keeps it open)."""
+        assert self.http3 and 0 <= worker_index < workers, (worker_index, workers)
+        return {
+            "http3_fd": fd,
+            "http3_alt_svc_port": alt_svc_port,
+            "http3_retry": HTTP3_RETRY[self.http3_retry],
+            "http3_retry_key": self.http3_retry_key,
+            "http3_reset_key": self.http3_reset_key,
+            "http3_worker_index": worker_index,
+            "http3_workers": workers,
+            "http3_idle_timeout_ms": HTTP3_IDLE_TIMEOUT_MS,
+        }
 
     def engine_tls_options(self) -> dict[str, Any]:
         """The engine's TLS options: empty for plain HTTP. Holds the password: never log it."""
@@ -705,6 +753,7 @@ class Config:
             "compression_types": ",".join(self.compression_types),
             "request_decompression": bool(self.request_decompression),
             "ssl_certfile": None,
+            "http3_fd": -1,  # the server adds its UDP socket's (`engine_http3_options`)
             **self.engine_tls_options(),
         }
 

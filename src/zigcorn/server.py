@@ -20,7 +20,7 @@ from zigcorn import _core, accesslog
 from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
 from zigcorn.process import DRAIN_SIGNAL, after_bind
-from zigcorn.sockets import Listener, bind
+from zigcorn.sockets import Listener, QuicSockets, bind, bind_quic
 from zigcorn.tls import load_openssl
 from zigcorn.websocket import WebSocketCycle
 
@@ -63,9 +63,12 @@ class Server:
 
     def __init__(self, config, listener: Listener | None = None, on_ready=None, metrics_slot: int = 0,
                  owns_listener: bool = False, pid_file=None, on_drain=None, listen_early: bool = True,
-                 drain_signal: bool = False) -> None:  # fmt: skip
+                 drain_signal: bool = False, quic: tuple[QuicSockets, int] | None = None) -> None:  # fmt: skip
         self.config = config
         self.listener = listener
+        # --http3 under a master: its UDP sockets and this worker's index among them (the
+        # master keeps them open). Without one, the server binds its own single socket.
+        self.quic = quic
         # True when this process bound `listener` for itself (before dropping privileges):
         # it then announces it, writes the pid file and removes a Unix socket's file.
         self.owns_listener = owns_listener or listener is None
@@ -198,6 +201,21 @@ class Server:
         else:
             dispatcher = Dispatcher(config.loaded_app, loop, **common)
         serving = _Serving(dispatcher, self.owns_listener, self.pid_file)
+        listener = self.listener
+        bound_here = False
+        if config.http3 and self.quic is None:
+            # One process: its UDP socket shares the TCP listener's port (bound now, before
+            # the engine reads the socket from its options), unless --http3-port names one.
+            try:
+                if listener is None:
+                    listener, bound_here = bind(config), True
+                    serving.listener = listener
+                serving.quic = bind_quic(config, listener.sock.getsockname()[1], 1)
+            except OSError as exc:
+                logger.error("%s", exc.strerror or exc)
+                serving.close(loop)
+                return None
+            self.quic = (serving.quic, 0)
         try:
             engine = self._new_engine(dispatcher)
         except (OSError, ValueError, TypeError) as exc:
@@ -214,10 +232,9 @@ class Server:
         engine.set_ready(ready)
         try:
             if self.listener is None:
-                listener = bind(config)
+                if not bound_here:
+                    listener = bind(config)
                 serving.pid_file = after_bind(config)
-            else:
-                listener = self.listener
             serving.listener = listener
             bound = engine.adopt(listener.sock.detach())  # the engine owns the descriptor now
         except OSError as exc:
@@ -232,6 +249,8 @@ class Server:
         serving.attached = True
         if serving.own_listener:
             logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
+        if serving.quic is not None:
+            logger.info("HTTP/3 on %s", serving.quic.description)
         return serving
 
     def _new_engine(self, dispatcher):
@@ -242,6 +261,9 @@ class Server:
         # requests' tasks would inherit its context variables.
         options["call_soon"] = functools.partial(asyncio.get_running_loop().call_soon, context=contextvars.copy_context())
         options["metrics_slot"] = self.metrics_slot
+        if self.quic is not None:
+            sockets, index = self.quic
+            options.update(self.config.engine_http3_options(sockets.fileno(index), sockets.port, index, len(sockets)))
         if self.config.interface == "wsgi":
             from zigcorn.wsgi import environ_template
 
@@ -364,7 +386,7 @@ class _Serving:
     """What serving holds, released once whatever happens: the engine (and its place on
     the loop), the listener, the pid file, the WSGI threads."""
 
-    __slots__ = ("dispatcher", "engine", "listener", "own_listener", "pid_file", "attached", "closed")
+    __slots__ = ("dispatcher", "engine", "listener", "own_listener", "pid_file", "attached", "closed", "quic")
 
     def __init__(self, dispatcher, own_listener: bool, pid_file) -> None:
         self.dispatcher = dispatcher
@@ -374,6 +396,7 @@ class _Serving:
         self.pid_file = pid_file
         self.attached = False
         self.closed = False  # the engine was shut down (`Server._shutdown`)
+        self.quic: QuicSockets | None = None  # --http3's socket this process bound for itself
 
     def close(self, loop) -> None:
         engine = self.engine
@@ -382,6 +405,9 @@ class _Serving:
             if self.attached:
                 _detach(loop, engine)
             engine.close()
+        if self.quic is not None:  # after the engine, which reads it but never closes it
+            self.quic.close()
+            self.quic = None
         if self.own_listener and self.listener is not None:
             self.listener.remove_uds()
         if self.pid_file is not None:

@@ -175,3 +175,67 @@ def _inherited(fd: int, what: str, scheme: str) -> Listener:
         return Listener(sock, f"unix socket {sock.getsockname()} ({what} {fd})")
     host, port = sock.getsockname()[:2]
     return Listener(sock, f"{url(scheme, host, port)} ({what} {fd})")
+
+
+class QuicSockets:
+    """``--http3``'s UDP sockets: one per worker, bound by the master in worker order on
+    one port with SO_REUSEPORT, and kept open by it for as long as it runs.
+
+    The kernel numbers a SO_REUSEPORT group's sockets in the order they joined, and the
+    steering program (``_core.quic_steer``) returns that number, read from the connection
+    ID's worker byte; when a socket of the group closes, the kernel moves the last one into
+    its place. So the master makes them all and never closes one while serving: a worker
+    that is replaced gets the same socket, and the order never changes. A single process
+    has one socket and no program.
+    """
+
+    __slots__ = ("socks", "port", "description")
+
+    def __init__(self, socks: list[socket.socket], port: int, description: str) -> None:
+        self.socks = socks
+        self.port = port
+        self.description = description
+
+    def __len__(self) -> int:
+        return len(self.socks)
+
+    def fileno(self, index: int) -> int:
+        return self.socks[index].fileno()
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+
+
+def bind_quic(config, port: int, workers: int) -> QuicSockets:
+    """`workers` UDP sockets on ``--host`` and `port` (``--http3-port`` when given), each
+    non-blocking and close-on-exec, steered by connection ID when there are several.
+    Raises OSError with a one-line message."""
+    assert 1 <= workers <= 255, workers
+    host = resolve_host(config.host)
+    if config.http3_port is not None:
+        port = config.http3_port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            sock = socket.socket(family, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.setblocking(False)
+            if workers > 1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as the TCP listener
+            sock.bind((host, port))
+            port = sock.getsockname()[1]  # port 0: every later socket joins the first one's
+        if workers > 1:
+            from zigcorn import _core
+
+            _core.quic_steer(socks[0].fileno(), workers)
+    except OSError as exc:
+        for sock in socks:
+            sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        raise OSError(exc.errno, f"[Errno {exc.errno}] error while attempting to bind UDP (HTTP/3) on address "
+                                 f"({host!r}, {port}): {reason}") from None
+    return QuicSockets(socks, port, url("https", host, port) + " (HTTP/3, UDP)")

@@ -31,7 +31,7 @@ from zigcorn import _core
 from zigcorn.accesslog import reopen_log_files
 from zigcorn.config import STARTUP_FAILURE
 from zigcorn.process import DRAIN_SIGNAL, drop_privileges, rss_bytes, set_title, wants_privilege_drop, write_pid_file
-from zigcorn.sockets import Listener, bind, resolve_host, scheme_of, systemd_fds, url
+from zigcorn.sockets import Listener, QuicSockets, bind, bind_quic, resolve_host, scheme_of, systemd_fds, url
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -68,6 +68,8 @@ class Worker:
     # and, on that worker, that its successor is on its way.
     replaces: int | None = None
     recycling: bool = False
+    # --http3: the index of the UDP socket this worker serves (`Master.quic`).
+    quic_index: int = 0
 
 
 @dataclass
@@ -86,6 +88,8 @@ class Master:
     pid_file: object = None
     next_rss_check: float = 0.0
     per_worker_sockets: bool = False
+    # --http3: one UDP socket per worker, in worker order, open as long as the master runs.
+    quic: QuicSockets | None = None
 
     def run(self) -> int:
         config = self.config
@@ -98,15 +102,22 @@ class Master:
         try:
             if not per_worker_sockets:
                 self.listener = bind(config)
+            if config.http3:
+                port = self.listener.sock.getsockname()[1] if self.listener is not None else config.port
+                self.quic = bind_quic(config, port, self.target)
             self.pid_file = write_pid_file(config.pid_file)
         except OSError as exc:
             logger.error("%s", exc.strerror or exc)
             if self.listener is not None:
                 self.listener.close()
+            if self.quic is not None:
+                self.quic.close()
             return STARTUP_FAILURE
         try:
             return self._run()
         finally:
+            if self.quic is not None:
+                self.quic.close()
             if self.pid_file is not None:
                 self.pid_file.remove()
 
@@ -125,6 +136,8 @@ class Master:
         else:
             where = f"{url(scheme_of(config), resolve_host(config.host), config.port)} (SO_REUSEPORT in each worker)"
         logger.info("Zigcorn running on %s (Press CTRL+C to quit)", where)
+        if self.quic is not None:
+            logger.info("HTTP/3 on %s, one socket per worker", self.quic.description)
         logger.info("Started parent process [%d]", os.getpid())
         wakeup_r = self._install_signals()
         try:
@@ -280,6 +293,7 @@ class Master:
         --ready-path) listen before their app's startup is over."""
         used = {w.slot for w in self.workers.values()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
+        quic_index = self._quic_index(replaces)
         if len(used) >= METRICS_SLOTS_MAX:
             logger.error("Not starting a worker: %d are already running.", len(used))
             return None
@@ -304,7 +318,7 @@ class Master:
             os.close(ping_w)
             code = 1
             try:
-                code = self._worker_main(slot, ready_w, ping_r, first)
+                code = self._worker_main(slot, ready_w, ping_r, first, quic_index)
             except BaseException:
                 logger.exception("Worker failed")
             finally:
@@ -312,10 +326,20 @@ class Master:
         os.close(ready_w)
         os.close(ping_r)
         self.workers[pid] = Worker(pid, slot, self.generation, ready_r, time.monotonic(), ping_fd=ping_w,
-                                   replaces=replaces)  # fmt: skip
+                                   replaces=replaces, quic_index=quic_index)  # fmt: skip
         return pid
 
-    def _worker_main(self, slot: int, ready_w: int, ping_r: int, first: bool) -> int:
+    def _quic_index(self, replaces: int | None) -> int:
+        """--http3: which UDP socket a new worker serves. A successor takes its
+        predecessor's (the connection IDs the old one issued name it); otherwise the first
+        that no serving worker of this generation holds (a reload's new workers share the
+        old ones' sockets until those drain)."""
+        if replaces is not None and replaces in self.workers:
+            return self.workers[replaces].quic_index
+        held = {w.quic_index for w in self._serving() if w.generation == self.generation}
+        return next((i for i in range(self.target) if i not in held), 0)
+
+    def _worker_main(self, slot: int, ready_w: int, ping_r: int, first: bool, quic_index: int = 0) -> int:
         master_pid = os.getppid()
         _core.set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != master_pid:  # the master died before the request above took effect
@@ -349,7 +373,8 @@ class Master:
         # --drain-path: a drain request to any worker stops the whole server, through the
         # master, which passes it on to every worker (DRAIN_SIGNAL).
         server = Server(self.config, listener, on_ready=lambda: os.write(ready_w, b"r"), metrics_slot=slot,
-                        on_drain=lambda: os.write(ready_w, b"d"), listen_early=first, drain_signal=True)  # fmt: skip
+                        on_drain=lambda: os.write(ready_w, b"d"), listen_early=first, drain_signal=True,
+                        quic=(self.quic, quic_index) if self.quic is not None else None)  # fmt: skip
         try:
             server.run()
         except KeyboardInterrupt:

@@ -136,7 +136,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         py.decref(obj);
         return null;
     }
-    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setCompression(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full)) {
+    if (!options.setServerInfo(self, opts) or !options.setExtraHeaders(self, opts) or !options.setTrust(self, opts) or !options.setOps(self, opts, &opts_full) or !options.setTracing(self, opts, &opts_full) or !options.setEdge(self, opts, &opts_full) or !options.setCompression(self, opts, &opts_full) or !options.setStatic(self, opts, &opts_full) or !options.setHttp3(opts, &opts_full)) {
         py.decref(obj);
         return null;
     }

@@ -130,6 +130,12 @@ pub const limits = [_]Limit{
     .{ .name = "compression_zstd_level", .low = 1, .high = 19 },
     .{ .name = "static_expires", .low = 0, .high = std.math.maxInt(u32) },
     .{ .name = "ssl_session_cache", .low = 0, .high = 1 << 20 },
+    // HTTP/3 (`setHttp3`): the index and the count fit the CID's one byte and `Http3`'s u8.
+    .{ .name = "http3_fd", .low = 0, .high = std.math.maxInt(i32) },
+    .{ .name = "http3_alt_svc_port", .low = 1, .high = 65535 },
+    .{ .name = "http3_worker_index", .low = 0, .high = std.math.maxInt(u8) - 1 },
+    .{ .name = "http3_workers", .low = 1, .high = std.math.maxInt(u8) },
+    .{ .name = "http3_idle_timeout_ms", .low = 1_000, .high = 3_600_000 },
 };
 
 /// The bounds of option `name` in `limits`.
@@ -371,6 +377,64 @@ pub fn setEdge(self: *EngineObjectCore, opts: *Object, out: *server_mod.Options)
     self.hsts = hsts;
     out.hsts = text;
     return true;
+}
+
+/// The `http3_*` options: off (null left in `out.http3`) when `http3_fd` is absent or -1.
+/// HTTP/3 needs the TLS certificate (`ssl_certfile`) and a UDP socket.
+pub fn setHttp3(opts: *Object, out: *server_mod.Options) bool {
+    const fd_obj = c.PyDict_GetItemString(opts, "http3_fd") orelse return true;
+    const fd_raw = c.PyLong_AsLongLong(fd_obj);
+    if (fd_raw == -1) return c.PyErr_Occurred() == null;
+    const fd = optLimited(opts, "http3_fd", i32) orelse return false;
+    const cert = c.PyDict_GetItemString(opts, "ssl_certfile");
+    if (cert == null or py.isNone(cert.?)) {
+        c.PyErr_SetString(c.PyExc_ValueError, "http3 needs TLS: ssl_certfile must be given");
+        return false;
+    }
+    if (!isUdpSocket(fd)) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "http3_fd %d is not a UDP socket", @as(c_int, fd));
+        return false;
+    }
+    var h = server_mod.Http3{
+        .fd = fd,
+        .alt_svc_port = optLimited(opts, "http3_alt_svc_port", u16) orelse return false,
+        .retry = std.meta.intToEnum(server_mod.Http3Retry, optInt(opts, "http3_retry", u8, 0, 2) orelse return false) catch unreachable,
+        .retry_key = undefined,
+        .reset_key = undefined,
+        .worker_index = optLimited(opts, "http3_worker_index", u8) orelse return false,
+        .workers = optLimited(opts, "http3_workers", u8) orelse return false,
+        .idle_timeout_ms = optLimited(opts, "http3_idle_timeout_ms", u32) orelse return false,
+    };
+    if (h.worker_index >= h.workers) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "http3_worker_index %d must be below http3_workers %d", @as(c_int, h.worker_index), @as(c_int, h.workers));
+        return false;
+    }
+    if (!optKey(opts, "http3_retry_key", &h.retry_key) or !optKey(opts, "http3_reset_key", &h.reset_key)) return false;
+    out.http3 = h;
+    return true;
+}
+
+/// A 32-byte key (bytes) into `out`.
+fn optKey(opts: *Object, comptime key: [:0]const u8, out: *[32]u8) bool {
+    const b = py.bytesView(required(opts, key) orelse return false) orelse {
+        c.PyErr_SetString(c.PyExc_TypeError, key ++ " must be bytes");
+        return false;
+    };
+    if (b.len != out.len) {
+        _ = c.PyErr_Format(c.PyExc_ValueError, "%s must be 32 bytes, not %zd", key.ptr, @as(isize, @intCast(b.len)));
+        return false;
+    }
+    @memcpy(out, b);
+    return true;
+}
+
+/// `fd` is an open datagram socket (the engine never closes it: Python owns it).
+fn isUdpSocket(fd: i32) bool {
+    const linux = std.os.linux;
+    var kind: c_int = 0;
+    var len: linux.socklen_t = @sizeOf(c_int);
+    const rc = linux.getsockopt(fd, linux.SOL.SOCKET, linux.SO.TYPE, std.mem.asBytes(&kind), &len);
+    return linux.E.init(rc) == .SUCCESS and kind == linux.SOCK.DGRAM;
 }
 
 /// compression ("zstd,br,gzip" or ""), its levels, minimum size and content types. Every

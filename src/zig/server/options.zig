@@ -91,6 +91,30 @@ pub const Options = struct {
     compression: compression.Options = .{},
     /// `--request-decompression`: request bodies in gzip, br or zstd reach the app decoded.
     request_decompression: bool = false,
+    /// `--http3`: QUIC on this worker's UDP socket (null: off).
+    http3: ?Http3 = null,
+};
+
+/// Whether a client must prove its address with a Retry before the server keeps state:
+/// `auto` asks only while many handshakes are pending (`quic/endpoint.zig` decides).
+pub const Http3Retry = enum(u8) { never = 0, auto = 1, always = 2 };
+
+/// What HTTP/3 runs with, as `python/options.zig` reads it (the `http3_*` engine options).
+pub const Http3 = struct {
+    /// This worker's UDP socket: bound, non-blocking, close-on-exec; Python owns it (the
+    /// engine never closes it).
+    fd: i32,
+    /// The port advertised in `alt-svc: h3=":PORT"; ma=86400` on HTTP/1.1 and HTTP/2 TLS responses.
+    alt_svc_port: u16,
+    retry: Http3Retry,
+    /// Shared by every worker (the master makes them): Retry tokens and stateless resets.
+    retry_key: [32]u8,
+    reset_key: [32]u8,
+    /// This worker's index (0 for a single process), carried in the CIDs it issues.
+    worker_index: u8,
+    workers: u8,
+    /// QUIC's max_idle_timeout we advertise.
+    idle_timeout_ms: u32,
 };
 
 /// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies

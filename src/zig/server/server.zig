@@ -31,6 +31,8 @@ const offload_mod = @import("offload.zig"); // the writer thread's `auto` measur
 pub const Options = options.Options;
 pub const TcpOptions = options.TcpOptions;
 pub const WriterMode = options.WriterMode;
+pub const Http3 = options.Http3;
+pub const Http3Retry = options.Http3Retry;
 
 /// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
 pub const LogLevel = enum { warning, err, access };
