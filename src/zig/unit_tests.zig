@@ -57,6 +57,11 @@ test {
     _ = @import("quic/frames.zig");
     _ = @import("quic/transport_params.zig");
     _ = @import("quic/stateless_reset.zig");
+    _ = @import("quic/reassembly.zig");
+    _ = @import("quic/streams.zig");
+    _ = @import("quic/sent_frames.zig");
+    _ = @import("quic/crypto_stream.zig");
+    _ = @import("quic/connection.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");
