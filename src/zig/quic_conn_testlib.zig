@@ -165,3 +165,14 @@ export fn zc_recovery_bytes() usize {
 export fn zc_held_bytes(c: *Connection) usize {
     return c.heldBytes();
 }
+
+/// What the connection holds, for a test's diagnosis: [handshake held, crypto 0..2 present,
+/// packets filed, stream table capacity, 1-RTT keys present, recovery records].
+export fn zc_holdings(c: *Connection, out: *[8]usize) void {
+    out[0] = if (c.hs) |hs| hs.heldBytes() else 0;
+    for (0..3) |i| out[1 + i] = @intFromBool(c.crypto[i] != null);
+    out[4] = c.sent.map.count();
+    out[5] = c.stream_table.capacity;
+    out[6] = @intFromBool(c.one_rtt != null);
+    out[7] = c.recovery.packets_count;
+}

@@ -360,7 +360,14 @@ pub const Sink = struct {
                 wakeWriter(s);
                 c.freeIfDone(s);
             },
-            .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onAcked(c.allocator, f.offset, f.len, false),
+            .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| {
+                cs.send.onAcked(c.allocator, f.offset, f.len, false);
+                // The 1-RTT CRYPTO stream (session tickets) is done once all of it arrived.
+                if (f.space == .application and c.hs == null and cs.send.acked_offset == cs.send.write_offset) {
+                    cs.destroy(c.allocator);
+                    c.crypto[@intFromEnum(f.space)] = null;
+                }
+            },
             .ack => |largest| {
                 const slot = &self.acked_ack[@intFromEnum(space)];
                 slot.* = @max(slot.* orelse largest, largest);
