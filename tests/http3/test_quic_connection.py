@@ -220,6 +220,8 @@ class Pair:
             self.client.handle_timer(now=self.now)
         if self.lib.zc_next_deadline(self.conn) <= self.us:
             self.lib.zc_on_timeout(self.conn, self.us)
+        self.client_events()
+        self.server_app()
 
     def run(self, until, seconds=120.0, steps=200_000):
         start = self.now
@@ -348,6 +350,9 @@ def test_our_close_reaches_the_client(lib, ctx, certs):
     try:
         handshake(pair)
         lib.zc_close_app(pair.conn, 0x101, b"done", 4)
+        sent_before = pair.s2c
+        pair.step()
+        assert pair.s2c == sent_before + 1, "the CONNECTION_CLOSE went out"
         pair.run(lambda: pair.client_terminated is not None, seconds=5)
         assert pair.client_terminated.error_code == 0x101
         assert pair.client_terminated.reason_phrase == "done"
