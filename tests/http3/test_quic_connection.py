@@ -97,6 +97,8 @@ class Pair:
                  max_stream_data=0, client_idle_s=60.0):
         self.lib, self.now = lib, 1000.0
         self.drop_every, self.c2s, self.s2c = drop_every, 0, 0
+        self.client_mute = False  # drop every client datagram after the first
+        self.s2c_bytes = 0
         config = aioquic_configuration.QuicConfiguration(
             is_client=True, alpn_protocols=["h3"], server_name="localhost",
             idle_timeout=client_idle_s)
@@ -135,7 +137,7 @@ class Pair:
 
     def _to_server(self, data: bytes):
         self.c2s += 1
-        if self._drop(self.c2s):
+        if self._drop(self.c2s) or (self.client_mute and self.c2s > 1):
             return
         buf = ctypes.create_string_buffer(data, len(data))
         self.lib.zc_receive(self.conn, buf, len(data), self.us)
@@ -152,6 +154,7 @@ class Pair:
                 break
             moved = True
             self.s2c += 1
+            self.s2c_bytes += n
             if not self._drop(self.s2c):
                 self.client.receive_datagram(self.out.raw[:n], ADDR, now=self.now)
         self.client_events()
@@ -305,6 +308,7 @@ def test_loss_every_seventh_datagram_each_way(lib, ctx, certs):
     try:
         handshake(pair)
         echo_streams(pair, payloads(100, 37, 1 << 20), seconds=600.0)
+        assert pair.c2s > 7 and pair.s2c > 7  # datagrams were dropped both ways
     finally:
         pair.close()
 
@@ -356,5 +360,21 @@ def test_our_close_reaches_the_client(lib, ctx, certs):
         pair.run(lambda: pair.client_terminated is not None, seconds=5)
         assert pair.client_terminated.error_code == 0x101
         assert pair.client_terminated.reason_phrase == "done"
+    finally:
+        pair.close()
+
+
+def test_anti_amplification_before_the_address_is_validated(lib, ctx, certs):
+    """Nothing comes from the client after its first Initial: our handshake flight (an RSA
+    certificate chain, several datagrams' worth) stops at 3x what was received, across PTOs."""
+    pair = Pair(lib, ctx, certs)
+    pair.client_mute = True
+    try:
+        received = 1200  # aioquic pads its first Initial datagram to 1200 bytes
+        for _ in range(50):
+            if not pair.step():
+                pair.advance()
+        assert 0 < pair.s2c_bytes <= 3 * received
+        assert pair.state != CLOSED or pair.server_closed == (0, False)
     finally:
         pair.close()

@@ -85,5 +85,5 @@ test "crypto stream: a PTO sends the unacknowledged bytes again" {
     cs.resendUnacked();
     const again = cs.send.next(100).?;
     try std.testing.expectEqual(@as(u64, 6), again.offset);
-    try std.testing.expectEqualStrings("hello bytes", again.data);
+    try std.testing.expectEqualStrings(" hello bytes", again.data);
 }
