@@ -31,10 +31,15 @@ const T = struct {
     out: [2048]u8 = undefined,
 
     fn init(t: *T, config: connection.Config) !void {
+        return t.initRetry(config, null);
+    }
+
+    /// After a Retry the client's Initial keys come from the Retry's SCID (its new DCID).
+    fn initRetry(t: *T, config: connection.Config, retry: ?connection.RetryInfo) !void {
         const ctx = try context();
-        const keys = protection.initialKeys(odcid);
+        const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
         t.* = .{ .ctx = ctx, .c = undefined, .client_initial = keys.client, .server_initial = keys.server };
-        t.c = Connection.init(testing.allocator, config, ctx, odcid, client_cid, our_cid, "peer", t.now_us, null) orelse return error.OutOfMemory;
+        t.c = Connection.init(testing.allocator, config, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
     }
 
     fn deinit(t: *T) void {
@@ -325,4 +330,46 @@ test "connection: the peer's RESET_STREAM and STOP_SENDING reach the application
     t.feed(t.oneRtt(1, "\x05\x04\x09")); // STOP_SENDING 4, code 9
     try testing.expectEqual(connection.Event{ .stop_sending = .{ .id = 4, .code = 9 } }, t.c.nextEvent().?);
     try testing.expect(try t.sends(.reset_stream)); // answered (RFC 9000 3.5)
+}
+
+test "connection: a write past the peer's stream window takes part; MAX_STREAM_DATA makes it writable" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.c.flow.peer_window_bidi = 4;
+    t.feed(t.oneRtt(0, "\x0a\x00\x01q")); // opens stream 0
+    _ = t.c.nextEvent();
+    try testing.expectEqual(@as(usize, 4), try t.c.streamWrite(0, "abcdefgh", true));
+    try testing.expectEqual(@as(?connection.Event, null), t.c.nextEvent());
+    t.feed(t.oneRtt(1, "\x11\x00\x08")); // MAX_STREAM_DATA 0 -> 8
+    try testing.expectEqual(connection.Event{ .writable = 0 }, t.c.nextEvent().?);
+    try testing.expectEqual(@as(usize, 4), try t.c.streamWrite(0, "efgh", true));
+}
+
+test "connection: a finished stream gives its slot back with MAX_STREAMS" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 2 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0b\x00\x01q")); // stream 0, FIN
+    var buf: [4]u8 = undefined;
+    _ = t.c.nextEvent();
+    try testing.expect((try t.c.streamRead(0, &buf)).fin);
+    try testing.expectEqual(@as(usize, 1), try t.c.streamWrite(0, "a", true));
+    try testing.expect(try t.sends(.stream)); // our packet 0
+    t.feed(t.oneRtt(1, "\x02\x00\x00\x00\x00")); // ACK of packet 0
+    try testing.expectEqual(@as(usize, 0), t.c.stream_table.items.len);
+    try testing.expectEqual(@as(u64, 3), t.c.flow.peer_limit[0]);
+    try testing.expect(try t.sends(.max_streams_bidi));
+    try testing.expectError(error.StreamClosed, t.c.streamRead(0, &buf));
+}
+
+test "connection: after a Retry the Initial keys come from the Retry's SCID and the address counts as validated" {
+    var t: T = undefined;
+    try t.initRetry(.{}, .{ .retry_scid = "retry-cid" });
+    defer t.deinit();
+    try testing.expect(t.c.address_validated);
+    t.feed(t.initial(0, "\x01"));
+    try testing.expect(try t.sends(.ack));
 }
