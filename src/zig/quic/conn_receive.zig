@@ -228,6 +228,7 @@ fn onResetStream(c: *Connection, id: u64, code: u64, final_size: u64, frame_type
     if (s.recv.finished) return;
     // The unread bytes count as consumed for connection flow control (RFC 9000 4.5).
     c.flow.read_total += final_size - s.recv.data.read_offset;
+    c.creditConnection();
     s.recv.finished = true;
     s.recv.data.deinit(c.allocator);
     s.readable_event = false;

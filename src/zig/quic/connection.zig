@@ -387,7 +387,10 @@ pub const Connection = struct {
             c.handshake_done_event = false;
             return .handshake_done;
         }
-        for (c.stream_table.items) |s| if (streamEvent(s)) |e| return e;
+        for (c.stream_table.items) |s| if (streamEvent(s)) |e| {
+            c.freeIfDone(s); // a reset stream may be done once the application was told
+            return e;
+        };
         if (c.closed_event) |e| if (!c.closed_reported) {
             c.closed_reported = true;
             return .{ .closed = .{ .code = e.code, .app = e.app } };
@@ -456,7 +459,7 @@ pub const Connection = struct {
     }
 
     /// MAX_DATA once half the connection's window was read.
-    fn creditConnection(c: *Connection) void {
+    pub fn creditConnection(c: *Connection) void {
         const window = c.config.initial_max_data;
         const target = c.flow.read_total + window;
         if (target - c.flow.recv_max >= window / 2) {

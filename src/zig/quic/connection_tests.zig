@@ -373,3 +373,48 @@ test "connection: after a Retry the Initial keys come from the Retry's SCID and 
     t.feed(t.initial(0, "\x01"));
     try testing.expect(try t.sends(.ack));
 }
+
+test "connection: random frames in sealed 1-RTT packets never panic, leak or spin" {
+    var prng = std.Random.DefaultPrng.init(0x9e3779b9);
+    const random = prng.random();
+    var round: usize = 0;
+    while (round < 40) : (round += 1) {
+        var t: T = undefined;
+        try t.init(.{ .initial_max_stream_data = 256 });
+        defer t.deinit();
+        t.establish();
+        var pn: u64 = 0;
+        while (pn < 50 and !t.c.isClosed()) : (pn += 1) {
+            var payload: [64]u8 = undefined;
+            const len = random.intRangeAtMost(usize, 1, payload.len);
+            random.bytes(payload[0..len]);
+            // Mostly valid frame types with small varints, so frames get past the parser.
+            payload[0] = random.intRangeAtMost(u8, 0, 0x1e);
+            if (random.boolean()) payload[0] = random.intRangeAtMost(u8, 0x08, 0x0f); // STREAM
+            for (payload[1..len]) |*b| b.* &= 0x3f;
+            t.feed(t.oneRtt(pn, payload[0..len]));
+            var reads: [64]u8 = undefined;
+            while (t.c.nextEvent()) |e| switch (e) {
+                .readable => |id| _ = t.c.streamRead(id, &reads) catch {},
+                else => {},
+            };
+            var sent: usize = 0;
+            while (t.next() != null) : (sent += 1) try testing.expect(sent < 100);
+            t.now_us += 10_000;
+            if (t.c.nextDeadline()) |d| if (d <= t.now_us) t.c.onTimeout(t.now_us);
+        }
+    }
+}
+
+test "connection: a stream reset both ways is freed once the application was told" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 2 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x04\x00\x07\x03")); // RESET_STREAM 0, final size 3
+    t.c.streamReset(0, 8);
+    try testing.expect(try t.sends(.reset_stream));
+    try testing.expectEqual(connection.Event{ .reset = .{ .id = 0, .code = 7, .final_size = 3 } }, t.c.nextEvent().?);
+    try testing.expectEqual(@as(usize, 0), t.c.stream_table.items.len);
+    try testing.expectEqual(@as(u64, 3), t.c.flow.read_total); // the unread bytes were credited
+}
