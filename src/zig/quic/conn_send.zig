@@ -18,6 +18,7 @@ const recovery_mod = @import("recovery.zig");
 const streams = @import("streams.zig");
 const sent_frames = @import("sent_frames.zig");
 const varint = @import("varint.zig");
+const conn_receive = @import("conn_receive.zig");
 
 /// Packet numbers always go in 4 bytes: the header protection sample then never needs
 /// padding, and the peer never misreads a number however far behind its ACKs are.
@@ -110,7 +111,10 @@ fn buildPacket(c: *Connection, b: *Builder, space: Space) void {
     if (b.closing) {
         writeClose(c, space, &w);
     } else {
-        writeFrames(c, space, &w, &p, b.now_us);
+        // An ack-eliciting Initial needs a 1200-byte datagram (RFC 9000 14.1): when the
+        // anti-amplification budget is smaller, the Initial carries only its ACK.
+        const may_elicit = space != .initial or b.out.len >= initial_datagram_min;
+        writeFrames(c, space, &w, &p, b.now_us, may_elicit);
     }
     if (w.pos == 0) return;
     p.end = frames_start + w.pos;
@@ -132,9 +136,9 @@ fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
     } }) catch {};
 }
 
-fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64) void {
+fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64, may_elicit: bool) void {
     writeAckFrame(c, space, w, p, now_us);
-    if (!mayElicit(c, now_us)) return;
+    if (!may_elicit or !mayElicit(c, now_us)) return;
     const start = w.pos;
     writeCrypto(c, space, w, p);
     if (space == .application) writeApplication(c, w, p);
@@ -311,7 +315,10 @@ fn record(c: *Connection, p: *Pending, now_us: u64) void {
     if (p.in_flight) {
         if (p.ack_largest) |largest| p.record.add(.{ .ack = largest });
         p.record.space = p.space;
-        token = c.sent.put(c.allocator, p.record) catch return;
+        token = c.sent.put(c.allocator, p.record) catch {
+            for (p.record.slice()) |r| conn_receive.lost(c, r);
+            return;
+        };
     }
     c.recovery.onPacketSent(c.allocator, p.space, .{
         .pn = p.pn,
@@ -321,6 +328,9 @@ fn record(c: *Connection, p: *Pending, now_us: u64) void {
         .ack_eliciting = p.ack_eliciting,
         .in_flight = p.in_flight,
     }) catch {
-        _ = c.sent.take(c.allocator, token);
+        // Not tracked (the in-flight cap): what it carried counts as lost at once.
+        if (p.in_flight) if (c.sent.take(c.allocator, token)) |rec| {
+            for (rec.slice()) |r| conn_receive.lost(c, r);
+        };
     };
 }

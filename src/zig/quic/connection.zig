@@ -249,7 +249,9 @@ pub const Connection = struct {
 
     pub fn nextDeadline(c: *const Connection) ?u64 {
         if (c.state == .closed) return null;
-        if (c.state == .closing or c.state == .draining) return c.close_deadline_us;
+        if (c.state == .closing or c.state == .draining) {
+            return if (c.close_deadline_us == recovery_mod.never) null else c.close_deadline_us;
+        }
         var d = c.idle_deadline_us;
         if (c.recovery.nextDeadline()) |r| d = @min(d, r);
         if (conn_send.pacedDeadline(c)) |p| d = @min(d, p);
