@@ -22,6 +22,7 @@ from tests.support.tools import require_module
 aioquic_connection = require_module("aioquic.quic.connection")
 aioquic_configuration = require_module("aioquic.quic.configuration")
 aioquic_events = require_module("aioquic.quic.events")
+aioquic_tls = require_module("aioquic.tls")
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTLIB = ROOT / "src" / "zig" / "quic_conn_testlib.zig"
@@ -94,7 +95,7 @@ class Pair:
     """aioquic's client and our server, datagrams passed in memory, one clock for both."""
 
     def __init__(self, lib, ctx, certs, *, drop_every=0, idle_ms=0, max_data=0,
-                 max_stream_data=0, client_idle_s=60.0):
+                 max_stream_data=0, client_idle_s=60.0, cipher_suites=None):
         self.lib, self.now = lib, 1000.0
         self.drop_every, self.c2s, self.s2c = drop_every, 0, 0
         self.client_mute = False  # drop every client datagram after the first
@@ -102,6 +103,8 @@ class Pair:
         config = aioquic_configuration.QuicConfiguration(
             is_client=True, alpn_protocols=["h3"], server_name="localhost",
             idle_timeout=client_idle_s)
+        if cipher_suites is not None:
+            config.cipher_suites = cipher_suites
         config.load_verify_locations(cadata=Path(certs["ca"]).read_bytes())
         self.client = aioquic_connection.QuicConnection(configuration=config)
         self.client.connect(ADDR, now=self.now)
@@ -376,5 +379,28 @@ def test_anti_amplification_before_the_address_is_validated(lib, ctx, certs):
                 pair.advance()
         assert 0 < pair.s2c_bytes <= 3 * received
         assert pair.state != CLOSED or pair.server_closed == (0, False)
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize("suite", ["AES_256_GCM_SHA384", "CHACHA20_POLY1305_SHA256"])
+def test_other_cipher_suites(lib, ctx, certs, suite):
+    pair = Pair(lib, ctx, certs, cipher_suites=[getattr(aioquic_tls.CipherSuite, suite)])
+    try:
+        handshake(pair)
+        echo_streams(pair, payloads(10, 3, 200_000))
+    finally:
+        pair.close()
+
+
+def test_key_update_by_the_client_mid_transfer(lib, ctx, certs):
+    pair = Pair(lib, ctx, certs)
+    try:
+        handshake(pair)
+        echo_streams(pair, payloads(2, 0, 50_000))
+        pair.client.request_key_update()
+        echo_streams(pair, payloads(5, 2, 300_000))
+        pair.client.request_key_update()
+        echo_streams(pair, payloads(3, 1, 100_000))
     finally:
         pair.close()

@@ -67,12 +67,20 @@ pub const RetryInfo = struct { retry_scid: []const u8 };
 
 pub const StreamError = error{ UnknownStream, StreamClosed, StreamLimit };
 
+/// The agreed interface with http3/session.zig: names and meanings fixed.
 pub const Event = union(enum) {
+    /// The stream has in-order bytes or its FIN to read.
     readable: u64,
+    /// The stream's send room grew after a write took less than offered.
     writable: u64,
+    /// The peer's RESET_STREAM.
     reset: struct { id: u64, code: u64, final_size: u64 },
+    /// The peer's STOP_SENDING (already answered with RESET_STREAM, RFC 9000 3.5).
     stop_sending: struct { id: u64, code: u64 },
+    /// 1-RTT keys in use, ALPN h3.
     handshake_done,
+    /// The connection is over: the peer's CONNECTION_CLOSE, idle timeout (code 0), a transport
+    /// error, or our own close; reported once.
     closed: struct { code: u64, app: bool },
 };
 
