@@ -176,3 +176,10 @@ export fn zc_holdings(c: *Connection, out: *[8]usize) void {
     out[6] = @intFromBool(c.one_rtt != null);
     out[7] = c.recovery.packets_count;
 }
+
+/// The timers behind `nextDeadline`, for a test's diagnosis: [loss/PTO, Initial ACK,
+/// Handshake ACK, Application ACK, pacer, idle, probes owed, PTO count].
+export fn zc_timers(c: *Connection, out: *[8]u64) void {
+    const r = &c.recovery;
+    out.* = .{ r.loss_timer_us, r.initial_acks.ack_deadline_us, r.handshake_acks.ack_deadline_us, r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
+}

@@ -404,3 +404,16 @@ def test_key_update_by_the_client_mid_transfer(lib, ctx, certs):
         echo_streams(pair, payloads(3, 1, 100_000))
     finally:
         pair.close()
+
+
+@pytest.mark.parametrize("drop_every", [2, 3])
+def test_heavy_loss_still_completes(lib, ctx, certs, drop_every):
+    """Every second (or third) datagram lost each way: PTOs with two probes, the handshake's
+    last packet acknowledged nowhere once its keys went (no ACK deadline may linger)."""
+    pair = Pair(lib, ctx, certs, drop_every=drop_every)
+    try:
+        handshake(pair)
+        echo_streams(pair, payloads(30, 5, 300_000), seconds=3000.0)
+        assert pair.idle_bytes() < IDLE_BYTES_MAX
+    finally:
+        pair.close()

@@ -108,9 +108,18 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
         error.Drop => return true,
         error.Closed => return true,
     };
-    // The handshake may have dropped this space's keys meanwhile; a fresh space takes it too.
-    c.recovery.onPacketReceived(space, o.pn, ack_eliciting, now_us) catch {};
+    // The handshake may have dropped this space's keys meanwhile (the client's Finished
+    // confirms it): then nothing is recorded, or an ACK would be owed that can never go.
+    if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, ack_eliciting, now_us) catch {};
     return true;
+}
+
+fn hasKeys(c: *const Connection, space: Space) bool {
+    return switch (space) {
+        .initial => c.initial_keys != null,
+        .handshake => c.handshake_keys != null,
+        .application => c.one_rtt != null,
+    };
 }
 
 fn processFrames(c: *Connection, space: Space, kind: packet.Kind, payload: []const u8, now_us: u64) Stop!bool {

@@ -56,6 +56,8 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
         .closing => if (!c.close_owed) return 0,
         else => {},
     }
+    // Set again below if the pacer holds data back: a stale time would wake the caller forever.
+    c.pace_until_us = recovery_mod.never;
     var limit = @min(out.len, c.config.max_datagram_bytes, c.peer_max_udp_payload);
     if (!c.address_validated) limit = @min(limit, amplificationAllowance(c));
     var b: Builder = .{ .out = out[0..limit], .now_us = now_us, .closing = c.state == .closing };
@@ -146,7 +148,6 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
     if (w.pos > start) {
         p.ack_eliciting = true;
         p.in_flight = true;
-        if (c.probe == space) c.probe = null;
     }
 }
 
@@ -289,6 +290,8 @@ fn finalize(c: *Connection, b: *Builder) void {
         record(c, p, b.now_us);
         if (p.ack_eliciting) ack_eliciting_sent = true;
     }
+    // A PTO asks for two probes (RFC 9002 6.2.4): recovery counts them down as they go.
+    if (c.recovery.probes_owed == 0) c.probe = null;
     if (ack_eliciting_sent and !c.idle_restarted_by_send) {
         c.restartIdle(b.now_us);
         c.idle_restarted_by_send = true;

@@ -418,3 +418,19 @@ test "connection: a stream reset both ways is freed once the application was tol
     try testing.expectEqual(@as(usize, 0), t.c.stream_table.items.len);
     try testing.expectEqual(@as(u64, 3), t.c.flow.read_total); // the unread bytes were credited
 }
+
+test "connection: no deadline is left in the past once send and onTimeout ran" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0a\x00\x01q"));
+    var rounds: usize = 0;
+    while (rounds < 20) : (rounds += 1) {
+        while (t.next() != null) {}
+        const d = t.c.nextDeadline() orelse break;
+        try testing.expect(d > t.now_us);
+        t.now_us = d;
+        t.c.onTimeout(t.now_us);
+    }
+}
