@@ -183,3 +183,13 @@ export fn zc_timers(c: *Connection, out: *[8]u64) void {
     const r = &c.recovery;
     out.* = .{ r.loss_timer_us, r.initial_acks.ack_deadline_us, r.handshake_acks.ack_deadline_us, r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
 }
+
+/// One stream's state by table index, for a test's diagnosis: [id, read offset, highest
+/// received, final size (or max), recv finished, written, acked, sent, lost ranges,
+/// fin/fin_sent/fin_acked bits, peer's limit, our limit].
+export fn zc_stream_state(c: *Connection, index: usize, out: *[12]u64) c_int {
+    if (index >= c.stream_table.items.len) return -1;
+    const s = c.stream_table.items[index];
+    out.* = .{ s.id, s.recv.data.read_offset, s.recv.data.highest(), s.recv.final_size orelse std.math.maxInt(u64), @intFromBool(s.recv.finished), s.send.write_offset, s.send.acked_offset, s.send.sent_offset, s.send.lost.count, @as(u64, @intFromBool(s.send.fin)) | @as(u64, @intFromBool(s.send.fin_sent)) << 1 | @as(u64, @intFromBool(s.send.fin_acked)) << 2, s.send_max, s.recv.max_offset };
+    return 0;
+}
