@@ -155,7 +155,7 @@ fn context() !*openssl.SSL_CTX {
     }, &err) orelse error.Context;
 }
 
-test "connection: an Initial with only PING is acknowledged at once, unpadded and within 3x" {
+test "connection: an Initial with only PING is acknowledged at once, in an unpadded ACK-only datagram" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();
