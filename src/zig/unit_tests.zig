@@ -69,6 +69,11 @@ test {
     _ = @import("quic/retry_token.zig");
     _ = @import("quic/endpoint.zig");
     _ = @import("quic/endpoint_tests.zig");
+    _ = @import("quic/reassembly.zig");
+    _ = @import("quic/streams.zig");
+    _ = @import("quic/sent_frames.zig");
+    _ = @import("quic/crypto_stream.zig");
+    _ = @import("quic/connection.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");

@@ -1,0 +1,436 @@
+//! The connection's framing decisions, driven with hand-built client packets: what is
+//! dropped, what closes the connection and with which error, what is acknowledged, padded,
+//! limited. For the 1-RTT cases the handshake is skipped: both sides get 1-RTT keys from
+//! fixed secrets and the connection is put in `established` with the client's parameters
+//! set by hand (tests/http3/test_quic_connection.py runs real handshakes against aioquic).
+const std = @import("std");
+const testing = std.testing;
+const openssl = @import("../transport/openssl.zig");
+const tls_context = @import("tls_context.zig");
+const connection = @import("connection.zig");
+const Connection = connection.Connection;
+const frames = @import("frames.zig");
+const packet = @import("packet.zig");
+const protection = @import("protection.zig");
+const suite = @import("suite.zig");
+const varint = @import("varint.zig");
+
+const odcid = "\x83\x94\xc8\xf0\x3e\x51\x57\x08";
+const client_cid = "client01";
+const our_cid = "server01";
+const TE = frames.TransportError;
+
+const T = struct {
+    ctx: *openssl.SSL_CTX,
+    c: *Connection,
+    client_initial: protection.Keys,
+    server_initial: protection.Keys,
+    client_1rtt: ?protection.OneRtt = null,
+    now_us: u64 = 1_000_000,
+    buf: [2048]u8 = undefined,
+    out: [2048]u8 = undefined,
+
+    fn init(t: *T, config: connection.Config) !void {
+        return t.initRetry(config, null);
+    }
+
+    /// After a Retry the client's Initial keys come from the Retry's SCID (its new DCID).
+    fn initRetry(t: *T, config: connection.Config, retry: ?connection.RetryInfo) !void {
+        const ctx = try context();
+        const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
+        t.* = .{ .ctx = ctx, .c = undefined, .client_initial = keys.client, .server_initial = keys.server };
+        t.c = Connection.init(testing.allocator, config, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
+    }
+
+    fn deinit(t: *T) void {
+        t.c.deinit();
+        openssl.freeContext(t.ctx);
+    }
+
+    /// A client Initial carrying `payload`, padded to 1200 bytes.
+    fn initial(t: *T, pn: u64, payload: []const u8) []u8 {
+        const len = 1200;
+        const built = packet.writeLongHeader(&t.buf, .{ .long_type = .initial, .dcid = odcid, .scid = client_cid, .pn = pn, .pn_len = 4 }, len - (1 + 4 + 1 + odcid.len + 1 + client_cid.len + 1 + 2 + 4) - protection.tag_len, 16) catch unreachable;
+        const end = len - protection.tag_len;
+        @memcpy(t.buf[built.header_len..][0..payload.len], payload);
+        @memset(t.buf[built.header_len + payload.len .. end], 0);
+        const total = built.pn_offset + 4 + (end - built.header_len) + 16;
+        std.debug.assert(total == len);
+        protection.protect(&t.client_initial, t.buf[0..len], built.pn_offset, pn);
+        return t.buf[0..len];
+    }
+
+    /// Skips the handshake: 1-RTT keys on both sides, the client's limits as given.
+    fn establish(t: *T) void {
+        const client_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{1} ** 32));
+        const server_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{2} ** 32));
+        const k = testing.allocator.create(protection.OneRtt) catch unreachable;
+        k.* = protection.OneRtt.init(&client_secret, &server_secret);
+        t.c.one_rtt = k;
+        t.client_1rtt = protection.OneRtt.init(&server_secret, &client_secret);
+        t.c.freeHandshake();
+        t.c.state = .established;
+        t.c.address_validated = true;
+        t.c.recovery.onHandshakeConfirmed();
+        t.c.flow.send_max = 1 << 20;
+        t.c.flow.peer_window_bidi = 1 << 16;
+        t.c.flow.uni_limit = 3;
+        t.c.flow.peer_window_uni = 1 << 16;
+    }
+
+    fn oneRtt(t: *T, pn: u64, payload: []const u8) []u8 {
+        const built = packet.writeShortHeader(&t.buf, our_cid, pn, 4, 0, false) catch unreachable;
+        @memcpy(t.buf[built.header_len..][0..payload.len], payload);
+        const len = built.header_len + payload.len + protection.tag_len;
+        t.client_1rtt.?.protect(t.buf[0..len], built.pn_offset, pn);
+        return t.buf[0..len];
+    }
+
+    fn feed(t: *T, datagram: []u8) void {
+        t.c.receive(datagram, t.now_us);
+    }
+
+    /// Our next datagram, or null.
+    fn next(t: *T) ?[]u8 {
+        const n = t.c.send(&t.out, t.now_us);
+        return if (n == 0) null else t.out[0..n];
+    }
+
+    /// The frames of the first packet of `datagram` (an Initial or a 1-RTT packet).
+    fn open(t: *T, datagram: []u8) !struct { kind: packet.Kind, payload: []u8 } {
+        const h = try packet.parse(datagram, client_cid.len);
+        const bytes = datagram[0..h.len];
+        if (h.kind == .initial) {
+            const o = try protection.unprotect(&t.server_initial, bytes, h.pn_offset, null);
+            return .{ .kind = .initial, .payload = o.payload };
+        }
+        const k = &t.client_1rtt.?;
+        const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, null);
+        return .{ .kind = .one_rtt, .payload = try k.open(bytes, &hdr) };
+    }
+
+    /// The CONNECTION_CLOSE in our next datagram: its error code.
+    fn closeCode(t: *T) !u64 {
+        const d = t.next() orelse return error.NothingSent;
+        const p = try t.open(d);
+        var it = frames.Iterator.init(p.payload, p.kind, .server);
+        while (try it.next()) |f| switch (f) {
+            .connection_close => |cc| return cc.error_code,
+            else => {},
+        };
+        return error.NoClose;
+    }
+
+    /// Whether our next datagram carries a frame of type `want`.
+    fn sends(t: *T, want: frames.Type) !bool {
+        const d = t.next() orelse return false;
+        const p = try t.open(d);
+        var it = frames.Iterator.init(p.payload, p.kind, .server);
+        while (try it.next()) |f| if (frames.typeOf(f) == want) return true;
+        return false;
+    }
+};
+
+fn context() !*openssl.SSL_CTX {
+    try openssl.load(openssl.default_library);
+    var tmp = testing.tmpDir(.{});
+    defer tmp.cleanup();
+    try tmp.dir.writeFile(.{ .sub_path = "c.pem", .data = @embedFile("testdata/ecdsa_cert.pem") });
+    try tmp.dir.writeFile(.{ .sub_path = "k.pem", .data = @embedFile("testdata/ecdsa_key.pem") });
+    var dir_buf: [std.fs.max_path_bytes]u8 = undefined;
+    const dir = try tmp.dir.realpath(".", &dir_buf);
+    var cb: [std.fs.max_path_bytes]u8 = undefined;
+    var kb: [std.fs.max_path_bytes]u8 = undefined;
+    var err: openssl.ContextError = .{};
+    return tls_context.newContext(.{
+        .certfile = try std.fmt.bufPrintZ(&cb, "{s}/c.pem", .{dir}),
+        .keyfile = try std.fmt.bufPrintZ(&kb, "{s}/k.pem", .{dir}),
+        .password = null,
+        .min_version = openssl.TLS1_3_VERSION,
+        .max_version = openssl.TLS1_3_VERSION,
+        .ciphers = null,
+        .cert_reqs = 0,
+        .ca_certs = null,
+        .http2 = false,
+    }, &err) orelse error.Context;
+}
+
+test "connection: an Initial with only PING is acknowledged at once, in an unpadded ACK-only datagram" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    const d = t.next().?;
+    try testing.expect(d.len < 1200); // ACK only: not ack-eliciting, no padding
+    const p = try t.open(d);
+    var it = frames.Iterator.init(p.payload, .initial, .server);
+    const f = (try it.next()).?;
+    try testing.expectEqual(@as(u64, 0), f.ack.largest);
+    try testing.expectEqual(@as(?[]u8, null), t.next());
+}
+
+test "connection: a packet that cannot be opened is dropped without an answer or an error" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    const d = t.initial(0, "\x01");
+    d[d.len - 1] ^= 1;
+    t.feed(d);
+    try testing.expectEqual(@as(?[]u8, null), t.next());
+    try testing.expectEqual(connection.State.handshaking, t.c.state);
+}
+
+test "connection: a duplicate packet number is processed once" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(5, "\x01"));
+    _ = t.next().?;
+    t.feed(t.initial(5, "\x01"));
+    try testing.expectEqual(@as(?[]u8, null), t.next()); // nothing new to acknowledge
+}
+
+test "connection: a STREAM frame in an Initial is PROTOCOL_VIOLATION" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x0a\x00\x01x"));
+    try testing.expectEqual(@intFromEnum(TE.protocol_violation), try t.closeCode());
+    try testing.expectEqual(connection.State.closing, t.c.state);
+    try testing.expectEqual(connection.Event{ .closed = .{ .code = 0x0a, .app = false } }, t.c.nextEvent().?);
+}
+
+test "connection: CRYPTO data past 64 KiB out of order is CRYPTO_BUFFER_EXCEEDED" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x06\x80\x01\x00\x00\x01x")); // offset 65536, one byte
+    try testing.expectEqual(@intFromEnum(TE.crypto_buffer_exceeded), try t.closeCode());
+}
+
+test "connection: an application close during the handshake goes out as APPLICATION_ERROR" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    t.c.closeApplication(0x10c, "secret reason");
+    try testing.expectEqual(@intFromEnum(TE.application_error), try t.closeCode());
+}
+
+test "connection: closing answers further packets with the close, a bounded number of times" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    t.c.closeApplication(1, "");
+    _ = try t.closeCode();
+    var answered: usize = 0;
+    for (1..20) |pn| {
+        t.feed(t.initial(pn, "\x01"));
+        if (t.next() != null) answered += 1;
+    }
+    try testing.expectEqual(@as(usize, connection.close_repeats_max - 1), answered);
+    t.now_us = t.c.nextDeadline().?;
+    t.c.onTimeout(t.now_us);
+    try testing.expect(t.c.isClosed());
+}
+
+test "connection: idle timeout closes silently" {
+    var t: T = undefined;
+    try t.init(.{ .max_idle_timeout_ms = 5000 });
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    _ = t.next();
+    t.now_us += 5_000_000;
+    t.c.onTimeout(t.now_us);
+    try testing.expect(t.c.isClosed());
+    try testing.expectEqual(@as(?[]u8, null), t.next());
+    try testing.expectEqual(connection.Event{ .closed = .{ .code = 0, .app = false } }, t.c.nextEvent().?);
+}
+
+test "connection: streams are echoed through read and write; FIN both ways frees the stream" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0b\x08\x05hello")); // STREAM id 8, len, FIN: opens 0 and 4 too
+    try testing.expectEqual(@as(usize, 3), t.c.stream_table.items.len);
+    try testing.expectEqual(connection.Event{ .readable = 8 }, t.c.nextEvent().?);
+    var buf: [16]u8 = undefined;
+    const r = try t.c.streamRead(8, &buf);
+    try testing.expectEqualStrings("hello", buf[0..r.n]);
+    try testing.expect(r.fin);
+    try testing.expectEqual(@as(usize, 5), try t.c.streamWrite(8, "hello", true));
+    try testing.expect(try t.sends(.stream));
+    try testing.expectError(error.StreamClosed, t.c.streamWrite(8, "x", false));
+    try testing.expectError(error.UnknownStream, t.c.streamRead(12, &buf));
+}
+
+test "connection: a stream past our MAX_STREAMS is STREAM_LIMIT_ERROR (max, max+1)" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 2 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x08\x04")); // stream 4: the second, allowed (empty frame)
+    try testing.expectEqual(connection.State.established, t.c.state);
+    t.feed(t.oneRtt(1, "\x08\x08"));
+    try testing.expectEqual(@intFromEnum(TE.stream_limit_error), try t.closeCode());
+}
+
+test "connection: data on our own unidirectional stream is STREAM_STATE_ERROR" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    const id = try t.c.openUni();
+    try testing.expectEqual(@as(u64, 3), id);
+    t.feed(t.oneRtt(0, "\x08\x03"));
+    try testing.expectEqual(@intFromEnum(TE.stream_state_error), try t.closeCode());
+}
+
+test "connection: data past the stream window is FLOW_CONTROL_ERROR (max, max+1)" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_stream_data = 16 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0e\x00\x0f\x01x")); // offset 15, one byte: ends at 16
+    try testing.expectEqual(connection.State.established, t.c.state);
+    t.feed(t.oneRtt(1, "\x0e\x00\x10\x01y")); // ends at 17
+    try testing.expectEqual(@intFromEnum(TE.flow_control_error), try t.closeCode());
+}
+
+test "connection: a changed final size is FINAL_SIZE_ERROR" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0b\x00\x02ab"));
+    t.feed(t.oneRtt(1, "\x04\x00\x00\x05")); // RESET_STREAM final size 5, not 2
+    try testing.expectEqual(@intFromEnum(TE.final_size_error), try t.closeCode());
+}
+
+test "connection: PATH_CHALLENGE is answered with PATH_RESPONSE; HANDSHAKE_DONE from a client is an error" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x1a12345678"));
+    try testing.expect(try t.sends(.path_response));
+    t.feed(t.oneRtt(1, "\x1e"));
+    try testing.expectEqual(@intFromEnum(TE.protocol_violation), try t.closeCode());
+}
+
+test "connection: the peer's RESET_STREAM and STOP_SENDING reach the application" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x04\x00\x07\x00")); // RESET_STREAM 0, code 7, final size 0
+    try testing.expectEqual(connection.Event{ .reset = .{ .id = 0, .code = 7, .final_size = 0 } }, t.c.nextEvent().?);
+    t.feed(t.oneRtt(1, "\x05\x04\x09")); // STOP_SENDING 4, code 9
+    try testing.expectEqual(connection.Event{ .stop_sending = .{ .id = 4, .code = 9 } }, t.c.nextEvent().?);
+    try testing.expect(try t.sends(.reset_stream)); // answered (RFC 9000 3.5)
+}
+
+test "connection: a write past the peer's stream window takes part; MAX_STREAM_DATA makes it writable" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.c.flow.peer_window_bidi = 4;
+    t.feed(t.oneRtt(0, "\x0a\x00\x01q")); // opens stream 0
+    _ = t.c.nextEvent();
+    try testing.expectEqual(@as(usize, 4), try t.c.streamWrite(0, "abcdefgh", true));
+    try testing.expectEqual(@as(?connection.Event, null), t.c.nextEvent());
+    t.feed(t.oneRtt(1, "\x11\x00\x08")); // MAX_STREAM_DATA 0 -> 8
+    try testing.expectEqual(connection.Event{ .writable = 0 }, t.c.nextEvent().?);
+    try testing.expectEqual(@as(usize, 4), try t.c.streamWrite(0, "efgh", true));
+}
+
+test "connection: a finished stream gives its slot back with MAX_STREAMS" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 2 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0b\x00\x01q")); // stream 0, FIN
+    var buf: [4]u8 = undefined;
+    _ = t.c.nextEvent();
+    try testing.expect((try t.c.streamRead(0, &buf)).fin);
+    try testing.expectEqual(@as(usize, 1), try t.c.streamWrite(0, "a", true));
+    try testing.expect(try t.sends(.stream)); // our packet 0
+    t.feed(t.oneRtt(1, "\x02\x00\x00\x00\x00")); // ACK of packet 0
+    try testing.expectEqual(@as(usize, 0), t.c.stream_table.items.len);
+    try testing.expectEqual(@as(u64, 3), t.c.flow.peer_limit[0]);
+    try testing.expect(try t.sends(.max_streams_bidi));
+    try testing.expectError(error.StreamClosed, t.c.streamRead(0, &buf));
+}
+
+test "connection: after a Retry the Initial keys come from the Retry's SCID and the address counts as validated" {
+    var t: T = undefined;
+    try t.initRetry(.{}, .{ .retry_scid = "retry-cid" });
+    defer t.deinit();
+    try testing.expect(t.c.address_validated);
+    t.feed(t.initial(0, "\x01"));
+    try testing.expect(try t.sends(.ack));
+}
+
+test "connection: random frames in sealed 1-RTT packets never panic, leak or spin" {
+    var prng = std.Random.DefaultPrng.init(0x9e3779b9);
+    const random = prng.random();
+    var round: usize = 0;
+    while (round < 40) : (round += 1) {
+        var t: T = undefined;
+        try t.init(.{ .initial_max_stream_data = 256 });
+        defer t.deinit();
+        t.establish();
+        var pn: u64 = 0;
+        while (pn < 50 and !t.c.isClosed()) : (pn += 1) {
+            var payload: [64]u8 = undefined;
+            const len = random.intRangeAtMost(usize, 1, payload.len);
+            random.bytes(payload[0..len]);
+            // Mostly valid frame types with small varints, so frames get past the parser.
+            payload[0] = random.intRangeAtMost(u8, 0, 0x1e);
+            if (random.boolean()) payload[0] = random.intRangeAtMost(u8, 0x08, 0x0f); // STREAM
+            for (payload[1..len]) |*b| b.* &= 0x3f;
+            t.feed(t.oneRtt(pn, payload[0..len]));
+            var reads: [64]u8 = undefined;
+            while (t.c.nextEvent()) |e| switch (e) {
+                .readable => |id| _ = t.c.streamRead(id, &reads) catch {},
+                else => {},
+            };
+            var sent: usize = 0;
+            while (t.next() != null) : (sent += 1) try testing.expect(sent < 100);
+            t.now_us += 10_000;
+            if (t.c.nextDeadline()) |d| if (d <= t.now_us) t.c.onTimeout(t.now_us);
+        }
+    }
+}
+
+test "connection: a stream reset both ways is freed once the application was told" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 2 });
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x04\x00\x07\x03")); // RESET_STREAM 0, final size 3
+    t.c.streamReset(0, 8);
+    try testing.expect(try t.sends(.reset_stream));
+    try testing.expectEqual(connection.Event{ .reset = .{ .id = 0, .code = 7, .final_size = 3 } }, t.c.nextEvent().?);
+    try testing.expectEqual(@as(usize, 0), t.c.stream_table.items.len);
+    try testing.expectEqual(@as(u64, 3), t.c.flow.read_total); // the unread bytes were credited
+}
+
+test "connection: no deadline is left in the past once send and onTimeout ran" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, "\x0a\x00\x01q"));
+    var rounds: usize = 0;
+    while (rounds < 20) : (rounds += 1) {
+        while (t.next() != null) {}
+        const d = t.c.nextDeadline() orelse break;
+        try testing.expect(d > t.now_us);
+        t.now_us = d;
+        t.c.onTimeout(t.now_us);
+    }
+}
