@@ -800,6 +800,17 @@ fn onlyNameAndContext(kwnames: ?*Object) bool {
     return true;
 }
 
+/// Whether this loop runs on the calling thread, so that it is the thread's running loop.
+fn runsOnThisThread(core: *const Core) bool {
+    const id = core.thread_id orelse return false;
+    const value = c.PyLong_AsUnsignedLong(id);
+    if (value == std.math.maxInt(c_ulong) and c.PyErr_Occurred() != null) {
+        c.PyErr_Clear();
+        return false;
+    }
+    return value == c.PyThread_get_thread_ident();
+}
+
 /// create_task(coro, *, name=None, context=None): `Task(coro, loop=self, name=name,
 /// context=context)`; with a task factory, in debug mode or with other keywords (3.14
 /// passes any to the Task, e.g. eager_start), asyncio's own method.
@@ -827,6 +838,11 @@ fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnam
                 context = args[n + i].?;
             }
         }
+    }
+    if (task_name == py.borrowedNone() and context == py.borrowedNone() and runsOnThisThread(core)) {
+        // Task(coro): the Task finds this loop as the running one, and no keywords means
+        // no kwargs dict to build and unpack (the dispatcher's path, once per request).
+        return c.PyObject_CallOneArg(core.task_type.?, args[0]);
     }
     var argv = [_]?*Object{ null, args[0], self.?, task_name, context };
     return c.PyObject_Vectorcall(core.task_type.?, @ptrCast(&argv[1]), 1 | vectorcall_offset, core.task_kwnames);
