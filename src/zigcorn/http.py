@@ -242,11 +242,13 @@ class Dispatcher:
                 self.on_limit()
         coro = stream.run(self.app, self.access_log, self.timeout_request)
         # --reset-contextvars: a fresh, empty context per request; else a copy of the current one.
-        context = contextvars.Context() if self.reset_contextvars else None
         if _EAGER_TASKS:
+            context = contextvars.Context() if self.reset_contextvars else None
             asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
+        elif self.reset_contextvars:
+            self.loop.create_task(coro, context=contextvars.Context())
         else:
-            self.loop.create_task(coro, context=context)
+            self.loop.create_task(coro)  # no keywords: zigcorn's loop then makes the Task with none either
 
     def _drain_request(self, stream: HTTPCycle) -> None:
         scope = stream.scope
