@@ -60,7 +60,18 @@ class HTTPCycle(Stream):
             message = self.read()
         return message
 
-    async def send(self, message: dict) -> None:
+    # send(message): start and body messages in a plain dict go straight to the engine
+    # and come back as an awaitable already done (no coroutine per message); every
+    # other message, and a body the client must drain first, ends up in `_send` or
+    # `_wait_write` below.
+    send = Stream.send_plain
+
+    async def _wait_write(self) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self.write_waiter = future
+        await future
+
+    async def _send(self, message: dict) -> None:
         message_type = message["type"]
         if message_type == "http.response.body":
             if self.write(message.get("body", b""), message.get("more_body", False)):
