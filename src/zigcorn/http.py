@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -260,6 +261,21 @@ class Dispatcher:
             self.loop.create_task(coro, context=contextvars.Context())
         else:
             self.loop.create_task(coro)  # no keywords: zigcorn's loop then makes the Task with none either
+
+    def plain(self):
+        """What the engine takes as its on_request when each request only becomes a task
+        running the app (no drain path, limits or per-request context): the tuple
+        (create_task, app, access_log, timeout_request), and the engine then calls
+        ``create_task(stream.run(app, access_log, timeout_request))`` itself, without a
+        Python call into this dispatcher. None when any of those applies."""
+        if (self.drain_path is not None or self.limit_concurrency is not None or self.limit_max_requests is not None
+                or self.reset_contextvars):  # fmt: skip
+            return None
+        if _EAGER_TASKS:
+            create_task = functools.partial(asyncio.Task, loop=self.loop, eager_start=True)
+        else:
+            create_task = self.loop.create_task
+        return (create_task, self.app, self.access_log, self.timeout_request)
 
     def _drain_request(self, stream: HTTPCycle) -> None:
         scope = stream.scope

@@ -822,7 +822,8 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
     // The stream's reference; dropped by finish()/abort().
     self.stream = st;
     st.handle = obj;
-    const result = c.PyObject_CallOneArg(engine.on_request, obj);
+    const on_request = engine.on_request.?;
+    const result = if (c.PyTuple_CheckExact(on_request) != 0) dispatchPlain(on_request, obj) else c.PyObject_CallOneArg(on_request, obj);
     if (result) |r| {
         py.decref(r);
     } else {
@@ -835,6 +836,20 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
         }
     }
     return true;
+}
+
+var run_name: ?*Object = null;
+
+/// The dispatcher's plain case, done here without calling it: `create_task(stream.run(app,
+/// access_log, timeout))`, from the (create_task, app, access_log, timeout) tuple the
+/// server gives as on_request when no drain path, limit or per-request context applies.
+fn dispatchPlain(plan: *Object, stream: *Object) ?*Object {
+    std.debug.assert(c.PyTuple_Size(plan) == 4);
+    if (run_name == null) run_name = py.intern("run") orelse return null;
+    const args = [_]?*Object{ stream, c.PyTuple_GetItem(plan, 1), c.PyTuple_GetItem(plan, 2), c.PyTuple_GetItem(plan, 3) };
+    const coro = c.PyObject_VectorcallMethod(run_name, &args, args.len, null) orelse return null;
+    defer py.decref(coro);
+    return c.PyObject_CallOneArg(c.PyTuple_GetItem(plan, 0), coro);
 }
 
 fn wakeSlot(st: *Stream, comptime field: []const u8) void {
