@@ -293,8 +293,32 @@ fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []c
 }
 
 /// list[i] = (name, value) as bytes; false with a Python error set.
+/// The last (name, value) pair made for each common header name, reused while its value
+/// repeats (a keep-alive client sends the same Host, User-Agent, Accept... each time):
+/// a tuple of two bytes objects is immutable. Longer values are not kept, which bounds
+/// what the cache holds to `common_headers.len` short pairs. Touched only with the GIL held.
+const pair_value_len_max = 256;
+var last_pairs: [common_headers.len]?*Object = @splat(null);
+
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
-    return setHeaderNamed(list, i, headerName(name_text) orelse return false, value_text);
+    const index = header_index.get(name_text) orelse
+        return setHeaderNamed(list, i, py.bytes(name_text) orelse return false, value_text);
+    if (last_pairs[index]) |pair| {
+        if (std.mem.eql(u8, py.bytesView(c.PyTuple_GetItem(pair, 1).?).?, value_text)) {
+            py.incref(pair);
+            py.listInit(list, i, pair);
+            return true;
+        }
+    }
+    py.incref(header_names[index]);
+    if (!setHeaderNamed(list, i, header_names[index], value_text)) return false;
+    if (value_text.len <= pair_value_len_max) {
+        const pair = c.PyList_GetItem(list, @intCast(i)).?;
+        py.incref(pair);
+        py.xdecref(last_pairs[index]);
+        last_pairs[index] = pair;
+    }
+    return true;
 }
 
 /// list[i] = (name, value), taking the reference to `name`; false with a Python error set.
