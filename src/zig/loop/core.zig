@@ -92,6 +92,10 @@ pub const Core = struct {
     /// kept here so that create_task and is_running read them without a dict lookup.
     task_factory: ?*Object = null,
     thread_id: ?*Object = null,
+    /// {"loop": self}, made on the first create_task and passed to every Task made
+    /// without a name or context: Task's __init__ only reads it, and a Task told its
+    /// loop does not look for the running one (a getpid(2) each time on 3.11).
+    task_kwargs: ?*Object = null,
     events: [events_max]linux.epoll_event = undefined,
 };
 
@@ -151,7 +155,7 @@ fn loopTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c
             const r = visit.?(e, arg);
             if (r != 0) return r;
         }
-        inline for (.{ "future_type", "task_type", "task_factory", "thread_id" }) |field| {
+        inline for (.{ "future_type", "task_type", "task_factory", "thread_id", "task_kwargs" }) |field| {
             if (@field(core, field)) |f| {
                 const r = visit.?(f, arg);
                 if (r != 0) return r;
@@ -169,7 +173,7 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     const core = coreOf(obj.?);
     clearQueues(core);
     detachEngine(core);
-    inline for (.{ "future_type", "task_type", "task_kwnames", "future_kwnames", "task_factory", "thread_id" }) |field| {
+    inline for (.{ "future_type", "task_type", "task_kwnames", "future_kwnames", "task_factory", "thread_id", "task_kwargs" }) |field| {
         const f = @field(core, field);
         @field(core, field) = null;
         py.xdecref(f);
@@ -800,17 +804,6 @@ fn onlyNameAndContext(kwnames: ?*Object) bool {
     return true;
 }
 
-/// Whether this loop runs on the calling thread, so that it is the thread's running loop.
-fn runsOnThisThread(core: *const Core) bool {
-    const id = core.thread_id orelse return false;
-    const value = c.PyLong_AsUnsignedLong(id);
-    if (value == std.math.maxInt(c_ulong) and c.PyErr_Occurred() != null) {
-        c.PyErr_Clear();
-        return false;
-    }
-    return value == c.PyThread_get_thread_ident();
-}
-
 /// create_task(coro, *, name=None, context=None): `Task(coro, loop=self, name=name,
 /// context=context)`; with a task factory, in debug mode or with other keywords (3.14
 /// passes any to the Task, e.g. eager_start), asyncio's own method.
@@ -839,10 +832,20 @@ fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnam
             }
         }
     }
-    if (task_name == py.borrowedNone() and context == py.borrowedNone() and runsOnThisThread(core)) {
-        // Task(coro): the Task finds this loop as the running one, and no keywords means
-        // no kwargs dict to build and unpack (the dispatcher's path, once per request).
-        return c.PyObject_CallOneArg(core.task_type.?, args[0]);
+    if (task_name == py.borrowedNone() and context == py.borrowedNone()) {
+        // Task(coro, loop=self) with a kwargs dict made once: no dict to build for each
+        // task (the dispatcher's path, once per request).
+        if (core.task_kwargs == null) {
+            const kw = c.PyDict_New() orelse return null;
+            if (c.PyDict_SetItemString(kw, "loop", self.?) != 0) {
+                py.decref(kw);
+                return null;
+            }
+            core.task_kwargs = kw;
+        }
+        const targs = c.PyTuple_Pack(1, args[0]) orelse return null;
+        defer py.decref(targs);
+        return c.PyObject_Call(core.task_type.?, targs, core.task_kwargs);
     }
     var argv = [_]?*Object{ null, args[0], self.?, task_name, context };
     return c.PyObject_Vectorcall(core.task_type.?, @ptrCast(&argv[1]), 1 | vectorcall_offset, core.task_kwnames);
