@@ -292,7 +292,6 @@ fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []c
     return true;
 }
 
-/// list[i] = (name, value) as bytes; false with a Python error set.
 /// The last (name, value) pair made for each common header name, reused while its value
 /// repeats (a keep-alive client sends the same Host, User-Agent, Accept... each time):
 /// a tuple of two bytes objects is immutable. Longer values are not kept, which bounds
@@ -300,6 +299,7 @@ fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []c
 const pair_value_len_max = 256;
 var last_pairs: [common_headers.len]?*Object = @splat(null);
 
+/// list[i] = (name, value) as bytes; false with a Python error set.
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
     const index = header_index.get(name_text) orelse
         return setHeaderNamed(list, i, py.bytes(name_text) orelse return false, value_text);

@@ -621,7 +621,7 @@ fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object
 
 // ---- send() without a coroutine ---------------------------------------------
 
-/// The names `sendPlain` reads, made on its first call (with the GIL held) and kept.
+/// The names `streamSendPlain` reads, made on its first call (with the GIL held) and kept.
 const SendNames = struct {
     type: *Object,
     status: *Object,
@@ -635,7 +635,7 @@ const SendNames = struct {
     wait_write: *Object,
 };
 var send_names: ?SendNames = null;
-/// The awaitable `sendPlain` returns when nothing is left to wait for (one, shared).
+/// The awaitable `streamSendPlain` returns when nothing is left to wait for (one, shared).
 var sent: ?*Object = null;
 
 fn sentAwait(self: ?*Object) callconv(.c) ?*Object {
