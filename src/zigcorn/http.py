@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -60,7 +61,18 @@ class HTTPCycle(Stream):
             message = self.read()
         return message
 
-    async def send(self, message: dict) -> None:
+    # send(message): start and body messages in a plain dict go straight to the engine
+    # and come back as an awaitable already done (no coroutine per message); every
+    # other message, and a body the client must drain first, ends up in `_send` or
+    # `_wait_write` below.
+    send = Stream.send_plain
+
+    async def _wait_write(self) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self.write_waiter = future
+        await future
+
+    async def _send(self, message: dict) -> None:
         message_type = message["type"]
         if message_type == "http.response.body":
             if self.write(message.get("body", b""), message.get("more_body", False)):
@@ -242,11 +254,28 @@ class Dispatcher:
                 self.on_limit()
         coro = stream.run(self.app, self.access_log, self.timeout_request)
         # --reset-contextvars: a fresh, empty context per request; else a copy of the current one.
-        context = contextvars.Context() if self.reset_contextvars else None
         if _EAGER_TASKS:
+            context = contextvars.Context() if self.reset_contextvars else None
             asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
+        elif self.reset_contextvars:
+            self.loop.create_task(coro, context=contextvars.Context())
         else:
-            self.loop.create_task(coro, context=context)
+            self.loop.create_task(coro)  # no keywords: zigcorn's loop then makes the Task with none either
+
+    def plain(self):
+        """What the engine takes as its on_request when each request only becomes a task
+        running the app (no drain path, limits or per-request context): the tuple
+        (create_task, app, access_log, timeout_request), and the engine then calls
+        ``create_task(stream.run(app, access_log, timeout_request))`` itself, without a
+        Python call into this dispatcher. None when any of those applies."""
+        if (self.drain_path is not None or self.limit_concurrency is not None or self.limit_max_requests is not None
+                or self.reset_contextvars):  # fmt: skip
+            return None
+        if _EAGER_TASKS:
+            create_task = functools.partial(asyncio.Task, loop=self.loop, eager_start=True)
+        else:
+            create_task = self.loop.create_task
+        return (create_task, self.app, self.access_log, self.timeout_request)
 
     def _drain_request(self, stream: HTTPCycle) -> None:
         scope = stream.scope

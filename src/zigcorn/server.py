@@ -274,7 +274,8 @@ class Server:
             return _core.Engine(dispatcher, asyncio.get_running_loop().call_soon, _core.Stream, options)
         if options["ws"]:
             options["websocket_class"] = WebSocketCycle
-        return _core.Engine(dispatcher, wake, HTTPCycle, options)
+        # The plain case (most servers) is done by the engine itself: see Dispatcher.plain.
+        return _core.Engine(dispatcher.plain() or dispatcher, wake, HTTPCycle, options)
 
     async def _shutdown(self, loop, engine) -> None:
         # The drain's start: the health and ready paths answer 503, idle keep-alive

@@ -125,6 +125,9 @@ pub fn resolve(trust: *const Trust, headers: []const Header) Forwarded {
     var proto: ?[]const u8 = null;
     var host: ?[]const u8 = null;
     for (headers) |h| {
+        // Every name looked for starts with 'f' or 'x' and has at least 9 bytes: most
+        // fields of a request are passed over without a comparison.
+        if (h.name.len < "forwarded".len or (h.name[0] != 'f' and h.name[0] != 'x')) continue;
         if (std.mem.eql(u8, h.name, "forwarded")) {
             rfc = h.value;
         } else if (std.mem.eql(u8, h.name, "x-forwarded-for")) {

@@ -91,6 +91,10 @@ pub const Core = struct {
     /// kept here so that create_task and is_running read them without a dict lookup.
     task_factory: ?*Object = null,
     thread_id: ?*Object = null,
+    /// {"loop": self}, made on the first create_task and passed to every Task made
+    /// without a name or context: Task's __init__ only reads it, and a Task told its
+    /// loop does not look for the running one (a getpid(2) each time on 3.11).
+    task_kwargs: ?*Object = null,
     events: [events_max]linux.epoll_event = undefined,
 };
 
@@ -150,7 +154,7 @@ fn loopTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(.c
             const r = visit.?(e, arg);
             if (r != 0) return r;
         }
-        inline for (.{ "future_type", "task_type", "task_factory", "thread_id" }) |field| {
+        inline for (.{ "future_type", "task_type", "task_factory", "thread_id", "task_kwargs" }) |field| {
             if (@field(core, field)) |f| {
                 const r = visit.?(f, arg);
                 if (r != 0) return r;
@@ -168,7 +172,7 @@ fn loopClear(obj: ?*Object) callconv(.c) c_int {
     const core = coreOf(obj.?);
     clearQueues(core);
     detachEngine(core);
-    inline for (.{ "future_type", "task_type", "task_kwnames", "future_kwnames", "task_factory", "thread_id" }) |field| {
+    inline for (.{ "future_type", "task_type", "task_kwnames", "future_kwnames", "task_factory", "thread_id", "task_kwargs" }) |field| {
         const f = @field(core, field);
         @field(core, field) = null;
         py.xdecref(f);
@@ -680,6 +684,21 @@ fn loopCreateTask(self: ?*Object, args: [*c]const ?*Object, nargsf: usize, kwnam
                 context = args[n + i].?;
             }
         }
+    }
+    if (task_name == py.borrowedNone() and context == py.borrowedNone()) {
+        // Task(coro, loop=self) with a kwargs dict made once: no dict to build for each
+        // task (the dispatcher's path, once per request).
+        if (core.task_kwargs == null) {
+            const kw = c.PyDict_New() orelse return null;
+            if (c.PyDict_SetItemString(kw, "loop", self.?) != 0) {
+                py.decref(kw);
+                return null;
+            }
+            core.task_kwargs = kw;
+        }
+        const targs = c.PyTuple_Pack(1, args[0]) orelse return null;
+        defer py.decref(targs);
+        return c.PyObject_Call(core.task_type.?, targs, core.task_kwargs);
     }
     var argv = [_]?*Object{ null, args[0], self.?, task_name, context };
     return c.PyObject_Vectorcall(core.task_type.?, @ptrCast(&argv[1]), 1 | vectorcall_offset, core.task_kwnames);

@@ -72,6 +72,12 @@ const Values = struct {
     ws_disconnect: *Object,
     /// {"http.response.early_hint": {}, "http.response.trailers": {}, "http.response.pathsend": {}}: copied per scope.
     extensions: *Object,
+    /// {"version": "3.0", "spec_version": "2.3"}: copied per scope (an app may change its own).
+    asgi: *Object = undefined,
+    /// The scope's keys, in their order, each with None: a scope starts as its copy, so
+    /// the dict is allocated once at its final size instead of growing twice (and the
+    /// copy of a template is one memcpy of its table).
+    scope: *Object = undefined,
 };
 
 const common_methods = [_][:0]const u8{ "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH" };
@@ -92,6 +98,12 @@ pub const header_index = blk: {
     var kvs: [common_headers.len]struct { []const u8, usize } = undefined;
     for (common_headers, 0..) |name, i| kvs[i] = .{ name, i };
     break :blk std.StaticStringMap(usize).initComptime(kvs);
+};
+
+/// The keys every HTTP scope has, in the order `fill` sets them (`state` comes last, when there is one).
+const scope_keys = .{
+    "type",         "asgi",      "http_version", "method",  "scheme", "extensions", "path",
+    "raw_path",     "query_string", "root_path", "headers", "client", "server",
 };
 
 var keys: Keys = undefined;
@@ -125,6 +137,13 @@ pub fn init() bool {
     };
     inline for (.{ keys.early_hint, keys.trailers, keys.pathsend }) |name| {
         if (!py.dictSetSteal(values.extensions, name, c.PyDict_New())) return false;
+    }
+    values.asgi = c.PyDict_New() orelse return false;
+    if (c.PyDict_SetItem(values.asgi, keys.version, values.asgi_version) != 0 or
+        c.PyDict_SetItem(values.asgi, keys.spec_version, values.spec_version) != 0) return false;
+    values.scope = c.PyDict_New() orelse return false;
+    inline for (scope_keys) |name| {
+        if (c.PyDict_SetItem(values.scope, @field(keys, name), py.borrowedNone()) != 0) return false;
     }
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
     for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
@@ -273,9 +292,33 @@ fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []c
     return true;
 }
 
+/// The last (name, value) pair made for each common header name, reused while its value
+/// repeats (a keep-alive client sends the same Host, User-Agent, Accept... each time):
+/// a tuple of two bytes objects is immutable. Longer values are not kept, which bounds
+/// what the cache holds to `common_headers.len` short pairs. Touched only with the GIL held.
+const pair_value_len_max = 256;
+var last_pairs: [common_headers.len]?*Object = @splat(null);
+
 /// list[i] = (name, value) as bytes; false with a Python error set.
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
-    return setHeaderNamed(list, i, headerName(name_text) orelse return false, value_text);
+    const index = header_index.get(name_text) orelse
+        return setHeaderNamed(list, i, py.bytes(name_text) orelse return false, value_text);
+    if (last_pairs[index]) |pair| {
+        if (std.mem.eql(u8, py.bytesView(c.PyTuple_GetItem(pair, 1).?).?, value_text)) {
+            py.incref(pair);
+            py.listInit(list, i, pair);
+            return true;
+        }
+    }
+    py.incref(header_names[index]);
+    if (!setHeaderNamed(list, i, header_names[index], value_text)) return false;
+    if (value_text.len <= pair_value_len_max) {
+        const pair = c.PyList_GetItem(list, @intCast(i)).?;
+        py.incref(pair);
+        py.xdecref(last_pairs[index]);
+        last_pairs[index] = pair;
+    }
+    return true;
 }
 
 /// list[i] = (name, value), taking the reference to `name`; false with a Python error set.
@@ -298,7 +341,34 @@ fn fail(o: *Object) ?*Object {
     return null;
 }
 
+/// The last client tuple made from a socket's own peer: every request of a keep-alive
+/// connection (and of the next one from the same address and port) reuses the
+/// immutable tuple instead of formatting the address again. Touched only with the GIL held.
+var last_client: struct { peer: Peer = .{}, tuple: ?*Object = null } = .{};
+
+fn samePeer(a: *const Peer, b: *const Peer) bool {
+    if (a.family != b.family or a.port != b.port) return false;
+    const len: usize = if (a.family == std.os.linux.AF.INET) 4 else a.addr.len;
+    return std.mem.eql(u8, a.addr[0..len], b.addr[0..len]);
+}
+
 fn client(peer: *const Peer, fwd: *const proxy.Forwarded) ?*Object {
+    if (fwd.client_host != null) return clientTuple(peer, fwd);
+    if (last_client.tuple) |t| {
+        if (samePeer(&last_client.peer, peer)) {
+            py.incref(t);
+            return t;
+        }
+    }
+    const t = clientTuple(peer, fwd) orelse return null;
+    if (t == py.borrowedNone()) return t;
+    py.xdecref(last_client.tuple);
+    py.incref(t);
+    last_client = .{ .peer = peer.*, .tuple = t };
+    return t;
+}
+
+fn clientTuple(peer: *const Peer, fwd: *const proxy.Forwarded) ?*Object {
     var buf: [64]u8 = undefined;
     const host = fwd.client_host orelse peer.format(&buf);
     const port = if (fwd.client_host != null) fwd.client_port else peer.port;
@@ -336,22 +406,16 @@ fn paths(req: *const Request, info: *const ServerInfo, path_out: *?*Object, raw_
 /// `session` is the connection's TLS session (null for plain HTTP): it decides the
 /// scheme and adds `extensions["tls"]`.
 pub fn build(req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) ?*Object {
-    const d = c.PyDict_New() orelse return null;
+    const d = c.PyDict_Copy(values.scope) orelse return null;
     if (!fill(d, req, peer, info, session)) return fail(d);
+    std.debug.assert(c.PyDict_Size(d) == scope_keys.len + @intFromBool(info.state != null));
     return d;
 }
 
 fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
     py.incref(values.http);
     if (!py.dictSetSteal(d, keys.type, values.http)) return false;
-    const asgi = c.PyDict_New() orelse return false;
-    if (c.PyDict_SetItem(asgi, keys.version, values.asgi_version) != 0 or
-        c.PyDict_SetItem(asgi, keys.spec_version, values.spec_version) != 0)
-    {
-        py.decref(asgi);
-        return false;
-    }
-    if (!py.dictSetSteal(d, keys.asgi, asgi)) return false;
+    if (!py.dictSetSteal(d, keys.asgi, c.PyDict_Copy(values.asgi))) return false;
     const version = switch (req.version) {
         .http10 => values.http10,
         .http11 => values.http11,

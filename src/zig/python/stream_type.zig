@@ -531,9 +531,12 @@ fn streamGetBodyBytes(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object 
 }
 
 fn streamGetStarted(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
-    const self = asStream(self_obj);
-    const st = self.stream orelse return py.boolean(self.status != 0);
-    return py.boolean(st.resp_started or self.pending_headers != null);
+    return py.boolean(responseStarted(asStream(self_obj)));
+}
+
+fn responseStarted(self: *const StreamObject) bool {
+    const st = self.stream orelse return self.status != 0;
+    return st.resp_started or self.pending_headers != null;
 }
 
 fn streamGetComplete(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
@@ -616,6 +619,127 @@ fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object
     return py.boolean(st.wsFinished());
 }
 
+// ---- send() without a coroutine ---------------------------------------------
+
+/// The names `streamSendPlain` reads, made on its first call (with the GIL held) and kept.
+const SendNames = struct {
+    type: *Object,
+    status: *Object,
+    headers: *Object,
+    trailers: *Object,
+    body: *Object,
+    more_body: *Object,
+    start: *Object,
+    body_type: *Object,
+    slow: *Object,
+    wait_write: *Object,
+};
+var send_names: ?SendNames = null;
+/// The awaitable `streamSendPlain` returns when nothing is left to wait for (one, shared).
+var sent: ?*Object = null;
+
+fn sentAwait(self: ?*Object) callconv(.c) ?*Object {
+    py.incref(self.?);
+    return self;
+}
+
+fn sentNext(_: ?*Object) callconv(.c) ?*Object {
+    return null; // no exception set: StopIteration(None)
+}
+
+fn sentSend(_: ?*Object, _: ?*Object, result: *?*Object) callconv(.c) c.PySendResult {
+    result.* = py.none();
+    return c.PYGEN_RETURN;
+}
+
+var sent_slots = [_]c.PyType_Slot{
+    .{ .slot = c.Py_am_await, .pfunc = @ptrCast(@constCast(&sentAwait)) },
+    .{ .slot = c.Py_am_send, .pfunc = @ptrCast(@constCast(&sentSend)) },
+    .{ .slot = c.Py_tp_iter, .pfunc = @ptrCast(@constCast(&sentAwait)) },
+    .{ .slot = c.Py_tp_iternext, .pfunc = @ptrCast(@constCast(&sentNext)) },
+    .{ .slot = 0, .pfunc = null },
+};
+
+var sent_spec = c.PyType_Spec{
+    .name = "zigcorn._core.Sent",
+    .basicsize = @sizeOf(Object),
+    .itemsize = 0,
+    .flags = c.Py_TPFLAGS_DEFAULT,
+    .slots = &sent_slots,
+};
+
+fn sendSetup() bool {
+    if (send_names != null) return true;
+    const tp = c.PyType_FromSpec(&sent_spec) orelse return false;
+    defer py.decref(tp);
+    const obj = c.PyType_GenericAlloc(@ptrCast(tp), 0) orelse return false;
+    var names: SendNames = undefined;
+    inline for (.{ "type", "status", "headers", "trailers", "body", "more_body" }) |f| {
+        @field(names, f) = py.intern(f) orelse return false;
+    }
+    names.start = py.intern("http.response.start") orelse return false;
+    names.body_type = py.intern("http.response.body") orelse return false;
+    names.slow = py.intern("_send") orelse return false;
+    names.wait_write = py.intern("_wait_write") orelse return false;
+    sent = obj;
+    send_names = names;
+    return true;
+}
+
+fn sameText(a: *Object, b: *Object) bool {
+    return a == b or (c.PyUnicode_CheckExact(a) != 0 and c.PyUnicode_Compare(a, b) == 0);
+}
+
+/// send_plain(message): `send` for the two messages nearly every response is made of.
+/// An http.response.start or http.response.body in a plain dict goes straight to
+/// start() or write(), and what comes back is an awaitable already done: an `await
+/// send(...)` then costs no coroutine. Anything else (other messages, a second start)
+/// gets the coroutine `self._send(message)`, so its errors still come at the await; a
+/// body the client must drain first gets `self._wait_write()`.
+fn streamSendPlain(self_obj: ?*Object, message: ?*Object) callconv(.c) ?*Object {
+    if (!sendSetup()) return null;
+    const n = &send_names.?;
+    const msg = message.?;
+    const kind = if (c.PyDict_CheckExact(msg) != 0) c.PyDict_GetItemWithError(msg, n.type) else null;
+    if (kind) |k| {
+        if (sameText(k, n.body_type)) return sendBody(self_obj.?, msg, n);
+        if (sameText(k, n.start) and !responseStarted(asStream(self_obj))) {
+            if (c.PyDict_GetItemWithError(msg, n.status)) |status| return sendStart(self_obj.?, msg, status, n);
+        }
+    }
+    if (c.PyErr_Occurred() != null) return null;
+    return c.PyObject_CallMethodOneArg(self_obj, n.slow, msg);
+}
+
+fn sendStart(self_obj: *Object, msg: *Object, status: *Object, n: *const SendNames) ?*Object {
+    const empty = c.PyTuple_New(0) orelse return null;
+    defer py.decref(empty);
+    const headers = c.PyDict_GetItemWithError(msg, n.headers) orelse (if (c.PyErr_Occurred() != null) return null else empty);
+    const trailers = c.PyDict_GetItemWithError(msg, n.trailers) orelse (if (c.PyErr_Occurred() != null) return null else @as(*Object, @ptrCast(&c._Py_FalseStruct)));
+    const args = [_]?*Object{ status, headers, trailers };
+    const r = streamStart(self_obj, &args, 3) orelse return null;
+    py.decref(r);
+    py.incref(sent.?);
+    return sent;
+}
+
+fn sendBody(self_obj: *Object, msg: *Object, n: *const SendNames) ?*Object {
+    var owned: ?*Object = null;
+    defer py.xdecref(owned);
+    const body = c.PyDict_GetItemWithError(msg, n.body) orelse blk: {
+        if (c.PyErr_Occurred() != null) return null;
+        owned = scope.emptyBytes();
+        break :blk owned.?;
+    };
+    const more = c.PyDict_GetItemWithError(msg, n.more_body) orelse (if (c.PyErr_Occurred() != null) return null else @as(*Object, @ptrCast(&c._Py_FalseStruct)));
+    const args = [_]?*Object{ body, more };
+    const r = streamWrite(self_obj, &args, 2) orelse return null;
+    defer py.decref(r);
+    if (py.isTrue(r)) return c.PyObject_CallMethodNoArgs(self_obj, n.wait_write);
+    py.incref(sent.?);
+    return sent;
+}
+
 var stream_methods = [_]c.PyMethodDef{
     .{ .ml_name = "ws_accept", .ml_meth = @ptrCast(&streamWsAccept), .ml_flags = c.METH_FASTCALL, .ml_doc = "Accept a WebSocket upgrade." },
     .{ .ml_name = "ws_send", .ml_meth = @ptrCast(&streamWsSend), .ml_flags = c.METH_O, .ml_doc = "Send one message; 1 means wait for write_waiter, 2 closed." },
@@ -628,6 +752,7 @@ var stream_methods = [_]c.PyMethodDef{
     .{ .ml_name = "early_hint", .ml_meth = @ptrCast(&streamEarlyHint), .ml_flags = c.METH_O, .ml_doc = "Send 103 Early Hints with these links." },
     .{ .ml_name = "write_trailers", .ml_meth = @ptrCast(&streamWriteTrailers), .ml_flags = c.METH_FASTCALL, .ml_doc = "Queue trailer fields; True means wait for write_waiter." },
     .{ .ml_name = "send_file", .ml_meth = @ptrCast(&streamSendFile), .ml_flags = c.METH_O, .ml_doc = "Send the file at this path as the rest of the body." },
+    .{ .ml_name = "send_plain", .ml_meth = @ptrCast(&streamSendPlain), .ml_flags = c.METH_O, .ml_doc = "send() for start and body messages: an awaitable, already done unless the client must drain." },
     .{ .ml_name = "finish", .ml_meth = @ptrCast(&streamFinish), .ml_flags = c.METH_NOARGS, .ml_doc = "The app is done with this request." },
     .{ .ml_name = "abort", .ml_meth = @ptrCast(&streamAbort), .ml_flags = c.METH_NOARGS, .ml_doc = "Close the connection now." },
     std.mem.zeroes(c.PyMethodDef),
@@ -697,7 +822,8 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
     // The stream's reference; dropped by finish()/abort().
     self.stream = st;
     st.handle = obj;
-    const result = c.PyObject_CallOneArg(engine.on_request, obj);
+    const on_request = engine.on_request.?;
+    const result = if (c.PyTuple_CheckExact(on_request) != 0) dispatchPlain(on_request, obj) else c.PyObject_CallOneArg(on_request, obj);
     if (result) |r| {
         py.decref(r);
     } else {
@@ -710,6 +836,20 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
         }
     }
     return true;
+}
+
+var run_name: ?*Object = null;
+
+/// The dispatcher's plain case, done here without calling it: `create_task(stream.run(app,
+/// access_log, timeout))`, from the (create_task, app, access_log, timeout) tuple the
+/// server gives as on_request when no drain path, limit or per-request context applies.
+fn dispatchPlain(plan: *Object, stream: *Object) ?*Object {
+    std.debug.assert(c.PyTuple_Size(plan) == 4);
+    if (run_name == null) run_name = py.intern("run") orelse return null;
+    const args = [_]?*Object{ stream, c.PyTuple_GetItem(plan, 1), c.PyTuple_GetItem(plan, 2), c.PyTuple_GetItem(plan, 3) };
+    const coro = c.PyObject_VectorcallMethod(run_name, &args, args.len, null) orelse return null;
+    defer py.decref(coro);
+    return c.PyObject_CallOneArg(c.PyTuple_GetItem(plan, 0), coro);
 }
 
 fn wakeSlot(st: *Stream, comptime field: []const u8) void {
