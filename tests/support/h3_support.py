@@ -3,8 +3,6 @@ server started with ``--http3`` on them (tests/apps/h3_app.py), with 1 or 4 work
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from pathlib import Path
 
 import pytest
@@ -16,14 +14,10 @@ WORKERS = [1, 4]
 
 
 class H3Certs:
-    """A CA and a certificate for localhost and 127.0.0.1, as files, and the
-    certificate's SPKI hash (Chromium's --ignore-certificate-errors-spki-list)."""
+    """A CA and a certificate for localhost and 127.0.0.1, as files."""
 
     def __init__(self, root: Path) -> None:
         trustme = require_module("trustme")
-        from cryptography import x509
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
         self.ca = trustme.CA()
         cert = self.ca.issue_cert("localhost", "127.0.0.1")
         self.root = root
@@ -33,9 +27,6 @@ class H3Certs:
         Path(self.certfile).write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
         Path(self.keyfile).write_bytes(cert.private_key_pem.bytes())
         Path(self.cafile).write_bytes(self.ca.cert_pem.bytes())
-        leaf = x509.load_pem_x509_certificate(cert.cert_chain_pems[0].bytes())
-        spki = leaf.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
-        self.spki_sha256 = base64.b64encode(hashlib.sha256(spki).digest()).decode()
 
     def server_args(self) -> tuple[str, ...]:
         return ("--ssl-certfile", self.certfile, "--ssl-keyfile", self.keyfile)
