@@ -20,8 +20,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.support.harness import ROOT, Server, wait_for
 from tests.support.h3_support import H3Certs, h3_certs, h3_server, start_h3_server  # noqa: F401 (fixtures)
 from tests.support.tools import require_module, skip_or_fail
