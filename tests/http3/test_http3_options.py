@@ -90,6 +90,22 @@ def test_the_engine_takes_its_http3_options(tls_files, udp):
     assert options["http3_idle_timeout_ms"] == HTTP3_IDLE_TIMEOUT_MS
     assert options["http3_retry"] == 1
     new_engine(options)
+    from zigcorn.tls import load_openssl
+
+    load_openssl()
+    engine = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "http3_worker_index": 2, "http3_workers": 4})
+    try:
+        reported = engine.options()
+    finally:
+        engine.close()
+    assert {k: v for k, v in reported.items() if k.startswith("http3_")} == {
+        "http3_fd": udp.fileno(), "http3_alt_svc_port": 4433, "http3_retry": 1, "http3_worker_index": 2,
+        "http3_workers": 4, "http3_idle_timeout_ms": HTTP3_IDLE_TIMEOUT_MS}  # and never a key
+    off = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "http3_fd": -1})
+    try:
+        assert not any(k.startswith("http3_") for k in off.options())
+    finally:
+        off.close()
     # Absent keys and fd -1 are "off", even without a certificate.
     new_engine({k: v for k, v in options.items() if not k.startswith("http3_")})
     new_engine({**options, "http3_fd": -1, "http3_retry_key": None})
