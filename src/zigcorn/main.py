@@ -78,19 +78,22 @@ def serve(config: Config) -> None:
     from zigcorn.process import wants_privilege_drop
     from zigcorn.server import Server
 
-    listener = pid_file = None
+    listener = pid_file = quic = None
     if wants_privilege_drop(config):
         # Bound before the app starts, so that only binding runs with root's privileges.
         from zigcorn.process import after_bind
-        from zigcorn.sockets import bind
+        from zigcorn.sockets import bind, bind_quic
 
         try:
             listener = bind(config)
+            if config.http3:
+                quic = bind_quic(config, listener.sock.getsockname()[1], 1)
             pid_file = after_bind(config)
         except OSError as exc:
             logging.getLogger("zigcorn.error").error("%s", exc.strerror or exc)
             sys.exit(STARTUP_FAILURE)
-    server = Server(config, listener, owns_listener=listener is not None, pid_file=pid_file)
+    server = Server(config, listener, owns_listener=listener is not None, pid_file=pid_file,
+                    quic=(quic, 0) if quic is not None else None)
     try:
         server.run()
     except KeyboardInterrupt:
@@ -98,6 +101,8 @@ def serve(config: Config) -> None:
     finally:
         if pid_file is not None:
             pid_file.remove()
+        if quic is not None:
+            quic.close()
     if not server.started:
         sys.exit(STARTUP_FAILURE)
 

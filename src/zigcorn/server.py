@@ -249,8 +249,8 @@ class Server:
         serving.attached = True
         if serving.own_listener:
             logger.info("Zigcorn running on %s (Press CTRL+C to quit)", listener.description)
-        if serving.quic is not None:
-            logger.info("HTTP/3 on %s", serving.quic.description)
+        if self.quic is not None and serving.own_listener:
+            logger.info("HTTP/3 on %s", self.quic[0].description)
         return serving
 
     def _new_engine(self, dispatcher):

@@ -238,4 +238,4 @@ def bind_quic(config, port: int, workers: int) -> QuicSockets:
         reason = (exc.strerror or str(exc)).lower()
         raise OSError(exc.errno, f"[Errno {exc.errno}] error while attempting to bind UDP (HTTP/3) on address "
                                  f"({host!r}, {port}): {reason}") from None
-    return QuicSockets(socks, port, url("https", host, port) + " (HTTP/3, UDP)")
+    return QuicSockets(socks, port, url("https", host, port) + " (UDP)")

@@ -2,7 +2,9 @@
 engine takes at its bounds and refuses past them, and the UDP sockets the Python side makes
 (one per worker, in order, steered by `_core.quic_steer`)."""
 
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +90,22 @@ def test_the_engine_takes_its_http3_options(tls_files, udp):
     assert options["http3_idle_timeout_ms"] == HTTP3_IDLE_TIMEOUT_MS
     assert options["http3_retry"] == 1
     new_engine(options)
+    from zigcorn.tls import load_openssl
+
+    load_openssl()
+    engine = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "http3_worker_index": 2, "http3_workers": 4})
+    try:
+        reported = engine.options()
+    finally:
+        engine.close()
+    assert {k: v for k, v in reported.items() if k.startswith("http3_")} == {
+        "http3_fd": udp.fileno(), "http3_alt_svc_port": 4433, "http3_retry": 1, "http3_worker_index": 2,
+        "http3_workers": 4, "http3_idle_timeout_ms": HTTP3_IDLE_TIMEOUT_MS}  # and never a key
+    off = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "http3_fd": -1})
+    try:
+        assert not any(k.startswith("http3_") for k in off.options())
+    finally:
+        off.close()
     # Absent keys and fd -1 are "off", even without a certificate.
     new_engine({k: v for k, v in options.items() if not k.startswith("http3_")})
     new_engine({**options, "http3_fd": -1, "http3_retry_key": None})
@@ -169,3 +187,55 @@ def test_bind_quic_reports_a_taken_port(tls_files):
         taken.bind(("127.0.0.1", 0))
         with pytest.raises(OSError, match="UDP \\(HTTP/3\\)"):
             bind_quic(config, taken.getsockname()[1], 1)
+
+
+def test_a_worker_takes_the_socket_its_predecessor_held_or_the_first_free_one():
+    from zigcorn.workers import Master, Worker
+
+    master = Master(config=None, target=4)
+
+    def add(pid, index, generation=0, retiring=False):
+        master.workers[pid] = Worker(pid, slot=len(master.workers), generation=generation, ready_fd=-1,
+                                     started_at=0.0, retiring=retiring, quic_index=index)
+
+    assert master._quic_index(None) == 0
+    for pid, index in ((10, 0), (11, 1), (13, 3)):
+        add(pid, index)
+    assert master._quic_index(None) == 2  # the one no serving worker holds
+    assert master._quic_index(11) == 1  # --workers-max-rss: the successor takes its predecessor's
+    add(12, 2)
+    master.workers[11].retiring = True
+    assert master._quic_index(None) == 1  # a crashed or retired worker's socket is free again
+    master.generation = 1  # SIGHUP: the new generation shares the old one's sockets in order
+    assert master._quic_index(None) == 0
+
+
+def udp_sockets_on(port: int) -> int:
+    """How many UDP sockets are bound to `port` on this machine (/proc/net/udp)."""
+    lines = Path("/proc/net/udp").read_text().splitlines()[1:]
+    return sum(1 for line in lines if line.split()[1].endswith(f":{port:04X}"))
+
+
+def test_the_master_binds_one_udp_socket_per_worker_and_keeps_them(tls_files):
+    import signal
+    import time
+
+    from tests.support.harness import Server, wait_for
+
+    server = Server("h3_app:app", "--ssl-certfile", tls_files["ssl_certfile"], "--ssl-keyfile",
+                    tls_files["ssl_keyfile"], "--http3", "--workers", "4").wait_ready(timeout=30)
+    try:
+        assert udp_sockets_on(server.port) == 4
+        line = "HTTP/3 on https://127.0.0.1:%d (UDP), one socket per worker" % server.port
+        assert wait_for(lambda: line in server.output(), timeout=10), server.output()
+        children_file = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children")
+        assert wait_for(lambda: len(children_file.read_text().split()) == 4, timeout=15)
+        children = children_file.read_text().split()
+        os.kill(int(children[0]), signal.SIGKILL)  # a crash: the master starts another
+        time.sleep(0.5)
+        assert udp_sockets_on(server.port) == 4  # the master's copies keep the group whole
+        assert wait_for(lambda: len(children_file.read_text().split()) == 4, timeout=15)
+        assert udp_sockets_on(server.port) == 4
+    finally:
+        server.stop()
+    assert wait_for(lambda: udp_sockets_on(server.port) == 0, timeout=5)

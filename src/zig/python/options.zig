@@ -661,6 +661,7 @@ pub fn report(self: *EngineObjectCore) ?*Object {
     }
     var order: [16]u8 = undefined;
     if (!py.dictSetSteal(d, py.intern("compression") orelse return fail(d), py.str(s.opts.compression.orderText(&order)))) return fail(d);
+    if (s.opts.http3) |h| if (!putHttp3(d, h)) return fail(d);
     return d;
 }
 
@@ -697,6 +698,22 @@ fn putCounts(d: *Object, s: *const server_mod.Server) bool {
     };
     inline for (ints) |f| {
         if (!py.dictSetSteal(d, py.intern(f[0]) orelse return false, c.PyLong_FromUnsignedLongLong(@intCast(f[1])))) return false;
+    }
+    return true;
+}
+
+/// With --http3 on: what this worker serves (never the keys).
+fn putHttp3(d: *Object, h: server_mod.Http3) bool {
+    const ints = .{
+        .{ "http3_fd", h.fd },
+        .{ "http3_alt_svc_port", h.alt_svc_port },
+        .{ "http3_retry", @intFromEnum(h.retry) },
+        .{ "http3_worker_index", h.worker_index },
+        .{ "http3_workers", h.workers },
+        .{ "http3_idle_timeout_ms", h.idle_timeout_ms },
+    };
+    inline for (ints) |f| {
+        if (!py.dictSetSteal(d, py.intern(f[0]) orelse return false, c.PyLong_FromLongLong(@intCast(f[1])))) return false;
     }
     return true;
 }
