@@ -55,6 +55,10 @@ class ZigBuildExt(build_ext):
         cmd = [
             sys.executable, "-m", "ziglang", "build-lib",
             "-dynamic", "-fPIC", "-lc", f"-O{mode}",
+            # No .eh_frame: nothing unwinds through the engine (its panic handler prints two
+            # addresses, it never walks the stack), and the table is ~28 KiB of a read-only
+            # segment every worker maps and touches.
+            "-fno-unwind-tables",
             *includes,
             "--cache-dir", cache,
             "--name", "_core",

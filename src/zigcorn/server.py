@@ -21,8 +21,6 @@ from zigcorn.accesslog import has_log_files, reopen_log_files
 from zigcorn.http import Dispatcher, HTTPCycle, wake
 from zigcorn.process import DRAIN_SIGNAL, after_bind
 from zigcorn.sockets import Listener, QuicSockets, bind, bind_quic
-from zigcorn.tls import load_openssl
-from zigcorn.websocket import WebSocketCycle
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -37,6 +35,12 @@ def _with_jitter(limit: int | None, jitter: int) -> int | None:
     if limit is None or jitter <= 0:
         return limit
     return limit + int.from_bytes(os.urandom(4), "big") % (jitter + 1)
+
+
+def _websocket_class():
+    from zigcorn.websocket import WebSocketCycle
+
+    return WebSocketCycle
 
 
 def _attach(loop, engine) -> None:
@@ -124,6 +128,8 @@ class Server:
     async def _serve(self, config, loop) -> None:
         if config.is_ssl:
             # Before the app's startup: a missing library is one line and exit 3, at once.
+            from zigcorn.tls import load_openssl  # HTTPS only: a plain HTTP server never loads it
+
             try:
                 load_openssl()
             except OSError as exc:
@@ -273,7 +279,9 @@ class Server:
             # callbacks, run on the loop after the engine's pass, never inside it.
             return _core.Engine(dispatcher, asyncio.get_running_loop().call_soon, _core.Stream, options)
         if options["ws"]:
-            options["websocket_class"] = WebSocketCycle
+            # A loader, called by the engine at the first upgrade: a server that never sees
+            # a WebSocket never imports zigcorn.websocket.
+            options["websocket_class"] = _websocket_class
         # The plain case (most servers) is done by the engine itself: see Dispatcher.plain.
         return _core.Engine(dispatcher.plain() or dispatcher, wake, HTTPCycle, options)
 

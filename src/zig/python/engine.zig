@@ -29,6 +29,10 @@ pub const EngineObjectCore = struct {
     stream_class: ?*c.PyTypeObject = null,
     /// The stream class for WebSocket upgrades (options["websocket_class"]).
     ws_class: ?*c.PyTypeObject = null,
+    /// options["websocket_class"] given as a callable that returns the class: called at the
+    /// first upgrade (then dropped), so a server that never sees a WebSocket never imports
+    /// the module that defines it.
+    ws_class_loader: ?*Object = null,
     /// WSGI (`--interface wsgi`): the environ template (python/environ.zig); each request
     /// gets an environ built from it instead of an ASGI scope. Null for ASGI.
     wsgi_environ: ?*Object = null,
@@ -101,13 +105,44 @@ fn takeCallables(self: *EngineObjectCore, on_request: *Object, wake: *Object, cl
         _ = py.typeError("ws is on: websocket_class must be given");
         return false;
     };
-    if (c.PyType_Check(wcls) == 0 or c.PyType_IsSubtype(@ptrCast(wcls), pystream.stream_type) == 0) {
-        _ = py.typeError("websocket_class must subclass zigcorn._core.Stream");
+    if (c.PyType_Check(wcls) == 0 and c.PyCallable_Check(wcls) != 0) {
+        py.incref(wcls);
+        self.ws_class_loader = wcls;
+        return true;
+    }
+    if (!isStreamSubclass(wcls)) {
+        _ = py.typeError("websocket_class must subclass zigcorn._core.Stream (or be a callable returning one)");
         return false;
     }
     py.incref(wcls);
     self.ws_class = @ptrCast(wcls);
     return true;
+}
+
+fn isStreamSubclass(o: *Object) bool {
+    return c.PyType_Check(o) != 0 and c.PyType_IsSubtype(@ptrCast(o), pystream.stream_type) != 0;
+}
+
+/// The WebSocket stream class, loaded at the first upgrade when options["websocket_class"]
+/// was a loader. Null (with the error reported as unraisable) if the loader fails or
+/// returns something else than a Stream subclass: that upgrade is refused.
+pub fn webSocketClass(self: *EngineObjectCore) ?*c.PyTypeObject {
+    if (self.ws_class) |t| return t;
+    const loader = self.ws_class_loader orelse return null;
+    const loaded = c.PyObject_CallNoArgs(loader) orelse {
+        c.PyErr_WriteUnraisable(loader);
+        return null;
+    };
+    if (!isStreamSubclass(loaded)) {
+        py.decref(loaded);
+        _ = py.typeError("websocket_class's loader must return a subclass of zigcorn._core.Stream");
+        c.PyErr_WriteUnraisable(loader);
+        return null;
+    }
+    self.ws_class = @ptrCast(loaded); // the call's reference is the engine's now
+    self.ws_class_loader = null;
+    py.decref(loader);
+    return self.ws_class;
 }
 
 fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c) ?*Object {
@@ -196,7 +231,7 @@ fn engineTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callconv(
     const v = visit.?;
     const eo: *EngineObject = @ptrCast(@alignCast(obj.?));
     const self = eo.core orelse return v(@ptrCast(py.typeOf(obj.?)), arg);
-    inline for (.{ "on_request", "wake", "call_soon", "wsgi_environ" }) |f| {
+    inline for (.{ "on_request", "wake", "call_soon", "wsgi_environ", "ws_class_loader" }) |f| {
         if (@field(self, f)) |o| {
             const r = v(o, arg);
             if (r != 0) return r;
@@ -228,6 +263,9 @@ fn engineClear(obj: ?*Object) callconv(.c) c_int {
     const env = self.wsgi_environ;
     self.wsgi_environ = null;
     py.xdecref(env);
+    const loader = self.ws_class_loader;
+    self.ws_class_loader = null;
+    py.xdecref(loader);
     const t = self.stream_class;
     const wt = self.ws_class;
     const s = self.info.state;

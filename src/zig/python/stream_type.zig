@@ -800,7 +800,7 @@ pub var stream_spec = c.PyType_Spec{
 
 pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Request) bool {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
-    const tp = (if (st.isWebSocket()) engine.ws_class else engine.stream_class) orelse return false;
+    const tp = (if (st.isWebSocket()) engine_mod.webSocketClass(engine) else engine.stream_class) orelse return false;
     const alloc_fn = tp.tp_alloc orelse return false;
     const obj = alloc_fn(tp, 0) orelse {
         c.PyErr_WriteUnraisable(null);
