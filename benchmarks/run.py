@@ -128,6 +128,7 @@ def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
     result: dict = {"version": spec.version(env)}
     with started(spec, env, app) as server:
         result["command"] = server.command
+        result["environ"] = dict(spec.environ)  # set on top of the harness's own environment
         result["idle"] = settle(server.pid, min_wait=0.5 if cfg.quick else 1.0).as_dict()
         log(f"    idle RSS {result['idle']['rss_kib'] / 1024:.1f} MiB, PSS {result['idle']['pss_kib'] / 1024:.1f} MiB")
         result["load"] = measure_load(server, cfg)
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if nofile < most + 100:
         raise SystemExit(f"RLIMIT_NOFILE hard limit {nofile} is too low for {most} connections")
     env = choose_env(args)
+    environment.compile_bytecode(env.python)  # no compiling in the measured processes, -OO rows included
     if cfg.http2:
         cfg, env = ensure_http2_tools(args, cfg, env)
         h2cfg = h2cfg if cfg.http2 else None

@@ -3,6 +3,11 @@
 Every server runs one worker on 127.0.0.1 unless asked for more, with access logs off,
 uvloop where the server can use it, and two settings that only the idle-connection
 measurement needs: a 60 s keep-alive timeout and room for thousands of connections.
+
+Like for like: every row runs under the same Python flags. saltare re-executes itself
+under ``python -OO`` with ``MALLOC_ARENA_MAX=1`` unless ``SALTARE_NO_OPTIMIZE`` is set, so
+its default row sets it; the ``-OO`` rows (``zigcorn-OO``, ``saltare-OO``, ...) run every
+Python server as ``python -OO -m SERVER`` with ``MALLOC_ARENA_MAX=1``.
 """
 
 from __future__ import annotations
@@ -87,6 +92,19 @@ def _saltare(env: Env, app: str, port: int, workers: int, workdir: Path) -> list
             "--max-concurrent-connections", str(MAX_CONNECTIONS), app]
 
 
+def optimized(command: Command) -> Command:
+    """The same server under ``python -OO`` (no docstrings, no asserts) with one malloc
+    arena, the settings saltare picks for itself by default."""
+    def command_oo(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+        cmd = command(env, app, port, workers, workdir)
+        assert cmd[0] == env.python, cmd
+        return [cmd[0], "-OO", *cmd[1:]]
+    return command_oo
+
+
+OPTIMIZED_ENVIRON = (("MALLOC_ARENA_MAX", "1"),)
+
+
 def _hypercorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
     return [env.python, "-m", "hypercorn", app, "-b", f"127.0.0.1:{port}", "-k", env.loop,
             "--log-level", "warning", "--keep-alive", str(KEEP_ALIVE_S), "--workers", str(workers)]
@@ -132,6 +150,7 @@ class ServerSpec:
     modules: tuple[str, ...] = ()  # Python modules it needs; empty for an external binary
     binary: str | None = None
     is_app_server: bool = True  # False for the static nginx ceiling
+    environ: tuple[tuple[str, str], ...] = ()  # set for this server on top of server_environ()
 
     def available(self, env: Env) -> bool:
         if self.binary is not None:
@@ -143,7 +162,7 @@ class ServerSpec:
         if not self.is_app_server:
             return True
         out = subprocess.run([env.python, "-m", self.modules[0], "--help"], capture_output=True, text=True,
-                             timeout=60, env=server_environ())
+                             timeout=60, env=server_environ(self.environ))
         text = out.stdout + out.stderr
         return "--workers" in text or "-w WORKERS" in text
 
@@ -164,10 +183,19 @@ SERVERS: dict[str, ServerSpec] = {
     "zigcorn-io_uring": ServerSpec("zigcorn-io_uring", _zigcorn_backend("io_uring"), ("zigcorn",)),
     "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),
     "granian": ServerSpec("granian", _granian, ("granian",)),
-    "saltare": ServerSpec("saltare", _saltare, ("saltare",)),
+    # Without it saltare re-executes itself under -OO: its -OO row is saltare-OO.
+    "saltare": ServerSpec("saltare", _saltare, ("saltare",), environ=(("SALTARE_NO_OPTIMIZE", "1"),)),
     "hypercorn": ServerSpec("hypercorn", _hypercorn, ("hypercorn",)),
     "nginx": ServerSpec("nginx", _nginx, binary="nginx", is_app_server=False),
 }
+# The -OO rows: each Python server (not zigcorn's loop and backend variants) under
+# `python -OO` with MALLOC_ARENA_MAX=1.
+OPTIMIZED_OF = ("zigcorn", "uvicorn", "granian", "saltare", "hypercorn")
+SERVERS.update({
+    f"{name}-OO": ServerSpec(f"{name}-OO", optimized(SERVERS[name].command), SERVERS[name].modules,
+                             environ=SERVERS[name].environ + OPTIMIZED_ENVIRON)
+    for name in OPTIMIZED_OF
+})
 PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "saltare", "hypercorn", "fastapi",
                  "h2", "trustme", "zttp")  # the last three for the HTTP/2 section (h2.py)
 
@@ -180,9 +208,15 @@ def probe_env(python: str) -> Env:
     return Env(python, frozenset(out.stdout.split()))
 
 
-def server_environ() -> dict[str, str]:
+def server_environ(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """The servers' environment. Without PYTHONDONTWRITEBYTECODE (some machines set it):
+    a module with no cached bytecode for the interpreter's flags is compiled at every
+    start, and the compiler's garbage stays in the process (MiBs for FastAPI under -OO,
+    whose .opt-2.pyc files are written only by a -OO start); environment.compile_bytecode
+    writes them beforehand."""
     path = os.pathsep.join(filter(None, [str(APPS_DIR), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **dict(extra)}
 
 
 def free_port() -> int:
@@ -291,6 +325,6 @@ def start(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServ
     # An app by its short name (APPS), or as module:attribute from benchmarks/apps.
     command = spec.command(env, APPS.get(app, app), port, workers, workdir)
     with open(workdir / "server.log", "wb") as log:
-        proc = subprocess.Popen(command, cwd=APPS_DIR, env=server_environ(), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, cwd=APPS_DIR, env=server_environ(spec.environ), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return RunningServer(spec, command, port, proc, workdir)
