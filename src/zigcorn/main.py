@@ -118,9 +118,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 # What parsing the command line imports and serving never uses (about 0.2 MiB of a
-# serving process). Only the ones the CLI itself loaded are forgotten: an app that
+# serving process): argparse, the gettext it looks translations up with, and tomllib for
+# --config. Only the ones the CLI itself loaded are forgotten: an app that
 # imports them gets them afresh, as it would under run().
-CLI_ONLY_MODULES = frozenset({"argparse", "gettext"})
+CLI_ONLY_MODULES = frozenset({"argparse", "gettext", "tomllib", "tomllib._parser", "tomllib._re",
+                              "tomllib._types"})
 
 
 def forget_modules(names: set[str] | frozenset[str]) -> None:

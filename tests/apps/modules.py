@@ -11,7 +11,7 @@ import sys
 # TLS would import.
 WATCHED = (
     "zigcorn.websocket", "zigcorn.tls", "zigcorn.wsgi", "zigcorn.workers", "zigcorn.reload",
-    "zigcorn.warmup", "zigcorn.gunicorn_worker", "argparse", "gettext", "ssl", "_ssl",
+    "zigcorn.warmup", "zigcorn.gunicorn_worker", "argparse", "gettext", "tomllib", "ssl", "_ssl",
 )
 
 

@@ -35,6 +35,16 @@ def test_plain_http_server_imports_no_websocket_tls_wsgi_workers_or_cli_modules(
         server.stop()
 
 
+def test_a_server_started_with_a_config_file_forgets_tomllib(tmp_path):
+    config = tmp_path / "zigcorn.toml"
+    config.write_text('log_level = "warning"\n')
+    server = Server("modules:app", "--config", str(config)).wait_ready()
+    try:
+        assert json.loads(httpx.get(server.url + "/", timeout=5).content) == []
+    finally:
+        server.stop()
+
+
 def test_the_first_websocket_loads_the_websocket_class_and_only_it():
     server = Server("modules:app").wait_ready()
     try:
