@@ -74,6 +74,7 @@ test {
     _ = @import("quic/sent_frames.zig");
     _ = @import("quic/crypto_stream.zig");
     _ = @import("quic/connection.zig");
+    _ = @import("quic/connection_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");
