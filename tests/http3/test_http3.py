@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -222,20 +223,47 @@ def curl_h3() -> list[str]:
     return ["bash", str(sid), "run", "--"]
 
 
-def test_curl_http3_only(h3_server, h3_certs):
+def curl(server: Server, certs: H3Certs, script: str) -> str:
+    """Runs `script` (sh) with curl built with HTTP/3; in it, $CURL is that curl with the
+    test CA trusted and localhost:PORT resolved to 127.0.0.1, $URL the server's origin and
+    $TMP a scratch folder. Returns its stdout."""
     prefix = curl_h3()
-    url = f"https://localhost:{h3_server.port}/info"
-    script = ('cat > "${TMPDIR:-/tmp}/zigcorn-h3-ca.pem" && curl -sS --http3-only --max-time 20 '
-              '--cacert "${TMPDIR:-/tmp}/zigcorn-h3-ca.pem" --resolve "localhost:%d:127.0.0.1" '
-              '-w "\\n%%{http_version}" "%s"' % (h3_server.port, url))
-    cmd = [*prefix, "sh", "-c", script] if prefix[0] == "bash" else ["sh", "-c", script.replace("curl ", f"{prefix[0]} ", 1)]
-    done = subprocess.run(cmd, input=open(h3_certs.cafile).read(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr + h3_server.output()[-2000:]
-    body, version = done.stdout.rsplit("\n", 1)
-    assert version == "3"
-    import json
+    binary = "curl" if prefix[0] == "bash" else prefix[0]
+    setup = ('TMP=$(mktemp -d) && cat > "$TMP/ca.pem" && '
+             f'CURL="{binary} -sS --http3-only --max-time 30 --cacert $TMP/ca.pem '
+             f'--resolve localhost:{server.port}:127.0.0.1" && URL="https://localhost:{server.port}" && ')
+    cmd = [*prefix, "sh", "-c", setup + script] if prefix[0] == "bash" else ["sh", "-c", setup + script]
+    done = subprocess.run(cmd, input=open(certs.cafile).read(), capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr + server.output()[-2000:]
+    return done.stdout
 
+
+def test_curl_http3_only(h3_server, h3_certs):
+    body, version = curl(h3_server, h3_certs, '$CURL -w "\n%{http_version}" "$URL/info"').rsplit("\n", 1)
+    assert version == "3"
     assert json.loads(body)["http_version"] == "3"
+
+
+def test_curl_posts_1_mib(h3_server, h3_certs):
+    out = curl(h3_server, h3_certs, 'head -c 1048576 /dev/urandom > "$TMP/body" && sha256sum "$TMP/body" && '
+                                    '$CURL --data-binary @"$TMP/body" "$URL/echo"')
+    digest, answer = out.split("\n", 1)
+    got = json.loads(answer)
+    assert got["bytes"] == MB and got["sha256"] == digest.split()[0] and got["http_version"] == "3"
+
+
+def test_curl_reads_a_streamed_response(h3_server, h3_certs):
+    out = curl(h3_server, h3_certs, '$CURL "$URL/stream?chunks=300&size=1000" | sha256sum')
+    expected = hashlib.sha256(b"".join(bytes([i % 256]) * 1000 for i in range(300))).hexdigest()
+    assert out.split()[0] == expected
+
+
+def test_curl_runs_100_requests_at_once_on_one_connection(h3_server, h3_certs):
+    out = curl(h3_server, h3_certs, '$CURL --parallel --parallel-max 100 -o /dev/null '
+                                    '-w "%{http_version} %{response_code} %{num_connects}\n" "$URL/info?i=[1-100]"')
+    rows = [line.split() for line in out.splitlines()]
+    assert len(rows) == 100 and {(v, code) for v, code, _ in rows} == {("3", "200")}
+    assert sum(int(n) for _, _, n in rows) == 1  # one connection made, 99 streams on it
 
 
 # ---- hostile datagrams ------------------------------------------------------------------

@@ -183,3 +183,79 @@ def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server
         except ProcessLookupError:
             pass
         proc.wait(10)
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_chromium_loaded_over_http11_tls_switches_to_h3_by_the_servers_alt_svc(chromium_home, h3_certs, workers):
+    """No forcing for the server's origin: Chromium learns HTTP/3 from the alt-svc the
+    server adds to its HTTP/1.1 response over TLS and uses it for a later navigation.
+    (Chromium follows alt-svc only for publicly trusted roots, unless QUIC is forced for
+    some origin of the host: another port of 127.0.0.1 is, one nothing listens on.)"""
+    import httpx
+
+    from tests.support.h3_support import start_h3_server
+
+    server = start_h3_server(h3_certs, workers, "--no-http2")
+    origin = f"https://127.0.0.1:{server.port}"
+    debug_port = free_port()
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={chromium_home / f'profile-alt-svc-{workers}'}", f"--remote-debugging-port={debug_port}",
+         "--enable-quic", f"--origin-to-force-quic-on=127.0.0.1:{free_port()}", "about:blank"],
+        env={**os.environ, "HOME": str(chromium_home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        ws_url = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and ws_url is None:
+            try:
+                pages = httpx.get(f"http://127.0.0.1:{debug_port}/json/list", timeout=2).json()
+                ws_url = next(p["webSocketDebuggerUrl"] for p in pages if p.get("type") == "page")
+            except (httpx.HTTPError, StopIteration, ValueError):
+                time.sleep(0.2)
+        assert ws_url, "Chromium's DevTools endpoint did not come up"
+        protocols = asyncio.run(_navigate_until_h3(ws_url, origin, tries=8))
+        assert protocols[0] == "http/1.1", protocols
+        assert protocols[-1] == "h3", f"{protocols}\n--- server output ---\n{server.output()[-3000:]}"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+        server.stop()
+
+
+async def _navigate_until_h3(ws_url: str, origin: str, tries: int) -> list[str]:
+    """Navigates to `origin`/info until a load comes over h3 (at most `tries` loads); the
+    protocol of each load, as the page's navigation entry reports it."""
+    websockets = require_module("websockets")
+    protocols = []
+    async with websockets.connect(ws_url, max_size=None) as conn:
+        call_id = 0
+
+        async def call(method: str, **params) -> dict:
+            nonlocal call_id
+            call_id += 1
+            await conn.send(json.dumps({"id": call_id, "method": method, "params": params}))
+            while True:
+                reply = json.loads(await conn.recv())
+                if reply.get("id") == call_id:
+                    return reply
+
+        expression = ("(() => { const e = performance.getEntriesByType('navigation')[0]; return e && document.body "
+                      "&& document.body.innerText.includes('http_version') ? e.nextHopProtocol : ''; })()")
+        for i in range(tries):
+            await call("Page.navigate", url=f"{origin}/info?load={i}")
+            protocol = ""
+            deadline = time.monotonic() + 15
+            while not protocol and time.monotonic() < deadline:
+                reply = await call("Runtime.evaluate", expression=expression, returnByValue=True)
+                protocol = reply.get("result", {}).get("result", {}).get("value") or ""
+                if not protocol:
+                    await asyncio.sleep(0.1)
+            protocols.append(protocol or "(not loaded)")
+            if protocol == "h3":
+                break
+            await asyncio.sleep(0.5)  # the alt-svc is cached as the response is read
+    return protocols
