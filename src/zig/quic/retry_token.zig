@@ -44,6 +44,9 @@ fn associated(buf: *[1 + 2 + 2 + 16 + 1 + packet.cid_len_max]u8, peer: *const Pe
     std.mem.writeInt(u16, buf[1..3], peer.family, .big);
     std.mem.writeInt(u16, buf[3..5], peer.port, .big);
     buf[5..21].* = peer.addr;
+    // An IPv4 peer's address is its first 4 bytes (`Peer.fromStorage` leaves the rest
+    // undefined): only those are the token's.
+    if (peer.family == std.os.linux.AF.INET) @memset(buf[9..21], 0);
     buf[21] = @intCast(dcid.len);
     @memcpy(buf[22..][0..dcid.len], dcid);
     return buf[0 .. 22 + dcid.len];
