@@ -48,7 +48,7 @@ pub const H3Stream = struct {
     ended: bool = false,
 
     fn of(st: *const Stream) *H3Stream {
-        return @constCast(@alignCast(@fieldParentPtr("base", st)));
+        return @alignCast(@constCast(@fieldParentPtr("base", st)));
     }
 
     fn gpa(h: *const H3Stream) std.mem.Allocator {

@@ -76,7 +76,7 @@ const slot_step = 1024;
 /// then the work stays queued for the next pass.
 const enter_retries_max = 3;
 /// Token events waiting at once: one per pollable and the listener's (`queueToken` keeps one each).
-const pollables_max = 6;
+const pollables_max = 4;
 const tokens_max = pollables_max + 1;
 /// POLLRDHUP (the same value on every Linux architecture the engine builds for).
 const poll_rdhup: u32 = 0x2000;

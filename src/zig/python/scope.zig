@@ -103,8 +103,8 @@ pub const header_index = blk: {
 
 /// The keys every HTTP scope has, in the order `fill` sets them (`state` comes last, when there is one).
 const scope_keys = .{
-    "type",         "asgi",      "http_version", "method",  "scheme", "extensions", "path",
-    "raw_path",     "query_string", "root_path", "headers", "client", "server",
+    "type",     "asgi",         "http_version", "method",  "scheme", "extensions", "path",
+    "raw_path", "query_string", "root_path",    "headers", "client", "server",
 };
 
 var keys: Keys = undefined;
