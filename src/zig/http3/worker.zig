@@ -329,6 +329,14 @@ pub const Worker = struct {
 
     fn deinitPlug(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
+        // Each client is told (H3_NO_ERROR) rather than left to its idle timeout.
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.quic.isClosed()) continue;
+            c.quic.closeApplication(0x100, "server stopping");
+            _ = w.sendFrom(c);
+        }
+        w.sendQueued();
         while (w.live) |c| {
             server_stream.detachAll(c);
             c.held = 0;
