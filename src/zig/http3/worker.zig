@@ -88,7 +88,7 @@ pub const QuicConn = struct {
         };
         // Not a TCP phase: any state but `.closed` (which `Stream.gone` reads).
         self.carrier.state = .request;
-        self.session = Session.create(gpa, q, self, .{}) catch {
+        self.session = Session.createShared(gpa, q, self, .{}, &w.buffers) catch {
             q.deinit();
             gpa.destroy(self);
             return null;
@@ -180,6 +180,8 @@ pub const Worker = struct {
     timer_fd: i32,
     idle_timeout_ms: u64,
     endpoint: Endpoint = undefined,
+    /// The sessions' working buffers, shared: they are driven one at a time (`flush`).
+    buffers: Session.Buffers = undefined,
     answers: endpoint_mod.OutQueue = .{},
     recv: udp.RecvBatch = .{},
     out_bufs: [udp.batch_len_max][udp.datagram_len_max]u8 = undefined,
@@ -343,6 +345,7 @@ pub const Worker = struct {
             c.destroy();
         }
         w.endpoint.deinit(w.gpa);
+        w.buffers.deinit(w.gpa);
         sys.close(w.timer_fd);
         openssl.freeContext(w.ssl_ctx);
         w.gpa.destroy(w);
@@ -374,6 +377,12 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .timer_fd = @intCast(tfd_rc),
         .idle_timeout_ms = h3.idle_timeout_ms,
     };
+    w.buffers = Session.Buffers.init(gpa, .{}) catch {
+        sys.close(w.timer_fd);
+        gpa.destroy(w);
+        openssl.freeContext(ssl_ctx);
+        return error.OutOfMemory;
+    };
     var seed: [32]u8 = undefined;
     std.crypto.random.bytes(&seed);
     var table_key: [16]u8 = undefined;
@@ -392,6 +401,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .connections_max = connections_max,
         .handshakes_max = handshakes_max,
     }, w) catch {
+        w.buffers.deinit(gpa);
         sys.close(w.timer_fd);
         gpa.destroy(w);
         openssl.freeContext(ssl_ctx);
