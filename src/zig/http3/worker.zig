@@ -329,6 +329,16 @@ pub const Worker = struct {
         _ = linux.timerfd_settime(w.timer_fd, .{ .ABSTIME = true }, &spec, null);
     }
 
+    fn drainPlug(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.over) continue;
+            c.session.goaway();
+            w.markDirty(c);
+        }
+    }
+
     fn deinitPlug(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
         // Each client is told (H3_NO_ERROR) rather than left to its idle timeout.
@@ -414,6 +424,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .on_readable = Worker.onReadable,
         .on_timer = Worker.onTimer,
         .flush = Worker.flush,
+        .drain = Worker.drainPlug,
         .deinit = Worker.deinitPlug,
         .verbs = &plug_verbs,
     })) {

@@ -119,6 +119,8 @@ pub const QuicPlug = struct {
     on_readable: *const fn (ctx: *anyopaque) void,
     on_timer: *const fn (ctx: *anyopaque) void,
     flush: *const fn (ctx: *anyopaque) void,
+    /// The drain starts: each connection is sent GOAWAY and closes once its requests are done.
+    drain: *const fn (ctx: *anyopaque) void,
     /// The server stops: every QUIC connection is closed and freed.
     deinit: *const fn (ctx: *anyopaque) void,
     verbs: *const protocol.Http3Verbs,
@@ -869,6 +871,7 @@ pub const Server = struct {
                 c.close();
             } else protocol.drainStarted(c);
         }
+        if (self.quic) |q| q.drain(q.ctx);
     }
 
     /// Graceful shutdown, step two: no new connections. Those the kernel already
