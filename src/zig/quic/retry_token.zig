@@ -131,3 +131,14 @@ test "retry token: round trip; another address, port, ID or key refused; expiry 
     seal(&tok, &key, [_]u8{2} ** nonce_len, &peer, "x", "01234567890123456789", 5);
     try testing.expectEqualStrings("01234567890123456789", (try open(&tok, &key, &peer, "x", 6, 1)).slice());
 }
+
+test "retry token: an IPv4 peer's undefined address tail is not part of it" {
+    const key = [_]u8{0x11} ** key_len;
+    var first = peerAt(7, 4433);
+    @memset(first.addr[4..], 0xaa);
+    var second = peerAt(7, 4433);
+    @memset(second.addr[4..], 0x55);
+    var tok: [len]u8 = undefined;
+    seal(&tok, &key, [_]u8{0x22} ** nonce_len, &first, "retry-id", "original-dcid", 1_000_000);
+    try testing.expectEqualStrings("original-dcid", (try open(&tok, &key, &second, "retry-id", 1_000_000, lifetime_us_default)).slice());
+}
