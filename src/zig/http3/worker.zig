@@ -100,7 +100,8 @@ pub const QuicConn = struct {
     /// A datagram naming one of this connection's IDs. The endpoint hands over the
     /// worker's receive buffer, which the connection opens in place.
     pub fn receive(self: *QuicConn, datagram: []const u8, path: *const endpoint_mod.Path, now_us: u64) void {
-        if (self.over) return;
+        // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
+        if (self.quic.isClosed()) return;
         self.path = path.*;
         self.carrier.peer = path.peer;
         self.quic.receive(@constCast(datagram), now_us);
