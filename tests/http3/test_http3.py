@@ -179,6 +179,18 @@ def test_alt_svc_is_advertised_over_tls_and_the_apps_own_wins(h3_server, h3_cert
     assert https_get(h3_server.port, h3_certs, "/own-alt-svc").get("alt-svc") == "clear"
 
 
+def test_alt_svc_is_advertised_over_http2_too(h3_server, h3_certs):
+    import httpx
+
+    ctx = ssl.create_default_context(cafile=h3_certs.cafile)
+    with httpx.Client(http2=True, verify=ctx, timeout=10) as client:
+        response = client.get(f"https://localhost:{h3_server.port}/info")
+        own = client.get(f"https://localhost:{h3_server.port}/own-alt-svc")
+    assert response.http_version == "HTTP/2"
+    assert response.headers.get("alt-svc") == f'h3=":{h3_server.port}"; ma=86400'
+    assert own.headers.get_list("alt-svc") == ["clear"]
+
+
 def test_http3_port_is_advertised(h3_certs):
     from tests.support.harness import free_port
 

@@ -151,7 +151,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         read_depth: u32 = 0,
         /// Streams marked `resume_due`, read once `handle` is done.
         resume_due: u32 = 0,
-        read_buf: [read_bytes_max]u8 = undefined,
+        read_buf: []u8,
         /// Decoding: Huffman strings and dynamic entries, the fields, the app's list.
         scratch: []u8,
         decoded: []Header,
@@ -159,23 +159,62 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         cookies: []u8,
         /// A HEADERS frame being built: the frame header's room, then the section.
         encode_buf: []u8,
+        /// The buffers above are a `Buffers` the caller shares between sessions (not freed here).
+        shared: bool = false,
 
         pub const frame_header_room = 16;
 
+        /// The working buffers of a session (~64 KiB with the default limits): each is used
+        /// only inside one call into the session (a read, a head decoded and handed to the
+        /// owner, a head encoded and written), so sessions that are never entered at once
+        /// (one thread's connections, driven in turn) may share one set (`createShared`).
+        pub const Buffers = struct {
+            read_buf: []u8,
+            scratch: []u8,
+            decoded: []Header,
+            app_fields: []Header,
+            cookies: []u8,
+            encode_buf: []u8,
+
+            pub fn init(gpa: std.mem.Allocator, config: Config) error{OutOfMemory}!Buffers {
+                const read_buf = try gpa.alloc(u8, read_bytes_max);
+                errdefer gpa.free(read_buf);
+                const scratch = try gpa.alloc(u8, config.field_section_bytes_max);
+                errdefer gpa.free(scratch);
+                const decoded = try gpa.alloc(Header, config.fields_max + 8);
+                errdefer gpa.free(decoded);
+                const app_fields = try gpa.alloc(Header, config.fields_max + 1);
+                errdefer gpa.free(app_fields);
+                const cookies = try gpa.alloc(u8, config.field_section_bytes_max);
+                errdefer gpa.free(cookies);
+                const encode_buf = try gpa.alloc(u8, frame_header_room + config.field_section_bytes_max);
+                return .{ .read_buf = read_buf, .scratch = scratch, .decoded = decoded, .app_fields = app_fields, .cookies = cookies, .encode_buf = encode_buf };
+            }
+
+            pub fn deinit(b: *Buffers, gpa: std.mem.Allocator) void {
+                for ([_][]u8{ b.read_buf, b.scratch, b.cookies, b.encode_buf }) |x| gpa.free(x);
+                gpa.free(b.decoded);
+                gpa.free(b.app_fields);
+                b.* = undefined;
+            }
+        };
+
+        /// A session with buffers of its own.
         pub fn create(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: Config) error{OutOfMemory}!*Self {
+            var bufs = try Buffers.init(gpa, config);
+            errdefer bufs.deinit(gpa);
+            const s = try createShared(gpa, transport, owner, config, &bufs);
+            s.shared = false;
+            return s;
+        }
+
+        /// A session on `bufs`, which the caller keeps for the session's life and made
+        /// with the same `config` limits.
+        pub fn createShared(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: Config, bufs: *const Buffers) error{OutOfMemory}!*Self {
             std.debug.assert(config.qpack_blocked_streams <= qpack_decoder.blocked_streams_limit);
             std.debug.assert(config.field_section_bytes_max >= frames.settings_bytes_max);
+            std.debug.assert(bufs.scratch.len == config.field_section_bytes_max and bufs.decoded.len == config.fields_max + 8);
             const s = try gpa.create(Self);
-            errdefer gpa.destroy(s);
-            const scratch = try gpa.alloc(u8, config.field_section_bytes_max);
-            errdefer gpa.free(scratch);
-            const decoded = try gpa.alloc(Header, config.fields_max + 8);
-            errdefer gpa.free(decoded);
-            const app_fields = try gpa.alloc(Header, config.fields_max + 1);
-            errdefer gpa.free(app_fields);
-            const cookies = try gpa.alloc(u8, config.field_section_bytes_max);
-            errdefer gpa.free(cookies);
-            const encode_buf = try gpa.alloc(u8, frame_header_room + config.field_section_bytes_max);
             s.* = .{
                 .gpa = gpa,
                 .transport = transport,
@@ -186,11 +225,13 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                     .blocked_streams_max = config.qpack_blocked_streams,
                     .field_section_bytes_max = config.field_section_bytes_max,
                 }),
-                .scratch = scratch,
-                .decoded = decoded,
-                .app_fields = app_fields,
-                .cookies = cookies,
-                .encode_buf = encode_buf,
+                .read_buf = bufs.read_buf,
+                .scratch = bufs.scratch,
+                .decoded = bufs.decoded,
+                .app_fields = bufs.app_fields,
+                .cookies = bufs.cookies,
+                .encode_buf = bufs.encode_buf,
+                .shared = true,
             };
             return s;
         }
@@ -203,9 +244,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             }
             s.requests.deinit(s.gpa);
             s.decoder.deinit();
-            for ([_][]u8{ s.scratch, s.cookies, s.encode_buf }) |b| s.gpa.free(b);
-            s.gpa.free(s.decoded);
-            s.gpa.free(s.app_fields);
+            if (!s.shared) {
+                var bufs: Buffers = .{ .read_buf = s.read_buf, .scratch = s.scratch, .decoded = s.decoded, .app_fields = s.app_fields, .cookies = s.cookies, .encode_buf = s.encode_buf };
+                bufs.deinit(s.gpa);
+            }
             s.gpa.destroy(s);
         }
 
@@ -497,7 +539,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn readUni(s: *Self, id: u64) void {
             var fresh = s.findUni(id) == null;
             while (!s.closed) {
-                const r = s.transport.streamRead(id, &s.read_buf) catch return;
+                const r = s.transport.streamRead(id, s.read_buf) catch return;
                 if (r.n == 0 and !r.fin) return;
                 // A slot only for a stream with bytes (a late event leaves nothing).
                 if (fresh and s.newUni(id) == null) return;
@@ -622,7 +664,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             if (s.recentlyClosed(id)) return s.drain(id);
             // A record only for a stream with something to read: a late event for a
             // stream the transport already forgot leaves nothing behind.
-            const r = s.transport.streamRead(id, &s.read_buf) catch return;
+            const r = s.transport.streamRead(id, s.read_buf) catch return;
             if (r.n == 0 and !r.fin) return;
             const rs = s.openRequest(id) orelse return;
             rs.busy = true;
@@ -635,7 +677,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn drain(s: *Self, id: u64) void {
             var guard: usize = 0;
             while (guard < 64) : (guard += 1) {
-                const r = s.transport.streamRead(id, &s.read_buf) catch return;
+                const r = s.transport.streamRead(id, s.read_buf) catch return;
                 if (r.n == 0 or r.fin) return;
             }
         }
@@ -678,7 +720,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn pump(s: *Self, rs: *RequestStream) void {
             rs.busy = true;
             while (!s.closed and (rs.recv == .head or rs.recv == .body) and !rs.paused) {
-                const r = s.transport.streamRead(rs.id, &s.read_buf) catch break;
+                const r = s.transport.streamRead(rs.id, s.read_buf) catch break;
                 if (r.n == 0 and !r.fin) break;
                 s.requestBytes(rs, s.read_buf[0..r.n], r.fin);
                 if (r.fin) break;

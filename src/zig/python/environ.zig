@@ -30,6 +30,7 @@ var keys: Keys = undefined;
 var http10: *Object = undefined;
 var http11: *Object = undefined;
 var http2: *Object = undefined;
+var http3: *Object = undefined;
 var scheme_http: *Object = undefined;
 var scheme_https: *Object = undefined;
 var empty: *Object = undefined;
@@ -48,6 +49,7 @@ pub fn init() bool {
     http10 = py.intern("HTTP/1.0") orelse return false;
     http11 = py.intern("HTTP/1.1") orelse return false;
     http2 = py.intern("HTTP/2") orelse return false;
+    http3 = py.intern("HTTP/3") orelse return false;
     scheme_http = py.intern("http") orelse return false;
     scheme_https = py.intern("https") orelse return false;
     empty = py.intern("") orelse return false;
@@ -165,10 +167,11 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const scope.S
         .http10 => http10,
         .http11 => http11,
         .http2 => http2,
+        .http3 => http3,
     };
     if (c.PyDict_SetItem(d, keys.SERVER_PROTOCOL, version) != 0) return false;
     const fwd = scope.forwardedFor(req, peer, info);
-    const https = if (fwd.scheme) |sch| sch == .https else session != null;
+    const https = if (fwd.scheme) |sch| sch == .https else session != null or req.version == .http3;
     if (c.PyDict_SetItem(d, keys.url_scheme, if (https) scheme_https else scheme_http) != 0) return false;
     var addr_buf: [64]u8 = undefined;
     const host = fwd.client_host orelse peer.format(&addr_buf);

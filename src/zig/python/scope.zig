@@ -65,6 +65,7 @@ const Values = struct {
     http11: *Object,
     http10: *Object,
     http2: *Object,
+    http3: *Object,
     http_request: *Object,
     http_disconnect: *Object,
     empty_bytes: *Object,
@@ -128,6 +129,7 @@ pub fn init() bool {
         .http11 = py.intern("1.1") orelse return false,
         .http10 = py.intern("1.0") orelse return false,
         .http2 = py.intern("2") orelse return false,
+        .http3 = py.intern("3") orelse return false,
         .http_request = py.intern("http.request") orelse return false,
         .http_disconnect = py.intern("http.disconnect") orelse return false,
         .empty_bytes = py.bytes("") orelse return false,
@@ -420,11 +422,12 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerI
         .http10 => values.http10,
         .http11 => values.http11,
         .http2 => values.http2,
+        .http3 => values.http3,
     };
     if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
     const fwd = forwardedFor(req, peer, info);
-    const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null) values.https else info.scheme.?;
+    const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null or req.version == .http3) values.https else info.scheme.?;
     if (c.PyDict_SetItem(d, keys.scheme, scheme_obj) != 0) return false;
     // The ASGI extensions the engine serves, and the TLS one on HTTPS. Each request gets
     // its own `extensions` dict; the extensions' own (empty) dicts are shared, made once.

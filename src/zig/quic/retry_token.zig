@@ -44,6 +44,9 @@ fn associated(buf: *[1 + 2 + 2 + 16 + 1 + packet.cid_len_max]u8, peer: *const Pe
     std.mem.writeInt(u16, buf[1..3], peer.family, .big);
     std.mem.writeInt(u16, buf[3..5], peer.port, .big);
     buf[5..21].* = peer.addr;
+    // An IPv4 peer's address is its first 4 bytes (`Peer.fromStorage` leaves the rest
+    // undefined): only those are the token's.
+    if (peer.family == std.os.linux.AF.INET) @memset(buf[9..21], 0);
     buf[21] = @intCast(dcid.len);
     @memcpy(buf[22..][0..dcid.len], dcid);
     return buf[0 .. 22 + dcid.len];
@@ -127,4 +130,15 @@ test "retry token: round trip; another address, port, ID or key refused; expiry 
     try testing.expectEqual(@as(u8, 0), (try open(&tok, &key, &peer, "", 5, 0)).len);
     seal(&tok, &key, [_]u8{2} ** nonce_len, &peer, "x", "01234567890123456789", 5);
     try testing.expectEqualStrings("01234567890123456789", (try open(&tok, &key, &peer, "x", 6, 1)).slice());
+}
+
+test "retry token: an IPv4 peer's undefined address tail is not part of it" {
+    const key = [_]u8{0x11} ** key_len;
+    var first = peerAt(7, 4433);
+    @memset(first.addr[4..], 0xaa);
+    var second = peerAt(7, 4433);
+    @memset(second.addr[4..], 0x55);
+    var tok: [len]u8 = undefined;
+    seal(&tok, &key, [_]u8{0x22} ** nonce_len, &first, "retry-id", "original-dcid", 1_000_000);
+    try testing.expectEqualStrings("original-dcid", (try open(&tok, &key, &second, "retry-id", 1_000_000, lifetime_us_default)).slice());
 }

@@ -196,10 +196,45 @@ pub fn afterProxyHeader(act: *Active) void {
 
 // ---- the stream's verbs -------------------------------------------------------------
 
+/// HTTP/3's stream verbs (`http3/stream_verbs_server.zig`), reached through the server's
+/// `QuicPlug` rather than an import: HTTP/3 sits beside the TCP path (docs/ARCHITECTURE.md)
+/// and out of its import cycle.
+pub const Http3Verbs = struct {
+    mustWait: *const fn (st: *const Stream) bool,
+    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
+    bodyConsumed: *const fn (st: *Stream) void,
+    awaitBody: *const fn (st: *Stream) void,
+    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
+    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
+    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
+    finishStream: *const fn (st: *Stream) void,
+    abortStream: *const fn (st: *Stream) void,
+};
+
+inline fn h3(st: *const Stream) *const Http3Verbs {
+    return st.conn.server.quic.?.verbs;
+}
+
+/// `pathsend` over HTTP/3: the file is opened and handed on as `sendFd`.
+fn h3SendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
+    const sys = @import("../os/sys.zig");
+    const file = switch (sys.openFile(path.ptr)) {
+        .ok => |f| f,
+        .err => {
+            h3(st).abortStream(st);
+            return;
+        },
+    };
+    return h3(st).sendFd(st, file.fd, 0, file.size);
+}
+
 pub fn mustWait(st: *const Stream) bool {
     return switch (st.protocol) {
         .http1 => h1.mustWait(st),
         .http2 => h2.mustWait(st),
+        .http3 => h3(st).mustWait(st),
     };
 }
 
@@ -207,6 +242,7 @@ pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
     return switch (st.protocol) {
         .http1 => h1.takeBody(st, segs),
         .http2 => h2.takeBody(st, segs),
+        .http3 => h3(st).takeBody(st, segs),
     };
 }
 
@@ -214,6 +250,7 @@ pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
     return switch (st.protocol) {
         .http1 => h1.readBodyDirect(st, dst),
         .http2 => 0,
+        .http3 => 0,
     };
 }
 
@@ -221,6 +258,7 @@ pub fn bodyConsumed(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.bodyConsumed(st),
         .http2 => h2.bodyConsumed(st),
+        .http3 => h3(st).bodyConsumed(st),
     }
 }
 
@@ -228,6 +266,7 @@ pub fn awaitBody(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.awaitBody(st),
         .http2 => h2.awaitBody(st),
+        .http3 => h3(st).awaitBody(st),
     }
 }
 
@@ -235,6 +274,7 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     return switch (st.protocol) {
         .http1 => h1.startResponse(st, status, headers, extra, trailers),
         .http2 => h2.startResponse(st, status, headers, extra, trailers),
+        .http3 => h3(st).startResponse(st, status, headers, extra, trailers),
     };
 }
 
@@ -242,6 +282,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
     return switch (st.protocol) {
         .http1 => h1.earlyHint(st, links),
         .http2 => h2.earlyHint(st, links),
+        .http3 => h3(st).earlyHint(st, links),
     };
 }
 
@@ -249,6 +290,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     return switch (st.protocol) {
         .http1 => h1.writeTrailers(st, fields, more),
         .http2 => h2.writeTrailers(st, fields, more),
+        .http3 => h3(st).writeTrailers(st, fields, more),
     };
 }
 
@@ -256,6 +298,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
     return switch (st.protocol) {
         .http1 => h1.writeBody(st, data, more, owner),
         .http2 => h2.writeBody(st, data, more, owner),
+        .http3 => h3(st).writeBody(st, data, more, owner),
     };
 }
 
@@ -263,6 +306,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     return switch (st.protocol) {
         .http1 => h1.sendFile(st, path),
         .http2 => h2.sendFile(st, path),
+        .http3 => h3SendFile(st, path),
     };
 }
 
@@ -270,6 +314,7 @@ pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!
     return switch (st.protocol) {
         .http1 => h1.sendFd(st, fd, offset, len),
         .http2 => h2.sendFd(st, fd, offset, len),
+        .http3 => h3(st).sendFd(st, fd, offset, len),
     };
 }
 
@@ -277,6 +322,7 @@ pub fn finishStream(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.finishStream(st),
         .http2 => h2.finishStream(st),
+        .http3 => h3(st).finishStream(st),
     }
 }
 
@@ -287,6 +333,7 @@ pub fn abortStream(st: *Stream) void {
         .http1 => st.conn.close(),
         // HTTP/2 resets the one stream.
         .http2 => h2.abortStream(st),
+        .http3 => h3(st).abortStream(st),
     }
 }
 
@@ -299,7 +346,7 @@ pub fn refuseRequest(st: *Stream, status: u16) bool {
             h1.refuse(st.conn, status);
             return true;
         },
-        .http2 => return false,
+        .http2, .http3 => return false,
     }
 }
 
@@ -308,6 +355,7 @@ pub fn wsSession(st: *const Stream) ?*websocket.Session {
     return switch (st.protocol) {
         .http1 => h1.wsSessionOf(st.conn),
         .http2 => h2.wsSessionOf(st),
+        .http3 => null,
     };
 }
 
@@ -387,63 +435,63 @@ pub const webSocketDestroy = websocket.destroy;
 
 pub fn carrierLive(st: *const Stream) bool {
     return switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsLive(@fieldParentPtr("base", st)),
     };
 }
 
 pub fn carrierEnded(st: *const Stream) bool {
     return switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsEnded(@fieldParentPtr("base", st)),
     };
 }
 
 pub fn carrierHeld(st: *const Stream) bool {
     return switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsHeld(@fieldParentPtr("base", st)),
     };
 }
 
 pub fn carrierInput(st: *Stream) []u8 {
     return switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsInput(@fieldParentPtr("base", st)),
     };
 }
 
 pub fn carrierConsume(st: *Stream, n: usize) void {
     switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsConsume(@fieldParentPtr("base", st), n),
     }
 }
 
 pub fn carrierQueue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
     switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => try h2.wsQueue(@fieldParentPtr("base", st), head, payload),
     }
 }
 
 pub fn carrierEnd(st: *Stream) error{OutOfMemory}!void {
     switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => try h2.wsEnd(@fieldParentPtr("base", st)),
     }
 }
 
 pub fn carrierAbort(st: *Stream) void {
     switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => h2.wsAbort(@fieldParentPtr("base", st)),
     }
 }
 
 pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void {
     switch (st.protocol) {
-        .http1 => unreachable,
+        .http1, .http3 => unreachable,
         .http2 => try h2.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra),
     }
 }

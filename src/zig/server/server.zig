@@ -105,6 +105,26 @@ const accept_warning_interval_ms: u64 = 60_000;
 const token_listen: usize = 1;
 const token_timer: usize = 2;
 const token_wake: usize = 3;
+const token_quic: usize = 4;
+const token_quic_timer: usize = 5;
+
+/// HTTP/3's worker (`http3/worker.zig`, made by the engine when `--http3` is on), as the
+/// server drives it without importing it: its UDP socket and its timer fd are polled here
+/// under their own tokens, its output is written when the loop's pass ends (`settleBegin`),
+/// and its stream verbs are the seam's `.http3` branches (`protocol.Http3Verbs`).
+pub const QuicPlug = struct {
+    ctx: *anyopaque,
+    udp_fd: i32,
+    timer_fd: i32,
+    on_readable: *const fn (ctx: *anyopaque) void,
+    on_timer: *const fn (ctx: *anyopaque) void,
+    flush: *const fn (ctx: *anyopaque) void,
+    /// The drain starts: each connection is sent GOAWAY and closes once its requests are done.
+    drain: *const fn (ctx: *anyopaque) void,
+    /// The server stops: every QUIC connection is closed and freed.
+    deinit: *const fn (ctx: *anyopaque) void,
+    verbs: *const protocol.Http3Verbs,
+};
 
 /// A request head must fit one pooled read buffer...
 pub const request_head_bytes_max = @import("../os/buffer_pool.zig").buffer_bytes;
@@ -171,6 +191,9 @@ pub const Server = struct {
     /// HTTP/2 connections whose streams queued output during this pass of the loop:
     /// flushed together when the pass ends (`settleBegin`), one write for many streams.
     flush_soon: ?*Conn = null,
+    /// `--http3`: the worker's QUIC endpoint (`plugQuic`).
+    quic: ?QuicPlug = null,
+    quic_flush_wanted: bool = false,
     in_poll: bool = false,
     /// The server's life, as the engine answers for it: `ready` false until the app's
     /// startup is over (every request but the health, ready and metrics paths then gets
@@ -348,6 +371,8 @@ pub const Server = struct {
                 token_listen => self.acceptAll(),
                 token_timer => self.tick(),
                 token_wake => self.clearWake(),
+                token_quic => if (self.quic) |q| q.on_readable(q.ctx),
+                token_quic_timer => if (self.quic) |q| q.on_timer(q.ctx),
                 else => {
                     const c: *Conn = @ptrFromInt(ev.token);
                     if (ev.sent) c.ringSent(ev.result) else c.onEvent(ev.readable, ev.writable, ev.hangup);
@@ -750,6 +775,21 @@ pub const Server = struct {
         self.settleSoon();
     }
 
+    /// Registers HTTP/3's worker: its socket and timer join the event source.
+    pub fn plugQuic(self: *Server, plug: QuicPlug) bool {
+        std.debug.assert(self.quic == null);
+        if (!self.io.registerPollable(plug.udp_fd, token_quic)) return false;
+        if (!self.io.registerPollable(plug.timer_fd, token_quic_timer)) return false;
+        self.quic = plug;
+        return true;
+    }
+
+    /// A QUIC connection has datagrams to send: written when this pass ends.
+    pub fn quicFlushSoon(self: *Server) void {
+        self.quic_flush_wanted = true;
+        self.settleSoon();
+    }
+
     fn settleSoon(self: *Server) void {
         if (self.settle_pending) return;
         self.settle_pending = true;
@@ -761,6 +801,10 @@ pub const Server = struct {
     pub fn settleBegin(self: *Server) bool {
         self.settle_pending = false;
         self.flushQueued();
+        if (self.quic_flush_wanted) {
+            self.quic_flush_wanted = false;
+            if (self.quic) |q| q.flush(q.ctx);
+        }
         if (self.io_submit_wanted) {
             self.io_submit_wanted = false;
             // Sends that completed inside the submission are handled now: their streams
@@ -827,6 +871,7 @@ pub const Server = struct {
                 c.close();
             } else protocol.drainStarted(c);
         }
+        if (self.quic) |q| q.drain(q.ctx);
     }
 
     /// Graceful shutdown, step two: no new connections. Those the kernel already
@@ -890,6 +935,10 @@ pub const Server = struct {
 
     pub fn deinit(self: *Server) void {
         self.stopAccepting();
+        if (self.quic) |q| {
+            self.quic = null;
+            q.deinit(q.ctx);
+        }
         self.closeAll();
         if (self.writer) |w| {
             // Queued writes finish (the sockets are non-blocking), then their owners are freed.

@@ -74,6 +74,7 @@ pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) v
         .http10 => "1.0",
         .http11 => "1.1",
         .http2 => "2",
+        .http3 => "3",
     };
     const path = req.path[0..@min(req.path.len, 600)];
     const query = req.query[0..@min(req.query.len, 200)];

@@ -25,7 +25,7 @@ const sys = @import("../os/sys.zig");
 
 pub const Header = http_fields.Header;
 
-pub const Version = enum(u8) { http10, http11, http2 };
+pub const Version = enum(u8) { http10, http11, http2, http3 };
 
 /// What `scope.build` needs of a request, from any protocol. Slices point into the
 /// connection's read buffer (HTTP/1.1) or a decoded header block (HTTP/2); valid only
@@ -62,7 +62,7 @@ pub const Request = struct {
 
 pub const BodyKind = enum(u8) { none, length, chunked };
 
-pub const Protocol = enum(u8) { http1, http2 };
+pub const Protocol = enum(u8) { http1, http2, http3 };
 
 pub const TakeResult = struct { count: usize, done: bool, failed: bool };
 pub const WriteError = error{ NotStarted, AlreadyComplete, Busy, TooMuchBody, TooLittleBody, OutOfMemory };
@@ -308,13 +308,20 @@ pub const Stream = struct {
         const opts = srv.opts.tracing;
         // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP).
         const hsts = srv.opts.hsts.len > 0 and self.tlsSession() != null;
-        if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts) return self.startResponseWith(status, headers, extra, trailers);
-        var own: [3][2][]const u8 = undefined;
+        // `--http3`: HTTP/1.1 and HTTP/2 over TLS advertise it (an app's own alt-svc wins).
+        const alt_svc = if (srv.opts.http3) |h3| self.protocol != .http3 and self.tlsSession() != null and !tracing.hasField(headers, "alt-svc") and h3.alt_svc_port != 0 else false;
+        if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts and !alt_svc) return self.startResponseWith(status, headers, extra, trailers);
+        var own: [4][2][]const u8 = undefined;
+        var alt_buf: [32]u8 = undefined;
         var timing: [40]u8 = undefined;
         const elapsed: ?u64 = if (opts.server_timing and self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
         var n = tracing.responseFields(opts, &self.request_id, elapsed, headers, own[0..2], &timing).len;
         if (hsts and !tracing.hasField(headers, "strict-transport-security")) {
             own[n] = .{ "strict-transport-security", srv.opts.hsts };
+            n += 1;
+        }
+        if (alt_svc) {
+            own[n] = .{ "alt-svc", std.fmt.bufPrint(&alt_buf, "h3=\":{d}\"; ma=86400", .{srv.opts.http3.?.alt_svc_port}) catch unreachable };
             n += 1;
         }
         const added = own[0..n];

@@ -1,0 +1,435 @@
+//! HTTP/3 in a worker: its UDP socket, its QUIC endpoint, its connections and their
+//! timer, as the server drives them through a `server.QuicPlug` (the server does not
+//! import this file: the engine makes the worker, `start`, and plugs it in).
+//!
+//! Input: the socket's readiness reads batches of datagrams (`udp.receive`, at most
+//! `batches_per_event` per event: the socket is level-triggered, the rest come on the next
+//! pass), each goes to `quic/endpoint.zig`, which finds or makes its `QuicConn`. Output: a
+//! connection that received, timed out or had a stream written is marked dirty; when the
+//! loop's pass ends (`Server.quicFlushSoon` -> `flush`) each dirty connection's events go to
+//! its HTTP/3 session, then its datagrams to `udp.send`. Timers: each connection has one
+//! earliest deadline (`quic/connection.zig` `nextDeadline`); the worker's timerfd is set to
+//! the earliest of them (one-shot, absolute), so an idle worker sleeps until then.
+//!
+//! A `QuicConn` is the owner object of one QUIC connection: the endpoint's `Conn`, the HTTP/3
+//! session's `Owner` (`server_stream.zig` adapts its requests to `server/stream.zig`'s
+//! `Stream`), and the carrier its streams name (`carrier`, a `server/connection.zig` `Conn`
+//! with no socket: the server, the options, the client's address; never linked into the
+//! server's lists and never read or written by the TCP path).
+const std = @import("std");
+const linux = std.os.linux;
+const sys = @import("../os/sys.zig");
+const udp = @import("../transport/udp.zig");
+const Peer = @import("../transport/peer.zig").Peer;
+const openssl = @import("../transport/openssl.zig");
+const endpoint_mod = @import("../quic/endpoint.zig");
+const connection = @import("../quic/connection.zig");
+const session_mod = @import("session.zig");
+const server_mod = @import("../server/server.zig");
+const Server = server_mod.Server;
+const conn_mod = @import("../server/connection.zig");
+const server_stream = @import("server_stream.zig");
+
+pub const Session = session_mod.Session(connection.Connection, QuicConn);
+pub const Endpoint = endpoint_mod.Endpoint(QuicConn);
+
+/// Datagram batches read per readiness event (32 datagrams each).
+const batches_per_event = 8;
+/// Datagrams one connection sends per flush; past it the connection stays dirty.
+const datagrams_per_flush_max = 256;
+/// Connections at once per worker, and those still handshaking (the Initial-flood bound).
+pub const connections_max = 4096;
+pub const handshakes_max = 256;
+
+pub const QuicConn = struct {
+    pub const Context = *Worker;
+
+    worker: *Worker,
+    quic: *connection.Connection,
+    session: *Session,
+    endpoint_link: endpoint_mod.Link = .{},
+    /// What the streams reach the server through (see the file's comment).
+    carrier: conn_mod.Conn,
+    path: endpoint_mod.Path,
+    /// Request streams the owner keeps (`server_stream.H3Stream`), by QUIC stream id.
+    streams: std.AutoHashMapUnmanaged(u64, *server_stream.H3Stream) = .empty,
+    /// Streams an app still holds: the connection is freed only once none is.
+    held: u32 = 0,
+    dirty: bool = false,
+    dirty_next: ?*QuicConn = null,
+    prev: ?*QuicConn = null,
+    next: ?*QuicConn = null,
+    /// The QUIC connection is over (closed event seen or state closed).
+    over: bool = false,
+    removed: bool = false,
+
+    pub fn open(w: *Worker, acc: *const endpoint_mod.Accept) ?*QuicConn {
+        const gpa = w.gpa;
+        const now = sys.monotonicUs();
+        var config: connection.Config = .{
+            .max_idle_timeout_ms = w.idle_timeout_ms,
+            .stateless_reset_token = acc.reset_token,
+        };
+        config.initial_max_streams_bidi = 128;
+        var addr_buf: [64]u8 = undefined;
+        const addr = acc.path.peer.format(&addr_buf);
+        const retry: ?connection.RetryInfo = if (acc.retry_scid) |*r| .{ .retry_scid = r.slice() } else null;
+        const q = connection.Connection.init(gpa, config, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), addr, now, retry) orelse return null;
+        const self = gpa.create(QuicConn) catch {
+            q.deinit();
+            return null;
+        };
+        self.* = .{
+            .worker = w,
+            .quic = q,
+            .session = undefined,
+            .carrier = conn_mod.Conn.init(w.server, -1, acc.path.peer),
+            .path = acc.path,
+        };
+        // Not a TCP phase: any state but `.closed` (which `Stream.gone` reads).
+        self.carrier.state = .request;
+        self.session = Session.createShared(gpa, q, self, .{}, &w.buffers) catch {
+            q.deinit();
+            gpa.destroy(self);
+            return null;
+        };
+        w.link(self);
+        return self;
+    }
+
+    /// A datagram naming one of this connection's IDs. The endpoint hands over the
+    /// worker's receive buffer, which the connection opens in place.
+    pub fn receive(self: *QuicConn, datagram: []const u8, path: *const endpoint_mod.Path, now_us: u64) void {
+        // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
+        if (self.quic.isClosed()) return;
+        self.path = path.*;
+        self.carrier.peer = path.peer;
+        self.quic.receive(@constCast(datagram), now_us);
+        self.worker.markDirty(self);
+    }
+
+    /// The transport's events, into the session (and the endpoint's handshake count).
+    fn drive(self: *QuicConn) void {
+        self.session.setNow(sys.monotonicMs());
+        var guard: usize = 0;
+        while (guard < 100_000) : (guard += 1) {
+            const ev = self.quic.nextEvent() orelse break;
+            switch (ev) {
+                .handshake_done => self.worker.endpoint.handshakeConfirmed(self),
+                .closed => self.over = true,
+                else => {},
+            }
+            self.session.handle(ev);
+        }
+        if (self.quic.isClosed()) self.over = true;
+        if (self.over) self.connectionOver();
+    }
+
+    fn connectionOver(self: *QuicConn) void {
+        self.carrier.state = .closed;
+        server_stream.connectionOver(self);
+    }
+
+    // ---- the session's owner ----------------------------------------------------------
+
+    pub fn onRequest(self: *QuicConn, id: u64, head: *const session_mod.Head) void {
+        server_stream.onRequest(self, id, head);
+    }
+    pub fn onBody(self: *QuicConn, id: u64, bytes: []const u8, fin: bool) void {
+        server_stream.onBody(self, id, bytes, fin);
+    }
+    pub fn onTrailers(self: *QuicConn, id: u64, fields: []const session_mod.Header) void {
+        _ = self;
+        _ = id;
+        _ = fields; // request trailers are not passed on (README, "## HTTP/3")
+    }
+    pub fn onReset(self: *QuicConn, id: u64, code: u64) void {
+        _ = code;
+        server_stream.onReset(self, id);
+    }
+    pub fn onGoaway(self: *QuicConn, id: u64) void {
+        _ = self;
+        _ = id;
+    }
+    pub fn onWritable(self: *QuicConn, id: u64) void {
+        server_stream.onWritable(self, id);
+    }
+
+    /// Something was written on one of its streams: its datagrams go when the pass ends.
+    pub fn touched(self: *QuicConn) void {
+        self.worker.markDirty(self);
+    }
+
+    fn destroy(self: *QuicConn) void {
+        std.debug.assert(self.held == 0);
+        const w = self.worker;
+        if (!self.removed) w.endpoint.remove(self);
+        server_stream.freeAll(self);
+        self.streams.deinit(w.gpa);
+        self.session.destroy();
+        self.quic.deinit();
+        w.unlink(self);
+        w.gpa.destroy(self);
+    }
+};
+
+pub const Worker = struct {
+    gpa: std.mem.Allocator,
+    server: *Server,
+    ssl_ctx: *openssl.SSL_CTX,
+    sock: udp.Socket,
+    timer_fd: i32,
+    idle_timeout_ms: u64,
+    endpoint: Endpoint = undefined,
+    /// The sessions' working buffers, shared: they are driven one at a time (`flush`).
+    buffers: Session.Buffers = undefined,
+    answers: endpoint_mod.OutQueue = .{},
+    recv: udp.RecvBatch = .{},
+    out_bufs: [udp.batch_len_max][udp.datagram_len_max]u8 = undefined,
+    out: [udp.batch_len_max]udp.Outgoing = undefined,
+    out_len: usize = 0,
+    live: ?*QuicConn = null,
+    dirty: ?*QuicConn = null,
+    timer_at_us: u64 = std.math.maxInt(u64),
+
+    fn link(w: *Worker, c: *QuicConn) void {
+        c.next = w.live;
+        c.prev = null;
+        if (w.live) |h| h.prev = c;
+        w.live = c;
+    }
+
+    fn unlink(w: *Worker, c: *QuicConn) void {
+        if (c.prev) |p| p.next = c.next else w.live = c.next;
+        if (c.next) |n| n.prev = c.prev;
+        c.prev = null;
+        c.next = null;
+    }
+
+    pub fn markDirty(w: *Worker, c: *QuicConn) void {
+        if (!c.dirty) {
+            c.dirty = true;
+            c.dirty_next = w.dirty;
+            w.dirty = c;
+        }
+        w.server.quicFlushSoon();
+    }
+
+    // ---- the plug's callbacks ---------------------------------------------------------
+
+    fn onReadable(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        for (0..batches_per_event) |_| {
+            const n = switch (udp.receive(&w.sock, &w.recv)) {
+                .ok => |n| n,
+                .err => 0,
+            };
+            if (n == 0) break;
+            const now = sys.monotonicUs();
+            for (0..n) |i| {
+                const d = w.recv.get(i);
+                _ = w.endpoint.onDatagram(d.bytes, d.peer, d.local, now, &w.answers);
+            }
+            if (n < udp.batch_len_max) break;
+        }
+        if (w.answers.len > 0) w.server.quicFlushSoon();
+    }
+
+    fn onTimer(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var expirations: u64 = 0;
+        _ = sys.read(w.timer_fd, std.mem.asBytes(&expirations));
+        w.timer_at_us = std.math.maxInt(u64);
+        const now = sys.monotonicUs();
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            const d = c.quic.nextDeadline() orelse continue;
+            if (d > now) continue;
+            c.quic.onTimeout(now);
+            w.markDirty(c);
+        }
+        w.server.quicFlushSoon();
+    }
+
+    /// The end of the loop's pass: answers and every dirty connection's datagrams go out.
+    fn flush(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        while (w.answers.peek()) |a| {
+            w.queue(a.slice(), &a.path);
+            w.answers.pop();
+        }
+        var again = false;
+        var list = w.dirty;
+        w.dirty = null;
+        while (list) |c| {
+            list = c.dirty_next;
+            c.dirty_next = null;
+            c.dirty = false;
+            c.drive();
+            if (w.sendFrom(c)) again = true;
+            if (c.over and c.quic.isClosed() and c.held == 0) c.destroy();
+        }
+        w.sendQueued();
+        w.armTimer();
+        if (again or w.dirty != null) w.server.quicFlushSoon();
+    }
+
+    /// The connection's datagrams; true when it had more than one flush sends.
+    fn sendFrom(w: *Worker, c: *QuicConn) bool {
+        const now = sys.monotonicUs();
+        var sent: usize = 0;
+        while (sent < datagrams_per_flush_max) : (sent += 1) {
+            if (w.out_len == udp.batch_len_max) w.sendQueued();
+            const buf = &w.out_bufs[w.out_len];
+            const n = c.quic.send(buf, now);
+            if (n == 0) return false;
+            w.out[w.out_len] = .{ .bytes = buf[0..n], .peer = c.path.peer, .local = c.path.local };
+            w.out_len += 1;
+        }
+        return true;
+    }
+
+    fn queue(w: *Worker, bytes: []const u8, path: *const endpoint_mod.Path) void {
+        if (w.out_len == udp.batch_len_max) w.sendQueued();
+        const n = @min(bytes.len, udp.datagram_len_max);
+        @memcpy(w.out_bufs[w.out_len][0..n], bytes[0..n]);
+        w.out[w.out_len] = .{ .bytes = w.out_bufs[w.out_len][0..n], .peer = path.peer, .local = path.local };
+        w.out_len += 1;
+    }
+
+    /// What the kernel does not take (its buffer full) is dropped: QUIC's loss recovery
+    /// sends it again.
+    fn sendQueued(w: *Worker) void {
+        var done: usize = 0;
+        while (done < w.out_len) {
+            const n = switch (udp.send(&w.sock, w.out[done..w.out_len])) {
+                .ok => |n| n,
+                .err => 1, // this datagram is refused (its address): the others may go
+            };
+            if (n == 0) break;
+            done += n;
+        }
+        w.out_len = 0;
+    }
+
+    /// The timerfd at the earliest deadline of every connection (none: disarmed).
+    fn armTimer(w: *Worker) void {
+        var earliest: u64 = std.math.maxInt(u64);
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.quic.nextDeadline()) |d| earliest = @min(earliest, d);
+        }
+        if (earliest == w.timer_at_us) return;
+        w.timer_at_us = earliest;
+        var spec: linux.itimerspec = .{ .it_interval = .{ .sec = 0, .nsec = 0 }, .it_value = .{ .sec = 0, .nsec = 0 } };
+        if (earliest != std.math.maxInt(u64)) {
+            // CLOCK_MONOTONIC, as `sys.monotonicUs`; 0 would disarm: at least 1 ns.
+            const at = @max(earliest, 1);
+            spec.it_value = .{ .sec = @intCast(at / std.time.us_per_s), .nsec = @intCast((at % std.time.us_per_s) * std.time.ns_per_us) };
+        }
+        _ = linux.timerfd_settime(w.timer_fd, .{ .ABSTIME = true }, &spec, null);
+    }
+
+    fn drainPlug(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.over) continue;
+            c.session.goaway();
+            w.markDirty(c);
+        }
+    }
+
+    fn deinitPlug(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        // Each client is told (H3_NO_ERROR) rather than left to its idle timeout.
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.quic.isClosed()) continue;
+            c.quic.closeApplication(0x100, "server stopping");
+            _ = w.sendFrom(c);
+        }
+        w.sendQueued();
+        while (w.live) |c| {
+            server_stream.detachAll(c);
+            c.held = 0;
+            c.destroy();
+        }
+        w.endpoint.deinit(w.gpa);
+        w.buffers.deinit(w.gpa);
+        sys.close(w.timer_fd);
+        openssl.freeContext(w.ssl_ctx);
+        w.gpa.destroy(w);
+    }
+};
+
+const plug_verbs = server_stream.verbs;
+
+/// Makes the worker for `server.opts.http3` and plugs it into the server; it owns
+/// `ssl_ctx` from here on (freed with it, also on failure).
+pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, TimerCreateFailed, RegisterFailed }!void {
+    const h3 = server.opts.http3.?;
+    const gpa = std.heap.c_allocator;
+    const w = gpa.create(Worker) catch {
+        openssl.freeContext(ssl_ctx);
+        return error.OutOfMemory;
+    };
+    const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
+    if (sys.E.init(tfd_rc) != .SUCCESS) {
+        gpa.destroy(w);
+        openssl.freeContext(ssl_ctx);
+        return error.TimerCreateFailed;
+    }
+    w.* = .{
+        .gpa = gpa,
+        .server = server,
+        .ssl_ctx = ssl_ctx,
+        .sock = .{ .fd = h3.fd, .family = linux.AF.INET6, .gso = false },
+        .timer_fd = @intCast(tfd_rc),
+        .idle_timeout_ms = h3.idle_timeout_ms,
+    };
+    w.buffers = Session.Buffers.init(gpa, .{}) catch {
+        sys.close(w.timer_fd);
+        gpa.destroy(w);
+        openssl.freeContext(ssl_ctx);
+        return error.OutOfMemory;
+    };
+    var seed: [32]u8 = undefined;
+    std.crypto.random.bytes(&seed);
+    var table_key: [16]u8 = undefined;
+    std.crypto.random.bytes(&table_key);
+    w.endpoint = Endpoint.init(gpa, .{
+        .worker_index = h3.worker_index,
+        .seed = seed,
+        .table_key = table_key,
+        .retry_key = h3.retry_key,
+        .reset_key = h3.reset_key,
+        .retry = switch (h3.retry) {
+            .never => .never,
+            .auto => .auto,
+            .always => .always,
+        },
+        .connections_max = connections_max,
+        .handshakes_max = handshakes_max,
+    }, w) catch {
+        w.buffers.deinit(gpa);
+        sys.close(w.timer_fd);
+        gpa.destroy(w);
+        openssl.freeContext(ssl_ctx);
+        return error.OutOfMemory;
+    };
+    if (!server.plugQuic(.{
+        .ctx = w,
+        .udp_fd = h3.fd,
+        .timer_fd = w.timer_fd,
+        .on_readable = Worker.onReadable,
+        .on_timer = Worker.onTimer,
+        .flush = Worker.flush,
+        .drain = Worker.drainPlug,
+        .deinit = Worker.deinitPlug,
+        .verbs = &plug_verbs,
+    })) {
+        Worker.deinitPlug(w);
+        return error.RegisterFailed;
+    }
+}
