@@ -146,9 +146,21 @@ async def _evaluate(ws_url: str, expression: str, timeout: float) -> str:
         return value
 
 
-def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server, h3_certs):
+def _devtools_page(debug_port: int) -> str:
+    """The DevTools WebSocket URL of Chromium's first page, once its endpoint is up."""
     import httpx
 
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            pages = httpx.get(f"http://127.0.0.1:{debug_port}/json/list", timeout=2).json()
+            return next(p["webSocketDebuggerUrl"] for p in pages if p.get("type") == "page")
+        except (httpx.HTTPError, StopIteration, ValueError):
+            time.sleep(0.2)
+    pytest.fail("Chromium's DevTools endpoint did not come up")
+
+
+def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server, h3_certs):
     # 127.0.0.1, not localhost: Chromium tries ::1 first, where the server does not listen,
     # and a forced QUIC origin does not fall back (the certificate names both).
     origin = f"127.0.0.1:{h3_server.port}"
@@ -160,15 +172,7 @@ def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server
         env={**os.environ, "HOME": str(chromium_home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
-        ws_url = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and ws_url is None:
-            try:
-                pages = httpx.get(f"http://127.0.0.1:{debug_port}/json/list", timeout=2).json()
-                ws_url = next(p["webSocketDebuggerUrl"] for p in pages if p.get("type") == "page")
-            except (httpx.HTTPError, StopIteration, ValueError):
-                time.sleep(0.2)
-        assert ws_url, "Chromium's DevTools endpoint did not come up"
+        ws_url = _devtools_page(debug_port)
         expression = ("(() => { const e = performance.getEntries()[0]; const t = document.body && "
                       "document.body.innerText; return e && t && t.includes('http_version') ? "
                       "JSON.stringify({protocol: e.nextHopProtocol, body: t}) : ''; })()")
@@ -191,8 +195,6 @@ def test_chromium_loaded_over_http11_tls_switches_to_h3_by_the_servers_alt_svc(c
     server adds to its HTTP/1.1 response over TLS and uses it for a later navigation.
     (Chromium follows alt-svc only for publicly trusted roots, unless QUIC is forced for
     some origin of the host: another port of 127.0.0.1 is, one nothing listens on.)"""
-    import httpx
-
     from tests.support.h3_support import start_h3_server
 
     server = start_h3_server(h3_certs, workers, "--no-http2")
@@ -205,15 +207,7 @@ def test_chromium_loaded_over_http11_tls_switches_to_h3_by_the_servers_alt_svc(c
         env={**os.environ, "HOME": str(chromium_home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
-        ws_url = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and ws_url is None:
-            try:
-                pages = httpx.get(f"http://127.0.0.1:{debug_port}/json/list", timeout=2).json()
-                ws_url = next(p["webSocketDebuggerUrl"] for p in pages if p.get("type") == "page")
-            except (httpx.HTTPError, StopIteration, ValueError):
-                time.sleep(0.2)
-        assert ws_url, "Chromium's DevTools endpoint did not come up"
+        ws_url = _devtools_page(debug_port)
         protocols = asyncio.run(_navigate_until_h3(ws_url, origin, tries=8))
         assert protocols[0] == "http/1.1", protocols
         assert protocols[-1] == "h3", f"{protocols}\n--- server output ---\n{server.output()[-3000:]}"
