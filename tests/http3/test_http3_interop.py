@@ -1,5 +1,7 @@
 """HTTP/3 interop: quic-go's HTTP/3 client (tests/interop/go/h3, quic-go v0.65.0) and
-headless Chromium forced onto QUIC, against ``zigcorn --http3`` (tests/apps/h3_app.py) with
+headless Chromium (forced onto QUIC: a page, then its fetches of a 1 MiB POST, a streamed
+response and 100 requests at once; and switching to h3 by the server's alt-svc), against
+``zigcorn --http3`` (tests/apps/h3_app.py) with
 1 and 4 workers. aioquic and curl: tests/http3/test_http3.py.
 
 The Go program is built once per machine (its modules come from the Go module proxy at
@@ -146,6 +148,37 @@ async def _evaluate(ws_url: str, expression: str, timeout: float) -> str:
         return value
 
 
+# What the page runs once it loaded over h3 (awaited by `_evaluate_async`).
+FETCHES = """(async () => {
+  const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  const body = new Uint8Array(1048576);
+  for (let i = 0; i < body.length; i += 65536) crypto.getRandomValues(body.subarray(i, i + 65536));
+  const sha256 = hex(await crypto.subtle.digest("SHA-256", body));
+  const echo = await (await fetch("/echo", {method: "POST", body})).json();
+  const streamed = new Uint8Array(await (await fetch("/stream?chunks=300&size=1000")).arrayBuffer());
+  let streamed_ok = true;
+  for (let i = 0; i < streamed.length; i++) if (streamed[i] !== Math.floor(i / 1000) % 256) { streamed_ok = false; break; }
+  const many = await Promise.all(Array.from({length: 100}, (_, i) => fetch("/info?many=" + i).then((r) => r.json())));
+  const protocols = [...new Set(performance.getEntriesByType("resource").map((e) => e.nextHopProtocol))];
+  return JSON.stringify({sha256, echo, streamed_bytes: streamed.length, streamed_ok, many: many.length,
+                         many_pids: new Set(many.map((m) => m.pid)).size, protocols});
+})()"""
+
+
+async def _evaluate_async(ws_url: str, expression: str, timeout: float) -> str:
+    """The value of an expression that returns a promise, awaited in the page."""
+    websockets = require_module("websockets")
+    async with websockets.connect(ws_url, max_size=None) as conn:
+        await conn.send(json.dumps({"id": 1, "method": "Runtime.evaluate",
+                                    "params": {"expression": expression, "awaitPromise": True, "returnByValue": True}}))
+        while True:
+            reply = json.loads(await asyncio.wait_for(conn.recv(), timeout))
+            if reply.get("id") == 1:
+                result = reply.get("result", {})
+                assert "exceptionDetails" not in result, result
+                return result["result"]["value"]
+
+
 def _devtools_page(debug_port: int) -> str:
     """The DevTools WebSocket URL of Chromium's first page, once its endpoint is up."""
     import httpx
@@ -181,6 +214,12 @@ def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server
         result = json.loads(value)
         assert result["protocol"] == "h3"
         assert json.loads(result["body"])["http_version"] == "3"
+        # The page's own fetches: a 1 MiB POST, a streamed response, 100 requests at once.
+        done = json.loads(asyncio.run(_evaluate_async(ws_url, FETCHES, 60)))
+        assert done["echo"]["bytes"] == MB and done["echo"]["sha256"] == done["sha256"], done
+        assert done["streamed_bytes"] == 300_000 and done["streamed_ok"], done
+        assert done["many"] == 100 and done["many_pids"] == 1, done
+        assert done["protocols"] == ["h3"], done
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
