@@ -1,8 +1,8 @@
 //! In-order delivery of bytes that arrive at offsets (STREAM and CRYPTO frames, RFC 9000
 //! 2.2, 19.6, 19.8), bounded: the caller names the window (how far past what was read data
 //! may land) and the buffer never grows past it. The buffer exists only while bytes wait in
-//! it (allocated on first data, freed when all was read), so an idle stream costs a few dozen
-//! bytes.
+//! it (allocated on first data, freed when all was read), and so does the room for its ranges,
+//! so an idle stream costs a few dozen bytes.
 //!
 //! The data held is a set of at most `ranges_max` disjoint ranges; a frame that would need
 //! one more is refused with `error.TooFragmented`, and the connection then drops the whole
@@ -24,12 +24,15 @@ pub const Reassembly = struct {
     buf: []u8 = &.{},
     /// Bytes before this offset were handed out.
     read_offset: u64 = 0,
-    ranges: [ranges_max]Range = undefined,
+    /// Room for `ranges_max` ranges while bytes wait (allocated and freed with `buf`).
+    ranges: []Range = &.{},
     count: u8 = 0,
 
     pub fn deinit(r: *Reassembly, allocator: Allocator) void {
         allocator.free(r.buf);
         r.buf = &.{};
+        allocator.free(r.ranges);
+        r.ranges = &.{};
         r.count = 0;
     }
 
@@ -48,7 +51,11 @@ pub const Reassembly = struct {
         const part = data[@intCast(start - offset)..];
         if (r.covered(start, end)) return;
         if (r.count == ranges_max and !r.touchesAny(start, end)) return error.TooFragmented;
-        try r.reserve(allocator, @intCast(end - r.read_offset), window_bytes);
+        if (r.ranges.len == 0) r.ranges = try allocator.alloc(Range, ranges_max);
+        r.reserve(allocator, @intCast(end - r.read_offset), window_bytes) catch |e| {
+            if (r.count == 0) r.deinit(allocator);
+            return e;
+        };
         @memcpy(r.buf[@intCast(start - r.read_offset)..][0..part.len], part);
         r.addRange(start, end);
     }
@@ -99,7 +106,7 @@ pub const Reassembly = struct {
             out[n] = merged;
             n += 1;
         }
-        assert(n <= ranges_max);
+        assert(n <= ranges_max and r.ranges.len == ranges_max);
         @memcpy(r.ranges[0..n], out[0..n]);
         r.count = @intCast(n);
     }
