@@ -5,7 +5,7 @@
 //! Memory, all bounded by our SETTINGS: the table's entries (their sizes sum to at most
 //! the capacity we advertise; one allocation per entry, owning its name and value), the
 //! ring of entries (at most capacity / 32 slots), one partial encoder-stream instruction
-//! (`instructionBytesMax`), a list of blocked streams (held only while one is) and a fixed output buffer.
+//! (`instructionBytesMax`), a list of blocked streams (held only while one is) and an output buffer (held only while bytes wait in it).
 //!
 //! Decoded fields are slices into the caller's scratch buffer (Huffman strings, copies
 //! of dynamic entries), into the section itself (plain literals) or into the static
@@ -92,7 +92,9 @@ pub const Decoder = struct {
     /// blocks and freed when none is (an idle session holds none).
     blocked: []Blocked = &.{},
     blocked_len: usize = 0,
-    out: [output_bytes_max]u8 = undefined,
+    /// Decoder-stream bytes owed (`output_bytes_max` of room, allocated by the first
+    /// instruction and freed once all was sent: an idle session holds none).
+    out: []u8 = &.{},
     out_len: usize = 0,
 
     pub fn init(limits: Limits) Decoder {
@@ -112,6 +114,9 @@ pub const Decoder = struct {
         self.gpa.free(self.blocked);
         self.blocked = &.{};
         self.blocked_len = 0;
+        self.gpa.free(self.out);
+        self.out = &.{};
+        self.out_len = 0;
     }
 
     /// RFC 9204 4.5.1.1's MaxEntries, from the capacity we advertise.
@@ -136,11 +141,17 @@ pub const Decoder = struct {
         std.debug.assert(n <= self.out_len);
         std.mem.copyForwards(u8, self.out[0 .. self.out_len - n], self.out[n..self.out_len]);
         self.out_len -= n;
+        if (self.out_len == 0 and self.out.len > 0) {
+            self.gpa.free(self.out);
+            self.out = &.{};
+        }
     }
 
     fn emit(self: *Decoder, flags: u8, comptime prefix: u4, value: u64) Error!void {
         if (output_bytes_max - self.out_len < instruction_len_max) return error.DecoderStreamFull;
-        self.out_len = qpack.encodeInt(&self.out, self.out_len, flags, prefix, value) catch unreachable;
+        if (self.out.len == 0) self.out = try self.gpa.alloc(u8, output_bytes_max);
+        std.debug.assert(self.out.len == output_bytes_max);
+        self.out_len = qpack.encodeInt(self.out, self.out_len, flags, prefix, value) catch unreachable;
     }
 
     /// Insert Count Increment (4.4.3) for every insert the peer cannot yet know we have.
