@@ -24,16 +24,25 @@ pub const Reassembly = struct {
     buf: []u8 = &.{},
     /// Bytes before this offset were handed out.
     read_offset: u64 = 0,
-    /// Room for `ranges_max` ranges while bytes wait (allocated and freed with `buf`).
+    /// Room for `ranges_max` ranges while bytes wait: it lives in `buf`'s allocation, after
+    /// the data (one allocation, made and freed with the buffer).
     ranges: []Range = &.{},
     count: u8 = 0,
 
     pub fn deinit(r: *Reassembly, allocator: Allocator) void {
-        allocator.free(r.buf);
+        if (r.buf.len > 0) allocator.free(block(r.buf));
         r.buf = &.{};
-        allocator.free(r.ranges);
         r.ranges = &.{};
         r.count = 0;
+    }
+
+    const ranges_offset_align = @alignOf(Range);
+
+    /// The allocation behind a buffer of `buf.len` data bytes and the ranges after them.
+    fn block(buf: []u8) []align(@alignOf(Range)) u8 {
+        const total = std.mem.alignForward(usize, buf.len, ranges_offset_align) + ranges_max * @sizeOf(Range);
+        const p: [*]align(@alignOf(Range)) u8 = @alignCast(buf.ptr);
+        return p[0..total];
     }
 
     /// The highest offset received plus one (the read offset when nothing waits).
@@ -51,11 +60,7 @@ pub const Reassembly = struct {
         const part = data[@intCast(start - offset)..];
         if (r.covered(start, end)) return;
         if (r.count == ranges_max and !r.touchesAny(start, end)) return error.TooFragmented;
-        if (r.ranges.len == 0) r.ranges = try allocator.alloc(Range, ranges_max);
-        r.reserve(allocator, @intCast(end - r.read_offset), window_bytes) catch |e| {
-            if (r.count == 0) r.deinit(allocator);
-            return e;
-        };
+        try r.reserve(allocator, @intCast(end - r.read_offset), window_bytes);
         @memcpy(r.buf[@intCast(start - r.read_offset)..][0..part.len], part);
         r.addRange(start, end);
     }
@@ -74,10 +79,14 @@ pub const Reassembly = struct {
         if (need <= r.buf.len) return;
         const cap = @min(window_bytes, @max(need, 2 * r.buf.len, capacity_min));
         assert(cap >= need);
-        const grown = try allocator.alloc(u8, cap);
-        @memcpy(grown[0..r.buf.len], r.buf);
-        allocator.free(r.buf);
-        r.buf = grown;
+        const off = std.mem.alignForward(usize, cap, ranges_offset_align);
+        const mem = try allocator.alignedAlloc(u8, .of(Range), off + ranges_max * @sizeOf(Range));
+        const ranges = @as([*]Range, @ptrCast(@alignCast(mem.ptr + off)))[0..ranges_max];
+        @memcpy(mem[0..r.buf.len], r.buf);
+        @memcpy(ranges[0..r.count], r.ranges[0..r.count]);
+        if (r.buf.len > 0) allocator.free(block(r.buf));
+        r.buf = mem[0..cap];
+        r.ranges = ranges;
     }
 
     /// Merges [start, end) into the sorted set (the caller checked there is room).

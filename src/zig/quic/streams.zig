@@ -56,9 +56,10 @@ pub const Error = error{
 const Range = struct { start: u64, end: u64 };
 
 /// A small set of disjoint ranges, merged on insert; on overflow `add` says no. Its room
-/// (`send_ranges_max` ranges) is allocated on the first `add` and freed by `shrink` once the
-/// set is empty, so a stream with nothing out of order or lost holds none; when the room
-/// cannot be had `add` says no as on overflow (the callers' fallbacks are the same).
+/// (`send_ranges_max` ranges) is allocated on the first `add` and freed with the send
+/// buffer (`SendSide.deinit`, once everything written was acknowledged), so an idle stream
+/// holds none; when the room cannot be had `add` says no as on overflow (the callers'
+/// fallbacks are the same).
 const RangeSet = struct {
     items: []Range = &.{},
     count: u8 = 0,
@@ -99,11 +100,6 @@ const RangeSet = struct {
     fn clear(s: *RangeSet, allocator: Allocator) void {
         allocator.free(s.items);
         s.* = .{};
-    }
-
-    /// Frees the room of an empty set.
-    fn shrink(s: *RangeSet, allocator: Allocator) void {
-        if (s.count == 0 and s.items.len > 0) s.clear(allocator);
     }
 
     fn popFront(s: *RangeSet) void {
@@ -204,10 +200,6 @@ pub const SendSide = struct {
         if (fin) s.fin_acked = true;
         const end = offset + n;
         if (n == 0 or end <= s.acked_offset) return;
-        defer {
-            s.acked.shrink(allocator);
-            s.lost.shrink(allocator);
-        }
         if (!s.acked.add(allocator, @max(offset, s.acked_offset), end)) {
             // Forget this acknowledgement: the bytes go again (harmless duplicates).
             _ = s.lost.add(allocator, @max(offset, s.acked_offset), end) or s.rewind(offset);
