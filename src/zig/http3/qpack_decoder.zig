@@ -5,7 +5,7 @@
 //! Memory, all bounded by our SETTINGS: the table's entries (their sizes sum to at most
 //! the capacity we advertise; one allocation per entry, owning its name and value), the
 //! ring of entries (at most capacity / 32 slots), one partial encoder-stream instruction
-//! (`instructionBytesMax`), a fixed list of blocked streams and a fixed output buffer.
+//! (`instructionBytesMax`), a list of blocked streams (held only while one is) and an output buffer (held only while bytes wait in it).
 //!
 //! Decoded fields are slices into the caller's scratch buffer (Huffman strings, copies
 //! of dynamic entries), into the section itself (plain literals) or into the static
@@ -88,9 +88,13 @@ pub const Decoder = struct {
     acknowledged: u64 = 0,
     /// A partial encoder-stream instruction, waiting for the rest.
     pending: std.ArrayListUnmanaged(u8) = .empty,
-    blocked: [blocked_streams_limit]Blocked = undefined,
+    /// Room for `limits.blocked_streams_max` blocked streams, allocated when the first one
+    /// blocks and freed when none is (an idle session holds none).
+    blocked: []Blocked = &.{},
     blocked_len: usize = 0,
-    out: [output_bytes_max]u8 = undefined,
+    /// Decoder-stream bytes owed (`output_bytes_max` of room, allocated by the first
+    /// instruction and freed once all was sent: an idle session holds none).
+    out: []u8 = &.{},
     out_len: usize = 0,
 
     pub fn init(limits: Limits) Decoder {
@@ -107,6 +111,12 @@ pub const Decoder = struct {
         if (self.ring.len > 0) self.gpa.free(self.ring);
         self.ring = &.{};
         self.pending.deinit(self.gpa);
+        self.gpa.free(self.blocked);
+        self.blocked = &.{};
+        self.blocked_len = 0;
+        self.gpa.free(self.out);
+        self.out = &.{};
+        self.out_len = 0;
     }
 
     /// RFC 9204 4.5.1.1's MaxEntries, from the capacity we advertise.
@@ -131,11 +141,17 @@ pub const Decoder = struct {
         std.debug.assert(n <= self.out_len);
         std.mem.copyForwards(u8, self.out[0 .. self.out_len - n], self.out[n..self.out_len]);
         self.out_len -= n;
+        if (self.out_len == 0 and self.out.len > 0) {
+            self.gpa.free(self.out);
+            self.out = &.{};
+        }
     }
 
     fn emit(self: *Decoder, flags: u8, comptime prefix: u4, value: u64) Error!void {
         if (output_bytes_max - self.out_len < instruction_len_max) return error.DecoderStreamFull;
-        self.out_len = qpack.encodeInt(&self.out, self.out_len, flags, prefix, value) catch unreachable;
+        if (self.out.len == 0) self.out = try self.gpa.alloc(u8, output_bytes_max);
+        std.debug.assert(self.out.len == output_bytes_max);
+        self.out_len = qpack.encodeInt(self.out, self.out_len, flags, prefix, value) catch unreachable;
     }
 
     /// Insert Count Increment (4.4.3) for every insert the peer cannot yet know we have.
@@ -183,6 +199,10 @@ pub const Decoder = struct {
             if (b.stream_id != stream_id) continue;
             self.blocked[i] = self.blocked[self.blocked_len - 1];
             self.blocked_len -= 1;
+            if (self.blocked_len == 0) {
+                self.gpa.free(self.blocked);
+                self.blocked = &.{};
+            }
             return;
         }
     }
@@ -193,6 +213,8 @@ pub const Decoder = struct {
         }
         // RFC 9204 2.1.2: more blocked streams than we allow is a connection error.
         if (self.blocked_len >= self.limits.blocked_streams_max) return error.DecompressionFailed;
+        if (self.blocked.len == 0) self.blocked = try self.gpa.alloc(Blocked, self.limits.blocked_streams_max);
+        std.debug.assert(self.blocked.len == self.limits.blocked_streams_max);
         self.blocked[self.blocked_len] = .{ .stream_id = stream_id, .required_insert_count = required_insert_count };
         self.blocked_len += 1;
     }

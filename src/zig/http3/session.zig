@@ -122,7 +122,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         config: Config,
         decoder: qpack_decoder.Decoder,
         requests: std.AutoHashMapUnmanaged(u64, *RequestStream) = .empty,
-        uni: [uni_streams_max]?UniStream = [_]?UniStream{null} ** uni_streams_max,
+        /// The peer's unidirectional streams, each a heap record while it is open.
+        uni: [uni_streams_max]?*UniStream = [_]?*UniStream{null} ** uni_streams_max,
         peer_control: bool = false,
         peer_encoder: bool = false,
         peer_decoder: bool = false,
@@ -243,6 +244,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.gpa.destroy(rs.*);
             }
             s.requests.deinit(s.gpa);
+            for (&s.uni) |*slot| if (slot.*) |u| {
+                s.gpa.destroy(u);
+                slot.* = null;
+            };
             s.decoder.deinit();
             if (!s.shared) {
                 var bufs: Buffers = .{ .read_buf = s.read_buf, .scratch = s.scratch, .decoded = s.decoded, .app_fields = s.app_fields, .cookies = s.cookies, .encode_buf = s.encode_buf };
@@ -483,6 +488,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             return std.mem.indexOfScalar(u64, &s.recent_closed, id) != null;
         }
 
+        /// No request left and none being read: the request map gives back its room (an
+        /// idle connection holds none). The caller must not be iterating the map.
+        pub fn releaseIdle(s: *Self) void {
+            if (s.read_depth == 0 and s.requests.count() == 0 and s.requests.capacity() > 0) s.requests.clearAndFree(s.gpa);
+        }
+
         fn maybeFree(s: *Self, rs: *RequestStream) void {
             if (!rs.finished() or rs.busy) return;
             if (rs.resume_due) s.resume_due -= 1;
@@ -516,21 +527,26 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         // ---- the peer's unidirectional streams ------------------------------------------------
 
         fn findUni(s: *Self, id: u64) ?*UniStream {
-            for (&s.uni) |*slot| if (slot.*) |*u| if (u.id == id) return u;
+            for (s.uni) |slot| if (slot) |u| if (u.id == id) return u;
             return null;
         }
 
         fn freeUni(s: *Self, id: u64) void {
             for (&s.uni) |*slot| if (slot.*) |u| if (u.id == id) {
+                s.gpa.destroy(u);
                 slot.* = null;
             };
         }
 
         fn newUni(s: *Self, id: u64) ?*UniStream {
             for (&s.uni) |*slot| if (slot.* == null) {
-                slot.* = @as(UniStream, undefined);
-                slot.*.?.start(id);
-                return &slot.*.?;
+                const u = s.gpa.create(UniStream) catch {
+                    s.connError(.internal_error, "out of memory for a unidirectional stream");
+                    return null;
+                };
+                u.start(id);
+                slot.* = u;
+                return u;
             };
             s.connError(.excessive_load, "too many unidirectional streams");
             return null;

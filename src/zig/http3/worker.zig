@@ -123,6 +123,9 @@ pub const QuicConn = struct {
         }
         if (self.quic.isClosed()) self.over = true;
         if (self.over) self.connectionOver();
+        // No request left: the maps give back their room (nothing iterates them here).
+        if (self.streams.count() == 0 and self.streams.capacity() > 0) self.streams.clearAndFree(self.worker.gpa);
+        self.session.releaseIdle();
     }
 
     fn connectionOver(self: *QuicConn) void {

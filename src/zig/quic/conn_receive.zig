@@ -400,8 +400,8 @@ pub const Sink = struct {
 /// A record's frame was lost: what still matters goes again.
 pub fn lost(c: *Connection, r: sent_frames.Record) void {
     switch (r) {
-        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == null) s.send.onLost(f.offset, f.len, f.fin),
-        .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onLost(f.offset, f.len, false),
+        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == null) s.send.onLost(c.allocator, f.offset, f.len, f.fin),
+        .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onLost(c.allocator, f.offset, f.len, false),
         .ack => {},
         .handshake_done => c.handshake_done_owed = true,
         .max_data => c.flow.max_data_owed = true,

@@ -296,7 +296,7 @@ pub const Connection = struct {
     /// A PTO: the probe goes in `space`; CRYPTO data not yet acknowledged goes again.
     fn onProbe(c: *Connection, space: Space) void {
         c.probe = space;
-        if (c.crypto[@intFromEnum(space)]) |cs| cs.resendUnacked();
+        if (c.crypto[@intFromEnum(space)]) |cs| cs.resendUnacked(c.allocator);
     }
 
     /// The PTO period (RFC 9002 6.2.1) for the closing and draining periods.
@@ -502,7 +502,7 @@ pub const Connection = struct {
         if (s.reset_out != null or s.send.allAcked()) return;
         s.reset_out = code;
         // Nothing more of the stream's data goes out (RFC 9000 3.1).
-        s.send.lost = .{};
+        s.send.dropLost(c.allocator);
         s.send.sent_offset = s.send.write_offset;
         s.send.fin = true;
         s.send.fin_sent = true;

@@ -50,9 +50,9 @@ pub const CryptoStream = struct {
     }
 
     /// A PTO: everything sent and not acknowledged goes again.
-    pub fn resendUnacked(cs: *CryptoStream) void {
+    pub fn resendUnacked(cs: *CryptoStream, allocator: Allocator) void {
         const s = &cs.send;
-        if (s.sent_offset > s.acked_offset) s.onLost(s.acked_offset, @intCast(s.sent_offset - s.acked_offset), false);
+        if (s.sent_offset > s.acked_offset) s.onLost(allocator, s.acked_offset, @intCast(s.sent_offset - s.acked_offset), false);
     }
 
     pub fn hasData(cs: *const CryptoStream) bool {
@@ -82,7 +82,7 @@ test "crypto stream: a PTO sends the unacknowledged bytes again" {
     cs.send.onSent(c.offset, c.data.len, false);
     try std.testing.expect(!cs.hasData());
     cs.send.onAcked(a, 0, 6, false);
-    cs.resendUnacked();
+    cs.resendUnacked(a);
     const again = cs.send.next(100).?;
     try std.testing.expectEqual(@as(u64, 6), again.offset);
     try std.testing.expectEqualStrings(" hello bytes", again.data);

@@ -1,8 +1,8 @@
 //! In-order delivery of bytes that arrive at offsets (STREAM and CRYPTO frames, RFC 9000
 //! 2.2, 19.6, 19.8), bounded: the caller names the window (how far past what was read data
 //! may land) and the buffer never grows past it. The buffer exists only while bytes wait in
-//! it (allocated on first data, freed when all was read), so an idle stream costs a few dozen
-//! bytes.
+//! it (allocated on first data, freed when all was read), and so does the room for its ranges,
+//! so an idle stream costs a few dozen bytes.
 //!
 //! The data held is a set of at most `ranges_max` disjoint ranges; a frame that would need
 //! one more is refused with `error.TooFragmented`, and the connection then drops the whole
@@ -24,13 +24,25 @@ pub const Reassembly = struct {
     buf: []u8 = &.{},
     /// Bytes before this offset were handed out.
     read_offset: u64 = 0,
-    ranges: [ranges_max]Range = undefined,
+    /// Room for `ranges_max` ranges while bytes wait: it lives in `buf`'s allocation, after
+    /// the data (one allocation, made and freed with the buffer).
+    ranges: []Range = &.{},
     count: u8 = 0,
 
     pub fn deinit(r: *Reassembly, allocator: Allocator) void {
-        allocator.free(r.buf);
+        if (r.buf.len > 0) allocator.free(block(r.buf));
         r.buf = &.{};
+        r.ranges = &.{};
         r.count = 0;
+    }
+
+    const ranges_offset_align = @alignOf(Range);
+
+    /// The allocation behind a buffer of `buf.len` data bytes and the ranges after them.
+    fn block(buf: []u8) []align(@alignOf(Range)) u8 {
+        const total = std.mem.alignForward(usize, buf.len, ranges_offset_align) + ranges_max * @sizeOf(Range);
+        const p: [*]align(@alignOf(Range)) u8 = @alignCast(buf.ptr);
+        return p[0..total];
     }
 
     /// The highest offset received plus one (the read offset when nothing waits).
@@ -67,10 +79,14 @@ pub const Reassembly = struct {
         if (need <= r.buf.len) return;
         const cap = @min(window_bytes, @max(need, 2 * r.buf.len, capacity_min));
         assert(cap >= need);
-        const grown = try allocator.alloc(u8, cap);
-        @memcpy(grown[0..r.buf.len], r.buf);
-        allocator.free(r.buf);
-        r.buf = grown;
+        const off = std.mem.alignForward(usize, cap, ranges_offset_align);
+        const mem = try allocator.alignedAlloc(u8, .of(Range), off + ranges_max * @sizeOf(Range));
+        const ranges = @as([*]Range, @ptrCast(@alignCast(mem.ptr + off)))[0..ranges_max];
+        @memcpy(mem[0..r.buf.len], r.buf);
+        @memcpy(ranges[0..r.count], r.ranges[0..r.count]);
+        if (r.buf.len > 0) allocator.free(block(r.buf));
+        r.buf = mem[0..cap];
+        r.ranges = ranges;
     }
 
     /// Merges [start, end) into the sorted set (the caller checked there is room).
@@ -99,7 +115,7 @@ pub const Reassembly = struct {
             out[n] = merged;
             n += 1;
         }
-        assert(n <= ranges_max);
+        assert(n <= ranges_max and r.ranges.len == ranges_max);
         @memcpy(r.ranges[0..n], out[0..n]);
         r.count = @intCast(n);
     }

@@ -55,13 +55,19 @@ pub const Error = error{
 
 const Range = struct { start: u64, end: u64 };
 
-/// A small set of disjoint ranges, merged on insert; on overflow `add` says no.
+/// A small set of disjoint ranges, merged on insert; on overflow `add` says no. Its room
+/// (`send_ranges_max` ranges) is allocated on the first `add` and freed with the send
+/// buffer (`SendSide.deinit`, once everything written was acknowledged), so an idle stream
+/// holds none; when the room cannot be had `add` says no as on overflow (the callers'
+/// fallbacks are the same).
 const RangeSet = struct {
-    items: [send_ranges_max]Range = undefined,
+    items: []Range = &.{},
     count: u8 = 0,
 
-    fn add(s: *RangeSet, start: u64, end: u64) bool {
+    fn add(s: *RangeSet, allocator: Allocator, start: u64, end: u64) bool {
         assert(start < end);
+        if (s.items.len == 0) s.items = allocator.alloc(Range, send_ranges_max) catch return false;
+        assert(s.items.len == send_ranges_max);
         var merged: Range = .{ .start = start, .end = end };
         var out: [send_ranges_max + 1]Range = undefined;
         var n: usize = 0;
@@ -88,6 +94,12 @@ const RangeSet = struct {
         @memcpy(s.items[0..n], out[0..n]);
         s.count = @intCast(n);
         return true;
+    }
+
+    /// Empties the set and frees its room.
+    fn clear(s: *RangeSet, allocator: Allocator) void {
+        allocator.free(s.items);
+        s.* = .{};
     }
 
     fn popFront(s: *RangeSet) void {
@@ -120,6 +132,13 @@ pub const SendSide = struct {
     pub fn deinit(s: *SendSide, allocator: Allocator) void {
         allocator.free(s.buf);
         s.buf = &.{};
+        s.acked.clear(allocator);
+        s.lost.clear(allocator);
+    }
+
+    /// Nothing more of the stream's data goes out (a reset, RFC 9000 3.1): the lost set goes.
+    pub fn dropLost(s: *SendSide, allocator: Allocator) void {
+        s.lost.clear(allocator);
     }
 
     pub fn room(s: *const SendSide) usize {
@@ -181,9 +200,9 @@ pub const SendSide = struct {
         if (fin) s.fin_acked = true;
         const end = offset + n;
         if (n == 0 or end <= s.acked_offset) return;
-        if (!s.acked.add(@max(offset, s.acked_offset), end)) {
+        if (!s.acked.add(allocator, @max(offset, s.acked_offset), end)) {
             // Forget this acknowledgement: the bytes go again (harmless duplicates).
-            _ = s.lost.add(@max(offset, s.acked_offset), end) or s.rewind(offset);
+            _ = s.lost.add(allocator, @max(offset, s.acked_offset), end) or s.rewind(offset);
             return;
         }
         s.lost.trimBelow(s.acked_offset);
@@ -201,21 +220,21 @@ pub const SendSide = struct {
     }
 
     /// Declares sent bytes lost: they go again, skipping what was acknowledged since.
-    pub fn onLost(s: *SendSide, offset: u64, n: usize, fin: bool) void {
+    pub fn onLost(s: *SendSide, allocator: Allocator, offset: u64, n: usize, fin: bool) void {
         if (fin and !s.fin_acked) s.fin_sent = false;
         var start = @max(offset, s.acked_offset);
         const end = offset + n;
         for (s.acked.items[0..s.acked.count]) |a| {
             if (start >= end) break;
             if (a.end <= start or a.start >= end) continue;
-            if (a.start > start and !s.addLost(start, a.start)) return;
+            if (a.start > start and !s.addLost(allocator, start, a.start)) return;
             start = @max(start, a.end);
         }
-        if (start < end) _ = s.addLost(start, end);
+        if (start < end) _ = s.addLost(allocator, start, end);
     }
 
-    fn addLost(s: *SendSide, start: u64, end: u64) bool {
-        if (s.lost.add(start, end)) return true;
+    fn addLost(s: *SendSide, allocator: Allocator, start: u64, end: u64) bool {
+        if (s.lost.add(allocator, start, end)) return true;
         return s.rewind(start);
     }
 
@@ -384,7 +403,7 @@ test "send: bounded buffer, lost ranges first, release on ack" {
     s.onSent(0, 1000, false);
     c = s.next(1000).?;
     s.onSent(c.offset, 1000, false);
-    s.onLost(0, 1000, false);
+    s.onLost(a, 0, 1000, false);
     c = s.next(5000).?;
     try testing.expectEqual(@as(u64, 0), c.offset); // the lost range goes first
     try testing.expectEqual(@as(usize, 1000), c.data.len);
@@ -405,7 +424,7 @@ test "send: a lost range skips what was acknowledged since; FIN goes again" {
     try testing.expect(c.fin and c.data.len == 10);
     s.onSent(0, 10, true);
     s.onAcked(a, 3, 4, false); // "defg"
-    s.onLost(0, 10, true);
+    s.onLost(a, 0, 10, true);
     try testing.expect(!s.fin_sent);
     const first = s.next(100).?;
     try testing.expectEqualStrings("abc", first.data);
