@@ -179,6 +179,15 @@ async def _evaluate_async(ws_url: str, expression: str, timeout: float) -> str:
                 return result["result"]["value"]
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """Chromium and every process it started."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
 def _devtools_page(debug_port: int) -> str:
     """The DevTools WebSocket URL of Chromium's first page, once its endpoint is up."""
     import httpx
@@ -221,11 +230,7 @@ def test_chromium_forced_onto_quic_loads_a_page_over_h3(chromium_home, h3_server
         assert done["many"] == 100 and done["many_pids"] == 1, done
         assert done["protocols"] == ["h3"], done
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
+        _kill(proc)
 
 
 @pytest.mark.parametrize("workers", [1, 4])
@@ -251,11 +256,7 @@ def test_chromium_loaded_over_http11_tls_switches_to_h3_by_the_servers_alt_svc(c
         assert protocols[0] == "http/1.1", protocols
         assert protocols[-1] == "h3", f"{protocols}\n--- server output ---\n{server.output()[-3000:]}"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
+        _kill(proc)
         server.stop()
 
 
