@@ -410,6 +410,7 @@ pub fn setHttp3(opts: *Object, out: *server_mod.Options) bool {
         return false;
     }
     if (!optKey(opts, "http3_retry_key", &h.retry_key) or !optKey(opts, "http3_reset_key", &h.reset_key)) return false;
+    h.setAltSvc();
     out.http3 = h;
     return true;
 }

@@ -115,6 +115,19 @@ pub const Http3 = struct {
     workers: u8,
     /// QUIC's max_idle_timeout we advertise.
     idle_timeout_ms: u32,
+    /// The `alt-svc` value, made once from `alt_svc_port` (`setAltSvc`).
+    alt_svc_buf: [24]u8 = undefined,
+    alt_svc_len: u8 = 0,
+
+    pub fn setAltSvc(h: *Http3) void {
+        const value = std.fmt.bufPrint(&h.alt_svc_buf, "h3=\":{d}\"; ma=86400", .{h.alt_svc_port}) catch unreachable;
+        h.alt_svc_len = @intCast(value.len);
+    }
+
+    pub fn altSvc(h: *const Http3) []const u8 {
+        std.debug.assert(h.alt_svc_len > 0);
+        return h.alt_svc_buf[0..h.alt_svc_len];
+    }
 };
 
 /// TCP options (0 = the kernel's default). Set once on the listening socket: Linux copies

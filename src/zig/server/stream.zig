@@ -309,10 +309,9 @@ pub const Stream = struct {
         // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP).
         const hsts = srv.opts.hsts.len > 0 and self.tlsSession() != null;
         // `--http3`: HTTP/1.1 and HTTP/2 over TLS advertise it (an app's own alt-svc wins).
-        const alt_svc = if (srv.opts.http3) |h3| self.protocol != .http3 and self.tlsSession() != null and !tracing.hasField(headers, "alt-svc") and h3.alt_svc_port != 0 else false;
+        const alt_svc = srv.opts.http3 != null and self.protocol != .http3 and self.tlsSession() != null and !tracing.hasField(headers, "alt-svc");
         if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts and !alt_svc) return self.startResponseWith(status, headers, extra, trailers);
         var own: [4][2][]const u8 = undefined;
-        var alt_buf: [32]u8 = undefined;
         var timing: [40]u8 = undefined;
         const elapsed: ?u64 = if (opts.server_timing and self.started_us != 0) sys.monotonicUs() -| self.started_us else null;
         var n = tracing.responseFields(opts, &self.request_id, elapsed, headers, own[0..2], &timing).len;
@@ -321,7 +320,7 @@ pub const Stream = struct {
             n += 1;
         }
         if (alt_svc) {
-            own[n] = .{ "alt-svc", std.fmt.bufPrint(&alt_buf, "h3=\":{d}\"; ma=86400", .{srv.opts.http3.?.alt_svc_port}) catch unreachable };
+            own[n] = .{ "alt-svc", srv.opts.http3.?.altSvc() };
             n += 1;
         }
         const added = own[0..n];
