@@ -9,8 +9,9 @@ For each server, a fresh process (tests/apps/h3_app.py, the app the HTTP/3 tests
 - requests a second at 1 and at 64 requests open at once on one connection (``/info``, a
   small JSON answer), ``--seconds`` each after one warm-up request;
 - the time to download 10 MiB (``/large``), the median of 3;
-- memory per idle connection: N connections (``--idle``), each after one request, held
-  open; the server's RSS delta over N once they are all up.
+- memory per idle connection, on a second fresh process (after one request): N connections
+  (``--idle``), each after one request, held open; the server's RSS delta over N once they
+  are all up (``--idle-only``: this figure alone).
 
 Needs Go (the client is built once into the temp folder the tests use), the [test]
 extra (trustme, hypercorn) and OpenSSL 3. Prints a Markdown table and writes JSON
@@ -163,31 +164,53 @@ def idle_cost(binary: Path, pid: int, port: int, proto: str, ca: str, count: int
     return (after - before) / count
 
 
-def measure(name: str, binary: Path, certs: dict[str, str], seconds: int, idle: int) -> dict:
-    proto = SERVERS[name]
-    port = free_port()
+def started(name: str, port: int, certs: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(server_command(name, port, certs), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_listening(proc, port)
-        ca = certs["ca"]
-        client(binary, "get", port, proto, ca, "-n", "1", timeout=30)  # up, and answering in this protocol
-        result = {"server": name, "proto": proto}
-        for streams in (1, 64):
-            got = client(binary, "bench", port, proto, ca, "-c", str(streams), "-duration", f"{seconds}s")
-            result[f"rps_{streams}"] = round(got["rps"])
-        times = [client(binary, "download", port, proto, ca, "-size", str(DOWNLOAD_BYTES))["seconds"]
-                 for _ in range(3)]
-        result["download_10mib_s"] = round(statistics.median(times), 3)
-        result["idle_kib_per_connection"] = round(idle_cost(binary, proc.pid, port, proto, ca, idle), 1)
-        return result
-    finally:
-        os.killpg(proc.pid, 15)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def measure(name: str, binary: Path, certs: dict[str, str], seconds: int, idle: int, load: bool = True) -> dict:
+    proto = SERVERS[name]
+    ca = certs["ca"]
+    result = {"server": name, "proto": proto}
+    if load:
+        port = free_port()
+        proc = started(name, port, certs)
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+            client(binary, "get", port, proto, ca, "-n", "1", timeout=30)  # up, and answering in this protocol
+            for streams in (1, 64):
+                got = client(binary, "bench", port, proto, ca, "-c", str(streams), "-duration", f"{seconds}s")
+                result[f"rps_{streams}"] = round(got["rps"])
+            times = [client(binary, "download", port, proto, ca, "-size", str(DOWNLOAD_BYTES))["seconds"]
+                     for _ in range(3)]
+            result["download_10mib_s"] = round(statistics.median(times), 3)
+        finally:
+            stop(proc)
+    # The idle figure on a process of its own: one that served the load above would hand the
+    # idle connections memory it had freed, and its RSS would not grow by what they cost.
+    port = free_port()
+    proc = started(name, port, certs)
+    try:
+        client(binary, "get", port, proto, ca, "-n", "1", timeout=30)
+        result["idle_kib_per_connection"] = round(idle_cost(binary, proc.pid, port, proto, ca, idle), 2)
+    finally:
+        stop(proc)
+    return result
 
 
 def table(rows: list[dict]) -> str:
@@ -197,7 +220,7 @@ def table(rows: list[dict]) -> str:
         if "error" in r:
             lines.append(f"| {r['server']} | {r['error']} | | | |")
             continue
-        lines.append(f"| {r['server']} | {r['rps_1']} | {r['rps_64']} | {r['download_10mib_s']} s | "
+        lines.append(f"| {r['server']} | {r.get('rps_1', '-')} | {r.get('rps_64', '-')} | {r.get('download_10mib_s', '-')} s | "
                      f"{r['idle_kib_per_connection']} KiB |")
     return "\n".join(lines)
 
@@ -206,6 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--idle", type=int, default=200, help="idle connections held for the memory figure")
+    parser.add_argument("--idle-only", action="store_true", help="only the idle connections' memory")
     parser.add_argument("--only", default=",".join(SERVERS), help="comma list of " + ", ".join(SERVERS))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "h3.json"))
     args = parser.parse_args()
@@ -216,7 +240,7 @@ def main() -> None:
         for name in args.only.split(","):
             log(f"measuring {name}")
             try:
-                rows.append(measure(name, binary, certs, args.seconds, args.idle))
+                rows.append(measure(name, binary, certs, args.seconds, args.idle, load=not args.idle_only))
             except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
                 rows.append({"server": name, "error": str(exc).splitlines()[0][:200]})
     out = Path(args.out)

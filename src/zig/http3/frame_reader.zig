@@ -39,6 +39,9 @@ pub const Event = union(enum) {
 
 pub const Step = struct { consumed: usize, event: ?Event = null };
 
+/// The payload of GOAWAY, CANCEL_PUSH and MAX_PUSH_ID: one varint.
+pub const id_frame_bytes_max = 8;
+
 const State = enum { stream_type, push_id, frame_header, gather, data, skip, foreign, ignored };
 
 pub const FrameReader = struct {
@@ -64,6 +67,17 @@ pub const FrameReader = struct {
     pub fn initUnidirectional(receiver: frames.Receiver, buf: []u8) FrameReader {
         std.debug.assert(buf.len >= frames.settings_bytes_max);
         return .{ .state = .stream_type, .sequence = .{ .kind = .control, .receiver = receiver }, .buf = buf };
+    }
+
+    /// A control stream past its SETTINGS gathers only GOAWAY, MAX_PUSH_ID and
+    /// CANCEL_PUSH payloads (at most `id_frame_bytes_max`): a smaller gather buffer will do.
+    pub fn shrinkGather(self: *FrameReader, buf: []u8) void {
+        std.debug.assert(buf.len >= id_frame_bytes_max);
+        std.debug.assert(self.state != .gather); // nothing gathered is in the old buffer
+        std.debug.assert(self.sequence.kind != .request);
+        // Not a control stream, or its SETTINGS (always its first frame) is read.
+        std.debug.assert(self.state == .foreign or self.state == .ignored or self.sequence.frames_seen > 0);
+        self.buf = buf;
     }
 
     /// Reads from `input`; returns how much was used and at most one event. A step
@@ -171,7 +185,7 @@ pub const FrameReader = struct {
             },
             .headers, .push_promise => if (length > self.buf.len) return error.ExcessiveLoad,
             .settings => if (length > frames.settings_bytes_max) return error.ExcessiveLoad,
-            .goaway, .cancel_push, .max_push_id => if (length == 0 or length > 8) return error.FrameError,
+            .goaway, .cancel_push, .max_push_id => if (length == 0 or length > id_frame_bytes_max) return error.FrameError,
             _ => unreachable, // unknown types were skipped
         }
         self.state = .gather;

@@ -132,10 +132,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         max_push_id: ?u64 = null,
         /// Our unidirectional streams, once the handshake is done.
         control_id: ?u64 = null,
-        encoder_id: ?u64 = null,
         decoder_id: ?u64 = null,
-        control_pending: [control_pending_max]u8 = undefined,
-        control_pending_len: usize = 0,
+        /// Control stream bytes the transport did not take yet (at most `control_pending_max`;
+        /// room held only while some wait).
+        control_pending: std.ArrayListUnmanaged(u8) = .empty,
         /// The decoder stream's type byte is not yet accepted (its instructions wait).
         decoder_type_pending: bool = false,
         /// The lowest request stream id not yet seen (GOAWAY names it).
@@ -244,7 +244,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.gpa.destroy(rs.*);
             }
             s.requests.deinit(s.gpa);
+            s.control_pending.deinit(s.gpa);
             for (&s.uni) |*slot| if (slot.*) |u| {
+                u.deinit(s.gpa);
                 s.gpa.destroy(u);
                 slot.* = null;
             };
@@ -340,21 +342,17 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         // ---- our unidirectional streams ---------------------------------------------------
 
+        /// The control stream, once the handshake is done. The QPACK streams are not opened
+        /// with it (an idle connection holds no QUIC stream records for them): our encoder is
+        /// static-only, so its stream would never carry an instruction and is not created
+        /// (RFC 9204 4.2 lets an endpoint avoid it); our decoder stream opens with its first
+        /// instruction (`flushDecoderStream`), which only a peer using its dynamic table causes.
         fn openOwnStreams(s: *Self) void {
             if (s.control_id != null) return;
-            const control = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the control stream");
-            const encoder = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the QPACK encoder");
-            const decoder = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the QPACK decoder");
-            s.control_id = control;
-            s.encoder_id = encoder;
-            s.decoder_id = decoder;
+            s.control_id = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the control stream");
             var buf: [control_pending_max]u8 = undefined;
             const n = s.controlPreface(&buf);
             s.controlWrite(buf[0..n]);
-            // The encoder is static-only: its stream carries its type and nothing more.
-            var one = [1]u8{@intCast(frames.StreamType.wire(.qpack_encoder))};
-            if ((s.transport.streamWrite(encoder, &one, false) catch 0) != 1) return s.connError(.internal_error, "the QPACK encoder stream took no bytes");
-            s.decoder_type_pending = true;
             s.flushDecoderStream();
         }
 
@@ -378,32 +376,44 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         fn controlWrite(s: *Self, bytes: []const u8) void {
             const id = s.control_id orelse return;
-            if (control_pending_max - s.control_pending_len < bytes.len) return s.connError(.excessive_load, "the control stream does not drain");
-            @memcpy(s.control_pending[s.control_pending_len..][0..bytes.len], bytes);
-            s.control_pending_len += bytes.len;
+            var rest = bytes;
+            if (s.control_pending.items.len == 0) {
+                const n = s.transport.streamWrite(id, bytes, false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
+                rest = bytes[n..];
+                if (rest.len == 0) return;
+            }
+            if (control_pending_max - s.control_pending.items.len < rest.len) return s.connError(.excessive_load, "the control stream does not drain");
+            s.control_pending.appendSlice(s.gpa, rest) catch return s.connError(.internal_error, "out of memory for the control stream");
             s.flushControl(id);
         }
 
         fn flushControl(s: *Self, id: u64) void {
-            if (s.control_pending_len == 0) return;
-            const n = s.transport.streamWrite(id, s.control_pending[0..s.control_pending_len], false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
-            std.mem.copyForwards(u8, s.control_pending[0 .. s.control_pending_len - n], s.control_pending[n..s.control_pending_len]);
-            s.control_pending_len -= n;
+            const pending = s.control_pending.items;
+            if (pending.len == 0) return;
+            const n = s.transport.streamWrite(id, pending, false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
+            std.mem.copyForwards(u8, pending[0 .. pending.len - n], pending[n..]);
+            s.control_pending.shrinkRetainingCapacity(pending.len - n);
+            if (s.control_pending.items.len == 0) s.control_pending.clearAndFree(s.gpa);
         }
 
         /// Writes the QPACK decoder's instructions (after our stream type) as far as the
         /// transport takes them; the rest waits in the decoder's bounded output.
         fn flushDecoderStream(s: *Self) void {
-            const id = s.decoder_id orelse return;
+            if (s.decoder.output().len == 0) return;
+            const id = s.decoder_id orelse blk: {
+                if (s.control_id == null) return; // before the handshake's end: opened with the first flush after it
+                const opened = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the QPACK decoder");
+                s.decoder_id = opened;
+                s.decoder_type_pending = true;
+                break :blk opened;
+            };
             if (s.decoder_type_pending) {
                 var one = [1]u8{@intCast(frames.StreamType.wire(.qpack_decoder))};
                 const n = s.transport.streamWrite(id, &one, false) catch return s.connError(.closed_critical_stream, "our decoder stream is gone");
                 if (n == 0) return;
                 s.decoder_type_pending = false;
             }
-            const out = s.decoder.output();
-            if (out.len == 0) return;
-            const n = s.transport.streamWrite(id, out, false) catch return s.connError(.closed_critical_stream, "our decoder stream is gone");
+            const n = s.transport.streamWrite(id, s.decoder.output(), false) catch return s.connError(.closed_critical_stream, "our decoder stream is gone");
             s.decoder.consumeOutput(n);
         }
 
@@ -444,7 +454,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn onStopSending(s: *Self, id: u64, code: u64) void {
-            if (id == s.control_id or id == s.encoder_id or id == s.decoder_id)
+            if (id == s.control_id or id == s.decoder_id)
                 return s.connError(.closed_critical_stream, "the peer stopped a critical stream");
             const rs = s.requests.get(id) orelse return;
             // The client wants no response: the stream ends both ways (RFC 9114 4.1.1).
@@ -533,6 +543,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         fn freeUni(s: *Self, id: u64) void {
             for (&s.uni) |*slot| if (slot.*) |u| if (u.id == id) {
+                u.deinit(s.gpa);
                 s.gpa.destroy(u);
                 slot.* = null;
             };
@@ -544,7 +555,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                     s.connError(.internal_error, "out of memory for a unidirectional stream");
                     return null;
                 };
-                u.start(id);
+                const room = s.gpa.create([frames.settings_bytes_max]u8) catch {
+                    s.gpa.destroy(u);
+                    s.connError(.internal_error, "out of memory for a unidirectional stream");
+                    return null;
+                };
+                u.start(id, room);
                 slot.* = u;
                 return u;
             };
@@ -595,7 +611,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn uniEvent(s: *Self, u: *UniStream, ev: frame_reader.Event) void {
             switch (ev) {
                 .stream_type => |t| s.uniType(u, t),
-                .settings => |settings| s.peer_settings = settings,
+                .settings => |settings| {
+                    s.peer_settings = settings;
+                    u.dropSettingsRoom(s.gpa);
+                },
                 .goaway => |id| {
                     // A client's GOAWAY names a push ID; it may only go down (5.2).
                     if (s.peer_goaway) |prev| if (id > prev) return s.connError(.id_error, "GOAWAY went up");
@@ -622,6 +641,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 .unknown => {
                     // Reserved or unknown types are ignored; the peer need not send more.
                     u.type = .ignored;
+                    u.dropSettingsRoom(s.gpa);
                     s.transport.streamStopSending(u.id, @intFromEnum(ErrorCode.stream_creation_error));
                     return;
                 },
@@ -633,6 +653,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 .qpack_encoder => .qpack_encoder,
                 else => .qpack_decoder,
             };
+            if (u.type != .control) u.dropSettingsRoom(s.gpa);
         }
 
         /// The peer's encoder stream: inserts into the table, then the streams they unblock.

@@ -251,15 +251,16 @@ const get = [_]Header{
 
 // ---- tests ---------------------------------------------------------------------------------
 
-test "h3 session: handshake opens control (SETTINGS), encoder and decoder streams, byte for byte" {
+test "h3 session: handshake opens the control stream (SETTINGS) alone, byte for byte" {
     var h: Harness = undefined;
     try h.init(.{});
     defer h.deinit();
     // Control: type 0, SETTINGS (4), 13 bytes: capacity 4096 (2-byte varint 0x5000),
     // blocked 16, field section 16384 (4-byte varint), the reserved 0x40 = 0.
     try testing.expectEqualSlices(u8, &.{ 0x00, 0x04, 0x0d, 0x01, 0x50, 0x00, 0x07, 0x10, 0x06, 0x80, 0x00, 0x40, 0x00, 0x40, 0x40, 0x00 }, h.fake.out(3));
-    try testing.expectEqualSlices(u8, &.{0x02}, h.fake.out(7));
-    try testing.expectEqualSlices(u8, &.{0x03}, h.fake.out(11));
+    // No QPACK streams: the encoder is static-only (none), the decoder's opens with its
+    // first instruction.
+    try testing.expectEqual(@as(u64, 7), h.fake.next_uni);
     // The SETTINGS we send parse back as what we advertise.
     const settings = try frames.Settings.parse(h.fake.out(3)[3..]);
     try testing.expectEqual(@as(u64, 4096), settings.qpack_max_table_capacity);
@@ -267,7 +268,7 @@ test "h3 session: handshake opens control (SETTINGS), encoder and decoder stream
     // A second handshake_done opens nothing more.
     h.fake.push(.handshake_done);
     h.s.run();
-    try testing.expectEqual(@as(u64, 15), h.fake.next_uni);
+    try testing.expectEqual(@as(u64, 7), h.fake.next_uni);
     // Extended CONNECT advertised when enabled, no grease when off.
     var e: Harness = undefined;
     try e.init(.{ .extended_connect = true, .grease = false });
@@ -619,8 +620,8 @@ test "h3 session: a blocked section (RFC 9204 B.2) waits for the encoder stream,
         \\body 0 "" fin
         \\
     );
-    // Our decoder stream: its type, then the Section Acknowledgment of stream 0.
-    try testing.expectEqualSlices(u8, &.{ 0x03, 0x80 }, h.fake.out(11));
+    // Our decoder stream, opened now: its type, then the Section Acknowledgment of stream 0.
+    try testing.expectEqualSlices(u8, &.{ 0x03, 0x80 }, h.fake.out(7));
 }
 
 test "h3 session: response headers, body and trailers, byte for byte" {
@@ -913,7 +914,7 @@ test "h3 session: a blocked stream reset by the peer is forgotten; more blocked 
     try testing.expectEqual(@as(usize, 0), h.s.liveStreams());
     try h.expectLog("");
     // Our decoder stream: its type, then Stream Cancellation of stream 0 (0x40).
-    try testing.expectEqualSlices(u8, &.{ 0x03, 0x40 }, h.fake.out(11));
+    try testing.expectEqualSlices(u8, &.{ 0x03, 0x40 }, h.fake.out(7));
     h.fake.send(4, &section, false);
     h.fake.send(8, &section, false);
     h.s.run();

@@ -95,18 +95,35 @@ pub const UniType = enum { unread, control, qpack_encoder, qpack_decoder, ignore
 pub const UniStream = struct {
     id: u64,
     type: UniType = .unread,
-    /// Reads the type, then (control stream) frames; its gather buffer holds SETTINGS.
+    /// Reads the type, then (control stream) frames into its gather buffer: SETTINGS's
+    /// room (on the heap) until the stream is known not to carry one more, then `small`,
+    /// which holds the largest frame a control stream may still send (GOAWAY, MAX_PUSH_ID,
+    /// CANCEL_PUSH: 8 bytes), so an idle connection keeps no SETTINGS room.
     reader: frame_reader.FrameReader,
-    buf: [frames.settings_bytes_max]u8 = undefined,
+    settings_buf: ?*[frames.settings_bytes_max]u8,
+    small: [frame_reader.id_frame_bytes_max]u8 = undefined,
     /// The peer's decoder stream: a partial instruction (at most 10 bytes of integer).
     partial: [10]u8 = undefined,
     partial_len: usize = 0,
 
-    /// Set in place: the reader borrows `buf`, so the record must not move afterwards.
-    pub fn start(self: *UniStream, id: u64) void {
+    /// Set in place: the reader borrows the record, so it must not move afterwards.
+    pub fn start(self: *UniStream, id: u64, settings_buf: *[frames.settings_bytes_max]u8) void {
         std.debug.assert(kindOf(id) == .client_uni);
-        self.* = .{ .id = id, .reader = undefined };
-        self.reader = frame_reader.FrameReader.initUnidirectional(.server, &self.buf);
+        self.* = .{ .id = id, .reader = undefined, .settings_buf = settings_buf };
+        self.reader = frame_reader.FrameReader.initUnidirectional(.server, settings_buf);
+    }
+
+    /// SETTINGS was read, or the stream is not a control stream: the room goes.
+    pub fn dropSettingsRoom(self: *UniStream, gpa: std.mem.Allocator) void {
+        const room = self.settings_buf orelse return;
+        self.reader.shrinkGather(&self.small);
+        gpa.destroy(room);
+        self.settings_buf = null;
+    }
+
+    pub fn deinit(self: *UniStream, gpa: std.mem.Allocator) void {
+        if (self.settings_buf) |room| gpa.destroy(room);
+        self.settings_buf = null;
     }
 
     pub fn critical(self: *const UniStream) bool {
