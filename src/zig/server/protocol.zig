@@ -9,8 +9,10 @@
 //! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
 //! `transport/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
 //! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
-//! HTTP/2 (`http2/session.zig`). Protocols import the transport, never the other way
-//! round: this file's imports of the protocol sessions are the transport's only ones.
+//! HTTP/2 (`http2/session.zig`, called through `Http2Verbs`, the table the server holds:
+//! importing it would pull HTTP/2's files into the server's import cycle). Protocols
+//! import the transport, never the other way round: this file's imports of the protocol
+//! sessions are the transport's only ones.
 const std = @import("std");
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
