@@ -118,6 +118,16 @@ pub const FrameHeader = struct {
     }
 };
 
+/// The client connection preface (RFC 9113 3.4), before its SETTINGS.
+pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether `data` (the first bytes of a connection) is, or may still become, the preface.
+pub fn prefaceState(data: []const u8) enum { no, partial, yes } {
+    const n = @min(data.len, preface.len);
+    if (!std.mem.eql(u8, data[0..n], preface[0..n])) return .no;
+    return if (data.len >= preface.len) .yes else .partial;
+}
+
 // ---- tests ------------------------------------------------------------------------------
 
 test "frame headers round-trip and the reserved bit is ignored" {
@@ -180,4 +190,12 @@ test "window arithmetic: many small updates add up exactly and stop at the maxim
     try t.expect(w <= window_max and w + (1 << 20) > window_max);
     // Sending uses it down to zero exactly.
     try t.expectEqual(@as(i64, 0), windowUse(w, @intCast(w)));
+}
+
+test "the preface is recognised whole, in part, or not at all" {
+    try std.testing.expectEqual(.yes, prefaceState(preface ++ "\x00\x00\x00\x04"));
+    try std.testing.expectEqual(.partial, prefaceState("PRI * HTTP/2"));
+    try std.testing.expectEqual(.partial, prefaceState(""));
+    try std.testing.expectEqual(.no, prefaceState("GET / HTTP/1.1\r\n"));
+    try std.testing.expectEqual(.no, prefaceState("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"));
 }

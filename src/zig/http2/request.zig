@@ -7,6 +7,17 @@ const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const scratch = @import("../http/scratch.zig");
 
+/// What the h2c upgrade (RFC 7540 3.2) reads of the HTTP/1.1 request: `server/protocol.zig`
+/// fills it from the parsed head, and HTTP/2's `beginUpgrade` makes it stream 1.
+pub const UpgradeRequest = struct {
+    method: []const u8,
+    path: []const u8,
+    query: []const u8,
+    host: ?[]const u8,
+    /// Its fields, filtered in place of what HTTP/2 does not carry.
+    fields: []http_fields.Header,
+};
+
 pub const RequestHead = struct {
     method: ?[]const u8 = null,
     scheme: ?[]const u8 = null,

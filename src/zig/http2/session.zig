@@ -76,23 +76,82 @@ pub const writeTrailers = stream_verbs.writeTrailers;
 pub const H2Stream = streams.H2Stream;
 const freeStream = streams.freeStream;
 const newStream = streams.newStream;
-pub const wsAbort = websocket.wsAbort;
-pub const wsAccept = websocket.wsAccept;
-pub const wsEnded = websocket.wsEnded;
-pub const wsHeld = websocket.wsHeld;
-pub const wsConsume = websocket.wsConsume;
-pub const wsEnd = websocket.wsEnd;
-pub const wsInput = websocket.wsInput;
-pub const wsInputEmpty = websocket.wsInputEmpty;
-pub const wsLive = websocket.wsLive;
-pub const wsQueue = websocket.wsQueue;
 pub const wsSessionOf = websocket.wsSessionOf;
+
+/// What the seam calls HTTP/2 by (`server/protocol.zig` `Http2Verbs`): the server holds
+/// this table (`Server.http2`), so the seam never imports this file.
+pub const verbs: seam.Http2Verbs = .{
+    .begin = begin,
+    .beginUpgrade = beginUpgrade,
+    .destroy = destroyHeld,
+    .process = process,
+    .timedOut = timedOut,
+    .fill = fill,
+    .afterFlush = afterFlush,
+    .connClosed = connClosed,
+    .drainStarted = drainStarted,
+    .goAway = goAway,
+    .closeWebSockets = closeWebSockets,
+    .lifetimeDue = lifetimeDue,
+    .mustWait = mustWait,
+    .takeBody = takeBody,
+    .bodyConsumed = bodyConsumed,
+    .awaitBody = awaitBody,
+    .startResponse = startResponse,
+    .earlyHint = earlyHint,
+    .writeTrailers = writeTrailers,
+    .writeBody = writeBody,
+    .sendFile = sendFile,
+    .sendFd = sendFd,
+    .finishStream = finishStream,
+    .abortStream = abortStream,
+    .wsSession = wsSessionOf,
+    .carrierLive = carrierLive,
+    .carrierEnded = carrierEnded,
+    .carrierHeld = carrierHeld,
+    .carrierInput = carrierInput,
+    .carrierConsume = carrierConsume,
+    .carrierQueue = carrierQueue,
+    .carrierEnd = carrierEnd,
+    .carrierAbort = carrierAbort,
+    .carrierAccept = carrierAccept,
+};
+
+// A stream carrying a WebSocket, as the seam hands it over: the `Stream` of an `H2Stream`.
+fn carrierLive(st: *const stream_mod.Stream) bool {
+    return websocket.wsLive(@fieldParentPtr("base", st));
+}
+fn carrierEnded(st: *const stream_mod.Stream) bool {
+    return websocket.wsEnded(@fieldParentPtr("base", st));
+}
+fn carrierHeld(st: *const stream_mod.Stream) bool {
+    return websocket.wsHeld(@fieldParentPtr("base", st));
+}
+fn carrierInput(st: *stream_mod.Stream) []u8 {
+    return websocket.wsInput(@fieldParentPtr("base", st));
+}
+fn carrierConsume(st: *stream_mod.Stream, n: usize) void {
+    websocket.wsConsume(@fieldParentPtr("base", st), n);
+}
+fn carrierQueue(st: *stream_mod.Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
+    return websocket.wsQueue(@fieldParentPtr("base", st), head, payload);
+}
+fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
+    return websocket.wsEnd(@fieldParentPtr("base", st));
+}
+fn carrierAbort(st: *stream_mod.Stream) void {
+    websocket.wsAbort(@fieldParentPtr("base", st));
+}
+fn carrierAccept(st: *stream_mod.Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.websocket.AcceptError!void {
+    return websocket.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra);
+}
 
 /// One setting in a SETTINGS payload: a 16-bit identifier and a 32-bit value.
 pub const setting_bytes = 6;
 const header_bytes = frames.header_bytes;
 
-pub const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const preface = frames.preface;
+pub const prefaceState = frames.prefaceState;
 
 /// Our SETTINGS_MAX_FRAME_SIZE (the protocol's default; we never ask for more).
 pub const frame_size_max: u32 = frames.frame_size_default;
@@ -205,15 +264,18 @@ pub const Session = struct {
     lifetime_timer: deadlines.Entry = .{},
 };
 
-pub fn sessionOf(conn: *Conn) *Session {
-    return conn.a().proto.http2;
+pub fn sessionOf(conn: *const Conn) *Session {
+    return fromHeld(conn.a().proto.http2);
 }
 
-/// Whether `data` (the first bytes of a connection) is, or may still become, the preface.
-pub fn prefaceState(data: []const u8) enum { no, partial, yes } {
-    const n = @min(data.len, preface.len);
-    if (!std.mem.eql(u8, data[0..n], preface[0..n])) return .no;
-    return if (data.len >= preface.len) .yes else .partial;
+/// The session from what the connection's `Active` holds (`seam.Http2Session`, aligned as
+/// a `Session` is: the cast is free).
+fn fromHeld(held: seam.Http2Held) *Session {
+    return @ptrCast(held);
+}
+
+fn destroyHeld(held: seam.Http2Held) void {
+    destroy(fromHeld(held));
 }
 
 /// The connection's first bytes were the preface (now consumed): it speaks HTTP/2.
@@ -232,21 +294,13 @@ pub fn beginWith(conn: *Conn, gpa: std.mem.Allocator, sink: Sink) void {
 /// The answer that switches a connection to h2c (RFC 7540 3.2); HTTP/2 frames follow it.
 pub const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 
+pub const UpgradeRequest = request.UpgradeRequest;
+
 /// An HTTP/1.1 request asked to upgrade to h2c (RFC 7540 3.2) and `h1` found it fit
 /// (plain connection, no body, one HTTP2-Settings field: `settings` is its decoded
 /// payload, a whole number of settings). The connection answers 101 and speaks HTTP/2;
 /// the request becomes stream 1, half-closed from the client's side; the client's
 /// preface is expected next. The 101 acknowledges `settings`: no SETTINGS ack is sent.
-/// What the h2c upgrade reads of the HTTP/1.1 request (`server/protocol.zig` fills it).
-pub const UpgradeRequest = struct {
-    method: []const u8,
-    path: []const u8,
-    query: []const u8,
-    host: ?[]const u8,
-    /// Its fields, filtered in place of what HTTP/2 does not carry.
-    fields: []http_fields.Header,
-};
-
 pub fn beginUpgrade(conn: *Conn, req: UpgradeRequest, settings: []const u8) void {
     std.debug.assert(settings.len % setting_bytes == 0 and conn.session() == null);
     conn.queueCopy(switching_protocols, null, out_bytes_max) catch return conn.closeFor("out of memory for an h2c upgrade");
@@ -318,7 +372,7 @@ pub fn newSessionWith(conn: *Conn, gpa: std.mem.Allocator, sink: sink_mod.Sink) 
     // upgrade's request, which becomes HTTP/2's stream 1).
     const act = conn.a();
     std.debug.assert(act.stream == null);
-    act.proto = .{ .http2 = s };
+    act.proto = .{ .http2 = @ptrCast(s) };
     conn.state = .h2;
     conn.timer.disarm();
     srv.armLifetime(conn, &s.lifetime_timer);
@@ -509,12 +563,4 @@ pub fn settled(s: *const Session) bool {
     var it = s.first;
     while (it) |st| : (it = st.next) if (st.hasOutput()) return false;
     return true;
-}
-
-test "the preface is recognised whole, in part, or not at all" {
-    try std.testing.expectEqual(.yes, prefaceState(preface ++ "\x00\x00\x00\x04"));
-    try std.testing.expectEqual(.partial, prefaceState("PRI * HTTP/2"));
-    try std.testing.expectEqual(.partial, prefaceState(""));
-    try std.testing.expectEqual(.no, prefaceState("GET / HTTP/1.1\r\n"));
-    try std.testing.expectEqual(.no, prefaceState("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"));
 }

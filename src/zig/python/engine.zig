@@ -5,6 +5,7 @@ const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
 const server_mod = @import("../server/server.zig");
+const h2 = @import("../http2/session.zig"); // HTTP/2's verbs, handed to the server (`protocol.Http2Verbs`)
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
@@ -185,7 +186,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .on_settle = pystream.hookOnSettle,
         .log = pystream.hookLog,
     };
-    self.server = Server.init(allocator, hooks, opts_full) catch {
+    self.server = Server.init(allocator, hooks, opts_full, &h2.verbs) catch {
         py.decref(obj);
         c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
         return null;

@@ -9,8 +9,10 @@
 //! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
 //! `transport/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
 //! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
-//! HTTP/2 (`http2/session.zig`). Protocols import the transport, never the other way
-//! round: this file's imports of the protocol sessions are the transport's only ones.
+//! HTTP/2 (`http2/session.zig`, called through `Http2Verbs`, the table the server holds:
+//! importing it would pull HTTP/2's files into the server's import cycle). Protocols
+//! import the transport, never the other way round: this file's imports of the protocol
+//! sessions are the transport's only ones.
 const std = @import("std");
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
@@ -19,7 +21,8 @@ const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const timer = @import("../os/deadlines.zig");
 const h1 = @import("../http1/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
-const h2 = @import("../http2/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
+const h2_frames = @import("../http2/frames.zig"); // the hand-overs: the client preface HTTP/1.1 looks for
+const h2_request = @import("../http2/request.zig"); // the hand-overs: what the h2c upgrade reads of an HTTP/1.1 request
 /// The WebSocket verbs a stream offers the app side (`Stream.wsAccept` ...) and their types.
 pub const websocket = @import("../websocket/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
 const ws_codec = @import("../websocket/codec.zig"); // the hand-overs: WebSocket's handshake checks
@@ -36,8 +39,64 @@ pub const Session = union(enum) {
     /// upgraded from it (the session runs on the HTTP/1.1 stream, `.websocket` phase).
     http1: h1.ConnState,
     /// HTTP/2: the session (settings, windows, HPACK table, its streams).
-    http2: *h2.Session,
+    http2: Http2Held,
 };
+
+/// HTTP/2's session as the seam holds it: the type is HTTP/2's (`http2/session.zig`
+/// `Session`), and only HTTP/2's verbs look into it (`sessionOf`). The pointer keeps the
+/// session's alignment, so the `@ptrCast` back to it is free (and a session that came to
+/// need more would not compile).
+pub const Http2Session = opaque {};
+pub const Http2Held = *align(@alignOf(u64)) Http2Session;
+
+/// HTTP/2's verbs (`http2/session.zig` `verbs`), reached through `Server.http2` rather
+/// than an import, as HTTP/3's are: the seam does not import HTTP/2's session, so HTTP/2's
+/// files stay out of the server's import cycle (docs/ARCHITECTURE.md). The engine (and the
+/// test fixture) hands the table to `Server.init`; each verb here still picks HTTP/2 by a
+/// switch on the connection's phase or the stream's protocol.
+pub const Http2Verbs = struct {
+    // The connection's.
+    begin: *const fn (conn: *Conn) void,
+    beginUpgrade: *const fn (conn: *Conn, req: h2_request.UpgradeRequest, settings: []const u8) void,
+    destroy: *const fn (s: Http2Held) void,
+    process: *const fn (conn: *Conn) void,
+    timedOut: *const fn (conn: *Conn) void,
+    fill: *const fn (conn: *Conn) void,
+    afterFlush: *const fn (conn: *Conn) void,
+    connClosed: *const fn (conn: *Conn) void,
+    drainStarted: *const fn (conn: *Conn) void,
+    goAway: *const fn (conn: *Conn) void,
+    closeWebSockets: *const fn (conn: *Conn) bool,
+    lifetimeDue: *const fn (entry: *timer.Entry) void,
+    // The stream's.
+    mustWait: *const fn (st: *const Stream) bool,
+    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
+    bodyConsumed: *const fn (st: *Stream) void,
+    awaitBody: *const fn (st: *Stream) void,
+    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
+    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
+    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
+    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
+    finishStream: *const fn (st: *Stream) void,
+    abortStream: *const fn (st: *Stream) void,
+    wsSession: *const fn (st: *const Stream) ?*websocket.Session,
+    // A stream carrying a WebSocket (RFC 8441), for `websocket/carrier.zig`.
+    carrierLive: *const fn (st: *const Stream) bool,
+    carrierEnded: *const fn (st: *const Stream) bool,
+    carrierHeld: *const fn (st: *const Stream) bool,
+    carrierInput: *const fn (st: *Stream) []u8,
+    carrierConsume: *const fn (st: *Stream, n: usize) void,
+    carrierQueue: *const fn (st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void,
+    carrierEnd: *const fn (st: *Stream) error{OutOfMemory}!void,
+    carrierAbort: *const fn (st: *Stream) void,
+    carrierAccept: *const fn (st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void,
+};
+
+inline fn h2(conn: *const Conn) *const Http2Verbs {
+    return conn.server.http2;
+}
 
 /// The session a connection's new `Active` starts with, for the phase it is in.
 pub fn initialSession(conn: *Conn) Session {
@@ -52,7 +111,7 @@ pub fn release(act: *Active) void {
     switch (act.proto) {
         .none => {},
         .http1 => |*s| if (s.ws) |w| websocket.destroy(w),
-        .http2 => |s| h2.destroy(s),
+        .http2 => |s| h2(act.conn).destroy(s),
     }
     act.proto = .none;
 }
@@ -65,7 +124,7 @@ pub fn process(conn: *Conn) void {
         .proxy => conn.proxyStep(),
         .head, .request => h1.process(conn),
         .websocket => websocket.process(conn),
-        .h2 => h2.process(conn),
+        .h2 => h2(conn).process(conn),
         .lingering, .closed => {},
     }
 }
@@ -91,7 +150,7 @@ pub fn readsDecrypted(conn: *const Conn) bool {
 pub fn timedOut(conn: *Conn) void {
     switch (conn.state) {
         .head, .request => h1.timedOut(conn),
-        .h2 => h2.timedOut(conn),
+        .h2 => h2(conn).timedOut(conn),
         // The peer's close frame (or the rest of a lingering close) did not come in time.
         .proxy, .websocket, .lingering, .closed => conn.close(),
     }
@@ -100,7 +159,7 @@ pub fn timedOut(conn: *Conn) void {
 /// The output queue is about to be written: a protocol that schedules its own frames
 /// (HTTP/2) moves them in as the queue empties.
 pub inline fn fill(conn: *Conn) void {
-    if (conn.state == .h2) h2.fill(conn);
+    if (conn.state == .h2) h2(conn).fill(conn);
 }
 
 /// Whether the protocol queues its output for one write when the loop's pass ends
@@ -113,7 +172,7 @@ pub inline fn batchesWrites(conn: *const Conn) bool {
 pub fn afterFlush(conn: *Conn) void {
     switch (conn.state) {
         .websocket => websocket.afterFlush(conn),
-        .h2 => h2.afterFlush(conn),
+        .h2 => h2(conn).afterFlush(conn),
         // Lingering or closed: an HTTP/1.1 stream may still wait to be woken.
         .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1) h1.afterFlush(conn),
     }
@@ -124,7 +183,7 @@ pub fn afterFlush(conn: *Conn) void {
 pub fn closed(conn: *Conn) bool {
     const act = conn.a();
     if (act.proto == .http2) {
-        h2.connClosed(conn);
+        h2(conn).connClosed(conn);
         return true;
     }
     return false;
@@ -147,16 +206,16 @@ pub fn wholeResponseQueued(conn: *const Conn) bool {
 }
 
 /// The drain began: HTTP/2 says a GOAWAY naming no stream yet, and a PING whose answer
-/// lets the final GOAWAY follow (`h2.drainStarted`). HTTP/1.1 needs nothing here: its
+/// lets the final GOAWAY follow (HTTP/2's `drainStarted`). HTTP/1.1 needs nothing here: its
 /// next response closes the connection. WebSockets go on until the deadline.
 pub fn drainStarted(conn: *Conn) void {
-    if (conn.state == .h2) h2.drainStarted(conn);
+    if (conn.state == .h2) h2(conn).drainStarted(conn);
 }
 
 /// The server stops accepting: HTTP/2 sends its final GOAWAY (if the PING has not come
 /// back yet); streams in flight finish.
 pub fn goingAway(conn: *Conn) void {
-    if (conn.state == .h2) h2.goAway(conn);
+    if (conn.state == .h2) h2(conn).goAway(conn);
 }
 
 /// The drain's deadline came (or none will come and accepting stopped): open WebSockets
@@ -168,7 +227,7 @@ pub fn closeWebSockets(conn: *Conn) bool {
             websocket.goingAway(conn);
             break :blk true;
         },
-        .h2 => h2.closeWebSockets(conn),
+        .h2 => h2(conn).closeWebSockets(conn),
         else => false,
     };
 }
@@ -183,9 +242,10 @@ pub fn pongTimeout(entry: *timer.Entry) void {
     websocket.pongTimeout(@fieldParentPtr("timer", entry));
 }
 
-/// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue).
-pub fn lifetimeDue(entry: *timer.Entry) void {
-    h2.lifetimeDue(entry);
+/// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue;
+/// `verbs` is its `Server.http2`).
+pub fn lifetimeDue(verbs: *const Http2Verbs, entry: *timer.Entry) void {
+    verbs.lifetimeDue(entry);
 }
 
 /// The PROXY header was read (`Conn.proxyStep`): HTTP/1.1 reads what follows.
@@ -233,7 +293,7 @@ fn h3SendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
 pub fn mustWait(st: *const Stream) bool {
     return switch (st.protocol) {
         .http1 => h1.mustWait(st),
-        .http2 => h2.mustWait(st),
+        .http2 => h2(st.conn).mustWait(st),
         .http3 => h3(st).mustWait(st),
     };
 }
@@ -241,7 +301,7 @@ pub fn mustWait(st: *const Stream) bool {
 pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
     return switch (st.protocol) {
         .http1 => h1.takeBody(st, segs),
-        .http2 => h2.takeBody(st, segs),
+        .http2 => h2(st.conn).takeBody(st, segs),
         .http3 => h3(st).takeBody(st, segs),
     };
 }
@@ -257,7 +317,7 @@ pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
 pub fn bodyConsumed(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.bodyConsumed(st),
-        .http2 => h2.bodyConsumed(st),
+        .http2 => h2(st.conn).bodyConsumed(st),
         .http3 => h3(st).bodyConsumed(st),
     }
 }
@@ -265,7 +325,7 @@ pub fn bodyConsumed(st: *Stream) void {
 pub fn awaitBody(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.awaitBody(st),
-        .http2 => h2.awaitBody(st),
+        .http2 => h2(st.conn).awaitBody(st),
         .http3 => h3(st).awaitBody(st),
     }
 }
@@ -273,7 +333,7 @@ pub fn awaitBody(st: *Stream) void {
 pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
     return switch (st.protocol) {
         .http1 => h1.startResponse(st, status, headers, extra, trailers),
-        .http2 => h2.startResponse(st, status, headers, extra, trailers),
+        .http2 => h2(st.conn).startResponse(st, status, headers, extra, trailers),
         .http3 => h3(st).startResponse(st, status, headers, extra, trailers),
     };
 }
@@ -281,7 +341,7 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
 pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!void {
     return switch (st.protocol) {
         .http1 => h1.earlyHint(st, links),
-        .http2 => h2.earlyHint(st, links),
+        .http2 => h2(st.conn).earlyHint(st, links),
         .http3 => h3(st).earlyHint(st, links),
     };
 }
@@ -289,7 +349,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
 pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool {
     return switch (st.protocol) {
         .http1 => h1.writeTrailers(st, fields, more),
-        .http2 => h2.writeTrailers(st, fields, more),
+        .http2 => h2(st.conn).writeTrailers(st, fields, more),
         .http3 => h3(st).writeTrailers(st, fields, more),
     };
 }
@@ -297,7 +357,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
 pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
     return switch (st.protocol) {
         .http1 => h1.writeBody(st, data, more, owner),
-        .http2 => h2.writeBody(st, data, more, owner),
+        .http2 => h2(st.conn).writeBody(st, data, more, owner),
         .http3 => h3(st).writeBody(st, data, more, owner),
     };
 }
@@ -305,7 +365,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
 pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     return switch (st.protocol) {
         .http1 => h1.sendFile(st, path),
-        .http2 => h2.sendFile(st, path),
+        .http2 => h2(st.conn).sendFile(st, path),
         .http3 => h3SendFile(st, path),
     };
 }
@@ -313,7 +373,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
 pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
     return switch (st.protocol) {
         .http1 => h1.sendFd(st, fd, offset, len),
-        .http2 => h2.sendFd(st, fd, offset, len),
+        .http2 => h2(st.conn).sendFd(st, fd, offset, len),
         .http3 => h3(st).sendFd(st, fd, offset, len),
     };
 }
@@ -321,7 +381,7 @@ pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!
 pub fn finishStream(st: *Stream) void {
     switch (st.protocol) {
         .http1 => h1.finishStream(st),
-        .http2 => h2.finishStream(st),
+        .http2 => h2(st.conn).finishStream(st),
         .http3 => h3(st).finishStream(st),
     }
 }
@@ -332,7 +392,7 @@ pub fn abortStream(st: *Stream) void {
         // HTTP/1.1 has no way to end one exchange but closing the connection.
         .http1 => st.conn.close(),
         // HTTP/2 resets the one stream.
-        .http2 => h2.abortStream(st),
+        .http2 => h2(st.conn).abortStream(st),
         .http3 => h3(st).abortStream(st),
     }
 }
@@ -354,7 +414,7 @@ pub fn refuseRequest(st: *Stream, status: u16) bool {
 pub fn wsSession(st: *const Stream) ?*websocket.Session {
     return switch (st.protocol) {
         .http1 => h1.wsSessionOf(st.conn),
-        .http2 => h2.wsSessionOf(st),
+        .http2 => h2(st.conn).wsSession(st),
         .http3 => null,
     };
 }
@@ -374,18 +434,18 @@ pub const websocket_owned_fields = websocket.owned_fields;
 
 /// HTTP/1.1 to HTTP/2 with prior knowledge: where a new connection's bytes stand
 /// against the client preface (RFC 9113 3.4).
-pub const http2Preface = h2.prefaceState;
-pub const http2_preface_len = h2.preface.len;
+pub const http2Preface = h2_frames.prefaceState;
+pub const http2_preface_len = h2_frames.preface.len;
 
 /// The preface was read: the connection speaks HTTP/2 from now on.
 pub fn startHttp2(conn: *Conn) void {
-    h2.begin(conn);
+    h2(conn).begin(conn);
 }
 
 /// The h2c upgrade (RFC 7540 3.2): the HTTP/1.1 request becomes HTTP/2's stream 1.
 /// `settings` is its HTTP2-Settings field, decoded (a whole number of settings).
 pub fn upgradeToHttp2(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
-    h2.beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
+    h2(conn).beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
 }
 
 /// An HTTP/1.1 request that asks for the WebSocket upgrade (RFC 6455 4.1).
@@ -436,63 +496,63 @@ pub const webSocketDestroy = websocket.destroy;
 pub fn carrierLive(st: *const Stream) bool {
     return switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsLive(@fieldParentPtr("base", st)),
+        .http2 => h2(st.conn).carrierLive(st),
     };
 }
 
 pub fn carrierEnded(st: *const Stream) bool {
     return switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsEnded(@fieldParentPtr("base", st)),
+        .http2 => h2(st.conn).carrierEnded(st),
     };
 }
 
 pub fn carrierHeld(st: *const Stream) bool {
     return switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsHeld(@fieldParentPtr("base", st)),
+        .http2 => h2(st.conn).carrierHeld(st),
     };
 }
 
 pub fn carrierInput(st: *Stream) []u8 {
     return switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsInput(@fieldParentPtr("base", st)),
+        .http2 => h2(st.conn).carrierInput(st),
     };
 }
 
 pub fn carrierConsume(st: *Stream, n: usize) void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsConsume(@fieldParentPtr("base", st), n),
+        .http2 => h2(st.conn).carrierConsume(st, n),
     }
 }
 
 pub fn carrierQueue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => try h2.wsQueue(@fieldParentPtr("base", st), head, payload),
+        .http2 => try h2(st.conn).carrierQueue(st, head, payload),
     }
 }
 
 pub fn carrierEnd(st: *Stream) error{OutOfMemory}!void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => try h2.wsEnd(@fieldParentPtr("base", st)),
+        .http2 => try h2(st.conn).carrierEnd(st),
     }
 }
 
 pub fn carrierAbort(st: *Stream) void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => h2.wsAbort(@fieldParentPtr("base", st)),
+        .http2 => h2(st.conn).carrierAbort(st),
     }
 }
 
 pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
-        .http2 => try h2.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra),
+        .http2 => try h2(st.conn).carrierAccept(st, subprotocol, extension, headers, extra),
     }
 }
 

@@ -140,6 +140,10 @@ pub const Server = struct {
     wake_fd: i32 = -1,
     wake_signalled: bool = false,
     hooks: Hooks,
+    /// HTTP/2's verbs (`http2/session.zig` `verbs`), which the seam calls HTTP/2 by: the
+    /// engine hands them over, so neither this file nor the seam imports HTTP/2's session
+    /// (`protocol.Http2Verbs`, docs/ARCHITECTURE.md).
+    http2: *const protocol.Http2Verbs,
     /// What the server runs with, as given (python/options.zig reads it from Config's dict).
     opts: Options,
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
@@ -238,13 +242,14 @@ pub const Server = struct {
     bytes_in: u64 = 0,
     bytes_out: u64 = 0,
 
-    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options) !*Server {
+    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options, http2: *const protocol.Http2Verbs) !*Server {
         const self = try allocator.create(Server);
         errdefer allocator.destroy(self);
         self.* = .{
             .allocator = allocator,
             .io = try io.Backend.init(opts.io),
             .hooks = hooks,
+            .http2 = http2,
             .opts = opts,
             .metrics = opts.metrics,
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
@@ -534,7 +539,7 @@ pub const Server = struct {
         }
         // The clock itself: `now_ms` may be a little behind the one the deadlines came from.
         while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
-            protocol.lifetimeDue(entry);
+            protocol.lifetimeDue(self.http2, entry);
         }
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {

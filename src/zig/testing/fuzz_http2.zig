@@ -434,7 +434,7 @@ pub const Case = struct {
         const conn = self.fixture.server.live orelse return null;
         if (conn.state != .h2) return null;
         return switch ((conn.act orelse return null).proto) {
-            .http2 => |s| s,
+            .http2 => h2.sessionOf(conn),
             else => null,
         };
     }
@@ -444,7 +444,7 @@ pub const Case = struct {
         if (!trace) return;
         const conn = self.fixture.server.live orelse return note("   (no live connection)", .{});
         const s = switch ((conn.act orelse return).proto) {
-            .http2 => |h| h,
+            .http2 => h2.sessionOf(conn),
             else => return,
         };
         note("   session: state {s}, send window {d}, dead {}, goaway {}, output {d}, live {d}, held {d}", .{ @tagName(conn.state), s.send_window, s.dead, s.goaway_sent, conn.outputLen(), s.live, s.held });

@@ -216,7 +216,7 @@ pub const Harness = struct {
     /// The session, while the connection speaks HTTP/2.
     pub fn session(self: *Harness) *h2.Session {
         std.debug.assert(self.conn().state == .h2);
-        return self.conn().a().proto.http2;
+        return h2.sessionOf(self.conn());
     }
 
     pub fn live(self: *Harness) bool {

@@ -7,6 +7,7 @@
 const std = @import("std");
 const linux = std.os.linux;
 const server_mod = @import("../server/server.zig");
+const h2 = @import("../http2/session.zig"); // HTTP/2's verbs, handed to the server as the engine does
 const Server = server_mod.Server;
 const conn_mod = @import("../server/connection.zig");
 const stream_mod = @import("../server/stream.zig");
@@ -158,7 +159,7 @@ pub const Fixture = struct {
     /// A fixture whose server runs with `opts` (`testOptions()` with some changed).
     pub fn initWith(opts: server_mod.Options) !Fixture {
         rec = .{};
-        const server = try Server.init(std.heap.c_allocator, hooks(), opts);
+        const server = try Server.init(std.heap.c_allocator, hooks(), opts, &h2.verbs);
         errdefer server.deinit();
         var fds: [2]i32 = undefined;
         const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);
