@@ -2,12 +2,15 @@
 TLS, one worker each, all driven by the same client: quic-go's (tests/interop/go/h3),
 which speaks HTTP/3 and, with ``-proto h2``, HTTP/2 over TLS through Go's net/http.
 
-    python benchmarks/h3.py [--seconds 5] [--idle 200] [--only zigcorn-h3,...] [--out FILE]
+    python benchmarks/h3.py [--seconds 5] [--idle 200] [--idle-only] [--only zigcorn-h3,...] [--out FILE]
 
 For each server, a fresh process (tests/apps/h3_app.py, the app the HTTP/3 tests use):
 
 - requests a second at 1 and at 64 requests open at once on one connection (``/info``, a
-  small JSON answer), ``--seconds`` each after one warm-up request;
+  small JSON answer), ``--seconds`` each after one warm-up request, with the CPU time each
+  side spent per request (the server's from /proc, its workers included; the client's
+  from its rusage): at one stream each request is a round trip, so the client's share
+  bounds the rate whatever the server does;
 - the time to download 10 MiB (``/large``), the median of 3;
 - memory per idle connection, on a second fresh process (after one request): N connections
   (``--idle``), each after one request, held open; the server's RSS delta over N once they
@@ -136,13 +139,35 @@ def wait_listening(proc: subprocess.Popen, port: int, timeout: float = 20.0) -> 
     raise RuntimeError("the server did not listen in time")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of `pid` and its descendants so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
 def client(binary: Path, check: str, port: int, proto: str, ca: str, *flags: str, timeout: float = 120) -> dict:
+    """The client's JSON answer, with its own CPU seconds (`client_cpu_s`) added."""
     cmd = [str(binary), check, "-addr", f"127.0.0.1:{port}", "-proto", proto, "-ca", ca, "-timeout",
            f"{int(timeout) - 5}s", *flags]
+    before = os.times()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    after = os.times()
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
-    return json.loads(done.stdout.splitlines()[-1])
+    answer = json.loads(done.stdout.splitlines()[-1])
+    answer["client_cpu_s"] = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return answer
 
 
 def idle_cost(binary: Path, pid: int, port: int, proto: str, ca: str, count: int) -> float:
@@ -194,8 +219,15 @@ def measure(name: str, binary: Path, certs: dict[str, str], seconds: int, idle: 
         try:
             client(binary, "get", port, proto, ca, "-n", "1", timeout=30)  # up, and answering in this protocol
             for streams in (1, 64):
+                server_before = cpu_seconds(proc.pid)
                 got = client(binary, "bench", port, proto, ca, "-c", str(streams), "-duration", f"{seconds}s")
+                server_cpu = cpu_seconds(proc.pid) - server_before
                 result[f"rps_{streams}"] = round(got["rps"])
+                # CPU per request on each side (the one-stream row is a round trip per request:
+                # what the client spends bounds the rate whatever the server does).
+                requests = max(got["requests"], 1)
+                result[f"server_cpu_us_{streams}"] = round(server_cpu / requests * 1e6)
+                result[f"client_cpu_us_{streams}"] = round(got["client_cpu_s"] / requests * 1e6)
             times = [client(binary, "download", port, proto, ca, "-size", str(DOWNLOAD_BYTES))["seconds"]
                      for _ in range(3)]
             result["download_10mib_s"] = round(statistics.median(times), 3)
@@ -214,14 +246,16 @@ def measure(name: str, binary: Path, certs: dict[str, str], seconds: int, idle: 
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| server | req/s, 1 stream | req/s, 64 streams | 10 MiB download | RSS per idle connection |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| server | req/s, 1 stream | req/s, 64 streams | 10 MiB download | RSS per idle connection "
+             "| CPU µs a request, 1 stream: server / client | 64 streams: server / client |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['server']} | {r['error']} | | | |")
+            lines.append(f"| {r['server']} | {r['error']} | | | | | |")
             continue
+        cpu = [f"{r.get(f'server_cpu_us_{n}', '-')} / {r.get(f'client_cpu_us_{n}', '-')}" for n in (1, 64)]
         lines.append(f"| {r['server']} | {r.get('rps_1', '-')} | {r.get('rps_64', '-')} | {r.get('download_10mib_s', '-')} s | "
-                     f"{r['idle_kib_per_connection']} KiB |")
+                     f"{r['idle_kib_per_connection']} KiB | {cpu[0]} | {cpu[1]} |")
     return "\n".join(lines)
 
 
