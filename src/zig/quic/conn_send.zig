@@ -127,7 +127,7 @@ fn buildPacket(c: *Connection, b: *Builder, space: Space) void {
 }
 
 fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
-    const f = c.close_frame.?;
+    const f = c.closeFrame();
     // An application close before 1-RTT becomes APPLICATION_ERROR (RFC 9000 10.2.3).
     const hide = f.app and space != .application;
     frames.write(w, .{ .connection_close = .{
