@@ -131,7 +131,6 @@ pub const Connection = struct {
     /// The limits, shared by the caller's connections: it keeps them for this one's life.
     config: *const Config,
     state: State = .handshaking,
-    original_dcid: Cid,
     peer_cid: Cid,
     our_cid: Cid,
     peer_address: [peer_address_max_bytes]u8 = undefined,
@@ -185,7 +184,6 @@ pub const Connection = struct {
         c.* = .{
             .allocator = allocator,
             .config = config,
-            .original_dcid = Cid.init(first_dcid),
             .peer_cid = Cid.init(client_scid),
             .our_cid = Cid.init(our_scid),
             .recovery = Recovery.init(.{ .max_datagram_bytes = config.max_datagram_bytes, .congestion_algorithm = config.congestion_algorithm, .max_ack_delay_us = config.max_ack_delay_ms * 1000 }),
@@ -438,12 +436,14 @@ pub const Connection = struct {
     }
 
     fn streamEvent(s: *Stream) ?Event {
-        if (s.reset_event) |r| {
-            s.reset_event = null;
-            return .{ .reset = .{ .id = s.id, .code = r.code, .final_size = r.final_size } };
+        if (s.reset_event_code != streams.no_code) {
+            const code = s.reset_event_code;
+            s.reset_event_code = streams.no_code;
+            return .{ .reset = .{ .id = s.id, .code = code, .final_size = s.reset_event_final_size } };
         }
-        if (s.stop_sending_event) |code| {
-            s.stop_sending_event = null;
+        if (s.stop_sending_event != streams.no_code) {
+            const code = s.stop_sending_event;
+            s.stop_sending_event = streams.no_code;
             return .{ .stop_sending = .{ .id = s.id, .code = code } };
         }
         if (s.readable_event) {
@@ -475,7 +475,7 @@ pub const Connection = struct {
     pub fn streamReceiveOver(c: *const Connection, id: u64) bool {
         if (!streams.serverReceives(id)) return true;
         const s = c.findStream(id) orelse return c.streamWasOpen(id);
-        return s.recv.finished or s.stop_sending_out != null;
+        return s.recv.finished or s.stop_sending_out != streams.no_code;
     }
 
     fn lookup(c: *const Connection, id: u64) StreamError!*Stream {
@@ -519,7 +519,7 @@ pub const Connection = struct {
     pub fn streamWrite(c: *Connection, id: u64, bytes: []const u8, fin: bool) StreamError!usize {
         if (!streams.serverSends(id)) return error.UnknownStream;
         const s = try c.lookup(id);
-        if (s.send.fin or s.reset_out != null) return error.StreamClosed;
+        if (s.send.fin or s.reset_out != streams.no_code) return error.StreamClosed;
         const credit = @min(s.sendCredit(), c.flow.send_max -| c.flow.written_total);
         const n = s.send.write(c.allocator, bytes, @intCast(@min(credit, std.math.maxInt(usize)))) catch 0;
         c.flow.written_total += n;
@@ -531,7 +531,8 @@ pub const Connection = struct {
     pub fn streamReset(c: *Connection, id: u64, code: u64) void {
         if (!streams.serverSends(id)) return;
         const s = c.findStream(id) orelse return;
-        if (s.reset_out != null or s.send.allAcked()) return;
+        assert(code <= streams.varint_max); // an application error code is a varint
+        if (s.reset_out != streams.no_code or s.send.allAcked()) return;
         s.reset_out = code;
         // Nothing more of the stream's data goes out (RFC 9000 3.1).
         s.send.dropLost(c.allocator);
@@ -543,7 +544,8 @@ pub const Connection = struct {
     pub fn streamStopSending(c: *Connection, id: u64, code: u64) void {
         if (!streams.serverReceives(id)) return;
         const s = c.findStream(id) orelse return;
-        if (s.recv.finished or s.stop_sending_out != null) return;
+        assert(code <= streams.varint_max);
+        if (s.recv.finished or s.stop_sending_out != streams.no_code) return;
         s.stop_sending_out = code;
     }
 
