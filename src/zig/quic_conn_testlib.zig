@@ -66,15 +66,23 @@ export fn zc_context_free(ctx: *openssl.SSL_CTX) void {
 
 /// Limits in the order of `connection.Config`; 0 keeps the default.
 export fn zc_conn_new(ctx: *openssl.SSL_CTX, dcid: [*]const u8, dcid_len: usize, scid: [*]const u8, scid_len: usize, ours: [*]const u8, ours_len: usize, now_us: u64, idle_ms: u64, max_data: u64, max_stream_data: u64) ?*Connection {
-    var config: connection.Config = .{};
+    // The limits live as long as the connection (freed by `zc_conn_free`), outside the count.
+    const config = std.heap.c_allocator.create(connection.Config) catch return null;
+    config.* = .{};
     if (idle_ms != 0) config.max_idle_timeout_ms = idle_ms;
     if (max_data != 0) config.initial_max_data = max_data;
     if (max_stream_data != 0) config.initial_max_stream_data = max_stream_data;
-    return Connection.init(counting, config, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], "127.0.0.1:4433", now_us, null);
+    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], "127.0.0.1:4433", now_us, null) orelse {
+        std.heap.c_allocator.destroy(config);
+        return null;
+    };
+    return c;
 }
 
 export fn zc_conn_free(c: *Connection) void {
+    const config = c.config;
     c.deinit();
+    std.heap.c_allocator.destroy(@constCast(config));
 }
 
 export fn zc_receive(c: *Connection, data: [*]u8, len: usize, now_us: u64) void {
@@ -190,6 +198,6 @@ export fn zc_timers(c: *Connection, out: *[8]u64) void {
 export fn zc_stream_state(c: *Connection, index: usize, out: *[12]u64) c_int {
     if (index >= c.stream_table.items.len) return -1;
     const s = c.stream_table.items[index];
-    out.* = .{ s.id, s.recv.data.read_offset, s.recv.data.highest(), s.recv.final_size orelse std.math.maxInt(u64), @intFromBool(s.recv.finished), s.send.write_offset, s.send.acked_offset, s.send.sent_offset, s.send.lost.count, @as(u64, @intFromBool(s.send.fin)) | @as(u64, @intFromBool(s.send.fin_sent)) << 1 | @as(u64, @intFromBool(s.send.fin_acked)) << 2, s.send_max, s.recv.max_offset };
+    out.* = .{ s.id, s.recv.data.read_offset, s.recv.data.highest(), s.recv.finalSize() orelse std.math.maxInt(u64), @intFromBool(s.recv.finished), s.send.write_offset, s.send.acked_offset, s.send.sent_offset, s.send.lost.count, @as(u64, @intFromBool(s.send.fin)) | @as(u64, @intFromBool(s.send.fin_sent)) << 1 | @as(u64, @intFromBool(s.send.fin_acked)) << 2, s.send_max, s.recv.max_offset };
     return 0;
 }

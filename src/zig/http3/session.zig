@@ -2,7 +2,7 @@
 //!
 //! `Session(Transport, Owner)`: the transport is the QUIC connection (`quic/connection.zig`,
 //! reached only through the agreed interface: `nextEvent`, `streamRead`, `streamWrite`,
-//! `streamReset`, `streamStopSending`, `openUni`, `closeApplication`), the owner the one
+//! `streamReset`, `streamStopSending`, `streamReceiveOver`, `openUni`, `closeApplication`), the owner the one
 //! who serves requests (`server/stream.zig` later; a recorder in the tests). The session
 //! reads the transport's events (`run`), reads streams, and calls the owner back:
 //!
@@ -95,8 +95,8 @@ pub const uni_streams_max = 8;
 pub const data_frame_bytes_max = 64 * 1024;
 /// Our control stream's bytes waiting for the transport (SETTINGS, GOAWAY).
 const control_pending_max = 128;
-/// Request stream ids closed here, whose late bytes are dropped without a new stream.
-const recent_closed_len = 32;
+/// "No id yet" for the session's stream and push ids (all varints, below 2^62).
+const no_id: u64 = std.math.maxInt(u64);
 /// The reserved setting we send (0x1f * 1 + 0x21) and its value.
 pub const grease_setting: u64 = 0x40;
 
@@ -107,11 +107,11 @@ fn checkInterface(comptime T: type, comptime names: []const []const u8) void {
 }
 
 /// The session over `Transport` (a `*Transport` is called: nextEvent, streamRead,
-/// streamWrite, streamReset, streamStopSending, openUni, closeApplication) for `Owner`
+/// streamWrite, streamReset, streamStopSending, streamReceiveOver, openUni, closeApplication) for `Owner`
 /// (onRequest, onBody, onTrailers, onReset, onGoaway, onWritable). Created on the heap
 /// (`create`): the peer's streams' readers point into it.
 pub fn Session(comptime Transport: type, comptime Owner: type) type {
-    comptime checkInterface(Transport, &.{ "nextEvent", "streamRead", "streamWrite", "streamReset", "streamStopSending", "openUni", "closeApplication" });
+    comptime checkInterface(Transport, &.{ "nextEvent", "streamRead", "streamWrite", "streamReset", "streamStopSending", "streamReceiveOver", "openUni", "closeApplication" });
     comptime checkInterface(Owner, &.{ "onRequest", "onBody", "onTrailers", "onReset", "onGoaway", "onWritable" });
     return struct {
         const Self = @This();
@@ -128,11 +128,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         peer_encoder: bool = false,
         peer_decoder: bool = false,
         peer_settings: ?frames.Settings = null,
-        peer_goaway: ?u64 = null,
-        max_push_id: ?u64 = null,
+        /// Ids (varints, below 2^62) or `no_id`.
+        peer_goaway: u64 = no_id,
+        max_push_id: u64 = no_id,
         /// Our unidirectional streams, once the handshake is done.
-        control_id: ?u64 = null,
-        decoder_id: ?u64 = null,
+        control_id: u64 = no_id,
+        decoder_id: u64 = no_id,
         /// Control stream bytes the transport did not take yet (at most `control_pending_max`;
         /// room held only while some wait).
         control_pending: std.ArrayListUnmanaged(u8) = .empty,
@@ -140,10 +141,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         decoder_type_pending: bool = false,
         /// The lowest request stream id not yet seen (GOAWAY names it).
         next_request_id: u64 = 0,
-        goaway_id: ?u64 = null,
+        /// The GOAWAY we sent names it (`no_id`: none sent).
+        goaway_id: u64 = no_id,
         closed: bool = false,
-        recent_closed: [recent_closed_len]u64 = [_]u64{std.math.maxInt(u64)} ** recent_closed_len,
-        recent_at: usize = 0,
         now_ms: u64 = 0,
         window_start_ms: u64 = 0,
         resets_in_window: u32 = 0,
@@ -152,15 +152,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         read_depth: u32 = 0,
         /// Streams marked `resume_due`, read once `handle` is done.
         resume_due: u32 = 0,
-        read_buf: []u8,
-        /// Decoding: Huffman strings and dynamic entries, the fields, the app's list.
-        scratch: []u8,
-        decoded: []Header,
-        app_fields: []Header,
-        cookies: []u8,
-        /// A HEADERS frame being built: the frame header's room, then the section.
-        encode_buf: []u8,
-        /// The buffers above are a `Buffers` the caller shares between sessions (not freed here).
+        /// The working buffers (see `Buffers`): the caller's, shared between sessions, or (from
+        /// `create`) this session's own on the heap (`shared` false; freed by `destroy`).
+        bufs: *const Buffers,
         shared: bool = false,
 
         pub const frame_header_room = 16;
@@ -171,10 +165,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// (one thread's connections, driven in turn) may share one set (`createShared`).
         pub const Buffers = struct {
             read_buf: []u8,
+            /// Decoding: Huffman strings and dynamic entries, the fields, the app's list.
             scratch: []u8,
             decoded: []Header,
             app_fields: []Header,
             cookies: []u8,
+            /// A HEADERS frame being built: the frame header's room, then the section.
             encode_buf: []u8,
 
             pub fn init(gpa: std.mem.Allocator, config: Config) error{OutOfMemory}!Buffers {
@@ -202,9 +198,11 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         /// A session with buffers of its own.
         pub fn create(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: Config) error{OutOfMemory}!*Self {
-            var bufs = try Buffers.init(gpa, config);
+            const bufs = try gpa.create(Buffers);
+            errdefer gpa.destroy(bufs);
+            bufs.* = try Buffers.init(gpa, config);
             errdefer bufs.deinit(gpa);
-            const s = try createShared(gpa, transport, owner, config, &bufs);
+            const s = try createShared(gpa, transport, owner, config, bufs);
             s.shared = false;
             return s;
         }
@@ -226,12 +224,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                     .blocked_streams_max = config.qpack_blocked_streams,
                     .field_section_bytes_max = config.field_section_bytes_max,
                 }),
-                .read_buf = bufs.read_buf,
-                .scratch = bufs.scratch,
-                .decoded = bufs.decoded,
-                .app_fields = bufs.app_fields,
-                .cookies = bufs.cookies,
-                .encode_buf = bufs.encode_buf,
+                .bufs = bufs,
                 .shared = true,
             };
             return s;
@@ -252,8 +245,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             };
             s.decoder.deinit();
             if (!s.shared) {
-                var bufs: Buffers = .{ .read_buf = s.read_buf, .scratch = s.scratch, .decoded = s.decoded, .app_fields = s.app_fields, .cookies = s.cookies, .encode_buf = s.encode_buf };
+                const bufs: *Buffers = @constCast(s.bufs);
                 bufs.deinit(s.gpa);
+                s.gpa.destroy(bufs);
             }
             s.gpa.destroy(s);
         }
@@ -348,7 +342,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// (RFC 9204 4.2 lets an endpoint avoid it); our decoder stream opens with its first
         /// instruction (`flushDecoderStream`), which only a peer using its dynamic table causes.
         fn openOwnStreams(s: *Self) void {
-            if (s.control_id != null) return;
+            if (s.control_id != no_id) return;
             s.control_id = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the control stream");
             var buf: [control_pending_max]u8 = undefined;
             const n = s.controlPreface(&buf);
@@ -375,7 +369,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn controlWrite(s: *Self, bytes: []const u8) void {
-            const id = s.control_id orelse return;
+            const id = s.control_id;
+            if (id == no_id) return;
             var rest = bytes;
             if (s.control_pending.items.len == 0) {
                 const n = s.transport.streamWrite(id, bytes, false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
@@ -400,9 +395,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// transport takes them; the rest waits in the decoder's bounded output.
         fn flushDecoderStream(s: *Self) void {
             if (s.decoder.output().len == 0) return;
-            const id = s.decoder_id orelse blk: {
-                if (s.control_id == null) return; // before the handshake's end: opened with the first flush after it
+            const id = if (s.decoder_id != no_id) s.decoder_id else blk: {
+                if (s.control_id == no_id) return; // before the handshake's end: opened with the first flush after it
                 const opened = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the QPACK decoder");
+                std.debug.assert(opened != no_id);
                 s.decoder_id = opened;
                 s.decoder_type_pending = true;
                 break :blk opened;
@@ -480,22 +476,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             rs.data_left = 0;
             const tell = rs.dispatched and by != .abort;
             rs.dispatched = false;
-            s.rememberClosed(rs.id);
             if (tell) s.owner.onReset(rs.id, owner_code);
             s.maybeFree(rs);
         }
 
         fn streamError(s: *Self, rs: *RequestStream, code: ErrorCode) void {
             s.endStream(rs, @intFromEnum(code), @intFromEnum(code), .stream_error);
-        }
-
-        fn rememberClosed(s: *Self, id: u64) void {
-            s.recent_closed[s.recent_at] = id;
-            s.recent_at = (s.recent_at + 1) % recent_closed_len;
-        }
-
-        fn recentlyClosed(s: *const Self, id: u64) bool {
-            return std.mem.indexOfScalar(u64, &s.recent_closed, id) != null;
         }
 
         /// No request left and none being read: the request map gives back its room (an
@@ -509,14 +495,13 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             if (rs.resume_due) s.resume_due -= 1;
             std.debug.assert(rs.pending.items.len == 0 or s.closed);
             _ = s.requests.remove(rs.id);
-            s.rememberClosed(rs.id);
             rs.deinit(s.gpa);
             s.gpa.destroy(rs);
             s.closeIfDrained();
         }
 
         fn closeIfDrained(s: *Self) void {
-            if (s.goaway_id == null or s.closed or s.requests.count() > 0) return;
+            if (s.goaway_id == no_id or s.closed or s.requests.count() > 0) return;
             s.transport.closeApplication(@intFromEnum(ErrorCode.no_error), "");
             s.closed = true;
         }
@@ -526,7 +511,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// GOAWAY (RFC 9114 5.2): the first request stream id we will not serve. Streams
         /// below it are served; the connection closes with H3_NO_ERROR once none remains.
         pub fn goaway(s: *Self) void {
-            if (s.closed or s.goaway_id != null) return;
+            if (s.closed or s.goaway_id != no_id) return;
+            std.debug.assert(s.next_request_id != no_id);
             s.goaway_id = s.next_request_id;
             var buf: [24]u8 = undefined;
             const n = frames.writeIdFrame(&buf, .goaway, s.next_request_id) catch unreachable;
@@ -571,13 +557,13 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn readUni(s: *Self, id: u64) void {
             var fresh = s.findUni(id) == null;
             while (!s.closed) {
-                const r = s.transport.streamRead(id, s.read_buf) catch return;
+                const r = s.transport.streamRead(id, s.bufs.read_buf) catch return;
                 if (r.n == 0 and !r.fin) return;
                 // A slot only for a stream with bytes (a late event leaves nothing).
                 if (fresh and s.newUni(id) == null) return;
                 fresh = false;
                 const u = s.findUni(id).?;
-                s.uniBytes(u, s.read_buf[0..r.n]);
+                s.uniBytes(u, s.bufs.read_buf[0..r.n]);
                 if (s.closed) return;
                 if (r.fin) return s.uniFin(u);
             }
@@ -617,12 +603,14 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 },
                 .goaway => |id| {
                     // A client's GOAWAY names a push ID; it may only go down (5.2).
-                    if (s.peer_goaway) |prev| if (id > prev) return s.connError(.id_error, "GOAWAY went up");
+                    std.debug.assert(id != no_id); // a varint
+                    if (s.peer_goaway != no_id and id > s.peer_goaway) return s.connError(.id_error, "GOAWAY went up");
                     s.peer_goaway = id;
                     s.owner.onGoaway(id);
                 },
                 .max_push_id => |id| {
-                    if (s.max_push_id) |prev| if (id < prev) return s.connError(.id_error, "MAX_PUSH_ID went down");
+                    std.debug.assert(id != no_id); // a varint
+                    if (s.max_push_id != no_id and id < s.max_push_id) return s.connError(.id_error, "MAX_PUSH_ID went down");
                     s.max_push_id = id;
                 },
                 // We never promised a push: any push ID is one we did not name (7.2.3).
@@ -698,14 +686,16 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         fn readRequest(s: *Self, id: u64) void {
             if (s.requests.get(id)) |rs| return s.pump(rs);
-            if (s.recentlyClosed(id)) return s.drain(id);
+            // A stream we ended (STOP_SENDING asked, or its FIN or reset read, or gone): late
+            // bytes are read and dropped, never taken for a new request.
+            if (s.transport.streamReceiveOver(id)) return s.drain(id);
             // A record only for a stream with something to read: a late event for a
             // stream the transport already forgot leaves nothing behind.
-            const r = s.transport.streamRead(id, s.read_buf) catch return;
+            const r = s.transport.streamRead(id, s.bufs.read_buf) catch return;
             if (r.n == 0 and !r.fin) return;
             const rs = s.openRequest(id) orelse return;
             rs.busy = true;
-            s.requestBytes(rs, s.read_buf[0..r.n], r.fin);
+            s.requestBytes(rs, s.bufs.read_buf[0..r.n], r.fin);
             rs.busy = false;
             s.pump(rs);
         }
@@ -714,7 +704,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn drain(s: *Self, id: u64) void {
             var guard: usize = 0;
             while (guard < 64) : (guard += 1) {
-                const r = s.transport.streamRead(id, s.read_buf) catch return;
+                const r = s.transport.streamRead(id, s.bufs.read_buf) catch return;
                 if (r.n == 0 or r.fin) return;
             }
         }
@@ -722,13 +712,13 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn openRequest(s: *Self, id: u64) ?*RequestStream {
             if (s.closed) return null;
             s.next_request_id = @max(s.next_request_id, id + 4);
-            const refuse = (s.goaway_id != null and id >= s.goaway_id.?) or s.requests.count() >= s.config.streams_max;
+            // `no_id` is above every stream id: no GOAWAY refuses nothing.
+            const refuse = id >= s.goaway_id or s.requests.count() >= s.config.streams_max;
             if (refuse) {
                 // Not processed: the client may retry it elsewhere (RFC 9114 4.1.1).
                 const code = @intFromEnum(ErrorCode.request_rejected);
                 s.transport.streamStopSending(id, code);
                 s.transport.streamReset(id, code);
-                s.rememberClosed(id);
                 // Its HEADERS may reference the peer's table: release them (RFC 9204 4.4.2).
                 s.decoder.cancelStream(id) catch {};
                 s.flushDecoderStream();
@@ -757,9 +747,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn pump(s: *Self, rs: *RequestStream) void {
             rs.busy = true;
             while (!s.closed and (rs.recv == .head or rs.recv == .body) and !rs.paused) {
-                const r = s.transport.streamRead(rs.id, s.read_buf) catch break;
+                const r = s.transport.streamRead(rs.id, s.bufs.read_buf) catch break;
                 if (r.n == 0 and !r.fin) break;
-                s.requestBytes(rs, s.read_buf[0..r.n], r.fin);
+                s.requestBytes(rs, s.bufs.read_buf[0..r.n], r.fin);
                 if (r.fin) break;
             }
             rs.busy = false;
@@ -821,7 +811,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn decodeSection(s: *Self, rs: *RequestStream, section: []const u8, trailers: bool) void {
-            const outcome = s.decoder.decodeSection(rs.id, section, s.scratch, s.decoded, .acknowledge) catch |err| return switch (err) {
+            const outcome = s.decoder.decodeSection(rs.id, section, s.bufs.scratch, s.bufs.decoded, .acknowledge) catch |err| return switch (err) {
                 error.FieldSectionTooLarge => s.streamError(rs, .excessive_load),
                 error.DecompressionFailed => s.connError(.qpack_decompression_failed, "field section"),
                 error.DecoderStreamFull => s.connError(.excessive_load, "the decoder stream does not drain"),
@@ -862,7 +852,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn requestDecoded(s: *Self, rs: *RequestStream, list: []const Header) void {
             var head: request_fields.RequestHead = .{};
             const opts = request_fields.Options{ .extended_connect = s.config.extended_connect };
-            const headers = request_fields.check(list, &head, s.app_fields, s.cookies, opts) catch |err| return switch (err) {
+            const headers = request_fields.check(list, &head, s.bufs.app_fields, s.bufs.cookies, opts) catch |err| return switch (err) {
                 error.Malformed => s.streamError(rs, .message_error),
                 error.TooMany, error.NoSpace => s.streamError(rs, .excessive_load),
             };

@@ -114,6 +114,11 @@ const Fake = struct {
         if (st.stop_code == null) st.stop_code = code;
     }
 
+    pub fn streamReceiveOver(f: *Fake, id: u64) bool {
+        const st = f.streams.getPtr(id) orelse return false;
+        return st.stop_code != null or st.fin_read;
+    }
+
     pub fn openUni(f: *Fake) StreamError!u64 {
         defer f.next_uni += 4;
         _ = f.stream(f.next_uni);

@@ -180,15 +180,15 @@ pub fn Verbs(comptime S: type) type {
             for (headers) |h| size += h.name.len + h.value.len + qpack.entry_overhead;
             if (s.peer_settings) |peer| if (size > peer.max_field_section_size) return error.HeadTooLarge;
             const room = S.frame_header_room;
-            const body = s.encode_buf[room..];
+            const body = s.bufs.encode_buf[room..];
             const p = switch (kind) {
                 .response => qpack_encoder.encodeResponse(body, status, headers),
                 .trailers => qpack_encoder.encodeTrailers(body, headers),
             } catch return error.HeadTooLarge;
             const k = varint.len(@intFromEnum(frames.FrameType.headers)) + varint.len(p);
-            const end = frames.writeFrameHeader(s.encode_buf, room - k, .headers, p) catch unreachable;
+            const end = frames.writeFrameHeader(s.bufs.encode_buf, room - k, .headers, p) catch unreachable;
             std.debug.assert(end == room);
-            return s.encode_buf[room - k .. room + p];
+            return s.bufs.encode_buf[room - k .. room + p];
         }
 
         /// Response fields: lower-case valid names (HTTP/3 forbids upper case on the

@@ -66,15 +66,10 @@ pub const QuicConn = struct {
     pub fn open(w: *Worker, acc: *const endpoint_mod.Accept) ?*QuicConn {
         const gpa = w.gpa;
         const now = sys.monotonicUs();
-        var config: connection.Config = .{
-            .max_idle_timeout_ms = w.idle_timeout_ms,
-            .stateless_reset_token = acc.reset_token,
-        };
-        config.initial_max_streams_bidi = 128;
         var addr_buf: [64]u8 = undefined;
         const addr = acc.path.peer.format(&addr_buf);
         const retry: ?connection.RetryInfo = if (acc.retry_scid) |*r| .{ .retry_scid = r.slice() } else null;
-        const q = connection.Connection.init(gpa, config, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), addr, now, retry) orelse return null;
+        const q = connection.Connection.init(gpa, &w.quic_config, acc.reset_token, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), addr, now, retry) orelse return null;
         const self = gpa.create(QuicConn) catch {
             q.deinit();
             return null;
@@ -183,6 +178,8 @@ pub const Worker = struct {
     sock: udp.Socket,
     timer_fd: i32,
     idle_timeout_ms: u64,
+    /// The QUIC limits every connection of this worker points at.
+    quic_config: connection.Config,
     endpoint: Endpoint = undefined,
     /// The sessions' working buffers, shared: they are driven one at a time (`flush`).
     buffers: Session.Buffers = undefined,
@@ -390,6 +387,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .sock = .{ .fd = h3.fd, .family = linux.AF.INET6, .gso = false },
         .timer_fd = @intCast(tfd_rc),
         .idle_timeout_ms = h3.idle_timeout_ms,
+        .quic_config = .{ .max_idle_timeout_ms = h3.idle_timeout_ms, .initial_max_streams_bidi = 128 },
     };
     w.buffers = Session.Buffers.init(gpa, .{}) catch {
         sys.close(w.timer_fd);

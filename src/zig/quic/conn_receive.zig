@@ -151,7 +151,8 @@ fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, n
         .reset_stream => |f| try onResetStream(c, f.stream_id, f.error_code, f.final_size, frame_type),
         .stop_sending => |f| {
             const s = try streamFor(c, f.stream_id, .send, frame_type) orelse return;
-            if (s.reset_out == null) {
+            if (s.reset_out == streams.no_code) {
+                assert(f.error_code <= streams.varint_max);
                 s.stop_sending_event = f.error_code;
                 c.streamReset(s.id, f.error_code); // RFC 9000 3.5: answered with RESET_STREAM
             }
@@ -241,7 +242,9 @@ fn onResetStream(c: *Connection, id: u64, code: u64, final_size: u64, frame_type
     s.recv.finished = true;
     s.recv.data.deinit(c.allocator);
     s.readable_event = false;
-    s.reset_event = .{ .code = code, .final_size = final_size };
+    assert(code <= streams.varint_max);
+    s.reset_event_code = code;
+    s.reset_event_final_size = final_size;
 }
 
 fn onAck(c: *Connection, space: Space, a: *const frames.Ack, now_us: u64) Stop!void {
@@ -400,7 +403,7 @@ pub const Sink = struct {
 /// A record's frame was lost: what still matters goes again.
 pub fn lost(c: *Connection, r: sent_frames.Record) void {
     switch (r) {
-        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == null) s.send.onLost(c.allocator, f.offset, f.len, f.fin),
+        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == streams.no_code) s.send.onLost(c.allocator, f.offset, f.len, f.fin),
         .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onLost(c.allocator, f.offset, f.len, false),
         .ack => {},
         .handshake_done => c.handshake_done_owed = true,

@@ -127,7 +127,7 @@ fn buildPacket(c: *Connection, b: *Builder, space: Space) void {
 }
 
 fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
-    const f = c.close_frame.?;
+    const f = c.closeFrame();
     // An application close before 1-RTT becomes APPLICATION_ERROR (RFC 9000 10.2.3).
     const hide = f.app and space != .application;
     frames.write(w, .{ .connection_close = .{
@@ -240,16 +240,16 @@ fn writeStreamControl(c: *Connection, s: *streams.Stream, w: *varint.Writer, p: 
         s.max_stream_data_owed = false;
         p.record.add(.{ .max_stream_data = s.id });
     }
-    if (s.reset_out) |code| if (!s.reset_out_sent and recordRoom(p)) {
-        frames.write(w, .{ .reset_stream = .{ .stream_id = s.id, .error_code = code, .final_size = s.send.write_offset } }) catch return;
+    if (s.reset_out != streams.no_code and !s.reset_out_sent and recordRoom(p)) {
+        frames.write(w, .{ .reset_stream = .{ .stream_id = s.id, .error_code = s.reset_out, .final_size = s.send.write_offset } }) catch return;
         s.reset_out_sent = true;
         p.record.add(.{ .reset_stream = s.id });
-    };
-    if (s.stop_sending_out) |code| if (!s.stop_sending_sent and recordRoom(p)) {
-        frames.write(w, .{ .stop_sending = .{ .stream_id = s.id, .error_code = code } }) catch return;
+    }
+    if (s.stop_sending_out != streams.no_code and !s.stop_sending_sent and recordRoom(p)) {
+        frames.write(w, .{ .stop_sending = .{ .stream_id = s.id, .error_code = s.stop_sending_out } }) catch return;
         s.stop_sending_sent = true;
         p.record.add(.{ .stop_sending = s.id });
-    };
+    }
 }
 
 /// STREAM frames, one stream after another from where the last packet stopped.
@@ -259,7 +259,7 @@ fn writeStreams(c: *Connection, w: *varint.Writer, p: *Pending) void {
     while (i < n and recordRoom(p) and w.room() > 16) : (i += 1) {
         const idx = (c.rr_cursor + i) % n;
         const s = c.stream_table.items[idx];
-        if (!streams.serverSends(s.id) or s.reset_out != null) continue;
+        if (!streams.serverSends(s.id) or s.reset_out != streams.no_code) continue;
         const chunk = s.send.next(w.room()) orelse continue;
         const taken = frames.writeStream(w, s.id, chunk.offset, chunk.data, chunk.fin, false) catch break;
         const fin = chunk.fin and taken == chunk.data.len;

@@ -23,6 +23,8 @@ const TE = frames.TransportError;
 const T = struct {
     ctx: *openssl.SSL_CTX,
     c: *Connection,
+    /// The connection's limits, kept here for its life (`t` does not move after `init`).
+    config: connection.Config = .{},
     client_initial: protection.Keys,
     server_initial: protection.Keys,
     client_1rtt: ?protection.OneRtt = null,
@@ -38,8 +40,8 @@ const T = struct {
     fn initRetry(t: *T, config: connection.Config, retry: ?connection.RetryInfo) !void {
         const ctx = try context();
         const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
-        t.* = .{ .ctx = ctx, .c = undefined, .client_initial = keys.client, .server_initial = keys.server };
-        t.c = Connection.init(testing.allocator, config, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
+        t.* = .{ .ctx = ctx, .c = undefined, .config = config, .client_initial = keys.client, .server_initial = keys.server };
+        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
     }
 
     fn deinit(t: *T) void {
@@ -433,4 +435,50 @@ test "connection: no deadline is left in the past once send and onTimeout ran" {
         t.now_us = d;
         t.c.onTimeout(t.now_us);
     }
+}
+
+/// Our next datagram's CONNECTION_CLOSE frame.
+fn closeFrameSent(t: *T) !frames.Frame {
+    const d = t.next() orelse return error.NothingSent;
+    const p = try t.open(d);
+    var it = frames.Iterator.init(p.payload, p.kind, .server);
+    while (try it.next()) |f| switch (f) {
+        .connection_close => return f,
+        else => {},
+    };
+    return error.NoClose;
+}
+
+test "connection: a close keeps its reason and frame type on the heap until the closing period ends" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    try testing.expect(t.c.close_frame == null);
+    t.c.closeTransport(@intFromEnum(TE.protocol_violation), 0x08, "why");
+    try testing.expect(t.c.close_frame != null);
+    const cc = (try closeFrameSent(&t)).connection_close;
+    try testing.expectEqual(@intFromEnum(TE.protocol_violation), cc.error_code);
+    try testing.expectEqual(@as(u64, 0x08), cc.frame_type);
+    try testing.expectEqualStrings("why", cc.reason);
+    t.now_us = t.c.nextDeadline().?;
+    t.c.onTimeout(t.now_us);
+    try testing.expect(t.c.isClosed() and t.c.close_frame == null);
+}
+
+test "connection: a close without memory for its frame still sends CONNECTION_CLOSE with the code" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    var failing = std.testing.FailingAllocator.init(testing.allocator, .{ .fail_index = 0 });
+    t.c.allocator = failing.allocator();
+    t.c.closeTransport(@intFromEnum(TE.protocol_violation), 0x08, "why");
+    t.c.allocator = testing.allocator;
+    try testing.expect(t.c.close_frame == null);
+    try testing.expectEqual(connection.State.closing, t.c.state);
+    const cc = (try closeFrameSent(&t)).connection_close;
+    try testing.expectEqual(@intFromEnum(TE.protocol_violation), cc.error_code);
+    try testing.expectEqualStrings("", cc.reason);
+    try testing.expectEqual(connection.Event{ .closed = .{ .code = @intFromEnum(TE.protocol_violation), .app = false } }, t.c.nextEvent().?);
 }

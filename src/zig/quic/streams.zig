@@ -19,6 +19,11 @@ const send_capacity_min: usize = 1024;
 /// acknowledgement is forgotten and its bytes sent again (spurious, never wrong).
 const send_ranges_max = 16;
 
+/// "None" for a stream's error codes (codes are varints: below 2^62).
+pub const no_code: u64 = std.math.maxInt(u64);
+/// The largest varint (RFC 9000 16).
+pub const varint_max: u64 = (1 << 62) - 1;
+
 pub const Initiator = enum(u1) { client = 0, server = 1 };
 pub const Direction = enum(u1) { bidi = 0, uni = 1 };
 
@@ -256,7 +261,8 @@ pub const RecvSide = struct {
     data: Reassembly = .{},
     /// The largest offset the peer may send to (our MAX_STREAM_DATA).
     max_offset: u64,
-    final_size: ?u64 = null,
+    /// The final size once known (`finalSize`), else `no_code` (sizes are varints).
+    final_size_raw: u64 = no_code,
     /// The application read the FIN (or was told of the reset): nothing more comes.
     finished: bool = false,
 
@@ -265,11 +271,11 @@ pub const RecvSide = struct {
     pub fn onData(r: *RecvSide, allocator: Allocator, offset: u64, data: []const u8, fin: bool, window_bytes: usize) Error!u64 {
         const end = offset + data.len;
         if (end > r.max_offset) return error.FlowControl;
-        if (r.final_size) |size| {
+        if (r.finalSize()) |size| {
             if (end > size or (fin and end != size)) return error.FinalSize;
         } else if (fin and end < r.data.highest()) return error.FinalSize;
         const before = r.data.highest();
-        if (fin) r.final_size = end;
+        if (fin) r.setFinalSize(end);
         if (r.finished) return 0;
         r.data.insert(allocator, offset, data, window_bytes) catch |e| return switch (e) {
             error.OverWindow => error.FlowControl,
@@ -281,16 +287,25 @@ pub const RecvSide = struct {
 
     /// RESET_STREAM's final size (4.5): returns the bytes it adds past the highest seen.
     pub fn onReset(r: *RecvSide, final_size: u64) Error!u64 {
-        if (r.final_size) |size| if (size != final_size) return error.FinalSize;
+        if (r.finalSize()) |size| if (size != final_size) return error.FinalSize;
         const highest = r.data.highest();
         if (final_size < highest) return error.FinalSize;
         if (final_size > r.max_offset) return error.FlowControl;
-        r.final_size = final_size;
+        r.setFinalSize(final_size);
         return final_size - highest;
     }
 
+    pub fn finalSize(r: *const RecvSide) ?u64 {
+        return if (r.final_size_raw == no_code) null else r.final_size_raw;
+    }
+
+    fn setFinalSize(r: *RecvSide, size: u64) void {
+        assert(size <= varint_max and (r.final_size_raw == no_code or r.final_size_raw == size));
+        r.final_size_raw = size;
+    }
+
     pub fn atFin(r: *const RecvSide) bool {
-        const size = r.final_size orelse return false;
+        const size = r.finalSize() orelse return false;
         return r.data.read_offset == size;
     }
 };
@@ -305,13 +320,15 @@ pub const Stream = struct {
     readable_event: bool = false,
     writable_wanted: bool = false,
     writable_event: bool = false,
-    reset_event: ?struct { code: u64, final_size: u64 } = null,
-    stop_sending_event: ?u64 = null,
-    /// Frames owed.
+    /// The peer's RESET_STREAM (its code `no_code` when none is to be told) and final size.
+    reset_event_code: u64 = no_code,
+    reset_event_final_size: u64 = 0,
+    stop_sending_event: u64 = no_code,
+    /// Frames owed: the codes of our RESET_STREAM and STOP_SENDING (`no_code`: none).
+    reset_out: u64 = no_code,
+    stop_sending_out: u64 = no_code,
     max_stream_data_owed: bool = false,
-    reset_out: ?u64 = null,
     reset_out_sent: bool = false,
-    stop_sending_out: ?u64 = null,
     stop_sending_sent: bool = false,
 
     pub fn init(id: u64, recv_window: u64, send_max: u64) Stream {
@@ -327,12 +344,12 @@ pub const Stream = struct {
     pub fn done(s: *const Stream) bool {
         const recv_done = !serverReceives(s.id) or s.recv.finished;
         const send_done = !serverSends(s.id) or s.send.allAcked() or s.reset_out_sent;
-        return recv_done and send_done and s.reset_event == null and s.stop_sending_event == null;
+        return recv_done and send_done and s.reset_event_code == no_code and s.stop_sending_event == no_code;
     }
 
     /// After the application read: raise MAX_STREAM_DATA once half the window was consumed.
     pub fn creditRead(s: *Stream, window_bytes: u64) void {
-        if (s.recv.final_size != null) return;
+        if (s.recv.finalSize() != null) return;
         const target = s.recv.data.read_offset + window_bytes;
         if (target - s.recv.max_offset >= window_bytes / 2) {
             s.recv.max_offset = target;
@@ -370,7 +387,7 @@ test "recv: data at every split, the window's edge (max, max+1), final size rule
         _ = try r.onData(a, split, msg[split..], true, 10);
         _ = try r.onData(a, 0, msg[0..split], false, 10);
         try testing.expectEqualStrings(msg, r.data.readable());
-        try testing.expectEqual(@as(?u64, 10), r.final_size);
+        try testing.expectEqual(@as(?u64, 10), r.finalSize());
     }
     var r: RecvSide = .{ .max_offset = 10 };
     defer r.data.deinit(a);
