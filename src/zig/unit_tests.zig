@@ -35,6 +35,7 @@ test {
     _ = @import("http/huffman.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http1/scan.zig");
     _ = @import("http1/chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("http/answers.zig");
