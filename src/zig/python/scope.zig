@@ -145,7 +145,10 @@ pub fn init() bool {
         c.PyDict_SetItem(values.asgi, keys.spec_version, values.spec_version) != 0) return false;
     values.scope = c.PyDict_New() orelse return false;
     inline for (scope_keys) |name| {
-        if (c.PyDict_SetItem(values.scope, @field(keys, name), py.borrowedNone()) != 0) return false;
+        // `type` and `http_version` start as what nearly every scope has ("http", "1.1"),
+        // so `fill` sets them only when they differ.
+        const value = if (comptime std.mem.eql(u8, name, "type")) values.http else if (comptime std.mem.eql(u8, name, "http_version")) values.http11 else py.borrowedNone();
+        if (c.PyDict_SetItem(values.scope, @field(keys, name), value) != 0) return false;
     }
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
     for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
@@ -415,16 +418,15 @@ pub fn build(req: *const Request, peer: *const Peer, info: *const ServerInfo, se
 }
 
 fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
-    py.incref(values.http);
-    if (!py.dictSetSteal(d, keys.type, values.http)) return false;
+    // `type` is "http" already, from the template (`init`).
     if (!py.dictSetSteal(d, keys.asgi, c.PyDict_Copy(values.asgi))) return false;
     const version = switch (req.version) {
         .http10 => values.http10,
-        .http11 => values.http11,
+        .http11 => null, // the template's
         .http2 => values.http2,
         .http3 => values.http3,
     };
-    if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
+    if (version) |v| if (c.PyDict_SetItem(d, keys.http_version, v) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
     const fwd = forwardedFor(req, peer, info);
     const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null or req.version == .http3) values.https else info.scheme.?;
