@@ -41,6 +41,7 @@ test {
     _ = @import("http/answers.zig");
     _ = @import("http/request_fields.zig");
     _ = @import("python/environ.zig");
+    _ = @import("python/scope.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");
     _ = @import("http2/frames.zig");

@@ -260,10 +260,11 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     const st = freshStream(conn);
     st.keep_alive = req.keep_alive;
     st.http10 = req.version == .http10;
-    st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+    // (Lengths first: each `mem.eql` is a call.)
+    st.is_head_method = req.method.len == 4 and std.mem.eql(u8, req.method, "HEAD");
     st.expect_continue = req.expect_continue;
     for (req.headers) |field| {
-        if (std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
+        if (field.name.len == 2 and std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
     }
     if (req.chunked) {
         st.body_kind = .chunked;
