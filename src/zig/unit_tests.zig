@@ -35,11 +35,13 @@ test {
     _ = @import("http/huffman.zig");
     // the protocols
     _ = @import("http1/parser.zig");
+    _ = @import("http1/scan.zig");
     _ = @import("http1/chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("http/answers.zig");
     _ = @import("http/request_fields.zig");
     _ = @import("python/environ.zig");
+    _ = @import("python/scope.zig");
     _ = @import("http1/session.zig");
     _ = @import("http2/hpack.zig");
     _ = @import("http2/frames.zig");

@@ -107,10 +107,11 @@ class HTTPCycle(Stream):
         started_at = time.perf_counter() if access_log else 0.0
         send = self.send
         response_headers = None
-        access_format = accesslog.access_format
-        if access_log and access_format is not None and access_format.response_headers:
-            response_headers = []  # %({name}o)s: the headers the app sends, seen on their way
-            send = _recording_send(send, response_headers)
+        if access_log:
+            access_format = accesslog.access_format
+            if access_format is not None and access_format.response_headers:
+                response_headers = []  # %({name}o)s: the headers the app sends, seen on their way
+                send = _recording_send(send, response_headers)
         timer = None
         if timeout is not None:
             timer = asyncio.get_running_loop().call_later(timeout, _expire, asyncio.current_task())

@@ -33,8 +33,9 @@ pub fn opsAnswer(srv: anytype, method: []const u8, path: []const u8) ?OpsAnswer 
     const is_metrics = srv.opts.metrics_path.len > 0 and std.mem.eql(u8, path, srv.opts.metrics_path);
     const is_health = srv.opts.health_path.len > 0 and std.mem.eql(u8, path, srv.opts.health_path);
     const is_ready = srv.opts.ready_path.len > 0 and std.mem.eql(u8, path, srv.opts.ready_path);
-    const head_only = std.mem.eql(u8, method, "HEAD");
-    const ops_method = head_only or std.mem.eql(u8, method, "GET");
+    // (Lengths first: each `mem.eql` is a call.)
+    const head_only = method.len == 4 and std.mem.eql(u8, method, "HEAD");
+    const ops_method = head_only or (method.len == 3 and std.mem.eql(u8, method, "GET"));
     if (!ops_method or !(is_metrics or is_health or is_ready)) {
         if (srv.ready) return null;
         return .{ .status = 503, .content_type = "text/plain; charset=utf-8", .body = "starting\n", .head_only = head_only, .retry_after = not_ready_retry_after_s };

@@ -30,7 +30,7 @@ pub const MethodClass = enum(u8) {
 
     pub fn of(method: []const u8) MethodClass {
         inline for (@typeInfo(MethodClass).@"enum".fields[0..7]) |f| {
-            if (std.mem.eql(u8, method, f.name)) return @enumFromInt(f.value);
+            if (method.len == f.name.len and std.mem.eql(u8, method, f.name)) return @enumFromInt(f.value);
         }
         return .other;
     }

@@ -84,14 +84,69 @@ const token_chars: [256]bool = blk: {
 
 pub fn validName(name: []const u8) bool {
     if (name.len == 0) return false;
+    // Names of 8 bytes and more made only of letters, digits and '-' (nearly all) pass in
+    // overlapping 8-byte vectors; any other byte, or a shorter name, goes to the table.
+    if (name.len >= 8 and commonNameBytes(name)) return true;
     for (name) |ch| if (!token_chars[ch]) return false;
     return true;
 }
 
+fn commonNameBytes(name: []const u8) bool {
+    var index: usize = 0;
+    while (true) : (index += 8) {
+        const at = @min(index, name.len - 8);
+        const bytes: @Vector(8, u8) = name[at..][0..8].*;
+        const lower = bytes | @as(@Vector(8, u8), @splat(0x20));
+        const letter = (lower >= @as(@Vector(8, u8), @splat('a'))) & (lower <= @as(@Vector(8, u8), @splat('z')));
+        const digit = (bytes >= @as(@Vector(8, u8), @splat('0'))) & (bytes <= @as(@Vector(8, u8), @splat('9')));
+        if (!@reduce(.And, letter | digit | (bytes == @as(@Vector(8, u8), @splat('-'))))) return false;
+        if (at + 8 == name.len) return true;
+    }
+}
+
 /// A value may hold any byte but CR, LF and NUL: those would split the head.
 pub fn validValue(value: []const u8) bool {
+    if (value.len >= 8) {
+        // Overlapping 8-byte vectors, the last one ending at the value's end.
+        var index: usize = 0;
+        while (true) : (index += 8) {
+            const at = @min(index, value.len - 8);
+            const bytes: @Vector(8, u8) = value[at..][0..8].*;
+            const bad = (bytes == @as(@Vector(8, u8), @splat('\r'))) | (bytes == @as(@Vector(8, u8), @splat('\n'))) |
+                (bytes == @as(@Vector(8, u8), @splat(0)));
+            if (@reduce(.Or, bad)) return false;
+            if (at + 8 == value.len) return true;
+        }
+    }
     for (value) |ch| if (ch == '\r' or ch == '\n' or ch == 0) return false;
     return true;
+}
+
+/// `a` (a valid field name: only tchars) equals the lower-case `lower` ignoring case.
+/// OR-ing 0x20 into a tchar lands on a letter only from that letter's two cases and on
+/// '-' only from '-' (0x0d is no tchar), so it is `std.ascii.eqlIgnoreCase` here.
+pub fn nameIs(a: []const u8, comptime lower: []const u8) bool {
+    if (a.len != lower.len) return false;
+    comptime std.debug.assert(lower.len >= 8 and lower.len <= 16);
+    const case: u64 = 0x2020202020202020;
+    const head = std.mem.readInt(u64, a[0..8], .little) | case;
+    const tail = std.mem.readInt(u64, a[a.len - 8 ..][0..8], .little) | case;
+    const want_head = comptime std.mem.readInt(u64, lower[0..8], .little);
+    const want_tail = comptime std.mem.readInt(u64, lower[lower.len - 8 ..][0..8], .little);
+    return head == want_head and tail == want_tail;
+}
+
+/// "HTTP/1.1 <status> <reason>\r\n" made at compile time for every registered code.
+fn registeredStatusLine(status: u16) ?[]const u8 {
+    @setEvalBranchQuota(100_000);
+    switch (status) {
+        inline 100...599 => |code| {
+            const reason = comptime reasonPhrase(code);
+            if (reason.len == 0) return null;
+            return std.fmt.comptimePrint("HTTP/1.1 {d} {s}\r\n", .{ code, reason });
+        },
+        else => return null,
+    }
 }
 
 /// Appends into a fixed slice; running out of room is an error the caller turns into 500.
@@ -101,8 +156,24 @@ pub const HeadWriter = struct {
 
     pub fn append(self: *HeadWriter, bytes: []const u8) error{NoSpace}!void {
         if (bytes.len > self.buf.len - self.len) return error.NoSpace;
-        @memcpy(self.buf[self.len..][0..bytes.len], bytes);
+        copy(self.buf[self.len..][0..bytes.len], bytes);
         self.len += bytes.len;
+    }
+
+    /// `@memcpy`, with the short copies of a head (up to 32 bytes) done inline by two
+    /// overlapping loads and stores instead of a call.
+    inline fn copy(dst: []u8, src: []const u8) void {
+        const n = src.len;
+        if (n >= 16 and n <= 32) {
+            dst[0..16].* = src[0..16].*;
+            dst[n - 16 ..][0..16].* = src[n - 16 ..][0..16].*;
+        } else if (n >= 8 and n < 16) {
+            dst[0..8].* = src[0..8].*;
+            dst[n - 8 ..][0..8].* = src[n - 8 ..][0..8].*;
+        } else if (n >= 4 and n < 8) {
+            dst[0..4].* = src[0..4].*;
+            dst[n - 4 ..][0..4].* = src[n - 4 ..][0..4].*;
+        } else @memcpy(dst, src);
     }
 
     /// `n` in decimal, written at the end of `buf` (20 digits hold any u64).
@@ -119,7 +190,9 @@ pub const HeadWriter = struct {
     }
 
     pub fn statusLine(self: *HeadWriter, status: u16) error{NoSpace}!void {
-        // Digits by hand: std.fmt's general path cost ~300 instructions a response.
+        // A registered code's whole line is a constant; others get their digits by hand
+        // (std.fmt's general path cost ~300 instructions a response).
+        if (registeredStatusLine(status)) |line| return self.append(line);
         var tmp: [24]u8 = undefined;
         try self.append("HTTP/1.1 ");
         try self.append(decimal(&tmp, status));
@@ -133,9 +206,9 @@ pub const HeadWriter = struct {
         const need = name.len + value.len + 4;
         if (need > self.buf.len - self.len) return error.NoSpace;
         const dst = self.buf[self.len..][0..need];
-        @memcpy(dst[0..name.len], name);
+        copy(dst[0..name.len], name);
         dst[name.len..][0..2].* = ": ".*;
-        @memcpy(dst[name.len + 2 ..][0..value.len], value);
+        copy(dst[name.len + 2 ..][0..value.len], value);
         dst[need - 2 ..][0..2].* = "\r\n".*;
         self.len += need;
     }
@@ -228,6 +301,68 @@ test "head writer refuses to overflow and validates" {
     try std.testing.expect(!validName("bad name"));
     try std.testing.expect(!validValue("a\r\nset-cookie: x"));
     try std.testing.expect(validValue("caf\xc3\xa9"));
+}
+
+test "status lines: registered codes from the table, others by hand, byte for byte as before" {
+    var buf: [128]u8 = undefined;
+    for (100..1000) |code| {
+        var w = HeadWriter{ .buf = &buf };
+        try w.statusLine(@intCast(code));
+        var want: [128]u8 = undefined;
+        const line = try std.fmt.bufPrint(&want, "HTTP/1.1 {d} {s}\r\n", .{ code, reasonPhrase(@intCast(code)) });
+        try std.testing.expectEqualStrings(line, w.written());
+    }
+}
+
+test "names and values: the vector checks agree with the byte tables at every length and position" {
+    var bytes: [40]u8 = undefined;
+    for (0..41) |len| {
+        for (0..len + 1) |pos| {
+            for (0..256) |b| {
+                @memset(bytes[0..len], 'a');
+                if (pos < len) bytes[pos] = @intCast(b);
+                const text = bytes[0..len];
+                var name_ok = len > 0;
+                for (text) |ch| name_ok = name_ok and token_chars[ch];
+                try std.testing.expectEqual(name_ok, validName(text));
+                var value_ok = true;
+                for (text) |ch| value_ok = value_ok and ch != '\r' and ch != '\n' and ch != 0;
+                try std.testing.expectEqual(value_ok, validValue(text));
+                if (pos == len) break;
+            }
+        }
+    }
+}
+
+test "nameIs is eqlIgnoreCase on valid names" {
+    var name: [14]u8 = "content-length".*;
+    for (0..name.len) |i| {
+        for (0..256) |b| {
+            name = "content-length".*;
+            name[i] = @intCast(b);
+            if (!validName(&name)) continue;
+            try std.testing.expectEqual(std.ascii.eqlIgnoreCase(&name, "content-length"), nameIs(&name, "content-length"));
+        }
+    }
+    try std.testing.expect(nameIs("Content-Length", "content-length"));
+    try std.testing.expect(nameIs("CONNECTION", "connection"));
+    try std.testing.expect(!nameIs("connectio", "connection"));
+    try std.testing.expect(!nameIs("content-lengtH_", "content-length"));
+}
+
+test "head writer copies of every length up to 40 bytes" {
+    var src: [40]u8 = undefined;
+    for (&src, 0..) |*ch, i| ch.* = @intCast('A' + i);
+    for (0..src.len + 1) |n| {
+        var buf: [64]u8 = @splat('.');
+        var w = HeadWriter{ .buf = &buf };
+        try w.append("<");
+        try w.append(src[0..n]);
+        try w.append(">");
+        try std.testing.expectEqualStrings(src[0..n], buf[1 .. n + 1]);
+        try std.testing.expectEqual(@as(u8, '>'), buf[n + 1]);
+        try std.testing.expectEqual(@as(u8, '.'), buf[n + 2]);
+    }
 }
 
 test "canned responses frame their body" {

@@ -20,6 +20,7 @@ const trimOws = fields.trimOws;
 /// The chunked-body decoder (RFC 9112 7.1), which shares this file's limits and errors.
 pub const ChunkedDecoder = @import("chunked.zig").ChunkedDecoder;
 const target_forms = @import("target.zig");
+const scan = @import("scan.zig");
 
 pub const Limits = struct {
     /// Whole request head including the request line and final CRLFCRLF -> 431.
@@ -129,7 +130,7 @@ fn isOws(c: u8) bool {
 // Vectorized scans for the long runs of a head (targets and values). A vector is only a
 // fast path: the scalar loop after it makes the final, exact decision.
 
-const vector_bytes = 16;
+pub const vector_bytes = 16;
 const Vector = @Vector(vector_bytes, u8);
 
 fn splat(c: u8) Vector {
@@ -137,12 +138,16 @@ fn splat(c: u8) Vector {
 }
 
 /// Index of the first byte at or after `start` that is not a field-value byte.
-fn fieldValueEnd(bytes: []const u8, start: usize) usize {
+pub fn fieldValueEnd(bytes: []const u8, start: usize) usize {
     var index = start;
+    // A chunk's test is exact (field-value = SP..~, HTAB, 0x80..0xff), so the first chunk
+    // that fails holds the answer: its first failing byte.
     while (bytes.len - index >= vector_bytes) : (index += vector_bytes) {
-        const chunk: Vector = bytes[index..][0..vector_bytes].*;
-        const printable = (chunk >= splat(0x20)) & (chunk != splat(0x7f));
-        if (!@reduce(.And, printable | (chunk == splat('\t')))) break;
+        if (scan.fieldValueRun(vector_bytes, bytes[index..][0..vector_bytes].*)) |run| return index + run;
+    }
+    if (bytes.len - index >= 8) {
+        if (scan.fieldValueRun(8, bytes[index..][0..8].*)) |run| return index + run;
+        index += 8;
     }
     while (index < bytes.len and field_value_table[bytes[index]]) index += 1;
     return index;
@@ -230,7 +235,16 @@ const HeadParser = struct {
     }
 
     /// Consumes CRLF at `pos`. A CR not followed by LF is a bare CR.
-    fn expectCrlf(p: *HeadParser) InternalError!void {
+    inline fn expectCrlf(p: *HeadParser) InternalError!void {
+        // Two bytes in one comparison, inlined; the rest only tells which error it is.
+        if (p.buf.len - p.pos >= 2 and std.mem.readInt(u16, p.buf[p.pos..][0..2], .little) == comptime std.mem.readInt(u16, "\r\n", .little)) {
+            p.pos += 2;
+            return;
+        }
+        return p.expectCrlfSlow();
+    }
+
+    fn expectCrlfSlow(p: *HeadParser) InternalError!void {
         if (p.buf.len - p.pos < 1) return error.Incomplete;
         if (p.buf[p.pos] != '\r') return error.BadRequest;
         if (p.buf.len - p.pos < 2) return error.Incomplete;
@@ -261,6 +275,11 @@ const HeadParser = struct {
 
     fn parseMethod(p: *HeadParser) InternalError![]const u8 {
         const start = p.pos;
+        // "GET " in one comparison: the loop below would take the same decision.
+        if (p.buf.len - start >= 4 and std.mem.readInt(u32, p.buf[start..][0..4], .little) == std.mem.readInt(u32, "GET ", .little)) {
+            p.pos = start + 4;
+            return p.buf[start..][0..3];
+        }
         var index = start;
         while (index < p.buf.len) : (index += 1) {
             const c = p.buf[index];
@@ -287,6 +306,11 @@ const HeadParser = struct {
     /// Exactly "HTTP/" DIGIT "." DIGIT CRLF. Well-formed but other versions -> 505.
     fn parseVersion(p: *HeadParser) InternalError!Version {
         const pattern = "HTTP/#.#\r\n"; // '#' = DIGIT
+        // "HTTP/1.1" or "HTTP/1.0" and CRLF in two comparisons; anything else below.
+        if (p.buf.len - p.pos >= pattern.len) if (scan.commonVersion(p.buf[p.pos..][0..pattern.len])) |version| {
+            p.pos += pattern.len;
+            return version;
+        };
         const available = @min(pattern.len, p.buf.len - p.pos);
         const bytes = p.buf[p.pos..][0..available];
         // Validate the available prefix first so garbage fails before the line completes.
@@ -319,15 +343,11 @@ const HeadParser = struct {
     /// field-line = field-name ":" OWS field-value OWS CRLF
     fn parseField(p: *HeadParser) InternalError!Header {
         const name_start = p.pos;
-        var index = name_start;
         // A leading SP/HTAB (obs-fold) or whitespace before ':' is not a tchar: rejected,
         // because hops disagree on how to interpret them (RFC 9112 5.1, 5.2).
-        while (index < p.buf.len) : (index += 1) {
-            const c = p.buf[index];
-            if (c == ':') break;
-            if (!tchar_table[c]) return error.BadRequest;
-            p.buf[index] = std.ascii.toLower(c);
-        } else return error.Incomplete;
+        const index = scan.fieldNameEnd(p.buf, name_start);
+        if (index == p.buf.len) return error.Incomplete;
+        if (p.buf[index] != ':') return error.BadRequest;
         if (index == name_start) return error.BadRequest;
         const name = p.buf[name_start..index];
 

@@ -260,10 +260,11 @@ fn beginRequest(conn: *Conn, req: *const http1.Request) *Stream {
     const st = freshStream(conn);
     st.keep_alive = req.keep_alive;
     st.http10 = req.version == .http10;
-    st.is_head_method = std.mem.eql(u8, req.method, "HEAD");
+    // (Lengths first: each `mem.eql` is a call.)
+    st.is_head_method = req.method.len == 4 and std.mem.eql(u8, req.method, "HEAD");
     st.expect_continue = req.expect_continue;
     for (req.headers) |field| {
-        if (std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
+        if (field.name.len == 2 and std.mem.eql(u8, field.name, "te") and http_fields.connectionHas(field.value, "trailers")) st.te_trailers = true;
     }
     if (req.chunked) {
         st.body_kind = .chunked;
@@ -514,18 +515,32 @@ fn writeHead(st: *Stream, w: *response.HeadWriter, status: u16, headers: []const
     for (extra) |h| try w.header(h[0], h[1]);
     for (headers) |h| {
         if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
-        if (std.ascii.eqlIgnoreCase(h[0], "content-length")) {
+        // (The name is valid, so `nameIs` is a case-insensitive comparison.)
+        if (response.nameIs(h[0], "content-length")) {
             if (st.resp_length != null) return error.InvalidHeader;
-            st.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
-        } else if (std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
+            st.resp_length = plainDecimal(h[1]) orelse
+                std.fmt.parseInt(u64, std.mem.trim(u8, h[1], " \t"), 10) catch return error.InvalidHeader;
+        } else if (h[0].len == "transfer-encoding".len and std.ascii.eqlIgnoreCase(h[0], "transfer-encoding")) {
             // The engine frames the body itself; the app's claim is dropped.
             continue;
-        } else if (std.ascii.eqlIgnoreCase(h[0], "connection")) {
+        } else if (response.nameIs(h[0], "connection")) {
             if (http_fields.connectionHas(h[1], "close")) st.keep_alive = false;
             continue;
         }
         try w.header(h[0], h[1]);
     }
+}
+
+/// 1 to 19 plain digits (always within u64), the usual content-length; null for anything
+/// else, which `std.fmt.parseInt` then decides as before.
+fn plainDecimal(text: []const u8) ?u64 {
+    if (text.len == 0 or text.len > 19) return null;
+    var n: u64 = 0;
+    for (text) |ch| {
+        if (ch < '0' or ch > '9') return null;
+        n = n * 10 + (ch - '0');
+    }
+    return n;
 }
 
 /// Chooses the framing once the first body message shows whether it is the only one,
@@ -863,4 +878,14 @@ test "HTTP2-Settings decodes base64url to whole settings, padded or not, and ref
     try t.expect(decodeH2cSettings("AAQAAP+/") == null); // standard base64, not url-safe
     try t.expect(decodeH2cSettings("A") == null);
     try t.expect(decodeH2cSettings("AAAAAAAA" ** 17) == null); // past the bound
+}
+
+test "plainDecimal: plain digits only, within u64, everything else left to parseInt" {
+    try std.testing.expectEqual(@as(?u64, 0), plainDecimal("0"));
+    try std.testing.expectEqual(@as(?u64, 27), plainDecimal("27"));
+    try std.testing.expectEqual(@as(?u64, 9999999999999999999), plainDecimal("9999999999999999999"));
+    try std.testing.expectEqual(@as(?u64, 7), plainDecimal("0000000000000000007"));
+    inline for (.{ "", " 1", "1 ", "+1", "-1", "1_0", "0x1", "18446744073709551615", "a" }) |text| {
+        try std.testing.expectEqual(@as(?u64, null), plainDecimal(text));
+    }
 }

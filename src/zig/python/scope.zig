@@ -145,7 +145,10 @@ pub fn init() bool {
         c.PyDict_SetItem(values.asgi, keys.spec_version, values.spec_version) != 0) return false;
     values.scope = c.PyDict_New() orelse return false;
     inline for (scope_keys) |name| {
-        if (c.PyDict_SetItem(values.scope, @field(keys, name), py.borrowedNone()) != 0) return false;
+        // `type` and `http_version` start as what nearly every scope has ("http", "1.1"),
+        // so `fill` sets them only when they differ.
+        const value = if (comptime std.mem.eql(u8, name, "type")) values.http else if (comptime std.mem.eql(u8, name, "http_version")) values.http11 else py.borrowedNone();
+        if (c.PyDict_SetItem(values.scope, @field(keys, name), value) != 0) return false;
     }
     for (common_methods, 0..) |m, i| methods[i] = c.PyUnicode_InternFromString(m.ptr) orelse return false;
     for (common_headers, 0..) |h, i| header_names[i] = py.bytes(h) orelse return false;
@@ -178,7 +181,7 @@ pub fn forwardedFor(req: *const Request, peer: *const Peer, info: *const ServerI
 
 pub fn method(name: []const u8) ?*Object {
     for (common_methods, 0..) |m, i| {
-        if (std.mem.eql(u8, m, name)) {
+        if (sameBytes(m, name)) {
             py.incref(methods[i]);
             return methods[i];
         }
@@ -187,7 +190,7 @@ pub fn method(name: []const u8) ?*Object {
 }
 
 fn headerName(name: []const u8) ?*Object {
-    if (header_index.get(name)) |i| {
+    if (commonHeaderIndex(name)) |i| {
         py.incref(header_names[i]);
         return header_names[i];
     }
@@ -301,12 +304,16 @@ fn refillPair(slot: usize, pair: *Object, name_text: []const u8, value_text: []c
 const pair_value_len_max = 256;
 var last_pairs: [common_headers.len]?*Object = @splat(null);
 
+/// The value bytes of each `last_pairs` tuple (its bytes object's own buffer, alive as
+/// long as the pair is held there).
+var last_values: [common_headers.len][]const u8 = @splat(&.{});
+
 /// list[i] = (name, value) as bytes; false with a Python error set.
 fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const u8) bool {
-    const index = header_index.get(name_text) orelse
+    const index = commonHeaderIndex(name_text) orelse
         return setHeaderNamed(list, i, py.bytes(name_text) orelse return false, value_text);
     if (last_pairs[index]) |pair| {
-        if (std.mem.eql(u8, py.bytesView(c.PyTuple_GetItem(pair, 1).?).?, value_text)) {
+        if (sameBytes(last_values[index], value_text)) {
             py.incref(pair);
             py.listInit(list, i, pair);
             return true;
@@ -319,6 +326,62 @@ fn setHeader(list: *Object, i: usize, name_text: []const u8, value_text: []const
         py.incref(pair);
         py.xdecref(last_pairs[index]);
         last_pairs[index] = pair;
+        last_values[index] = py.bytesView(c.PyTuple_GetItem(pair, 1).?).?;
+    }
+    return true;
+}
+
+/// `std.mem.eql`, with values up to 16 bytes compared inline in two overlapping words.
+inline fn sameBytes(a: []const u8, b: []const u8) bool {
+    if (a.len != b.len) return false;
+    const n = a.len;
+    if (n >= 8 and n <= 16) {
+        return std.mem.readInt(u64, a[0..8], .little) == std.mem.readInt(u64, b[0..8], .little) and
+            std.mem.readInt(u64, a[n - 8 ..][0..8], .little) == std.mem.readInt(u64, b[n - 8 ..][0..8], .little);
+    }
+    if (n >= 4 and n < 8) {
+        return std.mem.readInt(u32, a[0..4], .little) == std.mem.readInt(u32, b[0..4], .little) and
+            std.mem.readInt(u32, a[n - 4 ..][0..4], .little) == std.mem.readInt(u32, b[n - 4 ..][0..4], .little);
+    }
+    return std.mem.eql(u8, a, b);
+}
+
+/// `header_index.get(name)`, as a switch on the length and word comparisons against the
+/// few names of that length (no loop over candidates, no calls).
+fn commonHeaderIndex(name: []const u8) ?usize {
+    @setEvalBranchQuota(20_000);
+    const lengths = comptime blk: {
+        var max = 0;
+        for (common_headers) |h| max = @max(max, h.len);
+        break :blk max;
+    };
+    switch (name.len) {
+        inline 1...lengths => |len| {
+            inline for (common_headers, 0..) |h, index| {
+                if (h.len == len and equalsConstant(len, name[0..len], h)) return index;
+            }
+            return null;
+        },
+        else => return null,
+    }
+}
+
+/// `bytes` equals the compile-time `text` of the same length, in 8-byte (or 4-byte)
+/// words, the last one overlapping.
+inline fn equalsConstant(comptime len: usize, bytes: *const [len]u8, comptime text: []const u8) bool {
+    if (len < 4) {
+        inline for (0..len) |k| if (bytes[k] != text[k]) return false;
+        return true;
+    }
+    const W = if (len >= 8) u64 else u32;
+    const w = @sizeOf(W);
+    comptime var offset: usize = 0;
+    inline while (true) {
+        const at: usize = @min(offset, len - w);
+        const want = comptime std.mem.readInt(W, text[at..][0..w], .little);
+        if (std.mem.readInt(W, bytes[at..][0..w], .little) != want) return false;
+        if (at + w == len) break;
+        offset += w;
     }
     return true;
 }
@@ -351,7 +414,7 @@ var last_client: struct { peer: Peer = .{}, tuple: ?*Object = null } = .{};
 fn samePeer(a: *const Peer, b: *const Peer) bool {
     if (a.family != b.family or a.port != b.port) return false;
     const len: usize = if (a.family == std.os.linux.AF.INET) 4 else a.addr.len;
-    return std.mem.eql(u8, a.addr[0..len], b.addr[0..len]);
+    return sameBytes(a.addr[0..len], b.addr[0..len]);
 }
 
 fn client(peer: *const Peer, fwd: *const proxy.Forwarded) ?*Object {
@@ -415,16 +478,15 @@ pub fn build(req: *const Request, peer: *const Peer, info: *const ServerInfo, se
 }
 
 fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
-    py.incref(values.http);
-    if (!py.dictSetSteal(d, keys.type, values.http)) return false;
+    // `type` is "http" already, from the template (`init`).
     if (!py.dictSetSteal(d, keys.asgi, c.PyDict_Copy(values.asgi))) return false;
     const version = switch (req.version) {
         .http10 => values.http10,
-        .http11 => values.http11,
+        .http11 => null, // the template's
         .http2 => values.http2,
         .http3 => values.http3,
     };
-    if (c.PyDict_SetItem(d, keys.http_version, version) != 0) return false;
+    if (version) |v| if (c.PyDict_SetItem(d, keys.http_version, v) != 0) return false;
     if (!py.dictSetSteal(d, keys.method, method(req.method))) return false;
     const fwd = forwardedFor(req, peer, info);
     const scheme_obj = if (fwd.scheme) |sch| (if (sch == .https) values.https else values.http) else if (session != null or req.version == .http3) values.https else info.scheme.?;
@@ -578,4 +640,34 @@ fn tlsInfo(ssl: *tls.SSL, info: *const ServerInfo) ?*Object {
 pub fn serverCertPem(ctx: *tls.SSL_CTX) ?*Object {
     const x = tls.serverCertificate(ctx) orelse return py.none();
     return pemStr(x);
+}
+
+test "commonHeaderIndex finds each common name, and nothing else" {
+    for (common_headers, 0..) |h, i| try std.testing.expectEqual(@as(?usize, i), commonHeaderIndex(h));
+    var name: [40]u8 = undefined;
+    for (common_headers) |h| {
+        // One byte changed at each position: never found (as by the map).
+        for (0..h.len) |at| {
+            @memcpy(name[0..h.len], h);
+            name[at] ^= 0x01;
+            try std.testing.expectEqual(header_index.get(name[0..h.len]), commonHeaderIndex(name[0..h.len]));
+        }
+        try std.testing.expectEqual(@as(?usize, null), commonHeaderIndex(h[0 .. h.len - 1]));
+    }
+    try std.testing.expectEqual(@as(?usize, null), commonHeaderIndex(""));
+    try std.testing.expectEqual(@as(?usize, null), commonHeaderIndex("x" ** 40));
+}
+
+test "sameBytes is std.mem.eql at every length up to 24" {
+    var a: [24]u8 = undefined;
+    var b: [24]u8 = undefined;
+    for (0..25) |n| {
+        for (0..n + 1) |at| {
+            @memset(&a, 'v');
+            @memset(&b, 'v');
+            if (at < n) b[at] = 'w';
+            try std.testing.expectEqual(std.mem.eql(u8, a[0..n], b[0..n]), sameBytes(a[0..n], b[0..n]));
+            if (n > 0) try std.testing.expect(!sameBytes(a[0..n], b[0 .. n - 1]));
+        }
+    }
 }

@@ -195,7 +195,10 @@ pub const Conn = struct {
 
     pub fn ensureActive(self: *Conn) ?*Active {
         if (self.act == null) {
-            const act = std.heap.c_allocator.create(Active) catch return null;
+            // `rawAlloc`, not `create`: every field is set just below, so `create`'s fill
+            // of the new bytes with 0xaa (~110 instructions a request) would be overwritten.
+            const bytes = std.heap.c_allocator.rawAlloc(@sizeOf(Active), .of(Active), @returnAddress()) orelse return null;
+            const act: *Active = @ptrCast(@alignCast(bytes));
             act.* = .{ .conn = self, .proto = protocol.initialSession(self) };
             self.act = act;
         }
