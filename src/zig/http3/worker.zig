@@ -312,21 +312,27 @@ pub const Worker = struct {
         w.out_len = 0;
     }
 
-    /// The timerfd at the earliest deadline of every connection (none: disarmed).
+    /// The timerfd at the earliest deadline of every connection, or sooner: a deadline that
+    /// moved later (an ACK that went with a response, the idle timer pushed on by a packet)
+    /// leaves the timer where it is, and its expiry, one early wake-up, sets it again
+    /// (`onTimer`). A system call only when a deadline comes sooner than the armed one: one
+    /// that moved on with each request (its ACK deadline set, then met) cost a
+    /// `timerfd_settime` each time.
     fn armTimer(w: *Worker) void {
         var earliest: u64 = std.math.maxInt(u64);
         var it = w.live;
         while (it) |c| : (it = c.next) {
             if (c.quic.nextDeadline()) |d| earliest = @min(earliest, d);
         }
-        if (earliest == w.timer_at_us) return;
+        if (earliest >= w.timer_at_us) return;
+        std.debug.assert(earliest != std.math.maxInt(u64)); // below the armed time: a deadline
         w.timer_at_us = earliest;
-        var spec: linux.itimerspec = .{ .it_interval = .{ .sec = 0, .nsec = 0 }, .it_value = .{ .sec = 0, .nsec = 0 } };
-        if (earliest != std.math.maxInt(u64)) {
-            // CLOCK_MONOTONIC, as `sys.monotonicUs`; 0 would disarm: at least 1 ns.
-            const at = @max(earliest, 1);
-            spec.it_value = .{ .sec = @intCast(at / std.time.us_per_s), .nsec = @intCast((at % std.time.us_per_s) * std.time.ns_per_us) };
-        }
+        // CLOCK_MONOTONIC, as `sys.monotonicUs`; 0 would disarm: at least 1 ns.
+        const at = @max(earliest, 1);
+        const spec: linux.itimerspec = .{
+            .it_interval = .{ .sec = 0, .nsec = 0 },
+            .it_value = .{ .sec = @intCast(at / std.time.us_per_s), .nsec = @intCast((at % std.time.us_per_s) * std.time.ns_per_us) },
+        };
         _ = linux.timerfd_settime(w.timer_fd, .{ .ABSTIME = true }, &spec, null);
     }
 

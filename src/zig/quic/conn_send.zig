@@ -139,7 +139,8 @@ fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
 }
 
 fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64, may_elicit: bool) void {
-    writeAckFrame(c, space, w, p, now_us);
+    const ack_due = ackWanted(c, space, now_us);
+    if (ack_due) writeAckFrame(c, space, w, p, now_us);
     if (!may_elicit or !mayElicit(c, now_us)) return;
     const start = w.pos;
     writeCrypto(c, space, w, p);
@@ -148,6 +149,13 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
     if (w.pos > start) {
         p.ack_eliciting = true;
         p.in_flight = true;
+        // A 1-RTT packet that goes anyway takes along an ACK owed but not yet due (a
+        // request's, in its response), if it has room: that ACK then needs no packet of
+        // its own later (RFC 9000 13.2.1 lets an ACK wait up to max_ack_delay; a second
+        // ack-eliciting packet would make it due at once, in an ACK-only packet).
+        // Frames may come in any order: every STREAM frame we write carries its length.
+        if (!ack_due and space == .application and c.recovery.application_acks.ackDeadline() != null)
+            putAckFrame(c, space, w, p, now_us);
     }
 }
 
@@ -175,6 +183,12 @@ fn ackWanted(c: *const Connection, space: Space, now_us: u64) bool {
 
 fn writeAckFrame(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64) void {
     if (!ackWanted(c, space, now_us)) return;
+    putAckFrame(c, space, w, p, now_us);
+}
+
+/// An ACK frame of `space`'s received packets, if it fits (the ranges that fit: newest first).
+fn putAckFrame(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64) void {
+    assert(p.space == space);
     var buf: [ack_ranges_written_max]recovery_mod.Range = undefined;
     const a = c.recovery.writeAck(space, now_us, &buf);
     if (a.ranges.len == 0) return;
