@@ -189,7 +189,7 @@ export fn zc_holdings(c: *Connection, out: *[8]usize) void {
 /// Handshake ACK, Application ACK, pacer, idle, probes owed, PTO count].
 export fn zc_timers(c: *Connection, out: *[8]u64) void {
     const r = &c.recovery;
-    out.* = .{ r.loss_timer_us, r.initial_acks.ack_deadline_us, r.handshake_acks.ack_deadline_us, r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
+    out.* = .{ r.loss_timer_us, if (r.earlyAcks(.initial)) |a| a.ack_deadline_us else std.math.maxInt(u64), if (r.earlyAcks(.handshake)) |a| a.ack_deadline_us else std.math.maxInt(u64), r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
 }
 
 /// One stream's state by table index, for a test's diagnosis: [id, read offset, highest

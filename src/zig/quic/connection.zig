@@ -181,12 +181,16 @@ pub const Connection = struct {
         assert(our_scid.len >= 1 and our_scid.len <= packet.cid_len_max);
         assert(config.initial_max_streams_bidi <= streams_max and config.initial_max_streams_uni <= streams_max);
         const c = allocator.create(Connection) catch return null;
+        const recovery = Recovery.init(allocator, .{ .max_datagram_bytes = config.max_datagram_bytes, .congestion_algorithm = config.congestion_algorithm, .max_ack_delay_us = config.max_ack_delay_ms * 1000 }) catch {
+            allocator.destroy(c);
+            return null;
+        };
         c.* = .{
             .allocator = allocator,
             .config = config,
             .peer_cid = Cid.init(client_scid),
             .our_cid = Cid.init(our_scid),
-            .recovery = Recovery.init(.{ .max_datagram_bytes = config.max_datagram_bytes, .congestion_algorithm = config.congestion_algorithm, .max_ack_delay_us = config.max_ack_delay_ms * 1000 }),
+            .recovery = recovery,
             .flow = .{ .recv_max = config.initial_max_data, .peer_limit = .{ config.initial_max_streams_bidi, config.initial_max_streams_uni } },
             .idle_timeout_us = config.max_idle_timeout_ms * 1000,
             .idle_deadline_us = now_us +| config.max_idle_timeout_ms * 1000,
@@ -235,7 +239,10 @@ pub const Connection = struct {
         if (c.hs) |hs| hs.deinit();
         if (c.initial_keys) |k| a.destroy(k);
         if (c.handshake_keys) |k| a.destroy(k);
-        if (c.one_rtt) |k| a.destroy(k);
+        if (c.one_rtt) |k| {
+            k.deinit(a);
+            a.destroy(k);
+        }
         c.freeCloseFrame();
         for (&c.crypto) |*cs| if (cs.*) |s| s.destroy(a);
         for (c.stream_table.items) |s| {
@@ -591,7 +598,11 @@ pub const Connection = struct {
     /// tells the heap exactly; this is the estimate without one).
     pub fn heldBytes(c: *const Connection) usize {
         var n: usize = @sizeOf(Connection) - @sizeOf(Recovery);
-        if (c.one_rtt != null) n += @sizeOf(protection.OneRtt);
+        if (c.recovery.early != null) n += @sizeOf(recovery_mod.Early);
+        if (c.one_rtt) |k| {
+            n += @sizeOf(protection.OneRtt);
+            if (k.update != null) n += @sizeOf(protection.OneRtt.Update);
+        }
         if (c.initial_keys != null) n += @sizeOf(KeyPair);
         if (c.handshake_keys != null) n += @sizeOf(KeyPair);
         if (c.hs) |hs| n += hs.heldBytes();

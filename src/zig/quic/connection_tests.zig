@@ -45,6 +45,7 @@ const T = struct {
     }
 
     fn deinit(t: *T) void {
+        if (t.client_1rtt) |*k| k.deinit(testing.allocator);
         t.c.deinit();
         openssl.freeContext(t.ctx);
     }
@@ -108,7 +109,7 @@ const T = struct {
         }
         const k = &t.client_1rtt.?;
         const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, null);
-        return .{ .kind = .one_rtt, .payload = try k.open(bytes, &hdr) };
+        return .{ .kind = .one_rtt, .payload = try k.open(testing.allocator, bytes, &hdr) };
     }
 
     /// The CONNECTION_CLOSE in our next datagram: its error code.
