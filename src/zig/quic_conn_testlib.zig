@@ -72,7 +72,7 @@ export fn zc_conn_new(ctx: *openssl.SSL_CTX, dcid: [*]const u8, dcid_len: usize,
     if (idle_ms != 0) config.max_idle_timeout_ms = idle_ms;
     if (max_data != 0) config.initial_max_data = max_data;
     if (max_stream_data != 0) config.initial_max_stream_data = max_stream_data;
-    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], "127.0.0.1:4433", now_us, null) orelse {
+    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], now_us, null) orelse {
         std.heap.c_allocator.destroy(config);
         return null;
     };

@@ -41,7 +41,7 @@ const T = struct {
         const ctx = try context();
         const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
         t.* = .{ .ctx = ctx, .c = undefined, .config = config, .client_initial = keys.client, .server_initial = keys.server };
-        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
+        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, t.now_us, retry) orelse return error.OutOfMemory;
     }
 
     fn deinit(t: *T) void {

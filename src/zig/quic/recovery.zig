@@ -18,6 +18,9 @@
 //! it. Such a record would linger, since nothing makes the peer acknowledge it, and all it
 //! could tell is that the peer saw that ACK frame (RFC 9000 13.2.4); ACK frames sent in
 //! ack-eliciting packets tell that through their token.
+//! The Initial and Handshake spaces' state (what they sent and received) is one heap record,
+//! `Early`, made by `init` and given back when the Handshake space is discarded (Initial goes
+//! with it): an established connection keeps only the Application space's.
 //!
 //! Outputs. Newly acknowledged and lost packets go to a `sink` the caller passes, any value
 //! with two methods: `onAcked(space: Space, packet: SentPacket) void` and
