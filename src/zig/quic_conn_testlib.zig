@@ -72,7 +72,7 @@ export fn zc_conn_new(ctx: *openssl.SSL_CTX, dcid: [*]const u8, dcid_len: usize,
     if (idle_ms != 0) config.max_idle_timeout_ms = idle_ms;
     if (max_data != 0) config.initial_max_data = max_data;
     if (max_stream_data != 0) config.initial_max_stream_data = max_stream_data;
-    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], "127.0.0.1:4433", now_us, null) orelse {
+    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], now_us, null) orelse {
         std.heap.c_allocator.destroy(config);
         return null;
     };
@@ -189,7 +189,7 @@ export fn zc_holdings(c: *Connection, out: *[8]usize) void {
 /// Handshake ACK, Application ACK, pacer, idle, probes owed, PTO count].
 export fn zc_timers(c: *Connection, out: *[8]u64) void {
     const r = &c.recovery;
-    out.* = .{ r.loss_timer_us, r.initial_acks.ack_deadline_us, r.handshake_acks.ack_deadline_us, r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
+    out.* = .{ r.loss_timer_us, if (r.earlyAcks(.initial)) |a| a.ack_deadline_us else std.math.maxInt(u64), if (r.earlyAcks(.handshake)) |a| a.ack_deadline_us else std.math.maxInt(u64), r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
 }
 
 /// One stream's state by table index, for a test's diagnosis: [id, read offset, highest

@@ -260,7 +260,7 @@ pub const settings_bytes_max = 256;
 pub const Settings = struct {
     qpack_max_table_capacity: u64 = 0,
     /// Unlimited unless sent (RFC 9114 7.2.4.1).
-    max_field_section_size: u64 = varint.value_max,
+    max_field_section_size: u64 = unlimited_field_section,
     qpack_blocked_streams: u64 = 0,
     enable_connect_protocol: bool = false,
     h3_datagram: bool = false,
@@ -268,6 +268,8 @@ pub const Settings = struct {
     /// Parses a SETTINGS payload with every check: a truncated pair is H3_FRAME_ERROR;
     /// a duplicate identifier, one of HTTP/2's (0x00, 0x02-0x05) or a boolean setting
     /// above 1 is H3_SETTINGS_ERROR; unknown identifiers are ignored.
+    pub const unlimited_field_section: u64 = varint.value_max;
+
     pub fn parse(payload: []const u8) Error!Settings {
         if (payload.len > settings_bytes_max) return error.ExcessiveLoad;
         var s = Settings{};

@@ -89,8 +89,13 @@ pub const VerbError = error{ UnknownStream, Closed, AlreadyStarted, NotStarted, 
 
 /// One read from a stream at most; also the most a blocked stream holds.
 pub const read_bytes_max = 16 * 1024;
-/// Peer unidirectional streams at once: the three critical ones and a few ignored.
-pub const uni_streams_max = 8;
+/// Peer unidirectional streams at once. The transport bounds how many the peer has open
+/// (initial_max_streams_uni, credited again only as streams close), and a record lives no
+/// longer than its stream (freed at its FIN or reset, which the session sees before the
+/// credit can reach the peer): a transport that lets the peer open more must not be paired
+/// with this session (the worker asserts it). Three: the control and QPACK streams, all a
+/// client needs (RFC 9114 6.2, RFC 9204 4.2).
+pub const uni_streams_max = 3;
 /// A DATA frame's payload at most: what the owner commits to when a write is cut short.
 pub const data_frame_bytes_max = 64 * 1024;
 /// Our control stream's bytes waiting for the transport (SETTINGS, GOAWAY).
@@ -119,7 +124,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         gpa: std.mem.Allocator,
         transport: *Transport,
         owner: *Owner,
-        config: Config,
+        /// The caller's, kept for the session's life (`create`, `createShared`).
+        config: *const Config,
         decoder: qpack_decoder.Decoder,
         requests: std.AutoHashMapUnmanaged(u64, *RequestStream) = .empty,
         /// The peer's unidirectional streams, each a heap record while it is open.
@@ -127,7 +133,9 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         peer_control: bool = false,
         peer_encoder: bool = false,
         peer_decoder: bool = false,
-        peer_settings: ?frames.Settings = null,
+        /// Of the peer's SETTINGS only this is used (our heads' size, RFC 9114 4.2.2):
+        /// unlimited until they come.
+        peer_field_section_max: u64 = frames.Settings.unlimited_field_section,
         /// Ids (varints, below 2^62) or `no_id`.
         peer_goaway: u64 = no_id,
         max_push_id: u64 = no_id,
@@ -197,10 +205,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         };
 
         /// A session with buffers of its own.
-        pub fn create(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: Config) error{OutOfMemory}!*Self {
+        pub fn create(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: *const Config) error{OutOfMemory}!*Self {
             const bufs = try gpa.create(Buffers);
             errdefer gpa.destroy(bufs);
-            bufs.* = try Buffers.init(gpa, config);
+            bufs.* = try Buffers.init(gpa, config.*);
             errdefer bufs.deinit(gpa);
             const s = try createShared(gpa, transport, owner, config, bufs);
             s.shared = false;
@@ -209,7 +217,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         /// A session on `bufs`, which the caller keeps for the session's life and made
         /// with the same `config` limits.
-        pub fn createShared(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: Config, bufs: *const Buffers) error{OutOfMemory}!*Self {
+        pub fn createShared(gpa: std.mem.Allocator, transport: *Transport, owner: *Owner, config: *const Config, bufs: *const Buffers) error{OutOfMemory}!*Self {
             std.debug.assert(config.qpack_blocked_streams <= qpack_decoder.blocked_streams_limit);
             std.debug.assert(config.field_section_bytes_max >= frames.settings_bytes_max);
             std.debug.assert(bufs.scratch.len == config.field_section_bytes_max and bufs.decoded.len == config.fields_max + 8);
@@ -598,7 +606,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             switch (ev) {
                 .stream_type => |t| s.uniType(u, t),
                 .settings => |settings| {
-                    s.peer_settings = settings;
+                    s.peer_field_section_max = settings.max_field_section_size;
                     u.dropSettingsRoom(s.gpa);
                 },
                 .goaway => |id| {

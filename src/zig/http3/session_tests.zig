@@ -185,10 +185,12 @@ const Harness = struct {
     fake: Fake = .{},
     owner: Owner = .{},
     s: *Session = undefined,
+    /// The session points at it: `h` does not move after `init`.
+    config: session_mod.Config = .{},
 
     fn init(h: *Harness, config: session_mod.Config) !void {
-        h.* = .{};
-        h.s = try Session.create(testing.allocator, &h.fake, &h.owner, config);
+        h.* = .{ .config = config };
+        h.s = try Session.create(testing.allocator, &h.fake, &h.owner, &h.config);
         h.owner.session = h.s;
         h.fake.push(.handshake_done);
         h.s.run();
@@ -924,4 +926,45 @@ test "h3 session: a blocked stream reset by the peer is forgotten; more blocked 
     h.fake.send(8, &section, false);
     h.s.run();
     try h.expectClosed(.qpack_decompression_failed);
+}
+
+test "h3 session: the peer's unidirectional streams fit uni_streams_max slots, freed as they end" {
+    // The transport lets a client have initial_max_streams_uni (3) open at once: the
+    // control and QPACK streams. One more open at once is refused as excessive load.
+    try testing.expectEqual(@as(usize, 3), session_mod.uni_streams_max);
+    {
+        var h: Harness = undefined;
+        try h.init(.{});
+        defer h.deinit();
+        h.clientControl();
+        h.fake.send(6, &.{0x02}, false); // QPACK encoder stream
+        h.fake.send(10, &.{ 0x21, 'x' }, false); // a reserved type: ignored
+        h.s.run();
+        try testing.expectEqual(@as(?u64, null), h.fake.close_code);
+        for (h.s.uni) |slot| try testing.expect(slot != null);
+        h.fake.send(14, &.{ 0x21, 'y' }, false);
+        h.s.run();
+        try h.expectClosed(.excessive_load);
+    }
+    // An ignored stream's end (the peer's RESET_STREAM answering our STOP_SENDING, or its
+    // FIN) gives its slot back, as the transport gives its credit back.
+    {
+        var h: Harness = undefined;
+        try h.init(.{});
+        defer h.deinit();
+        h.clientControl();
+        h.fake.send(6, &.{0x02}, false);
+        h.fake.send(10, &.{ 0x21, 'x' }, false);
+        h.s.run();
+        try testing.expectEqual(@as(?u64, @intFromEnum(ErrorCode.stream_creation_error)), h.fake.streams.getPtr(10).?.stop_code);
+        h.fake.push(.{ .reset = .{ .id = 10, .code = @intFromEnum(ErrorCode.stream_creation_error), .final_size = 2 } });
+        h.s.run();
+        h.fake.send(14, &.{0x03}, false); // QPACK decoder stream
+        h.s.run();
+        try testing.expectEqual(@as(?u64, null), h.fake.close_code);
+        var ids: [3]u64 = undefined;
+        for (h.s.uni, &ids) |slot, *id| id.* = slot.?.id;
+        std.mem.sort(u64, &ids, {}, std.sort.asc(u64));
+        try testing.expectEqualSlices(u64, &.{ 2, 6, 14 }, &ids);
+    }
 }

@@ -178,7 +178,7 @@ pub fn Verbs(comptime S: type) type {
             // RFC 9114 4.2.2: no section past the peer's SETTINGS_MAX_FIELD_SECTION_SIZE.
             var size: u64 = if (kind == .response) ":status".len + 3 + qpack.entry_overhead else 0;
             for (headers) |h| size += h.name.len + h.value.len + qpack.entry_overhead;
-            if (s.peer_settings) |peer| if (size > peer.max_field_section_size) return error.HeadTooLarge;
+            if (size > s.peer_field_section_max) return error.HeadTooLarge;
             const room = S.frame_header_room;
             const body = s.bufs.encode_buf[room..];
             const p = switch (kind) {

@@ -33,6 +33,11 @@ const server_stream = @import("server_stream.zig");
 pub const Session = session_mod.Session(connection.Connection, QuicConn);
 pub const Endpoint = endpoint_mod.Endpoint(QuicConn);
 
+comptime {
+    // The session keeps a slot per open peer unidirectional stream; the transport bounds them.
+    std.debug.assert((connection.Config{}).initial_max_streams_uni <= session_mod.uni_streams_max);
+}
+
 /// Datagram batches read per readiness event (32 datagrams each).
 const batches_per_event = 8;
 /// Datagrams one connection sends per flush; past it the connection stays dirty.
@@ -50,7 +55,9 @@ pub const QuicConn = struct {
     endpoint_link: endpoint_mod.Link = .{},
     /// What the streams reach the server through (see the file's comment).
     carrier: conn_mod.Conn,
-    path: endpoint_mod.Path,
+    /// Our address the client's datagrams came to (its own is `carrier.peer`): the two
+    /// are the path replies take.
+    local: Peer,
     /// Request streams the owner keeps (`server_stream.H3Stream`), by QUIC stream id.
     streams: std.AutoHashMapUnmanaged(u64, *server_stream.H3Stream) = .empty,
     /// Streams an app still holds: the connection is freed only once none is.
@@ -66,10 +73,8 @@ pub const QuicConn = struct {
     pub fn open(w: *Worker, acc: *const endpoint_mod.Accept) ?*QuicConn {
         const gpa = w.gpa;
         const now = sys.monotonicUs();
-        var addr_buf: [64]u8 = undefined;
-        const addr = acc.path.peer.format(&addr_buf);
         const retry: ?connection.RetryInfo = if (acc.retry_scid) |*r| .{ .retry_scid = r.slice() } else null;
-        const q = connection.Connection.init(gpa, &w.quic_config, acc.reset_token, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), addr, now, retry) orelse return null;
+        const q = connection.Connection.init(gpa, &w.quic_config, acc.reset_token, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), now, retry) orelse return null;
         const self = gpa.create(QuicConn) catch {
             q.deinit();
             return null;
@@ -79,11 +84,12 @@ pub const QuicConn = struct {
             .quic = q,
             .session = undefined,
             .carrier = conn_mod.Conn.init(w.server, -1, acc.path.peer),
-            .path = acc.path,
+            .local = acc.path.local,
         };
         // Not a TCP phase: any state but `.closed` (which `Stream.gone` reads).
         self.carrier.state = .request;
-        self.session = Session.createShared(gpa, q, self, .{}, &w.buffers) catch {
+        std.debug.assert(w.quic_config.initial_max_streams_uni <= session_mod.uni_streams_max);
+        self.session = Session.createShared(gpa, q, self, &w.h3_config, &w.buffers) catch {
             q.deinit();
             gpa.destroy(self);
             return null;
@@ -97,7 +103,7 @@ pub const QuicConn = struct {
     pub fn receive(self: *QuicConn, datagram: []const u8, path: *const endpoint_mod.Path, now_us: u64) void {
         // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
         if (self.quic.isClosed()) return;
-        self.path = path.*;
+        self.local = path.local;
         self.carrier.peer = path.peer;
         self.quic.receive(@constCast(datagram), now_us);
         self.worker.markDirty(self);
@@ -180,6 +186,8 @@ pub const Worker = struct {
     idle_timeout_ms: u64,
     /// The QUIC limits every connection of this worker points at.
     quic_config: connection.Config,
+    /// The HTTP/3 limits every session of this worker points at.
+    h3_config: session_mod.Config = .{},
     endpoint: Endpoint = undefined,
     /// The sessions' working buffers, shared: they are driven one at a time (`flush`).
     buffers: Session.Buffers = undefined,
@@ -283,7 +291,7 @@ pub const Worker = struct {
             const buf = &w.out_bufs[w.out_len];
             const n = c.quic.send(buf, now);
             if (n == 0) return false;
-            w.out[w.out_len] = .{ .bytes = buf[0..n], .peer = c.path.peer, .local = c.path.local };
+            w.out[w.out_len] = .{ .bytes = buf[0..n], .peer = c.carrier.peer, .local = c.local };
             w.out_len += 1;
         }
         return true;

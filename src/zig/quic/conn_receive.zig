@@ -62,17 +62,12 @@ fn spaceOf(kind: packet.Kind) Space {
 }
 
 fn largestReceived(c: *const Connection, space: Space) ?u64 {
-    const r = &c.recovery;
-    return switch (space) {
-        .initial => if (r.initial_acks.received_any) r.initial_acks.largest_received else null,
-        .handshake => if (r.handshake_acks.received_any) r.handshake_acks.largest_received else null,
-        .application => if (r.application_acks.received_any) r.application_acks.largest_received else null,
-    };
+    return c.recovery.largestReceived(space);
 }
 
 const Opened = struct { pn: u64, payload: []u8 };
 
-fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) protection.UnprotectError!?Opened {
+fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) protection.OneRtt.OpenError!?Opened {
     const largest = largestReceived(c, space);
     switch (space) {
         .initial, .handshake => {
@@ -83,7 +78,7 @@ fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) prot
         .application => {
             const k = c.one_rtt orelse return null;
             const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, largest);
-            return .{ .pn = hdr.pn, .payload = try k.open(bytes, &hdr) };
+            return .{ .pn = hdr.pn, .payload = try k.open(c.allocator, bytes, &hdr) };
         },
     }
 }

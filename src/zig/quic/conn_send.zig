@@ -175,8 +175,7 @@ fn mayElicit(c: *Connection, now_us: u64) bool {
 fn ackWanted(c: *const Connection, space: Space, now_us: u64) bool {
     const r = &c.recovery;
     return switch (space) {
-        .initial => r.initial_acks.received_any and (r.initial_acks.ackDue(now_us) or r.initial_acks.ack_eliciting_unacked > 0),
-        .handshake => r.handshake_acks.received_any and (r.handshake_acks.ackDue(now_us) or r.handshake_acks.ack_eliciting_unacked > 0),
+        .initial, .handshake => if (r.earlyAcks(space)) |a| a.received_any and (a.ackDue(now_us) or a.ack_eliciting_unacked > 0) else false,
         .application => r.application_acks.ackDue(now_us),
     };
 }

@@ -41,10 +41,11 @@ const T = struct {
         const ctx = try context();
         const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
         t.* = .{ .ctx = ctx, .c = undefined, .config = config, .client_initial = keys.client, .server_initial = keys.server };
-        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, "peer", t.now_us, retry) orelse return error.OutOfMemory;
+        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, t.now_us, retry) orelse return error.OutOfMemory;
     }
 
     fn deinit(t: *T) void {
+        if (t.client_1rtt) |*k| k.deinit(testing.allocator);
         t.c.deinit();
         openssl.freeContext(t.ctx);
     }
@@ -108,7 +109,7 @@ const T = struct {
         }
         const k = &t.client_1rtt.?;
         const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, null);
-        return .{ .kind = .one_rtt, .payload = try k.open(bytes, &hdr) };
+        return .{ .kind = .one_rtt, .payload = try k.open(testing.allocator, bytes, &hdr) };
     }
 
     /// The CONNECTION_CLOSE in our next datagram: its error code.

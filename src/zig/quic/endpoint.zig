@@ -99,11 +99,13 @@ pub const Accept = struct {
 /// A connection's state in the endpoint, kept in the connection (`conn.endpoint_link`).
 pub const Link = struct {
     handshaking: bool = false,
-    /// The client's first destination ID, routed here until the handshake is confirmed
-    /// (its Initials are resent to it until the client hears from us).
-    client_dcid: ?Cid = null,
-    cids: [cids_per_connection_max]Cid = undefined,
     cids_len: u8 = 0,
+    /// Our IDs, all `cid_len` bytes: only their bytes are kept.
+    cids: [cids_per_connection_max][cid_len]u8 = undefined,
+    /// The client's first destination ID (at least `client_dcid_len_min` bytes), routed here
+    /// until the handshake is confirmed (its Initials are resent to it until the client
+    /// hears from us); empty when none.
+    client_dcid: Cid = .{},
 };
 
 /// What became of a datagram.
@@ -329,12 +331,13 @@ pub fn Endpoint(comptime Conn: type) type {
                 .address_validated = validated,
             };
             const conn = Conn.open(self.context, &info) orelse return .dropped_open_failed;
+            assert(info.client_dcid.len >= client_dcid_len_min and scid.len == cid_len);
             conn.endpoint_link = .{ .handshaking = true, .client_dcid = info.client_dcid };
             // Room was kept for every connection's IDs; neither ID is in the table (the
             // DCID was looked up, ours was drawn fresh).
             self.table.insert(h.dcid, conn) catch unreachable;
             self.table.insert(scid.slice(), conn) catch unreachable;
-            conn.endpoint_link.cids[0] = scid;
+            conn.endpoint_link.cids[0] = scid.bytes[0..cid_len].*;
             conn.endpoint_link.cids_len = 1;
             self.connections += 1;
             self.handshakes += 1;
@@ -368,8 +371,9 @@ pub fn Endpoint(comptime Conn: type) type {
             assert(link.cids_len > 0); // an open connection
             if (link.cids_len == cids_per_connection_max) return null;
             const cid = self.drawFreshCid();
+            assert(cid.len == cid_len);
             self.table.insert(cid.slice(), conn) catch unreachable; // room kept per connection
-            link.cids[link.cids_len] = cid;
+            link.cids[link.cids_len] = cid.bytes[0..cid_len].*;
             link.cids_len += 1;
             return .{ .cid = cid, .reset_token = stateless_reset.token(&self.config.reset_key, cid.slice()) };
         }
@@ -380,7 +384,7 @@ pub fn Endpoint(comptime Conn: type) type {
             const link = &conn.endpoint_link;
             if (link.cids_len <= 1) return false;
             for (link.cids[0..link.cids_len], 0..) |*c, i| {
-                if (!std.mem.eql(u8, c.slice(), cid)) continue;
+                if (!std.mem.eql(u8, c, cid)) continue;
                 assert(self.table.remove(cid).? == conn);
                 link.cids[i] = link.cids[link.cids_len - 1];
                 link.cids_len -= 1;
@@ -401,9 +405,9 @@ pub fn Endpoint(comptime Conn: type) type {
 
         fn forgetClientDcid(self: *Self, conn: *Conn) void {
             const link = &conn.endpoint_link;
-            const dcid = link.client_dcid orelse return;
-            assert(self.table.remove(dcid.slice()).? == conn);
-            link.client_dcid = null;
+            if (link.client_dcid.len == 0) return;
+            assert(self.table.remove(link.client_dcid.slice()).? == conn);
+            link.client_dcid = .{};
         }
 
         /// The connection ends: none of its IDs route any more. Call before freeing it.
@@ -412,7 +416,7 @@ pub fn Endpoint(comptime Conn: type) type {
             assert(link.cids_len > 0);
             if (link.handshaking) self.handshakes -= 1;
             self.forgetClientDcid(conn);
-            for (link.cids[0..link.cids_len]) |*c| assert(self.table.remove(c.slice()).? == conn);
+            for (link.cids[0..link.cids_len]) |*c| assert(self.table.remove(c).? == conn);
             link.* = .{};
             self.connections -= 1;
         }

@@ -4,8 +4,9 @@
 //! (unmask, rebuild the packet number, open in place), and the 1-RTT key phases of a key
 //! update (RFC 9001 6).
 //!
-//! Sans-IO, no allocation: packets are byte slices the caller owns; `packet.zig` finds
-//! where their packet numbers start.
+//! Sans-IO: packets are byte slices the caller owns; `packet.zig` finds where their packet
+//! numbers start. The one allocation is `OneRtt`'s key update record (`OneRtt.Update`),
+//! made from the allocator `OneRtt.open` is given.
 const std = @import("std");
 const assert = std.debug.assert;
 const suite = @import("suite.zig");
@@ -14,6 +15,7 @@ const Aes128 = std.crypto.core.aes.Aes128;
 const Aes256 = std.crypto.core.aes.Aes256;
 const ChaCha20IETF = std.crypto.stream.chacha.ChaCha20IETF;
 const HkdfSha256 = std.crypto.kdf.hkdf.HkdfSha256;
+const Allocator = std.mem.Allocator;
 
 /// The v1 salt of the Initial secrets (RFC 9001 5.2).
 pub const initial_salt_v1 = [20]u8{ 0x38, 0x76, 0x2c, 0xf7, 0xf5, 0x59, 0x34, 0xb3, 0x4d, 0x17, 0x9a, 0xe6, 0xa4, 0xc8, 0x0c, 0xad, 0xcc, 0xbb, 0x7f, 0x0a };
@@ -181,36 +183,55 @@ pub fn unprotect(keys: *const Keys, bytes: []u8, pn_offset: usize, largest_pn: ?
 
 /// The 1-RTT keys of both directions through key updates (RFC 9001 6): the header keys
 /// stay; the AEAD keys move to the next generation ("quic ku") together, one phase bit per
-/// generation. The receive side keeps the next generation ready (a packet with the other
-/// phase bit is tried with it, RFC 9001 6.3) and the previous one for late packets until
-/// `discardPrevious` (the connection calls it three PTOs after an update, 6.5).
+/// generation. A packet with the other phase bit is tried with the next generation's keys
+/// (RFC 9001 6.3), and after an update the previous ones open late packets until
+/// `discardPrevious` (the connection may call it three PTOs after an update, 6.5).
+///
+/// Memory: inline are only the keys in use and the secret the next receive keys come from.
+/// The next and previous receive keys live in `Update`, a heap record made the first time a
+/// packet with the other phase bit comes (6.3 lets the keys be made then; the one timing
+/// signal is that first packet's derivation) and given back by `discardPrevious` or
+/// `deinit`. After an update the record stays with the next keys made ahead, as 6.3 expects.
 pub const OneRtt = struct {
     hp_rx: HeaderKey,
     hp_tx: HeaderKey,
     rx: suite.Aead,
-    rx_next: suite.Aead,
-    rx_previous: ?suite.Aead = null,
-    /// The secret `rx_next` came from; the generation after it derives from it.
+    /// The secret of the next receive generation: `Update.next` derives from it.
     rx_next_secret: suite.Secret,
     tx: suite.Aead,
     tx_secret: suite.Secret,
     rx_phase: u1 = 0,
     tx_phase: u1 = 0,
-    /// The smallest packet number opened with `rx`: older packets with the other phase
-    /// bit belong to the previous generation.
-    rx_first_pn: ?u64 = null,
+    /// The smallest packet number opened with `rx` (`no_pn` before the first): older
+    /// packets with the other phase bit belong to the previous generation.
+    rx_first_pn: u64 = no_pn,
+    update: ?*Update = null,
+
+    pub const no_pn: u64 = std.math.maxInt(u64);
+
+    /// What only a key update needs.
+    pub const Update = struct {
+        next: suite.Aead,
+        previous: ?suite.Aead = null,
+    };
+
+    pub const OpenError = UnprotectError || Allocator.Error;
 
     pub fn init(rx_secret: *const suite.Secret, tx_secret: *const suite.Secret) OneRtt {
-        const rx_next_secret = rx_secret.next();
         return .{
             .hp_rx = HeaderKey.init(rx_secret),
             .hp_tx = HeaderKey.init(tx_secret),
             .rx = suite.Aead.init(rx_secret, .quic),
-            .rx_next = suite.Aead.init(&rx_next_secret, .quic),
-            .rx_next_secret = rx_next_secret,
+            .rx_next_secret = rx_secret.next(),
             .tx = suite.Aead.init(tx_secret, .quic),
             .tx_secret = tx_secret.*,
         };
+    }
+
+    /// Gives the key update record back, if one was made.
+    pub fn deinit(k: *OneRtt, allocator: Allocator) void {
+        if (k.update) |u| allocator.destroy(u);
+        k.update = null;
     }
 
     pub const Generation = enum { previous, current, next };
@@ -218,34 +239,46 @@ pub const OneRtt = struct {
     /// Which receive keys open a packet with this phase bit and (already rebuilt) number.
     pub fn select(k: *const OneRtt, key_phase: u1, pn: u64) Generation {
         if (key_phase == k.rx_phase) return .current;
-        if (k.rx_previous != null and k.rx_first_pn != null and pn < k.rx_first_pn.?) return .previous;
+        if (k.update) |u| if (u.previous != null and k.rx_first_pn != no_pn and pn < k.rx_first_pn) return .previous;
         return .next;
     }
 
     /// Opens a 1-RTT packet whose header `unprotectHeader(&k.hp_rx, ...)` cleared, with the
     /// keys its phase bit picks; a packet opened with the next keys moves the receive side
-    /// to them and, if the peer started the update, the send side too (RFC 9001 6.2).
-    pub fn open(k: *OneRtt, bytes: []u8, h: *const Header) UnprotectError![]u8 {
+    /// to them and, if the peer started the update, the send side too (RFC 9001 6.2). The
+    /// first packet with the other phase bit makes the `Update` record from `allocator`:
+    /// without memory the packet is dropped (error.OutOfMemory) and nothing moves.
+    pub fn open(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header) OpenError![]u8 {
         const generation = k.select(h.keyPhase(), h.pn);
         const aead = switch (generation) {
             .current => &k.rx,
-            .next => &k.rx_next,
-            .previous => &k.rx_previous.?,
+            .next => &(try k.updateRecord(allocator)).next,
+            .previous => &k.update.?.previous.?,
         };
         const payload = try openPayload(aead, bytes, h);
         switch (generation) {
             .previous => {},
-            .current => k.rx_first_pn = @min(k.rx_first_pn orelse h.pn, h.pn),
+            .current => k.rx_first_pn = @min(k.rx_first_pn, h.pn),
             .next => k.rotateRx(h.pn),
         }
         return payload;
     }
 
+    /// The record with the next receive keys, made (and the keys derived) when first asked.
+    fn updateRecord(k: *OneRtt, allocator: Allocator) Allocator.Error!*Update {
+        if (k.update) |u| return u;
+        const u = try allocator.create(Update);
+        u.* = .{ .next = suite.Aead.init(&k.rx_next_secret, .quic) };
+        k.update = u;
+        return u;
+    }
+
     fn rotateRx(k: *OneRtt, pn: u64) void {
-        k.rx_previous = k.rx;
-        k.rx = k.rx_next;
+        const u = k.update.?; // the next keys opened the packet
+        u.previous = k.rx;
+        k.rx = u.next;
         k.rx_next_secret = k.rx_next_secret.next();
-        k.rx_next = suite.Aead.init(&k.rx_next_secret, .quic);
+        u.next = suite.Aead.init(&k.rx_next_secret, .quic);
         k.rx_phase ^= 1;
         k.rx_first_pn = pn;
         if (k.tx_phase != k.rx_phase) k.rotateTx(); // the peer updated: answer in kind
@@ -266,9 +299,10 @@ pub const OneRtt = struct {
         k.rotateTx();
     }
 
-    /// Forgets the previous receive keys (three PTOs after an update, RFC 9001 6.5).
-    pub fn discardPrevious(k: *OneRtt) void {
-        k.rx_previous = null;
+    /// Forgets the previous receive keys (three PTOs after an update, RFC 9001 6.5) and the
+    /// record with them: the next keys are made again when a packet asks for them.
+    pub fn discardPrevious(k: *OneRtt, allocator: Allocator) void {
+        k.deinit(allocator);
     }
 
     /// Seals a built short header packet (`packet.writeShortHeader` with `k.tx_phase`).
@@ -478,7 +512,7 @@ fn sendOneRtt(k: *const OneRtt, buf: []u8, pn: u64) !usize {
 
 fn receiveOneRtt(k: *OneRtt, bytes: []u8, largest: ?u64) !u64 {
     const h = try unprotectHeader(&k.hp_rx, bytes, 1, largest);
-    _ = try k.open(bytes, &h);
+    _ = try k.open(testing.allocator, bytes, &h);
     return h.pn;
 }
 
@@ -492,7 +526,9 @@ test "RFC 9001 6: a key update started by either side, and a late packet of the 
     const cs = suite.Secret.init(.aes_128_gcm_sha256, &c_secret);
     const ss = suite.Secret.init(.aes_128_gcm_sha256, &s_secret);
     var client = OneRtt.init(&ss, &cs);
+    defer client.deinit(testing.allocator);
     var server = OneRtt.init(&cs, &ss);
+    defer server.deinit(testing.allocator);
     var buf: [64]u8 = undefined;
     var late: [64]u8 = undefined;
 
@@ -510,7 +546,8 @@ test "RFC 9001 6: a key update started by either side, and a late packet of the 
     // The late phase-0 packet still opens, with the previous keys.
     try testing.expectEqual(@as(u64, 1), try receiveOneRtt(&server, late[0..late_len], 2));
     try testing.expectEqual(@as(u1, 1), server.rx_phase);
-    server.discardPrevious();
+    server.discardPrevious(testing.allocator);
+    try testing.expectEqual(@as(?*OneRtt.Update, null), server.update);
     // The server's answer moves the client's receive side; now the server updates.
     n = try sendOneRtt(&server, &buf, 0);
     try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&client, buf[0..n], null));
@@ -526,4 +563,57 @@ test "RFC 9001 6: a key update started by either side, and a late packet of the 
     buf[n - 1] ^= 1;
     try testing.expectError(error.AuthenticationFailed, receiveOneRtt(&server, buf[0..n], 3));
     try testing.expectEqual(@as(u1, 0), server.rx_phase);
+}
+
+test "RFC 9001 6.3: the next keys are made only when a packet with the other phase bit comes" {
+    var c_secret: [32]u8 = undefined;
+    var s_secret: [32]u8 = undefined;
+    for (&c_secret, &s_secret, 0..) |*c, *s, i| {
+        c.* = @intCast(200 - i);
+        s.* = @intCast(7 * i);
+    }
+    const cs = suite.Secret.init(.chacha20_poly1305_sha256, &c_secret);
+    const ss = suite.Secret.init(.chacha20_poly1305_sha256, &s_secret);
+    var client = OneRtt.init(&ss, &cs);
+    defer client.deinit(testing.allocator);
+    var server = OneRtt.init(&cs, &ss);
+    defer server.deinit(testing.allocator);
+    var buf: [64]u8 = undefined;
+    // No update yet: current keys only, nothing on the heap.
+    var n = try sendOneRtt(&client, &buf, 0);
+    try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&server, buf[0..n], null));
+    try testing.expectEqual(@as(?*OneRtt.Update, null), server.update);
+    try testing.expectEqual(@as(u64, 0), server.rx_first_pn);
+    // The client updates; without memory the packet is dropped and nothing moves.
+    try client.initiate();
+    n = try sendOneRtt(&client, &buf, 1);
+    var copy: [64]u8 = undefined;
+    @memcpy(copy[0..n], buf[0..n]);
+    var failing = std.testing.FailingAllocator.init(testing.allocator, .{ .fail_index = 0 });
+    const h = try unprotectHeader(&server.hp_rx, copy[0..n], 1, 0);
+    try testing.expectError(error.OutOfMemory, server.open(failing.allocator(), copy[0..n], &h));
+    try testing.expectEqual(@as(u1, 0), server.rx_phase);
+    try testing.expectEqual(@as(?*OneRtt.Update, null), server.update);
+    // With memory the record is made, the keys derived lazily equal the eager derivation,
+    // and both sides move.
+    try testing.expectEqual(@as(u64, 1), try receiveOneRtt(&server, buf[0..n], 0));
+    try testing.expectEqual(@as(u1, 1), server.rx_phase);
+    try testing.expectEqual(@as(u1, 1), server.tx_phase);
+    const gen1 = cs.next();
+    const gen2 = gen1.next();
+    const u = server.update orelse return error.TestUnexpectedResult;
+    try testing.expectEqualDeep(suite.Aead.init(&gen1, .quic), server.rx);
+    try testing.expectEqualDeep(suite.Aead.init(&cs, .quic), u.previous.?);
+    try testing.expectEqualDeep(suite.Aead.init(&gen2, .quic), u.next); // made ahead
+    // Discarding the previous keys gives the record back; the next update makes it again.
+    server.discardPrevious(testing.allocator);
+    try testing.expectEqual(@as(?*OneRtt.Update, null), server.update);
+    n = try sendOneRtt(&server, &buf, 0);
+    try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&client, buf[0..n], null));
+    try client.initiate();
+    n = try sendOneRtt(&client, &buf, 2);
+    try testing.expectEqual(@as(u64, 2), try receiveOneRtt(&server, buf[0..n], 1));
+    try testing.expectEqual(@as(u1, 0), server.rx_phase);
+    try testing.expectEqualDeep(suite.Aead.init(&gen2, .quic), server.rx);
+    try testing.expect(server.update != null);
 }

@@ -18,6 +18,9 @@
 //! it. Such a record would linger, since nothing makes the peer acknowledge it, and all it
 //! could tell is that the peer saw that ACK frame (RFC 9000 13.2.4); ACK frames sent in
 //! ack-eliciting packets tell that through their token.
+//! The Initial and Handshake spaces' state (what they sent and received) is one heap record,
+//! `Early`, made by `init` and given back when the Handshake space is discarded (Initial goes
+//! with it): an established connection keeps only the Application space's.
 //!
 //! Outputs. Newly acknowledged and lost packets go to a `sink` the caller passes, any value
 //! with two methods: `onAcked(space: Space, packet: SentPacket) void` and
@@ -177,7 +180,7 @@ const SentList = struct {
     }
 };
 
-const SpaceState = struct {
+pub const SpaceState = struct {
     sent: SentList = .{},
     largest_sent: u64 = 0,
     largest_acked: u64 = 0,
@@ -218,10 +221,21 @@ const LossRun = struct {
     }
 };
 
-pub const Recovery = struct {
-    spaces: [space_count]SpaceState = .{ .{}, .{}, .{} },
+/// What the Initial and Handshake spaces hold: one heap record made with the `Recovery`
+/// and given back when the Handshake space is discarded (RFC 9001 4.9.2: at confirmation),
+/// so that an established connection carries only the Application space's state.
+pub const Early = struct {
+    spaces: [2]SpaceState = .{ .{}, .{} },
     initial_acks: ack_ranges.HandshakeAckRanges,
     handshake_acks: ack_ranges.HandshakeAckRanges,
+    /// The Initial space was discarded (its state is back at rest, and stays so).
+    initial_discarded: bool = false,
+};
+
+pub const Recovery = struct {
+    /// Null once the Handshake space is discarded: Initial and Handshake are then both gone.
+    early: ?*Early,
+    application: SpaceState = .{},
     application_acks: ack_ranges.ApplicationAckRanges,
     rtt: Rtt = .{},
     cc: Congestion,
@@ -238,26 +252,75 @@ pub const Recovery = struct {
     handshake_confirmed: bool = false,
     amplification_limited: bool = false,
 
-    pub fn init(config: Config) Recovery {
+    /// Allocates the Initial and Handshake spaces' record (`Early`); `deinit` or discarding
+    /// the Handshake space gives it back.
+    pub fn init(allocator: Allocator, config: Config) Allocator.Error!Recovery {
         assert(config.packets_in_flight_max > 2 * probe_reserve);
         const our_delay_us = config.max_ack_delay_us;
-        return .{
+        const early = try allocator.create(Early);
+        early.* = .{
             .initial_acks = ack_ranges.HandshakeAckRanges.init(.initial, our_delay_us),
             .handshake_acks = ack_ranges.HandshakeAckRanges.init(.handshake, our_delay_us),
+        };
+        return .{
+            .early = early,
             .application_acks = ack_ranges.ApplicationAckRanges.init(.application, our_delay_us),
             .cc = Congestion.init(config.max_datagram_bytes, config.congestion_algorithm),
             .packets_max = config.packets_in_flight_max,
         };
     }
 
-    /// Gives back every record's block, reporting nothing.
+    /// Gives back every record's block and the early spaces' record, reporting nothing.
+    /// Idempotent: a closed connection calls it, then its `deinit` again.
     pub fn deinit(self: *Recovery, allocator: Allocator) void {
-        for (&self.spaces) |*sp| sp.sent.truncate(allocator, 0);
+        if (self.early) |e| {
+            for (&e.spaces) |*sp| sp.sent.truncate(allocator, 0);
+            allocator.destroy(e);
+            self.early = null;
+        }
+        self.application.sent.truncate(allocator, 0);
         self.packets_count = 0;
     }
 
-    fn state(self: *Recovery, space: Space) *SpaceState {
-        return &self.spaces[@intFromEnum(space)];
+    /// The space's state, null once it was discarded (its record is gone, or Initial was
+    /// put at rest for good).
+    pub fn spaceState(self: *const Recovery, space: Space) ?*const SpaceState {
+        return @constCast(self).state(space);
+    }
+
+    fn state(self: *Recovery, space: Space) ?*SpaceState {
+        if (space == .application) return &self.application;
+        const e = self.early orelse return null;
+        if (space == .initial and e.initial_discarded) return null;
+        return &e.spaces[@intFromEnum(space)];
+    }
+
+    /// A space that must still be there: the caller holds its keys.
+    fn live(self: *Recovery, space: Space) *SpaceState {
+        return self.state(space) orelse unreachable;
+    }
+
+    /// The ACK ranges of a space with its state, null once discarded.
+    fn earlyAcksMut(self: *Recovery, space: Space) ?*ack_ranges.HandshakeAckRanges {
+        assert(space != .application);
+        if (self.state(space) == null) return null;
+        const e = self.early.?;
+        return if (space == .initial) &e.initial_acks else &e.handshake_acks;
+    }
+
+    /// What an Initial or Handshake space received, null once it was discarded.
+    pub fn earlyAcks(self: *const Recovery, space: Space) ?*const ack_ranges.HandshakeAckRanges {
+        return @constCast(self).earlyAcksMut(space);
+    }
+
+    /// The largest packet number received in the space, null if none (or discarded).
+    pub fn largestReceived(self: *const Recovery, space: Space) ?u64 {
+        if (space == .application) {
+            const a = &self.application_acks;
+            return if (a.received_any) a.largest_received else null;
+        }
+        const a = self.earlyAcks(space) orelse return null;
+        return if (a.received_any) a.largest_received else null;
     }
 
     /// Whether a packet of `bytes` may be sent now, before pacing (`nextSendTimeUs`): room in
@@ -278,7 +341,7 @@ pub const Recovery = struct {
 
     /// Records a packet just sent. Packet numbers rise in each space and times never go back.
     pub fn onPacketSent(self: *Recovery, allocator: Allocator, space: Space, packet: SentPacket) error{ InFlightFull, OutOfMemory }!void {
-        const sp = self.state(space);
+        const sp = self.live(space); // nothing is sent without the space's keys
         assert(packet.pn <= pn_max);
         assert(!sp.sent_any or packet.pn > sp.largest_sent);
         assert(!packet.ack_eliciting or packet.in_flight);
@@ -302,7 +365,8 @@ pub const Recovery = struct {
     /// `ack_delay_us` already scaled by the peer's ack_delay_exponent.
     pub fn onAckReceived(self: *Recovery, allocator: Allocator, space: Space, ranges: []const Range, ack_delay_us: u64, now_us: u64, sink: anytype) Error!AckOutcome {
         try validateRanges(ranges);
-        const sp = self.state(space);
+        // A frame later in the packet whose CRYPTO confirmed the handshake: nothing to do.
+        const sp = self.state(space) orelse return .{};
         const largest = ranges[0].largest;
         if (!sp.sent_any or largest > sp.largest_sent) return error.AckOfUnsentPacket;
         sp.largest_acked = if (sp.acked_any) @max(sp.largest_acked, largest) else largest;
@@ -350,7 +414,7 @@ pub const Recovery = struct {
 
     /// Removes the records `ranges` cover, in one merge of two ascending walks.
     fn removeAcked(self: *Recovery, space: Space, ranges: []const Range, sink: anytype) Acked {
-        const sp = self.state(space);
+        const sp = self.live(space);
         var acked: Acked = .{};
         const items = sp.sent.slice();
         var kept: usize = 0;
@@ -387,7 +451,7 @@ pub const Recovery = struct {
     /// prefix of those records, so a run of them with no gap in packet numbers (a gap is a
     /// packet acknowledged or gone before) is one candidate for persistent congestion.
     fn detectLost(self: *Recovery, space: Space, now_us: u64, sink: anytype) Lost {
-        const sp = self.state(space);
+        const sp = self.live(space);
         var lost: Lost = .{};
         sp.loss_time_us = never;
         if (!sp.acked_any) return lost;
@@ -455,7 +519,7 @@ pub const Recovery = struct {
         if (self.earliestLossTime()) |loss| {
             const lost = self.detectLost(loss.space.?, now_us, sink);
             self.applyToCongestion(.{}, lost, now_us);
-            const sp = self.state(loss.space.?);
+            const sp = self.live(loss.space.?);
             sp.sent.truncate(allocator, sp.sent.len);
             self.setLossDetectionTimer();
             return .{ .lost_count = lost.count };
@@ -475,7 +539,8 @@ pub const Recovery = struct {
 
     fn earliestLossTime(self: *const Recovery) ?Deadline {
         var best: Deadline = .{ .time_us = never, .space = null };
-        for (self.spaces, 0..) |sp, i| {
+        for (0..space_count) |i| {
+            const sp = self.spaceState(@enumFromInt(i)) orelse continue;
             if (sp.loss_time_us < best.time_us) best = .{ .time_us = sp.loss_time_us, .space = @enumFromInt(i) };
         }
         return if (best.space == null) null else best;
@@ -487,9 +552,10 @@ pub const Recovery = struct {
         const backoff: u64 = @as(u64, 1) << @intCast(@min(self.pto_count, pto_backoff_shift_max));
         var duration_us = self.rtt.ptoBaseUs() *| backoff;
         var best: Deadline = .{ .time_us = never, .space = null };
-        for (self.spaces, 0..) |sp, i| {
-            if (sp.ack_eliciting_in_flight == 0) continue;
+        for (0..space_count) |i| {
             const space: Space = @enumFromInt(i);
+            const sp = self.spaceState(space) orelse continue;
+            if (sp.ack_eliciting_in_flight == 0) continue;
             if (space == .application) {
                 if (!self.handshake_confirmed) break;
                 duration_us +|= @as(u64, self.peer_max_ack_delay_us) *| backoff;
@@ -521,22 +587,40 @@ pub const Recovery = struct {
     }
 
     /// The space's keys were discarded (RFC 9002 6.4): its packets leave bytes in flight
-    /// without being reported lost, and what we received there is forgotten.
+    /// without being reported lost, and what we received there is forgotten. Discarding
+    /// Handshake discards Initial too (a server has let Initial go first, RFC 9001 4.9.1)
+    /// and gives the early spaces' record back. A space already discarded: nothing to do.
     pub fn discardSpace(self: *Recovery, allocator: Allocator, space: Space) void {
-        const sp = self.state(space);
+        switch (space) {
+            .initial => self.clearSpace(allocator, .initial),
+            .handshake => {
+                self.clearSpace(allocator, .initial);
+                self.clearSpace(allocator, .handshake);
+                if (self.early) |e| allocator.destroy(e);
+                self.early = null;
+            },
+            .application => {
+                self.clearSpace(allocator, .application);
+                self.application_acks = ack_ranges.ApplicationAckRanges.init(.application, self.application_acks.max_ack_delay_us);
+            },
+        }
+        self.pto_count = 0;
+        self.setLossDetectionTimer();
+    }
+
+    fn clearSpace(self: *Recovery, allocator: Allocator, space: Space) void {
+        const sp = self.state(space) orelse return;
         for (sp.sent.slice()) |p| {
             if (p.in_flight) self.cc.onBytesGone(p.bytes);
             self.forget(sp, p);
         }
         sp.sent.truncate(allocator, 0);
         sp.* = .{};
-        switch (space) {
-            .initial => self.initial_acks = ack_ranges.HandshakeAckRanges.init(.initial, self.initial_acks.max_ack_delay_us),
-            .handshake => self.handshake_acks = ack_ranges.HandshakeAckRanges.init(.handshake, self.handshake_acks.max_ack_delay_us),
-            .application => self.application_acks = ack_ranges.ApplicationAckRanges.init(.application, self.application_acks.max_ack_delay_us),
+        if (space == .initial) {
+            const e = self.early.?;
+            e.initial_acks = ack_ranges.HandshakeAckRanges.init(.initial, e.initial_acks.max_ack_delay_us);
+            e.initial_discarded = true;
         }
-        self.pto_count = 0;
-        self.setLossDetectionTimer();
     }
 
     /// The connection's one timer: the loss detection timer or the first ACK owed, null if
@@ -544,62 +628,52 @@ pub const Recovery = struct {
     /// send files `nextSendTimeUs` itself.
     pub fn nextDeadline(self: *const Recovery) ?u64 {
         var deadline_us = self.loss_timer_us;
-        deadline_us = @min(deadline_us, self.initial_acks.ack_deadline_us);
-        deadline_us = @min(deadline_us, self.handshake_acks.ack_deadline_us);
+        if (self.earlyAcks(.initial)) |a| deadline_us = @min(deadline_us, a.ack_deadline_us);
+        if (self.earlyAcks(.handshake)) |a| deadline_us = @min(deadline_us, a.ack_deadline_us);
         deadline_us = @min(deadline_us, self.application_acks.ack_deadline_us);
         return if (deadline_us == never) null else deadline_us;
     }
 
-    // The receive side, one space at a time (ack_ranges.zig has the rules).
+    // The receive side, one space at a time (ack_ranges.zig has the rules). A discarded
+    // space has no keys, so nothing reaches it; if something does, it is dropped.
 
     pub fn isDuplicate(self: *const Recovery, space: Space, pn: u64) bool {
-        return switch (space) {
-            .initial => self.initial_acks.isDuplicate(pn),
-            .handshake => self.handshake_acks.isDuplicate(pn),
-            .application => self.application_acks.isDuplicate(pn),
-        };
+        if (space == .application) return self.application_acks.isDuplicate(pn);
+        const a = self.earlyAcks(space) orelse return true;
+        return a.isDuplicate(pn);
     }
 
     pub fn onPacketReceived(self: *Recovery, space: Space, pn: u64, ack_eliciting: bool, now_us: u64) error{DuplicatePacket}!void {
-        return switch (space) {
-            .initial => self.initial_acks.onPacketReceived(pn, ack_eliciting, now_us),
-            .handshake => self.handshake_acks.onPacketReceived(pn, ack_eliciting, now_us),
-            .application => self.application_acks.onPacketReceived(pn, ack_eliciting, now_us),
-        };
+        if (space == .application) return self.application_acks.onPacketReceived(pn, ack_eliciting, now_us);
+        const a = self.earlyAcksMut(space) orelse return;
+        return a.onPacketReceived(pn, ack_eliciting, now_us);
     }
 
     pub fn ackDue(self: *const Recovery, space: Space, now_us: u64) bool {
-        return switch (space) {
-            .initial => self.initial_acks.ackDue(now_us),
-            .handshake => self.handshake_acks.ackDue(now_us),
-            .application => self.application_acks.ackDue(now_us),
-        };
+        if (space == .application) return self.application_acks.ackDue(now_us);
+        const a = self.earlyAcks(space) orelse return false;
+        return a.ackDue(now_us);
     }
 
     /// The ACK frame's content: ranges largest first, and the delay since the largest came.
+    /// Only for a space not discarded (the caller holds its keys).
     pub fn writeAck(self: *const Recovery, space: Space, now_us: u64, out: []Range) struct { ranges: []Range, delay_us: u64 } {
-        return switch (space) {
-            .initial => .{ .ranges = self.initial_acks.writeRanges(out), .delay_us = self.initial_acks.ackDelayUs(now_us) },
-            .handshake => .{ .ranges = self.handshake_acks.writeRanges(out), .delay_us = self.handshake_acks.ackDelayUs(now_us) },
-            .application => .{ .ranges = self.application_acks.writeRanges(out), .delay_us = self.application_acks.ackDelayUs(now_us) },
-        };
+        if (space == .application) return .{ .ranges = self.application_acks.writeRanges(out), .delay_us = self.application_acks.ackDelayUs(now_us) };
+        const a = self.earlyAcks(space) orelse unreachable;
+        return .{ .ranges = a.writeRanges(out), .delay_us = a.ackDelayUs(now_us) };
     }
 
     pub fn onAckSent(self: *Recovery, space: Space) void {
-        switch (space) {
-            .initial => self.initial_acks.onAckSent(),
-            .handshake => self.handshake_acks.onAckSent(),
-            .application => self.application_acks.onAckSent(),
-        }
+        if (space == .application) return self.application_acks.onAckSent();
+        const a = self.earlyAcksMut(space) orelse return;
+        a.onAckSent();
     }
 
     /// A packet of ours carrying an ACK frame with this Largest Acknowledged was acknowledged.
     pub fn onAckAcknowledged(self: *Recovery, space: Space, largest_acked: u64) void {
-        switch (space) {
-            .initial => self.initial_acks.onAckAcknowledged(largest_acked),
-            .handshake => self.handshake_acks.onAckAcknowledged(largest_acked),
-            .application => self.application_acks.onAckAcknowledged(largest_acked),
-        }
+        if (space == .application) return self.application_acks.onAckAcknowledged(largest_acked);
+        const a = self.earlyAcksMut(space) orelse return;
+        a.onAckAcknowledged(largest_acked);
     }
 };
 
