@@ -332,12 +332,23 @@ pub const Worker = struct {
 
     fn drainPlug(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
+        // No new connection from here on: a new client's Initial gets CONNECTION_REFUSED.
+        w.endpoint.refuseNew();
         var it = w.live;
         while (it) |c| : (it = c.next) {
             if (c.over) continue;
             c.session.goaway();
             w.markDirty(c);
         }
+    }
+
+    /// The connections still open (until freed: a closing one still answers its peer).
+    fn connectionsPlug(ctx: *anyopaque) u32 {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var n: u32 = 0;
+        var it = w.live;
+        while (it) |c| : (it = c.next) n += 1;
+        return n;
     }
 
     fn deinitPlug(ctx: *anyopaque) void {
@@ -428,6 +439,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
         .deinit = Worker.deinitPlug,
+        .connections = Worker.connectionsPlug,
         .verbs = &plug_verbs,
     })) {
         Worker.deinitPlug(w);

@@ -6,6 +6,13 @@
 //! every bound (size, connections, handshakes in progress): a flood of forged Initials
 //! costs at most `handshakes_max` connections, then Retries or nothing.
 //!
+//! Once the worker drains (`refuseNew`), no connection is made any more: a new client's
+//! Initial is answered with a server Initial carrying CONNECTION_CLOSE (CONNECTION_REFUSED,
+//! RFC 9000 10.2.3, 17.2.2), sealed with the Initial keys its own DCID gives, so the
+//! client gives up at once (a browser falls back to TCP) instead of waiting for a timeout.
+//! That answer keeps no state and is smaller than the 1200-byte Initial it answers (no
+//! amplification); it shares the stateless resets' rate bound.
+//!
 //! Connection IDs: every ID this endpoint issues is `cid_len` bytes, byte
 //! `udp_steering.cid_worker_offset` the worker's index (so the reuseport program steers the
 //! connection's datagrams here), the rest from a CSPRNG seeded per worker.
@@ -31,6 +38,9 @@ const packet = @import("packet.zig");
 const stateless_reset = @import("stateless_reset.zig");
 const retry_token = @import("retry_token.zig");
 const cid_table = @import("cid_table.zig");
+const protection = @import("protection.zig");
+const frames = @import("frames.zig");
+const varint = @import("varint.zig");
 const Peer = @import("../transport/peer.zig").Peer;
 const udp_steering = @import("../transport/udp_steering.zig");
 
@@ -67,7 +77,8 @@ pub const Config = struct {
     /// Connections still handshaking at once: the Initial-flood bound.
     handshakes_max: u32,
     /// Stateless resets per interval, at most: each answers a datagram we cannot
-    /// attribute, and a flood of those must not turn the worker into a sender.
+    /// attribute, and a flood of those must not turn the worker into a sender. The
+    /// refusals of a draining endpoint (`refuseNew`) count against the same bound.
     resets_per_interval_max: u32 = 64,
     reset_interval_us: u64 = 100 * std.time.us_per_ms,
 };
@@ -113,6 +124,11 @@ pub const Outcome = enum {
     version_negotiation,
     retry,
     stateless_reset,
+    /// Draining (`Endpoint.refuseNew`): a new client's Initial answered with an Initial
+    /// carrying CONNECTION_CLOSE (CONNECTION_REFUSED); no state kept.
+    refused,
+    /// Draining, and the answer past the rate bound (or the queue full): dropped.
+    dropped_refused,
     /// Not a QUIC packet, or a header that does not parse.
     dropped_malformed,
     /// An Initial in a datagram shorter than 1200 bytes, or with a DCID under 8 bytes.
@@ -205,6 +221,8 @@ pub fn Endpoint(comptime Conn: type) type {
         handshakes: u32 = 0,
         resets_in_interval: u32 = 0,
         reset_interval_start_us: u64 = 0,
+        /// The worker drains: new connections are refused (see the file's comment).
+        refusing: bool = false,
 
         /// Allocates the CID table (the endpoint's only allocation).
         pub fn init(allocator: std.mem.Allocator, config: Config, context: Conn.Context) error{OutOfMemory}!Self {
@@ -264,7 +282,7 @@ pub fn Endpoint(comptime Conn: type) type {
                 self.reset_interval_start_us = now_us;
                 self.resets_in_interval = 0;
             }
-            if (self.resets_in_interval >= self.config.resets_per_interval_max) return .dropped_reset_rate;
+            if (!self.statelessBudget(now_us)) return .dropped_reset_rate;
             const a = out.reserve() orelse return .dropped_queue_full;
             const tok = stateless_reset.token(&self.config.reset_key, h.dcid);
             const n = stateless_reset.write(&a.bytes, &tok, datagram.len, self.random()) orelse
@@ -274,9 +292,60 @@ pub fn Endpoint(comptime Conn: type) type {
             return .stateless_reset;
         }
 
+        /// Whether one more stateless answer that costs work (a reset, a refusal) fits in
+        /// this interval's bound; the caller counts it once made.
+        fn statelessBudget(self: *Self, now_us: u64) bool {
+            if (now_us -| self.reset_interval_start_us >= self.config.reset_interval_us) {
+                self.reset_interval_start_us = now_us;
+                self.resets_in_interval = 0;
+            }
+            return self.resets_in_interval < self.config.resets_per_interval_max;
+        }
+
+        /// From now on no new connection is made: the worker drains. Existing connections
+        /// are routed as before.
+        pub fn refuseNew(self: *Self) void {
+            self.refusing = true;
+        }
+
+        /// A server Initial (packet number 0) with CONNECTION_CLOSE (CONNECTION_REFUSED),
+        /// sealed with the Initial keys of the client's DCID, to the client's SCID.
+        fn answerRefused(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
+            assert(h.kind == .initial and h.dcid.len <= packet.cid_len_max);
+            if (!self.statelessBudget(now_us)) return .dropped_refused;
+            const a = out.reserve() orelse return .dropped_refused;
+            const close: frames.Frame = .{ .connection_close = .{
+                .application = false,
+                .error_code = @intFromEnum(frames.TransportError.connection_refused),
+                .frame_type = 0,
+                .reason = "server draining",
+            } };
+            // 1 + 1 + 1 + 1 + 15 bytes: above the 3 the header sample needs past a 1-byte pn.
+            const frame_len = 4 + close.connection_close.reason.len;
+            const scid = self.drawCid();
+            const built = packet.writeLongHeader(&a.bytes, .{
+                .long_type = .initial,
+                .version = h.version,
+                .dcid = h.scid,
+                .scid = scid.slice(),
+                .pn = 0,
+                .pn_len = 1,
+            }, frame_len, protection.tag_len) catch unreachable;
+            var w: varint.Writer = .{ .buf = a.bytes[built.header_len..][0..frame_len] };
+            frames.write(&w, close) catch unreachable;
+            assert(w.pos == frame_len and frame_len >= protection.payloadLenMin(1));
+            const total = built.header_len + frame_len + protection.tag_len;
+            const keys = protection.initialKeys(h.dcid);
+            protection.protect(&keys.server, a.bytes[0..total], built.pn_offset, 0);
+            self.resets_in_interval += 1;
+            out.commit(total, path.*);
+            return .refused;
+        }
+
         fn onInitial(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
             if (!packet.initialDatagramLongEnough(datagram.len)) return .dropped_initial_too_short;
             if (h.dcid.len < client_dcid_len_min) return .dropped_initial_too_short;
+            if (self.refusing) return self.answerRefused(h, path, now_us, out);
             if (self.connections >= self.config.connections_max) return .dropped_connections_max;
             var original_dcid = Cid.from(h.dcid);
             var validated = false;
