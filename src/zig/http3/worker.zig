@@ -332,8 +332,11 @@ pub const Worker = struct {
 
     fn drainPlug(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
-        // No new connection from here on: a new client's Initial gets CONNECTION_REFUSED.
-        w.endpoint.refuseNew();
+        // No new connection from here on: a new client's Initial gets CONNECTION_REFUSED, or,
+        // when only this worker retires, a Retry that steers it to the next worker.
+        const h3 = w.server.opts.http3.?;
+        const other: ?u8 = if (w.server.retiring and h3.workers > 1) @intCast((@as(u16, h3.worker_index) + 1) % h3.workers) else null;
+        w.endpoint.refuseNew(other);
         var it = w.live;
         while (it) |c| : (it = c.next) {
             if (c.over) continue;

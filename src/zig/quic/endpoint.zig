@@ -11,7 +11,11 @@
 //! RFC 9000 10.2.3, 17.2.2), sealed with the Initial keys its own DCID gives, so the
 //! client gives up at once (a browser falls back to TCP) instead of waiting for a timeout.
 //! That answer keeps no state and is smaller than the 1200-byte Initial it answers (no
-//! amplification); it shares the stateless resets' rate bound.
+//! amplification); it shares the stateless resets' rate bound. A worker that retires
+//! while others serve on (`refuseNew(other_worker)`) answers instead with a Retry whose
+//! source ID carries the other worker's index: the client's next Initial is steered there,
+//! and that worker honours the token (the Retry key is shared). A client that already came
+//! through a Retry (it may take only one) is refused.
 //!
 //! Connection IDs: every ID this endpoint issues is `cid_len` bytes, byte
 //! `udp_steering.cid_worker_offset` the worker's index (so the reuseport program steers the
@@ -223,6 +227,8 @@ pub fn Endpoint(comptime Conn: type) type {
         reset_interval_start_us: u64 = 0,
         /// The worker drains: new connections are refused (see the file's comment).
         refusing: bool = false,
+        /// Retiring beside other workers: new clients are sent there by a Retry.
+        redirect_to: ?u8 = null,
 
         /// Allocates the CID table (the endpoint's only allocation).
         pub fn init(allocator: std.mem.Allocator, config: Config, context: Conn.Context) error{OutOfMemory}!Self {
@@ -303,9 +309,12 @@ pub fn Endpoint(comptime Conn: type) type {
         }
 
         /// From now on no new connection is made: the worker drains. Existing connections
-        /// are routed as before.
-        pub fn refuseNew(self: *Self) void {
+        /// are routed as before. With `other_worker` (a worker that serves on), a new
+        /// client is sent there by a Retry rather than refused.
+        pub fn refuseNew(self: *Self, other_worker: ?u8) void {
+            assert(other_worker != self.config.worker_index);
             self.refusing = true;
+            self.redirect_to = other_worker;
         }
 
         /// A server Initial (packet number 0) with CONNECTION_CLOSE (CONNECTION_REFUSED),
@@ -345,7 +354,11 @@ pub fn Endpoint(comptime Conn: type) type {
         fn onInitial(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
             if (!packet.initialDatagramLongEnough(datagram.len)) return .dropped_initial_too_short;
             if (h.dcid.len < client_dcid_len_min) return .dropped_initial_too_short;
-            if (self.refusing) return self.answerRefused(h, path, now_us, out);
+            if (self.refusing) {
+                if (self.redirect_to) |other| if (h.token.len == 0 or h.token[0] != retry_token.marker)
+                    return self.answerRetryTo(h, path, now_us, out, other);
+                return self.answerRefused(h, path, now_us, out);
+            }
             if (self.connections >= self.config.connections_max) return .dropped_connections_max;
             var original_dcid = Cid.from(h.dcid);
             var validated = false;
@@ -370,10 +383,16 @@ pub fn Endpoint(comptime Conn: type) type {
         }
 
         fn answerRetry(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
-            const a = out.reserve() orelse return .dropped_queue_full;
             // Carries our index, so the client's next Initial is steered back to this worker
             // (any worker would accept the token; this one is the one it reaches).
-            const scid = self.drawCid();
+            return self.answerRetryTo(h, path, now_us, out, self.config.worker_index);
+        }
+
+        /// A Retry whose source ID names `worker`: the client's next Initial is steered there.
+        fn answerRetryTo(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue, worker: u8) Outcome {
+            const a = out.reserve() orelse return .dropped_queue_full;
+            var scid = self.drawCid();
+            scid.bytes[udp_steering.cid_worker_offset] = worker;
             var tok: [retry_token.len]u8 = undefined;
             var nonce: [retry_token.nonce_len]u8 = undefined;
             self.random().bytes(&nonce);
@@ -384,7 +403,10 @@ pub fn Endpoint(comptime Conn: type) type {
         }
 
         fn accept(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, original_dcid: Cid, validated: bool) Outcome {
-            const scid = self.drawFreshCid();
+            // Not the DCID either, which goes into the table beside it (after a Retry that
+            // DCID is one of ours, drawn maybe by another worker).
+            var scid = self.drawFreshCid();
+            while (std.mem.eql(u8, scid.slice(), h.dcid)) scid = self.drawFreshCid();
             const after_retry = validated;
             const info: Accept = .{
                 .path = path.*,

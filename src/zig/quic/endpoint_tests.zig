@@ -314,7 +314,7 @@ test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its co
     f.ep.config.retry = .never;
     try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d0, peer4(9, 5000), local, 10, &f.out));
     const c = &f.pool.conns[0];
-    f.ep.refuseNew();
+    f.ep.refuseNew(null);
     // Its datagrams still reach it.
     try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d0, peer4(9, 5000), local, 20, &f.out));
     try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 60), peer4(9, 5000), local, 20, &f.out));
@@ -352,6 +352,36 @@ test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its co
     try testing.expectEqual(endpoint.Outcome.dropped_refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 40, &f.out));
     try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 2000, &f.out));
     try testing.expectEqual(@as(usize, 1), f.pool.made);
+}
+
+test "endpoint: a worker retiring beside others sends a new client to the next by a Retry" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var g: Fixture = undefined; // the worker that serves on (index 5), with the shared keys
+    try g.init(.never);
+    defer g.deinit();
+    g.ep.config.worker_index = 5;
+    g.ep.csprng = std.Random.DefaultCsprng.init([_]u8{0x77} ** 32);
+    f.ep.refuseNew(5);
+    var buf: [1500]u8 = undefined;
+    const client = peer4(30, 7000);
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "first-dcid", "client-scid", "", 1200), client, local, 1000, &f.out));
+    const r = f.take().?;
+    try testing.expect(packet.retryTagValid("first-dcid", r));
+    const h = try packet.parse(r, 0);
+    try testing.expectEqual(@as(u8, 5), h.scid[udp_steering.cid_worker_offset]);
+    var tok: [retry_token.len]u8 = undefined;
+    tok = h.token[0..retry_token.len].*;
+    const rscid = endpoint.Cid.from(h.scid);
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
+    // The next worker honours the token: a validated connection, original DCID kept.
+    try testing.expectEqual(endpoint.Outcome.accepted, g.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &g.out));
+    try testing.expect(g.pool.conns[0].accept.address_validated);
+    try testing.expectEqualStrings("first-dcid", g.pool.conns[0].accept.original_dcid.slice());
+    // Back at the retiring worker with a token (one Retry only): refused, not retried again.
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
 }
 
 test "endpoint: stateless resets for unknown short headers; never tiny, foreign or past the rate" {
