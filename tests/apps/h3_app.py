@@ -9,8 +9,13 @@ in tests/interop/go/h3, benchmarks/h3.py). Every answer is JSON or bytes a clien
 - ``/wait``: waits for ``http.disconnect`` (a client's stream reset) and counts it in
   this process; ``/disconnects`` answers that count;
 - ``/own-alt-svc``: a response carrying its own alt-svc header, which must win.
+- ``/slow?ms=N``: prints ``SLOW-START`` (flushed), sleeps N ms, then answers (a request
+  in flight while a drain begins);
+- ``/cl-over`` and ``/cl-under``: a content-length of 10 with 20 body bytes, or with 4 and
+  then the end; each prints what ``send`` raised (``CL-ERROR <message>``).
 """
 
+import asyncio
 import json
 import os
 from urllib.parse import parse_qs
@@ -80,6 +85,21 @@ async def app(scope, receive, send):
         DISCONNECTS["count"] += 1
     elif path == "/disconnects":
         await _json(send, {**DISCONNECTS, "pid": os.getpid()})
+    elif path == "/slow":
+        print("SLOW-START", flush=True)
+        await asyncio.sleep(number("ms", 1000) / 1000)
+        await _json(send, {"slept_ms": number("ms", 1000), "pid": os.getpid()})
+    elif path in ("/cl-over", "/cl-under"):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+        try:
+            if path == "/cl-over":
+                await send({"type": "http.response.body", "body": b"x" * 20})
+            else:
+                await send({"type": "http.response.body", "body": b"x" * 4, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+        except RuntimeError as e:
+            print(f"CL-ERROR {e}", flush=True)
+            raise
     elif path == "/own-alt-svc":
         await _json(send, {"pid": os.getpid()}, headers=[(b"alt-svc", b"clear")])
     else:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -156,6 +157,63 @@ def test_a_large_response_respects_flow_control(h3_server, h3_certs):
 
 
 # ---- alt-svc on the TLS listener ----------------------------------------------------------
+
+
+def test_a_drain_refuses_new_connections_while_one_in_flight_finishes(h3_certs):
+    """Once the drain begins, a new client's Initial is answered with CONNECTION_CLOSE
+    (CONNECTION_REFUSED): its handshake fails at once, well within its own timeout, while
+    the request already in flight on an older connection is answered whole."""
+    server = start_h3_server(h3_certs, 1)
+    try:
+        async def main():
+            async with connect(server, h3_certs) as client:
+                stream_id = client.start("GET", "/slow?ms=2000")
+                pending = client.responses[stream_id]
+                assert await asyncio.to_thread(wait_for, lambda: "SLOW-START" in server.output(), 10)
+                server.proc.send_signal(signal.SIGTERM)
+                assert await asyncio.to_thread(wait_for, lambda: "Shutting down" in server.output(), 10)
+                await asyncio.sleep(0.2)
+                started = time.monotonic()
+                refused = None
+                try:
+                    async with connect(server, h3_certs) as late:
+                        await late.request("GET", "/info", timeout=5)
+                except (ConnectionError, TimeoutError) as e:
+                    refused = e
+                took = time.monotonic() - started
+                response = await asyncio.wait_for(pending.done, 10)
+                return response, refused, took
+
+        response, refused, took = run(main())
+        assert isinstance(refused, ConnectionError), refused
+        assert took < 3, took
+        assert response.status == 200 and response.json()["slept_ms"] == 2000
+        assert server.wait(15) == 0, server.output()
+    finally:
+        server.kill()
+
+
+def test_a_response_body_must_match_its_content_length(h3_server, h3_certs):
+    """More body than the content-length declares, or less at its end: `send` raises (as
+    over HTTP/1.1 and HTTP/2) and the stream is reset; the connection serves on."""
+    async def main():
+        async with connect(h3_server, h3_certs) as client:
+            outcomes = {}
+            for path in ("/cl-over", "/cl-under"):
+                try:
+                    r = await client.request("GET", path, timeout=10)
+                    outcomes[path] = (r.status, bytes(r.body))
+                except ConnectionResetError as e:
+                    outcomes[path] = e
+            ok = await client.request("GET", "/info")
+            return outcomes, ok
+
+    outcomes, ok = run(main())
+    assert all(isinstance(v, ConnectionResetError) for v in outcomes.values()), outcomes
+    assert ok.status == 200 and ok.json()["http_version"] == "3"
+    out = h3_server.output()
+    assert wait_for(lambda: "CL-ERROR Response content longer than Content-Length" in h3_server.output(), 5), out
+    assert wait_for(lambda: "CL-ERROR Response content shorter than Content-Length" in h3_server.output(), 5), out
 
 
 def https_get(port: int, certs: H3Certs, path: str) -> dict[str, str]:

@@ -350,6 +350,11 @@ fn headFields(st: *Stream, headers: []const [2][]const u8, extra: []const [2][]c
         if (connectionSpecific(f[0])) continue;
         if (!response.validName(f[0]) or !response.validValue(f[1])) return error.InvalidHeader;
         if (n == out.len or at + f[0].len > names.len) return error.HeadTooLarge;
+        // The body's length is checked against it as it is written (`writeBody`).
+        if (std.ascii.eqlIgnoreCase(f[0], "content-length")) {
+            if (st.resp_length != null) return error.InvalidHeader;
+            st.resp_length = std.fmt.parseInt(u64, std.mem.trim(u8, f[1], " \t"), 10) catch return error.InvalidHeader;
+        }
         const name = names[at..][0..f[0].len];
         for (f[0], 0..) |ch, i| name[i] = std.ascii.toLower(ch);
         at += f[0].len;
@@ -411,6 +416,12 @@ fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stre
     const h = H3Stream.of(st);
     if (!st.resp_started) return error.NotStarted;
     if (st.resp_complete or st.resp_body_done) return error.AlreadyComplete;
+    // As over HTTP/1.1 and HTTP/2: more body than the content-length, or less at its end,
+    // is refused (the app's send raises; the stream is reset when the app ends).
+    if (!st.gone()) if (st.resp_length) |n| if (!st.resp_no_body) {
+        if (st.resp_body_bytes + data.len > n) return error.TooMuchBody;
+        if (!more and st.resp_body_bytes + data.len < n) return error.TooLittleBody;
+    };
     if (!more) {
         st.resp_body_done = true;
         if (!st.resp_trailers) st.resp_complete = true;

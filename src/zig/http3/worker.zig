@@ -346,12 +346,26 @@ pub const Worker = struct {
 
     fn drainPlug(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
+        // No new connection from here on: a new client's Initial gets CONNECTION_REFUSED, or,
+        // when only this worker retires, a Retry that steers it to the next worker.
+        const h3 = w.server.opts.http3.?;
+        const other: ?u8 = if (w.server.retiring and h3.workers > 1) @intCast((@as(u16, h3.worker_index) + 1) % h3.workers) else null;
+        w.endpoint.refuseNew(other);
         var it = w.live;
         while (it) |c| : (it = c.next) {
             if (c.over) continue;
             c.session.goaway();
             w.markDirty(c);
         }
+    }
+
+    /// The connections still open (until freed: a closing one still answers its peer).
+    fn connectionsPlug(ctx: *anyopaque) u32 {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var n: u32 = 0;
+        var it = w.live;
+        while (it) |c| : (it = c.next) n += 1;
+        return n;
     }
 
     fn deinitPlug(ctx: *anyopaque) void {
@@ -442,6 +456,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
         .deinit = Worker.deinitPlug,
+        .connections = Worker.connectionsPlug,
         .verbs = &plug_verbs,
     })) {
         Worker.deinitPlug(w);

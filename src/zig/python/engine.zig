@@ -502,7 +502,7 @@ fn engineGetStreams(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 
 fn engineGetConnections(obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const server = serverOf(obj) orelse return null;
-    return c.PyLong_FromUnsignedLong(server.connections);
+    return c.PyLong_FromUnsignedLong(server.connectionsOpen());
 }
 
 var engine_getset = [_]c.PyGetSetDef{

@@ -154,6 +154,8 @@ pub const Connection = struct {
     /// Once closing: the CONNECTION_CLOSE on the heap (`closeWith`), or `close_fallback`.
     close_frame: ?*CloseFrame = null,
     close_owed: bool = false,
+    /// `closeApplicationWhenSent`'s code, until every request stream's data is acknowledged.
+    close_when_sent: ?u64 = null,
     close_repeats: u8 = 0,
     /// Anti-amplification (RFC 9000 8.1).
     bytes_received: u64 = 0,
@@ -262,6 +264,7 @@ pub const Connection = struct {
 
     /// The next datagram to send into `out`; 0 when nothing may or need be sent now.
     pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
+        c.closeIfSent();
         return conn_send.send(c, out, now_us);
     }
 
@@ -320,6 +323,30 @@ pub const Connection = struct {
     /// CONNECTION_CLOSE with an application error (type 0x1d).
     pub fn closeApplication(c: *Connection, code: u64, reason: []const u8) void {
         c.closeWith(.{ .code = code, .app = true }, reason);
+    }
+
+    /// CONNECTION_CLOSE with an application code once everything we sent on bidirectional
+    /// streams is acknowledged (or those streams reset): a graceful end, HTTP/3's after its
+    /// GOAWAY, that loses none of a response still in flight. Checked before each `send`
+    /// (an ACK or a probe timeout makes the connection send). A peer that acknowledges
+    /// nothing through `close_when_sent_ptos_max` probe timeouts in a row is taken as gone:
+    /// the connection closes then (a stopping server does not wait out its idle timeout).
+    pub fn closeApplicationWhenSent(c: *Connection, code: u64) void {
+        if (c.state == .closing or c.state == .draining or c.state == .closed) return;
+        c.close_when_sent = code;
+        c.closeIfSent();
+    }
+
+    pub const close_when_sent_ptos_max = 3;
+
+    fn closeIfSent(c: *Connection) void {
+        const code = c.close_when_sent orelse return;
+        if (c.recovery.pto_count < close_when_sent_ptos_max) for (c.stream_table.items) |s| {
+            if (streams.directionOf(s.id) != .bidi or !streams.serverSends(s.id)) continue;
+            if (!s.send.allAcked() and !s.reset_out_sent) return;
+        };
+        c.close_when_sent = null;
+        c.closeApplication(code, "");
     }
 
     /// CONNECTION_CLOSE with a transport error (type 0x1c).

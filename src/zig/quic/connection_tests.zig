@@ -526,3 +526,63 @@ test "connection: a response carries its request's ACK, so requests one at a tim
     const got = try streamAndAck(&t, d);
     try testing.expect(got.ack and !got.stream);
 }
+
+/// Our next datagram's 1-RTT packet number and whether it carries a frame of type `want`.
+fn sentPn(t: *T, want: frames.Type) !struct { pn: u64, has: bool } {
+    const d = t.next() orelse return error.NothingSent;
+    const h = try packet.parse(d, client_cid.len);
+    const k = &t.client_1rtt.?;
+    const hdr = try protection.unprotectHeader(&k.hp_rx, d[0..h.len], h.pn_offset, null);
+    const payload = try k.open(d[0..h.len], &hdr);
+    var it = frames.Iterator.init(payload, .one_rtt, .server);
+    var has = false;
+    while (try it.next()) |f| if (frames.typeOf(f) == want) {
+        has = true;
+    };
+    return .{ .pn = hdr.pn, .has = has };
+}
+
+test "connection: closeApplicationWhenSent waits for the responses' ACK, or for a peer silent through 3 PTOs" {
+    // Acknowledged: the close follows the ACK.
+    {
+        var t: T = undefined;
+        try t.init(.{});
+        defer t.deinit();
+        t.establish();
+        t.feed(t.oneRtt(0, "\x0b\x00\x02hi")); // STREAM 0, FIN
+        _ = t.c.nextEvent();
+        try testing.expectEqual(@as(usize, 5), try t.c.streamWrite(0, "hello", true));
+        t.c.closeApplicationWhenSent(0x100);
+        const sent = try sentPn(&t, .stream);
+        try testing.expect(sent.has);
+        try testing.expect(t.c.state == .established);
+        _ = t.next(); // the next send, too, waits for the ACK
+        try testing.expect(t.c.state == .established);
+        var ack: [8]u8 = undefined;
+        ack[0..5].* = .{ 0x02, @intCast(sent.pn), 0, 0, 0 };
+        t.now_us += 1000;
+        t.feed(t.oneRtt(1, ack[0..5]));
+        try testing.expectEqual(@as(u64, 0x100), try t.closeCode());
+    }
+    // Never acknowledged: closed once three probe timeouts went unanswered.
+    {
+        var t: T = undefined;
+        try t.init(.{});
+        defer t.deinit();
+        t.establish();
+        t.feed(t.oneRtt(0, "\x0b\x00\x02hi"));
+        _ = t.c.nextEvent();
+        _ = try t.c.streamWrite(0, "hello", true);
+        t.c.closeApplicationWhenSent(0x100);
+        try testing.expect((try sentPn(&t, .stream)).has);
+        var rounds: usize = 0;
+        while (t.c.state == .established) : (rounds += 1) {
+            try testing.expect(rounds < 10);
+            t.now_us = t.c.nextDeadline().?;
+            t.c.onTimeout(t.now_us);
+            while (t.next()) |_| {}
+        }
+        try testing.expect(t.c.state == .closing);
+        try testing.expect(t.c.recovery.pto_count >= connection.Connection.close_when_sent_ptos_max);
+    }
+}

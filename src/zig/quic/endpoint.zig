@@ -6,6 +6,17 @@
 //! every bound (size, connections, handshakes in progress): a flood of forged Initials
 //! costs at most `handshakes_max` connections, then Retries or nothing.
 //!
+//! Once the worker drains (`refuseNew`), no connection is made any more: a new client's
+//! Initial is answered with a server Initial carrying CONNECTION_CLOSE (CONNECTION_REFUSED,
+//! RFC 9000 10.2.3, 17.2.2), sealed with the Initial keys its own DCID gives, so the
+//! client gives up at once (a browser falls back to TCP) instead of waiting for a timeout.
+//! That answer keeps no state and is smaller than the 1200-byte Initial it answers (no
+//! amplification); it shares the stateless resets' rate bound. A worker that retires
+//! while others serve on (`refuseNew(other_worker)`) answers instead with a Retry whose
+//! source ID carries the other worker's index: the client's next Initial is steered there,
+//! and that worker honours the token (the Retry key is shared). A client that already came
+//! through a Retry (it may take only one) is refused.
+//!
 //! Connection IDs: every ID this endpoint issues is `cid_len` bytes, byte
 //! `udp_steering.cid_worker_offset` the worker's index (so the reuseport program steers the
 //! connection's datagrams here), the rest from a CSPRNG seeded per worker.
@@ -31,6 +42,9 @@ const packet = @import("packet.zig");
 const stateless_reset = @import("stateless_reset.zig");
 const retry_token = @import("retry_token.zig");
 const cid_table = @import("cid_table.zig");
+const protection = @import("protection.zig");
+const frames = @import("frames.zig");
+const varint = @import("varint.zig");
 const Peer = @import("../transport/peer.zig").Peer;
 const udp_steering = @import("../transport/udp_steering.zig");
 
@@ -67,7 +81,8 @@ pub const Config = struct {
     /// Connections still handshaking at once: the Initial-flood bound.
     handshakes_max: u32,
     /// Stateless resets per interval, at most: each answers a datagram we cannot
-    /// attribute, and a flood of those must not turn the worker into a sender.
+    /// attribute, and a flood of those must not turn the worker into a sender. The
+    /// refusals of a draining endpoint (`refuseNew`) count against the same bound.
     resets_per_interval_max: u32 = 64,
     reset_interval_us: u64 = 100 * std.time.us_per_ms,
 };
@@ -115,6 +130,11 @@ pub const Outcome = enum {
     version_negotiation,
     retry,
     stateless_reset,
+    /// Draining (`Endpoint.refuseNew`): a new client's Initial answered with an Initial
+    /// carrying CONNECTION_CLOSE (CONNECTION_REFUSED); no state kept.
+    refused,
+    /// Draining, and the answer past the rate bound (or the queue full): dropped.
+    dropped_refused,
     /// Not a QUIC packet, or a header that does not parse.
     dropped_malformed,
     /// An Initial in a datagram shorter than 1200 bytes, or with a DCID under 8 bytes.
@@ -207,6 +227,10 @@ pub fn Endpoint(comptime Conn: type) type {
         handshakes: u32 = 0,
         resets_in_interval: u32 = 0,
         reset_interval_start_us: u64 = 0,
+        /// The worker drains: new connections are refused (see the file's comment).
+        refusing: bool = false,
+        /// Retiring beside other workers: new clients are sent there by a Retry.
+        redirect_to: ?u8 = null,
 
         /// Allocates the CID table (the endpoint's only allocation).
         pub fn init(allocator: std.mem.Allocator, config: Config, context: Conn.Context) error{OutOfMemory}!Self {
@@ -266,7 +290,7 @@ pub fn Endpoint(comptime Conn: type) type {
                 self.reset_interval_start_us = now_us;
                 self.resets_in_interval = 0;
             }
-            if (self.resets_in_interval >= self.config.resets_per_interval_max) return .dropped_reset_rate;
+            if (!self.statelessBudget(now_us)) return .dropped_reset_rate;
             const a = out.reserve() orelse return .dropped_queue_full;
             const tok = stateless_reset.token(&self.config.reset_key, h.dcid);
             const n = stateless_reset.write(&a.bytes, &tok, datagram.len, self.random()) orelse
@@ -276,9 +300,67 @@ pub fn Endpoint(comptime Conn: type) type {
             return .stateless_reset;
         }
 
+        /// Whether one more stateless answer that costs work (a reset, a refusal) fits in
+        /// this interval's bound; the caller counts it once made.
+        fn statelessBudget(self: *Self, now_us: u64) bool {
+            if (now_us -| self.reset_interval_start_us >= self.config.reset_interval_us) {
+                self.reset_interval_start_us = now_us;
+                self.resets_in_interval = 0;
+            }
+            return self.resets_in_interval < self.config.resets_per_interval_max;
+        }
+
+        /// From now on no new connection is made: the worker drains. Existing connections
+        /// are routed as before. With `other_worker` (a worker that serves on), a new
+        /// client is sent there by a Retry rather than refused.
+        pub fn refuseNew(self: *Self, other_worker: ?u8) void {
+            assert(other_worker != self.config.worker_index);
+            self.refusing = true;
+            self.redirect_to = other_worker;
+        }
+
+        /// A server Initial (packet number 0) with CONNECTION_CLOSE (CONNECTION_REFUSED),
+        /// sealed with the Initial keys of the client's DCID, to the client's SCID.
+        fn answerRefused(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
+            assert(h.kind == .initial and h.dcid.len <= packet.cid_len_max);
+            if (!self.statelessBudget(now_us)) return .dropped_refused;
+            const a = out.reserve() orelse return .dropped_refused;
+            const close: frames.Frame = .{ .connection_close = .{
+                .application = false,
+                .error_code = @intFromEnum(frames.TransportError.connection_refused),
+                .frame_type = 0,
+                .reason = "server draining",
+            } };
+            // 1 + 1 + 1 + 1 + 15 bytes: above the 3 the header sample needs past a 1-byte pn.
+            const frame_len = 4 + close.connection_close.reason.len;
+            const scid = self.drawCid();
+            const built = packet.writeLongHeader(&a.bytes, .{
+                .long_type = .initial,
+                .version = h.version,
+                .dcid = h.scid,
+                .scid = scid.slice(),
+                .pn = 0,
+                .pn_len = 1,
+            }, frame_len, protection.tag_len) catch unreachable;
+            var w: varint.Writer = .{ .buf = a.bytes[built.header_len..][0..frame_len] };
+            frames.write(&w, close) catch unreachable;
+            assert(w.pos == frame_len and frame_len >= protection.payloadLenMin(1));
+            const total = built.header_len + frame_len + protection.tag_len;
+            const keys = protection.initialKeys(h.dcid);
+            protection.protect(&keys.server, a.bytes[0..total], built.pn_offset, 0);
+            self.resets_in_interval += 1;
+            out.commit(total, path.*);
+            return .refused;
+        }
+
         fn onInitial(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
             if (!packet.initialDatagramLongEnough(datagram.len)) return .dropped_initial_too_short;
             if (h.dcid.len < client_dcid_len_min) return .dropped_initial_too_short;
+            if (self.refusing) {
+                if (self.redirect_to) |other| if (h.token.len == 0 or h.token[0] != retry_token.marker)
+                    return self.answerRetryTo(h, path, now_us, out, other);
+                return self.answerRefused(h, path, now_us, out);
+            }
             if (self.connections >= self.config.connections_max) return .dropped_connections_max;
             var original_dcid = Cid.from(h.dcid);
             var validated = false;
@@ -303,10 +385,16 @@ pub fn Endpoint(comptime Conn: type) type {
         }
 
         fn answerRetry(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
-            const a = out.reserve() orelse return .dropped_queue_full;
             // Carries our index, so the client's next Initial is steered back to this worker
             // (any worker would accept the token; this one is the one it reaches).
-            const scid = self.drawCid();
+            return self.answerRetryTo(h, path, now_us, out, self.config.worker_index);
+        }
+
+        /// A Retry whose source ID names `worker`: the client's next Initial is steered there.
+        fn answerRetryTo(self: *Self, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue, worker: u8) Outcome {
+            const a = out.reserve() orelse return .dropped_queue_full;
+            var scid = self.drawCid();
+            scid.bytes[udp_steering.cid_worker_offset] = worker;
             var tok: [retry_token.len]u8 = undefined;
             var nonce: [retry_token.nonce_len]u8 = undefined;
             self.random().bytes(&nonce);
@@ -317,7 +405,10 @@ pub fn Endpoint(comptime Conn: type) type {
         }
 
         fn accept(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, original_dcid: Cid, validated: bool) Outcome {
-            const scid = self.drawFreshCid();
+            // Not the DCID either, which goes into the table beside it (after a Retry that
+            // DCID is one of ours, drawn maybe by another worker).
+            var scid = self.drawFreshCid();
+            while (std.mem.eql(u8, scid.slice(), h.dcid)) scid = self.drawFreshCid();
             const after_retry = validated;
             const info: Accept = .{
                 .path = path.*,

@@ -9,6 +9,8 @@ const stateless_reset = @import("stateless_reset.zig");
 const retry_token = @import("retry_token.zig");
 const Peer = @import("../transport/peer.zig").Peer;
 const udp_steering = @import("../transport/udp_steering.zig");
+const protection = @import("protection.zig");
+const frames = @import("frames.zig");
 
 /// Where the fake connections live: a fixed pool, so a test sees every one ever made.
 const Pool = struct {
@@ -298,6 +300,88 @@ test "endpoint: Retry auto starts once enough handshakes are in progress" {
     try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
     f.ep.handshakeConfirmed(&f.pool.conns[0]);
     try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+}
+
+test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its connections still route" {
+    var f: Fixture = undefined;
+    try f.init(.always);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    // A connection made before the drain (with a Retry token: .always).
+    const d0 = initial(&buf, "client-dcid-0", "c0", "", 1200);
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(d0, peer4(9, 5000), local, 10, &f.out));
+    _ = f.take().?;
+    f.ep.config.retry = .never;
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d0, peer4(9, 5000), local, 10, &f.out));
+    const c = &f.pool.conns[0];
+    f.ep.refuseNew(null);
+    // Its datagrams still reach it.
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d0, peer4(9, 5000), local, 20, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 60), peer4(9, 5000), local, 20, &f.out));
+    try testing.expectEqual(@as(usize, 3), c.received);
+    // A new client: refused, nothing made.
+    const d1 = initial(&buf, "client-dcid-1", "new-client", "", 1200);
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(d1, peer4(10, 6000), local, 30, &f.out));
+    try testing.expectEqual(@as(usize, 1), f.pool.made);
+    try testing.expectEqual(@as(u32, 1), f.ep.connections);
+    const a = f.out.peek().?;
+    try testing.expectEqual(@as(u16, 6000), a.path.peer.port);
+    var answer: [endpoint.answer_len_max]u8 = undefined;
+    const bytes = answer[0..a.len];
+    @memcpy(bytes, a.slice());
+    f.out.pop();
+    try testing.expect(bytes.len < 100);
+    // What the client sees: a server Initial to its SCID, opened with its DCID's keys.
+    const h = try packet.parse(bytes, endpoint.cid_len);
+    try testing.expectEqual(packet.Kind.initial, h.kind);
+    try testing.expectEqualStrings("new-client", h.dcid);
+    try testing.expectEqual(h.len, bytes.len);
+    const keys = protection.initialKeys("client-dcid-1");
+    const opened = try protection.unprotect(&keys.server, bytes[0..h.len], h.pn_offset, null);
+    try testing.expectEqual(@as(u64, 0), opened.header.pn);
+    var it = frames.Iterator.init(opened.payload, .initial, .server);
+    const fr = (try it.next()).?;
+    try testing.expectEqual(@as(u64, 0x02), fr.connection_close.error_code);
+    try testing.expect(!fr.connection_close.application);
+    try testing.expect((try it.next()) == null);
+    // Too short an Initial is still dropped unanswered; a Retry token changes nothing.
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid-2", "x", "", 1100), peer4(10, 6001), local, 40, &f.out));
+    // The refusals share the resets' rate bound (3 per interval in this config).
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-3", "x", "", 1200), peer4(10, 6002), local, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-4", "x", "", 1200), peer4(10, 6003), local, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 2000, &f.out));
+    try testing.expectEqual(@as(usize, 1), f.pool.made);
+}
+
+test "endpoint: a worker retiring beside others sends a new client to the next by a Retry" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var g: Fixture = undefined; // the worker that serves on (index 5), with the shared keys
+    try g.init(.never);
+    defer g.deinit();
+    g.ep.config.worker_index = 5;
+    g.ep.csprng = std.Random.DefaultCsprng.init([_]u8{0x77} ** 32);
+    f.ep.refuseNew(5);
+    var buf: [1500]u8 = undefined;
+    const client = peer4(30, 7000);
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "first-dcid", "client-scid", "", 1200), client, local, 1000, &f.out));
+    const r = f.take().?;
+    try testing.expect(packet.retryTagValid("first-dcid", r));
+    const h = try packet.parse(r, 0);
+    try testing.expectEqual(@as(u8, 5), h.scid[udp_steering.cid_worker_offset]);
+    var tok: [retry_token.len]u8 = undefined;
+    tok = h.token[0..retry_token.len].*;
+    const rscid = endpoint.Cid.from(h.scid);
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
+    // The next worker honours the token: a validated connection, original DCID kept.
+    try testing.expectEqual(endpoint.Outcome.accepted, g.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &g.out));
+    try testing.expect(g.pool.conns[0].accept.address_validated);
+    try testing.expectEqualStrings("first-dcid", g.pool.conns[0].accept.original_dcid.slice());
+    // Back at the retiring worker with a token (one Retry only): refused, not retried again.
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
 }
 
 test "endpoint: stateless resets for unknown short headers; never tiny, foreign or past the rate" {

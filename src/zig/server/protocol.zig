@@ -287,7 +287,18 @@ fn h3SendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
             return;
         },
     };
-    return h3(st).sendFd(st, file.fd, 0, file.size);
+    // As over HTTP/2: a file shorter than the app's content-length resets the stream (logged);
+    // a longer one is sent up to it.
+    const length = st.resp_length orelse file.size;
+    if (length > file.size) {
+        sys.close(file.fd);
+        var line: [512]u8 = undefined;
+        const shown = path[0..@min(path.len, 300)];
+        st.conn.server.hooks.logError(std.fmt.bufPrint(&line, "pathsend: {s} is shorter than the response's content-length: stream reset", .{shown}) catch "pathsend: a file is too short");
+        h3(st).abortStream(st);
+        return;
+    }
+    return h3(st).sendFd(st, file.fd, 0, length);
 }
 
 pub fn mustWait(st: *const Stream) bool {

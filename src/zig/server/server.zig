@@ -123,6 +123,8 @@ pub const QuicPlug = struct {
     drain: *const fn (ctx: *anyopaque) void,
     /// The server stops: every QUIC connection is closed and freed.
     deinit: *const fn (ctx: *anyopaque) void,
+    /// QUIC connections still open (a drain waits for them as for TCP's).
+    connections: *const fn (ctx: *anyopaque) u32,
     verbs: *const protocol.Http3Verbs,
 };
 
@@ -790,6 +792,12 @@ pub const Server = struct {
     }
 
     /// A QUIC connection has datagrams to send: written when this pass ends.
+    /// Open connections of every transport: TCP's and QUIC's (what a drain waits for).
+    pub fn connectionsOpen(self: *const Server) u32 {
+        const quic: u32 = if (self.quic) |q| q.connections(q.ctx) else 0;
+        return self.connections + quic;
+    }
+
     pub fn quicFlushSoon(self: *Server) void {
         self.quic_flush_wanted = true;
         self.settleSoon();
