@@ -533,7 +533,7 @@ fn sentPn(t: *T, want: frames.Type) !struct { pn: u64, has: bool } {
     const h = try packet.parse(d, client_cid.len);
     const k = &t.client_1rtt.?;
     const hdr = try protection.unprotectHeader(&k.hp_rx, d[0..h.len], h.pn_offset, null);
-    const payload = try k.open(d[0..h.len], &hdr);
+    const payload = try k.open(testing.allocator, d[0..h.len], &hdr);
     var it = frames.Iterator.init(payload, .one_rtt, .server);
     var has = false;
     while (try it.next()) |f| if (frames.typeOf(f) == want) {
