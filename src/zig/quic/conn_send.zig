@@ -139,8 +139,7 @@ fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
 }
 
 fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64, may_elicit: bool) void {
-    const ack_due = ackWanted(c, space, now_us);
-    if (ack_due) writeAckFrame(c, space, w, p, now_us);
+    writeAckFrame(c, space, w, p, now_us);
     if (!may_elicit or !mayElicit(c, now_us)) return;
     const start = w.pos;
     writeCrypto(c, space, w, p);
@@ -149,13 +148,6 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
     if (w.pos > start) {
         p.ack_eliciting = true;
         p.in_flight = true;
-        // A 1-RTT packet that goes anyway takes along an ACK owed but not yet due (a
-        // request's, in its response), if it has room: that ACK then needs no packet of
-        // its own later (RFC 9000 13.2.1 lets an ACK wait up to max_ack_delay; a second
-        // ack-eliciting packet would make it due at once, in an ACK-only packet).
-        // Frames may come in any order: every STREAM frame we write carries its length.
-        if (!ack_due and space == .application and c.recovery.application_acks.ackDeadline() != null)
-            putAckFrame(c, space, w, p, now_us);
     }
 }
 

@@ -484,49 +484,6 @@ test "connection: a close without memory for its frame still sends CONNECTION_CL
     try testing.expectEqual(connection.Event{ .closed = .{ .code = @intFromEnum(TE.protocol_violation), .app = false } }, t.c.nextEvent().?);
 }
 
-/// Whether `datagram`'s first packet carries STREAM and ACK frames.
-fn streamAndAck(t: *T, datagram: []u8) !struct { stream: bool, ack: bool } {
-    var stream = false;
-    var ack = false;
-    const p = try t.open(datagram);
-    var it = frames.Iterator.init(p.payload, p.kind, .server);
-    while (try it.next()) |f| switch (frames.typeOf(f)) {
-        .stream => stream = true,
-        .ack => ack = true,
-        else => {},
-    };
-    return .{ .stream = stream, .ack = ack };
-}
-
-test "connection: a response carries its request's ACK, so requests one at a time need no ACK-only packet" {
-    var t: T = undefined;
-    try t.init(.{});
-    defer t.deinit();
-    t.establish();
-    var guard: usize = 0;
-    while (t.next()) |_| : (guard += 1) try testing.expect(guard < 8); // the handshake's last flights
-    var buf: [16]u8 = undefined;
-    for (0..4) |i| {
-        const id: u8 = @intCast(4 * i);
-        const request = [_]u8{ 0x0b, id, 0x02, 'h', 'i' }; // STREAM, LEN, FIN
-        t.feed(t.oneRtt(i, &request));
-        // One ack-eliciting packet: its ACK may wait (max_ack_delay), so nothing goes yet.
-        try testing.expect(t.next() == null);
-        _ = try t.c.streamRead(id, &buf);
-        try testing.expectEqual(@as(usize, 2), try t.c.streamWrite(id, "ok", true));
-        const d = t.next() orelse return error.NothingSent;
-        const got = try streamAndAck(&t, d);
-        try testing.expect(got.stream and got.ack);
-        try testing.expect(t.c.recovery.application_acks.ackDeadline() == null);
-    }
-    // Two requests before any answer: the second makes the ACK due at once (ACK-only).
-    t.feed(t.oneRtt(4, "\x0b\x10\x02hi"));
-    t.feed(t.oneRtt(5, "\x0b\x14\x02hi"));
-    const d = t.next() orelse return error.NothingSent;
-    const got = try streamAndAck(&t, d);
-    try testing.expect(got.ack and !got.stream);
-}
-
 /// Our next datagram's 1-RTT packet number and whether it carries a frame of type `want`.
 fn sentPn(t: *T, want: frames.Type) !struct { pn: u64, has: bool } {
     const d = t.next() orelse return error.NothingSent;
