@@ -174,12 +174,6 @@ fn ackWanted(c: *const Connection, space: Space, now_us: u64) bool {
 
 fn writeAckFrame(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64) void {
     if (!ackWanted(c, space, now_us)) return;
-    putAckFrame(c, space, w, p, now_us);
-}
-
-/// An ACK frame of `space`'s received packets, if it fits (the ranges that fit: newest first).
-fn putAckFrame(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64) void {
-    assert(p.space == space);
     var buf: [ack_ranges_written_max]recovery_mod.Range = undefined;
     const a = c.recovery.writeAck(space, now_us, &buf);
     if (a.ranges.len == 0) return;
