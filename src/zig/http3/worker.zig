@@ -321,7 +321,7 @@ pub const Worker = struct {
     }
 
     /// The timerfd at the earliest deadline of every connection, or sooner: a deadline that
-    /// moved later (an ACK that went with a response, the idle timer pushed on by a packet)
+    /// moved later (an ACK deadline met, a PTO pushed on, the idle timer moved by a packet)
     /// leaves the timer where it is, and its expiry, one early wake-up, sets it again
     /// (`onTimer`). A system call only when a deadline comes sooner than the armed one: one
     /// that moved on with each request (its ACK deadline set, then met) cost a
