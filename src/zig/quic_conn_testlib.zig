@@ -198,6 +198,6 @@ export fn zc_timers(c: *Connection, out: *[8]u64) void {
 export fn zc_stream_state(c: *Connection, index: usize, out: *[12]u64) c_int {
     if (index >= c.stream_table.items.len) return -1;
     const s = c.stream_table.items[index];
-    out.* = .{ s.id, s.recv.data.read_offset, s.recv.data.highest(), s.recv.finalSize() orelse std.math.maxInt(u64), @intFromBool(s.recv.finished), s.send.write_offset, s.send.acked_offset, s.send.sent_offset, s.send.lost.count, @as(u64, @intFromBool(s.send.fin)) | @as(u64, @intFromBool(s.send.fin_sent)) << 1 | @as(u64, @intFromBool(s.send.fin_acked)) << 2, s.send_max, s.recv.max_offset };
+    out.* = .{ s.id, s.recv().data.read_offset, s.recv().data.highest(), s.recv().finalSize() orelse std.math.maxInt(u64), @intFromBool(s.recv().finished), s.send().write_offset, s.send().acked_offset, s.send().sent_offset, s.send().lost.count, @as(u64, @intFromBool(s.send().fin)) | @as(u64, @intFromBool(s.send().fin_sent)) << 1 | @as(u64, @intFromBool(s.send().fin_acked)) << 2, s.send_max, s.recv().max_offset };
     return 0;
 }

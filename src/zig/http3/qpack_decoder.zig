@@ -119,6 +119,12 @@ pub const Decoder = struct {
         self.out_len = 0;
     }
 
+    /// Nothing inserted, blocked, owed or allocated: as `initWith` made it.
+    pub fn isPristine(self: *const Decoder) bool {
+        return self.inserted == 0 and self.capacity == 0 and self.ring.len == 0 and self.blocked.len == 0 and
+            self.out.len == 0 and self.pending.capacity == 0;
+    }
+
     /// RFC 9204 4.5.1.1's MaxEntries, from the capacity we advertise.
     fn maxEntries(self: *const Decoder) u64 {
         return self.limits.table_capacity_max / qpack.entry_overhead;

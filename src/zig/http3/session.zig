@@ -126,7 +126,11 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         owner: *Owner,
         /// The caller's, kept for the session's life (`create`, `createShared`).
         config: *const Config,
-        decoder: qpack_decoder.Decoder,
+        /// The QPACK decoder's state (the peer's table, blocked streams, our decoder
+        /// stream's output), made when first needed (`useDecoder`): a section whose
+        /// Required Insert Count is 0 decodes without it, so a client whose encoder stays
+        /// static-only never costs one.
+        decoder: ?*qpack_decoder.Decoder = null,
         requests: std.AutoHashMapUnmanaged(u64, *RequestStream) = .empty,
         /// The peer's unidirectional streams, each a heap record while it is open.
         uni: [uni_streams_max]?*UniStream = [_]?*UniStream{null} ** uni_streams_max,
@@ -227,15 +231,38 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 .transport = transport,
                 .owner = owner,
                 .config = config,
-                .decoder = qpack_decoder.Decoder.initWith(gpa, .{
-                    .table_capacity_max = config.qpack_table_capacity,
-                    .blocked_streams_max = config.qpack_blocked_streams,
-                    .field_section_bytes_max = config.field_section_bytes_max,
-                }),
                 .bufs = bufs,
                 .shared = true,
             };
             return s;
+        }
+
+        fn decoderLimits(config: *const Config) qpack_decoder.Limits {
+            return .{
+                .table_capacity_max = config.qpack_table_capacity,
+                .blocked_streams_max = config.qpack_blocked_streams,
+                .field_section_bytes_max = config.field_section_bytes_max,
+            };
+        }
+
+        /// The decoder's state, made the first time the peer's encoder stream carries an
+        /// instruction, a section references the peer's table, or a stream's decoding is
+        /// cancelled.
+        fn useDecoder(s: *Self) error{OutOfMemory}!*qpack_decoder.Decoder {
+            if (s.decoder) |d| return d;
+            const d = try s.gpa.create(qpack_decoder.Decoder);
+            d.* = qpack_decoder.Decoder.initWith(s.gpa, decoderLimits(s.config));
+            s.decoder = d;
+            return d;
+        }
+
+        /// Stream Cancellation (RFC 9204 4.4.2) for a stream whose sections we will not
+        /// read: the peer's encoder may hold references for it (its inserts can still be on
+        /// the way), so this makes the decoder's state if there is none. Best effort.
+        fn cancelDecoding(s: *Self, id: u64) void {
+            if (s.config.qpack_table_capacity == 0) return; // no table: no instruction (4.4.2)
+            const d = s.useDecoder() catch return;
+            d.cancelStream(id) catch {};
         }
 
         pub fn destroy(s: *Self) void {
@@ -251,7 +278,10 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.gpa.destroy(u);
                 slot.* = null;
             };
-            s.decoder.deinit();
+            if (s.decoder) |d| {
+                d.deinit();
+                s.gpa.destroy(d);
+            }
             if (!s.shared) {
                 const bufs: *Buffers = @constCast(s.bufs);
                 bufs.deinit(s.gpa);
@@ -402,7 +432,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// Writes the QPACK decoder's instructions (after our stream type) as far as the
         /// transport takes them; the rest waits in the decoder's bounded output.
         fn flushDecoderStream(s: *Self) void {
-            if (s.decoder.output().len == 0) return;
+            const decoder = s.decoder orelse return;
+            if (decoder.output().len == 0) return;
             const id = if (s.decoder_id != no_id) s.decoder_id else blk: {
                 if (s.control_id == no_id) return; // before the handshake's end: opened with the first flush after it
                 const opened = s.transport.openUni() catch return s.connError(.internal_error, "no stream for the QPACK decoder");
@@ -417,8 +448,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 if (n == 0) return;
                 s.decoder_type_pending = false;
             }
-            const n = s.transport.streamWrite(id, s.decoder.output(), false) catch return s.connError(.closed_critical_stream, "our decoder stream is gone");
-            s.decoder.consumeOutput(n);
+            const n = s.transport.streamWrite(id, decoder.output(), false) catch return s.connError(.closed_critical_stream, "our decoder stream is gone");
+            decoder.consumeOutput(n);
         }
 
         // ---- events ---------------------------------------------------------------------------
@@ -473,7 +504,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         fn endStream(s: *Self, rs: *RequestStream, send_code: u64, owner_code: u64, by: Ender) void {
             if (rs.recv != .done) {
                 if (by != .peer_reset) s.transport.streamStopSending(rs.id, send_code);
-                s.decoder.cancelStream(rs.id) catch {};
+                s.cancelDecoding(rs.id);
                 s.flushDecoderStream();
             }
             if (rs.send != .done) s.transport.streamReset(rs.id, send_code);
@@ -658,19 +689,20 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         /// The peer's encoder stream: inserts into the table, then the streams they unblock.
         fn encoderBytes(s: *Self, bytes: []const u8) void {
-            s.decoder.feedEncoderStream(bytes) catch |err| return switch (err) {
+            const decoder = s.useDecoder() catch return s.connError(.internal_error, "out of memory for the QPACK table");
+            decoder.feedEncoderStream(bytes) catch |err| return switch (err) {
                 error.OutOfMemory => s.connError(.internal_error, "out of memory for the QPACK table"),
                 else => s.connError(.qpack_encoder_stream_error, "QPACK encoder stream"),
             };
-            while (s.decoder.unblockedStream()) |id| {
+            while (decoder.unblockedStream()) |id| {
                 const rs = s.requests.get(id) orelse {
-                    s.decoder.cancelStream(id) catch {};
+                    decoder.cancelStream(id) catch {};
                     continue;
                 };
                 s.resumeBlocked(rs);
                 if (s.closed) return;
             }
-            s.decoder.acknowledgeInserts() catch {};
+            decoder.acknowledgeInserts() catch {};
             s.flushDecoderStream();
         }
 
@@ -732,7 +764,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.transport.streamStopSending(id, code);
                 s.transport.streamReset(id, code);
                 // Its HEADERS may reference the peer's table: release them (RFC 9204 4.4.2).
-                s.decoder.cancelStream(id) catch {};
+                s.cancelDecoding(id);
                 s.flushDecoderStream();
                 return null;
             }
@@ -823,7 +855,16 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         }
 
         fn decodeSection(s: *Self, rs: *RequestStream, section: []const u8, trailers: bool) void {
-            const outcome = s.decoder.decodeSection(rs.id, section, s.bufs.scratch, s.bufs.decoded, .acknowledge) catch |err| return switch (err) {
+            // An encoded Required Insert Count of 0 (the first byte, RFC 9204 4.5.1.1) means
+            // no dynamic reference: without a decoder of our own, a fresh one on the stack
+            // decodes it and is left as it was made (no block, no acknowledgment, 4.4.1).
+            var fresh: qpack_decoder.Decoder = undefined;
+            const decoder = if (s.decoder) |d| d else if (section.len > 0 and section[0] == 0) blk: {
+                fresh = qpack_decoder.Decoder.initWith(s.gpa, decoderLimits(s.config));
+                break :blk &fresh;
+            } else s.useDecoder() catch return s.connError(.internal_error, "out of memory");
+            defer if (decoder == &fresh) std.debug.assert(fresh.isPristine());
+            const outcome = decoder.decodeSection(rs.id, section, s.bufs.scratch, s.bufs.decoded, .acknowledge) catch |err| return switch (err) {
                 error.FieldSectionTooLarge => s.streamError(rs, .excessive_load),
                 error.DecompressionFailed => s.connError(.qpack_decompression_failed, "field section"),
                 error.DecoderStreamFull => s.connError(.excessive_load, "the decoder stream does not drain"),

@@ -299,6 +299,8 @@ test "h3 session: a GET reaches the owner with its fields; host from :authority"
         \\body 0 "" fin
         \\
     );
+    // A static-only section (Required Insert Count 0) makes no decoder state.
+    try testing.expect(h.s.decoder == null);
     try testing.expectEqual(@as(usize, 1), h.s.liveStreams());
     // The response ends the stream: its record is freed.
     try h.s.respond(0, 204, &.{});
@@ -914,10 +916,10 @@ test "h3 session: a blocked stream reset by the peer is forgotten; more blocked 
     const section = [_]u8{ 0x01, 0x06, 0x03, 0x81, 0x10, 0x11, 0xd1, 0xd7 };
     h.fake.send(0, &section, false);
     h.s.run();
-    try testing.expectEqual(@as(usize, 1), h.s.decoder.blockedCount());
+    try testing.expectEqual(@as(usize, 1), h.s.decoder.?.blockedCount());
     h.fake.push(.{ .reset = .{ .id = 0, .code = 0x10c, .final_size = 8 } });
     h.s.run();
-    try testing.expectEqual(@as(usize, 0), h.s.decoder.blockedCount());
+    try testing.expectEqual(@as(usize, 0), h.s.decoder.?.blockedCount());
     try testing.expectEqual(@as(usize, 0), h.s.liveStreams());
     try h.expectLog("");
     // Our decoder stream: its type, then Stream Cancellation of stream 0 (0x40).

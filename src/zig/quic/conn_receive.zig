@@ -175,7 +175,7 @@ fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, n
 }
 
 fn wakeWriter(s: *Stream) void {
-    if (s.writable_wanted and s.sendCredit() > 0 and s.send.room() > 0) {
+    if (s.writable_wanted and streams.serverSends(s.id) and s.sendCredit() > 0 and s.send().room() > 0) {
         s.writable_wanted = false;
         s.writable_event = true;
     }
@@ -198,10 +198,9 @@ fn streamFor(c: *Connection, id: u64, use: Use, frame_type: u64) Stop!?*Stream {
     if (index >= c.flow.peer_limit[d]) return fail(c, .stream_limit_error, frame_type);
     while (c.flow.peer_opened[d] <= index) {
         const new_id = streams.idOf(.client, dir, c.flow.peer_opened[d]);
-        const s = c.allocator.create(Stream) catch return fail(c, .internal_error, frame_type);
-        s.* = Stream.init(new_id, c.config.initial_max_stream_data, if (dir == .bidi) c.flow.peer_window_bidi else 0);
-        c.stream_table.append(c.allocator, s) catch {
-            c.allocator.destroy(s);
+        const s = Stream.create(c.allocator, new_id, c.config.initial_max_stream_data, if (dir == .bidi) c.flow.peer_window_bidi else 0) catch return fail(c, .internal_error, frame_type);
+        c.addStream(s) catch {
+            s.destroy(c.allocator);
             return fail(c, .internal_error, frame_type);
         };
         c.flow.peer_opened[d] += 1;
@@ -211,7 +210,7 @@ fn streamFor(c: *Connection, id: u64, use: Use, frame_type: u64) Stop!?*Stream {
 
 fn onStream(c: *Connection, id: u64, offset: u64, data: []const u8, fin: bool, frame_type: u64) Stop!void {
     const s = try streamFor(c, id, .recv, frame_type) orelse return;
-    const added = s.recv.onData(c.allocator, offset, data, fin, c.config.initial_max_stream_data) catch |e| return switch (e) {
+    const added = s.recv().onData(c.allocator, offset, data, fin, c.config.initial_max_stream_data) catch |e| return switch (e) {
         error.FlowControl => fail(c, .flow_control_error, frame_type),
         error.FinalSize => fail(c, .final_size_error, frame_type),
         error.TooFragmented => error.Drop,
@@ -219,23 +218,23 @@ fn onStream(c: *Connection, id: u64, offset: u64, data: []const u8, fin: bool, f
     };
     c.flow.recv_total += added;
     if (c.flow.recv_total > c.flow.recv_max) return fail(c, .flow_control_error, frame_type);
-    if (!s.recv.finished and (s.recv.data.readable().len > 0 or s.recv.atFin())) s.readable_event = true;
+    if (!s.recv().finished and (s.recv().data.readable().len > 0 or s.recv().atFin())) s.readable_event = true;
 }
 
 fn onResetStream(c: *Connection, id: u64, code: u64, final_size: u64, frame_type: u64) Stop!void {
     const s = try streamFor(c, id, .recv, frame_type) orelse return;
-    const added = s.recv.onReset(final_size) catch |e| return switch (e) {
+    const added = s.recv().onReset(final_size) catch |e| return switch (e) {
         error.FlowControl => fail(c, .flow_control_error, frame_type),
         else => fail(c, .final_size_error, frame_type),
     };
     c.flow.recv_total += added;
     if (c.flow.recv_total > c.flow.recv_max) return fail(c, .flow_control_error, frame_type);
-    if (s.recv.finished) return;
+    if (s.recv().finished) return;
     // The unread bytes count as consumed for connection flow control (RFC 9000 4.5).
-    c.flow.read_total += final_size - s.recv.data.read_offset;
+    c.flow.read_total += final_size - s.recv().data.read_offset;
     c.creditConnection();
-    s.recv.finished = true;
-    s.recv.data.deinit(c.allocator);
+    s.recv().finished = true;
+    s.recv().data.deinit(c.allocator);
     s.readable_event = false;
     assert(code <= streams.varint_max);
     s.reset_event_code = code;
@@ -364,7 +363,7 @@ pub const Sink = struct {
         switch (r) {
             .stream => |f| {
                 const s = c.findStream(f.id) orelse return;
-                s.send.onAcked(c.allocator, f.offset, f.len, f.fin);
+                s.send().onAcked(c.allocator, f.offset, f.len, f.fin);
                 wakeWriter(s);
                 c.freeIfDone(s);
             },
@@ -398,14 +397,14 @@ pub const Sink = struct {
 /// A record's frame was lost: what still matters goes again.
 pub fn lost(c: *Connection, r: sent_frames.Record) void {
     switch (r) {
-        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == streams.no_code) s.send.onLost(c.allocator, f.offset, f.len, f.fin),
+        .stream => |f| if (c.findStream(f.id)) |s| if (s.reset_out == streams.no_code) s.send().onLost(c.allocator, f.offset, f.len, f.fin),
         .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onLost(c.allocator, f.offset, f.len, false),
         .ack => {},
         .handshake_done => c.handshake_done_owed = true,
         .max_data => c.flow.max_data_owed = true,
         .max_streams_bidi => c.flow.max_streams_owed[0] = true,
         .max_streams_uni => c.flow.max_streams_owed[1] = true,
-        .max_stream_data => |id| if (c.findStream(id)) |s| if (!s.recv.finished) {
+        .max_stream_data => |id| if (c.findStream(id)) |s| if (!s.recv().finished) {
             s.max_stream_data_owed = true;
         },
         .reset_stream => |id| if (c.findStream(id)) |s| {

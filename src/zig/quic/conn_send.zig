@@ -235,12 +235,12 @@ fn writeConnectionFlow(c: *Connection, w: *varint.Writer, p: *Pending) void {
 fn writeStreamControl(c: *Connection, s: *streams.Stream, w: *varint.Writer, p: *Pending) void {
     _ = c;
     if (s.max_stream_data_owed and recordRoom(p)) {
-        frames.write(w, .{ .max_stream_data = .{ .stream_id = s.id, .max = s.recv.max_offset } }) catch return;
+        frames.write(w, .{ .max_stream_data = .{ .stream_id = s.id, .max = s.recv().max_offset } }) catch return;
         s.max_stream_data_owed = false;
         p.record.add(.{ .max_stream_data = s.id });
     }
     if (s.reset_out != streams.no_code and !s.reset_out_sent and recordRoom(p)) {
-        frames.write(w, .{ .reset_stream = .{ .stream_id = s.id, .error_code = s.reset_out, .final_size = s.send.write_offset } }) catch return;
+        frames.write(w, .{ .reset_stream = .{ .stream_id = s.id, .error_code = s.reset_out, .final_size = s.send().write_offset } }) catch return;
         s.reset_out_sent = true;
         p.record.add(.{ .reset_stream = s.id });
     }
@@ -259,10 +259,10 @@ fn writeStreams(c: *Connection, w: *varint.Writer, p: *Pending) void {
         const idx = (c.rr_cursor + i) % n;
         const s = c.stream_table.items[idx];
         if (!streams.serverSends(s.id) or s.reset_out != streams.no_code) continue;
-        const chunk = s.send.next(w.room()) orelse continue;
+        const chunk = s.send().next(w.room()) orelse continue;
         const taken = frames.writeStream(w, s.id, chunk.offset, chunk.data, chunk.fin, false) catch break;
         const fin = chunk.fin and taken == chunk.data.len;
-        s.send.onSent(chunk.offset, taken, fin);
+        s.send().onSent(chunk.offset, taken, fin);
         p.record.add(.{ .stream = .{ .id = s.id, .offset = chunk.offset, .len = @intCast(taken), .fin = fin } });
         c.rr_cursor = idx + 1;
     }

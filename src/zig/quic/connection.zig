@@ -245,10 +245,7 @@ pub const Connection = struct {
         }
         c.freeCloseFrame();
         for (&c.crypto) |*cs| if (cs.*) |s| s.destroy(a);
-        for (c.stream_table.items) |s| {
-            s.deinit(a);
-            a.destroy(s);
-        }
+        for (c.stream_table.items) |s| s.destroy(a);
         c.stream_table.deinit(a);
         c.sent.deinit(a);
         c.recovery.deinit(a);
@@ -343,7 +340,7 @@ pub const Connection = struct {
         const code = c.close_when_sent orelse return;
         if (c.recovery.pto_count < close_when_sent_ptos_max) for (c.stream_table.items) |s| {
             if (streams.directionOf(s.id) != .bidi or !streams.serverSends(s.id)) continue;
-            if (!s.send.allAcked() and !s.reset_out_sent) return;
+            if (!s.send().allAcked() and !s.reset_out_sent) return;
         };
         c.close_when_sent = null;
         c.closeApplication(code, "");
@@ -510,7 +507,7 @@ pub const Connection = struct {
     pub fn streamReceiveOver(c: *const Connection, id: u64) bool {
         if (!streams.serverReceives(id)) return true;
         const s = c.findStream(id) orelse return c.streamWasOpen(id);
-        return s.recv.finished or s.stop_sending_out != streams.no_code;
+        return s.recv().finished or s.stop_sending_out != streams.no_code;
     }
 
     fn lookup(c: *const Connection, id: u64) StreamError!*Stream {
@@ -523,20 +520,20 @@ pub const Connection = struct {
     pub fn streamRead(c: *Connection, id: u64, buf: []u8) StreamError!ReadResult {
         if (!streams.serverReceives(id)) return error.UnknownStream;
         const s = try c.lookup(id);
-        if (s.recv.finished) return error.StreamClosed;
-        const data = s.recv.data.readable();
+        if (s.recv().finished) return error.StreamClosed;
+        const data = s.recv().data.readable();
         const n = @min(data.len, buf.len);
         @memcpy(buf[0..n], data[0..n]);
-        s.recv.data.consume(c.allocator, n);
+        s.recv().data.consume(c.allocator, n);
         c.flow.read_total += n;
         s.creditRead(c.config.initial_max_stream_data);
         c.creditConnection();
-        const fin = s.recv.atFin();
+        const fin = s.recv().atFin();
         if (fin) {
-            s.recv.finished = true;
-            s.recv.data.deinit(c.allocator);
+            s.recv().finished = true;
+            s.recv().data.deinit(c.allocator);
         }
-        if (s.recv.data.readable().len > 0) s.readable_event = true;
+        if (s.recv().data.readable().len > 0) s.readable_event = true;
         c.freeIfDone(s);
         return .{ .n = n, .fin = fin };
     }
@@ -554,12 +551,12 @@ pub const Connection = struct {
     pub fn streamWrite(c: *Connection, id: u64, bytes: []const u8, fin: bool) StreamError!usize {
         if (!streams.serverSends(id)) return error.UnknownStream;
         const s = try c.lookup(id);
-        if (s.send.fin or s.reset_out != streams.no_code) return error.StreamClosed;
+        if (s.send().fin or s.reset_out != streams.no_code) return error.StreamClosed;
         const credit = @min(s.sendCredit(), c.flow.send_max -| c.flow.written_total);
-        const n = s.send.write(c.allocator, bytes, @intCast(@min(credit, std.math.maxInt(usize)))) catch 0;
+        const n = s.send().write(c.allocator, bytes, @intCast(@min(credit, std.math.maxInt(usize)))) catch 0;
         c.flow.written_total += n;
         if (n < bytes.len) s.writable_wanted = true;
-        if (fin and n == bytes.len) s.send.fin = true;
+        if (fin and n == bytes.len) s.send().fin = true;
         return n;
     }
 
@@ -567,20 +564,20 @@ pub const Connection = struct {
         if (!streams.serverSends(id)) return;
         const s = c.findStream(id) orelse return;
         assert(code <= streams.varint_max); // an application error code is a varint
-        if (s.reset_out != streams.no_code or s.send.allAcked()) return;
+        if (s.reset_out != streams.no_code or s.send().allAcked()) return;
         s.reset_out = code;
         // Nothing more of the stream's data goes out (RFC 9000 3.1).
-        s.send.dropLost(c.allocator);
-        s.send.sent_offset = s.send.write_offset;
-        s.send.fin = true;
-        s.send.fin_sent = true;
+        s.send().dropLost();
+        s.send().sent_offset = s.send().write_offset;
+        s.send().fin = true;
+        s.send().fin_sent = true;
     }
 
     pub fn streamStopSending(c: *Connection, id: u64, code: u64) void {
         if (!streams.serverReceives(id)) return;
         const s = c.findStream(id) orelse return;
         assert(code <= streams.varint_max);
-        if (s.recv.finished or s.stop_sending_out != streams.no_code) return;
+        if (s.recv().finished or s.stop_sending_out != streams.no_code) return;
         s.stop_sending_out = code;
     }
 
@@ -588,14 +585,35 @@ pub const Connection = struct {
         if (c.state != .established) return error.StreamLimit;
         if (c.flow.uni_opened >= c.flow.uni_limit) return error.StreamLimit;
         const id = streams.idOf(.server, .uni, c.flow.uni_opened);
-        const s = c.allocator.create(Stream) catch return error.StreamLimit;
-        s.* = Stream.init(id, 0, c.flow.peer_window_uni);
-        c.stream_table.append(c.allocator, s) catch {
-            c.allocator.destroy(s);
+        const s = Stream.create(c.allocator, id, 0, c.flow.peer_window_uni) catch return error.StreamLimit;
+        c.addStream(s) catch {
+            s.destroy(c.allocator);
             return error.StreamLimit;
         };
         c.flow.uni_opened += 1;
         return id;
+    }
+
+    /// Puts a new stream in the table, whose room grows by half (at least 2 slots) when full:
+    /// ArrayList's first growth would make room for a cache line of pointers (16), where an
+    /// idle HTTP/3 connection holds its 2 control streams.
+    pub fn addStream(c: *Connection, s: *Stream) Allocator.Error!void {
+        const len = c.stream_table.items.len;
+        if (len == c.stream_table.capacity) try c.stream_table.ensureTotalCapacityPrecise(c.allocator, len + @max(2, len / 2));
+        c.stream_table.appendAssumeCapacity(s);
+    }
+
+    /// Gives back the table's room once a quarter or less of it is used (the room a burst of
+    /// requests made stays no longer than the burst), all of it once no stream is left.
+    fn shrinkStreamTable(c: *Connection) void {
+        const t = &c.stream_table;
+        if (t.items.len == 0) return t.clearAndFree(c.allocator);
+        if (t.capacity <= 4 or t.items.len > t.capacity / 4) return;
+        const room = c.allocator.alloc(*Stream, 2 * t.items.len) catch return; // keeps the old room
+        @memcpy(room[0..t.items.len], t.items);
+        const len = t.items.len;
+        c.allocator.free(t.allocatedSlice());
+        t.* = .{ .items = room[0..len], .capacity = room.len };
     }
 
     /// Frees a stream both sides are done with; a client's stream gives back a slot.
@@ -605,10 +623,9 @@ pub const Connection = struct {
             _ = c.stream_table.swapRemove(i);
             break;
         };
-        if (c.stream_table.items.len == 0) c.stream_table.clearAndFree(c.allocator);
+        c.shrinkStreamTable();
         if (streams.initiatorOf(s.id) == .client) c.creditStreams(streams.directionOf(s.id));
-        s.deinit(c.allocator);
-        c.allocator.destroy(s);
+        s.destroy(c.allocator);
     }
 
     fn creditStreams(c: *Connection, dir: streams.Direction) void {
@@ -634,7 +651,8 @@ pub const Connection = struct {
         if (c.initial_keys != null) n += @sizeOf(KeyPair);
         if (c.handshake_keys != null) n += @sizeOf(KeyPair);
         if (c.hs) |hs| n += hs.heldBytes();
-        n += c.stream_table.capacity * @sizeOf(usize) + c.stream_table.items.len * @sizeOf(Stream);
+        n += c.stream_table.capacity * @sizeOf(usize);
+        for (c.stream_table.items) |s| n += Stream.recordBytes(s.id);
         n += c.sent.heldBytes();
         return n;
     }

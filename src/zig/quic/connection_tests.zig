@@ -543,3 +543,39 @@ test "connection: closeApplicationWhenSent waits for the responses' ACK, or for 
         try testing.expect(t.c.recovery.pto_count >= connection.Connection.close_when_sent_ptos_max);
     }
 }
+
+test "connection: the stream table grows by half and gives back the room a burst made" {
+    var t: T = undefined;
+    try t.init(.{ .initial_max_streams_bidi = 64 });
+    defer t.deinit();
+    t.establish();
+    // 40 streams in one packet, each with one byte and its FIN.
+    var payload: [40 * 5]u8 = undefined;
+    var n: usize = 0;
+    for (0..40) |i| {
+        payload[n] = 0x0b; // STREAM with LEN and FIN
+        n += 1;
+        n += try varint.encode(payload[n..], i * 4);
+        payload[n] = 1;
+        payload[n + 1] = 'q';
+        n += 2;
+    }
+    t.feed(t.oneRtt(0, payload[0..n]));
+    try testing.expectEqual(@as(usize, 40), t.c.stream_table.items.len);
+    try testing.expect(t.c.stream_table.capacity >= 40 and t.c.stream_table.capacity <= 60);
+    while (t.c.nextEvent()) |_| {}
+    var buf: [4]u8 = undefined;
+    for (0..40) |i| {
+        try testing.expect((try t.c.streamRead(i * 4, &buf)).fin);
+        if (i != 39) try testing.expectEqual(@as(usize, 1), try t.c.streamWrite(i * 4, "a", true));
+    }
+    var sent: u64 = 0;
+    while (t.next()) |_| sent += 1;
+    try testing.expect(sent > 0 and sent < 64);
+    // One ACK of every packet we sent (0 .. sent-1): 39 streams are done both ways.
+    var ack: [8]u8 = .{ 0x02, @intCast(sent - 1), 0, 0, @intCast(sent - 1), 0, 0, 0 };
+    t.feed(t.oneRtt(1, ack[0..5]));
+    try testing.expectEqual(@as(usize, 1), t.c.stream_table.items.len);
+    try testing.expect(t.c.stream_table.capacity <= 4);
+    try testing.expect(t.c.findStream(39 * 4) != null);
+}

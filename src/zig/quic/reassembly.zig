@@ -24,19 +24,30 @@ pub const Reassembly = struct {
     buf: []u8 = &.{},
     /// Bytes before this offset were handed out.
     read_offset: u64 = 0,
-    /// Room for `ranges_max` ranges while bytes wait: it lives in `buf`'s allocation, after
-    /// the data (one allocation, made and freed with the buffer).
-    ranges: []Range = &.{},
+    /// Ranges held (ascending, disjoint): their room, for `ranges_max`, lives in `buf`'s
+    /// allocation after the data (one allocation, made and freed with the buffer; found
+    /// from `buf`, so an idle stream holds no pointer to it). Never above 0 without `buf`.
     count: u8 = 0,
 
     pub fn deinit(r: *Reassembly, allocator: Allocator) void {
         if (r.buf.len > 0) allocator.free(block(r.buf));
         r.buf = &.{};
-        r.ranges = &.{};
         r.count = 0;
     }
 
     const ranges_offset_align = @alignOf(Range);
+
+    /// The room for ranges after the data in the buffer's allocation.
+    fn room(buf: []u8) *[ranges_max]Range {
+        assert(buf.len > 0);
+        return @ptrCast(@alignCast(buf.ptr + std.mem.alignForward(usize, buf.len, ranges_offset_align)));
+    }
+
+    /// The ranges held.
+    fn ranges(r: *const Reassembly) []Range {
+        if (r.count == 0) return &.{};
+        return room(r.buf)[0..r.count];
+    }
 
     /// The allocation behind a buffer of `buf.len` data bytes and the ranges after them.
     fn block(buf: []u8) []align(@alignOf(Range)) u8 {
@@ -47,7 +58,7 @@ pub const Reassembly = struct {
 
     /// The highest offset received plus one (the read offset when nothing waits).
     pub fn highest(r: *const Reassembly) u64 {
-        return if (r.count == 0) r.read_offset else r.ranges[r.count - 1].end;
+        return if (r.count == 0) r.read_offset else r.ranges()[r.count - 1].end;
     }
 
     /// Takes `data` at `offset`; what lies before `read_offset` is ignored. `window_bytes`:
@@ -66,12 +77,12 @@ pub const Reassembly = struct {
     }
 
     fn covered(r: *const Reassembly, start: u64, end: u64) bool {
-        for (r.ranges[0..r.count]) |g| if (g.start <= start and end <= g.end) return true;
+        for (r.ranges()) |g| if (g.start <= start and end <= g.end) return true;
         return false;
     }
 
     fn touchesAny(r: *const Reassembly, start: u64, end: u64) bool {
-        for (r.ranges[0..r.count]) |g| if (start <= g.end and g.start <= end) return true;
+        for (r.ranges()) |g| if (start <= g.end and g.start <= end) return true;
         return false;
     }
 
@@ -81,12 +92,10 @@ pub const Reassembly = struct {
         assert(cap >= need);
         const off = std.mem.alignForward(usize, cap, ranges_offset_align);
         const mem = try allocator.alignedAlloc(u8, .of(Range), off + ranges_max * @sizeOf(Range));
-        const ranges = @as([*]Range, @ptrCast(@alignCast(mem.ptr + off)))[0..ranges_max];
         @memcpy(mem[0..r.buf.len], r.buf);
-        @memcpy(ranges[0..r.count], r.ranges[0..r.count]);
+        @memcpy(room(mem[0..cap])[0..r.count], r.ranges());
         if (r.buf.len > 0) allocator.free(block(r.buf));
         r.buf = mem[0..cap];
-        r.ranges = ranges;
     }
 
     /// Merges [start, end) into the sorted set (the caller checked there is room).
@@ -95,7 +104,7 @@ pub const Reassembly = struct {
         var out: [ranges_max + 1]Range = undefined;
         var n: usize = 0;
         var placed = false;
-        for (r.ranges[0..r.count]) |g| {
+        for (r.ranges()) |g| {
             if (g.end < merged.start) {
                 out[n] = g;
                 n += 1;
@@ -115,15 +124,15 @@ pub const Reassembly = struct {
             out[n] = merged;
             n += 1;
         }
-        assert(n <= ranges_max and r.ranges.len == ranges_max);
-        @memcpy(r.ranges[0..n], out[0..n]);
+        assert(n <= ranges_max and r.buf.len > 0);
+        @memcpy(room(r.buf)[0..n], out[0..n]);
         r.count = @intCast(n);
     }
 
     /// The bytes readable in order now.
     pub fn readable(r: *const Reassembly) []const u8 {
-        if (r.count == 0 or r.ranges[0].start != r.read_offset) return &.{};
-        return r.buf[0..@intCast(r.ranges[0].end - r.read_offset)];
+        if (r.count == 0 or r.ranges()[0].start != r.read_offset) return &.{};
+        return r.buf[0..@intCast(r.ranges()[0].end - r.read_offset)];
     }
 
     /// The first `n` readable bytes were taken: the rest moves down; an empty buffer goes.
@@ -133,11 +142,12 @@ pub const Reassembly = struct {
         const held: usize = @intCast(r.highest() - r.read_offset);
         std.mem.copyForwards(u8, r.buf[0 .. held - n], r.buf[n..held]);
         r.read_offset += n;
-        if (r.ranges[0].end == r.read_offset) {
-            std.mem.copyForwards(Range, r.ranges[0 .. r.count - 1], r.ranges[1..r.count]);
+        const held_ranges = r.ranges();
+        if (held_ranges[0].end == r.read_offset) {
+            std.mem.copyForwards(Range, held_ranges[0 .. r.count - 1], held_ranges[1..r.count]);
             r.count -= 1;
         } else {
-            r.ranges[0].start = r.read_offset;
+            held_ranges[0].start = r.read_offset;
         }
         if (r.count == 0) r.deinit(allocator);
     }

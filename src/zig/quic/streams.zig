@@ -60,24 +60,19 @@ pub const Error = error{
 
 const Range = struct { start: u64, end: u64 };
 
-/// A small set of disjoint ranges, merged on insert; on overflow `add` says no. Its room
-/// (`send_ranges_max` ranges) is allocated on the first `add` and freed with the send
-/// buffer (`SendSide.deinit`, once everything written was acknowledged), so an idle stream
-/// holds none; when the room cannot be had `add` says no as on overflow (the callers'
-/// fallbacks are the same).
+/// A small set of disjoint ranges, merged on insert; on overflow `add` says no. It holds
+/// only its count: its room (`send_ranges_max` ranges) is one half of its send side's
+/// `RangeRoom`, which the caller passes in.
 const RangeSet = struct {
-    items: []Range = &.{},
     count: u8 = 0,
 
-    fn add(s: *RangeSet, allocator: Allocator, start: u64, end: u64) bool {
+    fn add(s: *RangeSet, items: *[send_ranges_max]Range, start: u64, end: u64) bool {
         assert(start < end);
-        if (s.items.len == 0) s.items = allocator.alloc(Range, send_ranges_max) catch return false;
-        assert(s.items.len == send_ranges_max);
         var merged: Range = .{ .start = start, .end = end };
         var out: [send_ranges_max + 1]Range = undefined;
         var n: usize = 0;
         var placed = false;
-        for (s.items[0..s.count]) |g| {
+        for (items[0..s.count]) |g| {
             if (g.end < merged.start) {
                 out[n] = g;
                 n += 1;
@@ -96,28 +91,31 @@ const RangeSet = struct {
             n += 1;
         }
         if (n > send_ranges_max) return false;
-        @memcpy(s.items[0..n], out[0..n]);
+        @memcpy(items[0..n], out[0..n]);
         s.count = @intCast(n);
         return true;
     }
 
-    /// Empties the set and frees its room.
-    fn clear(s: *RangeSet, allocator: Allocator) void {
-        allocator.free(s.items);
-        s.* = .{};
-    }
-
-    fn popFront(s: *RangeSet) void {
+    fn popFront(s: *RangeSet, items: *[send_ranges_max]Range) void {
         assert(s.count > 0);
-        std.mem.copyForwards(Range, s.items[0 .. s.count - 1], s.items[1..s.count]);
+        std.mem.copyForwards(Range, items[0 .. s.count - 1], items[1..s.count]);
         s.count -= 1;
     }
 
     /// Drops what lies below `offset`.
-    fn trimBelow(s: *RangeSet, offset: u64) void {
-        while (s.count > 0 and s.items[0].end <= offset) s.popFront();
-        if (s.count > 0) s.items[0].start = @max(s.items[0].start, offset);
+    fn trimBelow(s: *RangeSet, items: *[send_ranges_max]Range, offset: u64) void {
+        while (s.count > 0 and items[0].end <= offset) s.popFront(items);
+        if (s.count > 0) items[0].start = @max(items[0].start, offset);
     }
+};
+
+/// The room of a send side's two range sets: allocated by the first range either set
+/// takes and freed with the send buffer (`SendSide.deinit`, once everything written was
+/// acknowledged), so an idle stream holds none; when it cannot be had an `add` says no as
+/// on overflow (the callers' fallbacks are the same).
+const RangeRoom = struct {
+    acked: [send_ranges_max]Range,
+    lost: [send_ranges_max]Range,
 };
 
 /// What the application wrote on one stream, from the first unacknowledged byte.
@@ -128,6 +126,8 @@ pub const SendSide = struct {
     write_offset: u64 = 0,
     /// New data starts here; below it everything was sent at least once.
     sent_offset: u64 = 0,
+    /// Null while both sets are empty and have been since the room was last freed.
+    room_: ?*RangeRoom = null,
     acked: RangeSet = .{},
     lost: RangeSet = .{},
     fin: bool = false,
@@ -137,13 +137,46 @@ pub const SendSide = struct {
     pub fn deinit(s: *SendSide, allocator: Allocator) void {
         allocator.free(s.buf);
         s.buf = &.{};
-        s.acked.clear(allocator);
-        s.lost.clear(allocator);
+        if (s.room_) |r| allocator.destroy(r);
+        s.room_ = null;
+        s.acked.count = 0;
+        s.lost.count = 0;
     }
 
-    /// Nothing more of the stream's data goes out (a reset, RFC 9000 3.1): the lost set goes.
-    pub fn dropLost(s: *SendSide, allocator: Allocator) void {
-        s.lost.clear(allocator);
+    /// The sets' room, made if need be; null without memory.
+    fn rangeRoom(s: *SendSide, allocator: Allocator) ?*RangeRoom {
+        if (s.room_ == null) s.room_ = allocator.create(RangeRoom) catch return null;
+        return s.room_;
+    }
+
+    fn lostItems(s: *const SendSide) []const Range {
+        return if (s.lost.count == 0) &.{} else s.room_.?.lost[0..s.lost.count];
+    }
+
+    fn ackedItems(s: *const SendSide) []const Range {
+        return if (s.acked.count == 0) &.{} else s.room_.?.acked[0..s.acked.count];
+    }
+
+    fn addAcked(s: *SendSide, allocator: Allocator, start: u64, end: u64) bool {
+        const r = s.rangeRoom(allocator) orelse return false;
+        return s.acked.add(&r.acked, start, end);
+    }
+
+    fn addLostRange(s: *SendSide, allocator: Allocator, start: u64, end: u64) bool {
+        const r = s.rangeRoom(allocator) orelse return false;
+        return s.lost.add(&r.lost, start, end);
+    }
+
+    fn trimBelow(s: *SendSide, offset: u64) void {
+        const r = s.room_ orelse return assert(s.acked.count == 0 and s.lost.count == 0);
+        s.acked.trimBelow(&r.acked, offset);
+        s.lost.trimBelow(&r.lost, offset);
+    }
+
+    /// Nothing more of the stream's data goes out (a reset, RFC 9000 3.1): the lost set
+    /// empties (its room goes with the buffer).
+    pub fn dropLost(s: *SendSide) void {
+        s.lost.count = 0;
     }
 
     pub fn room(s: *const SendSide) usize {
@@ -173,7 +206,7 @@ pub const SendSide = struct {
 
     pub fn next(s: *const SendSide, len_max: usize) ?Chunk {
         if (s.lost.count > 0) {
-            const r = s.lost.items[0];
+            const r = s.lostItems()[0];
             const n: usize = @intCast(@min(r.end - r.start, len_max));
             const fin = s.fin and r.start + n == s.write_offset;
             return .{ .offset = r.start, .data = s.slice(r.start, n), .fin = fin };
@@ -191,9 +224,10 @@ pub const SendSide = struct {
 
     /// `n` bytes at `offset` (and the FIN if `fin`) went into a packet.
     pub fn onSent(s: *SendSide, offset: u64, n: usize, fin: bool) void {
-        if (s.lost.count > 0 and s.lost.items[0].start == offset) {
-            s.lost.items[0].start += n;
-            if (s.lost.items[0].start == s.lost.items[0].end) s.lost.popFront();
+        if (s.lost.count > 0 and s.room_.?.lost[0].start == offset) {
+            const lost = &s.room_.?.lost;
+            lost[0].start += n;
+            if (lost[0].start == lost[0].end) s.lost.popFront(lost);
         } else {
             assert(offset == s.sent_offset);
             s.sent_offset += n;
@@ -205,13 +239,14 @@ pub const SendSide = struct {
         if (fin) s.fin_acked = true;
         const end = offset + n;
         if (n == 0 or end <= s.acked_offset) return;
-        if (!s.acked.add(allocator, @max(offset, s.acked_offset), end)) {
+        if (!s.addAcked(allocator, @max(offset, s.acked_offset), end)) {
             // Forget this acknowledgement: the bytes go again (harmless duplicates).
-            _ = s.lost.add(allocator, @max(offset, s.acked_offset), end) or s.rewind(offset);
+            _ = s.addLostRange(allocator, @max(offset, s.acked_offset), end) or s.rewind(offset);
             return;
         }
-        s.lost.trimBelow(s.acked_offset);
-        if (s.acked.items[0].start == s.acked_offset) s.release(allocator, s.acked.items[0].end);
+        const r = s.room_.?;
+        s.lost.trimBelow(&r.lost, s.acked_offset);
+        if (r.acked[0].start == s.acked_offset) s.release(allocator, r.acked[0].end);
     }
 
     fn release(s: *SendSide, allocator: Allocator, upto: u64) void {
@@ -219,8 +254,7 @@ pub const SendSide = struct {
         const held: usize = @intCast(s.write_offset - s.acked_offset);
         std.mem.copyForwards(u8, s.buf[0 .. held - n], s.buf[n..held]);
         s.acked_offset = upto;
-        s.acked.trimBelow(upto);
-        s.lost.trimBelow(upto);
+        s.trimBelow(upto);
         if (s.acked_offset == s.write_offset) s.deinit(allocator);
     }
 
@@ -229,7 +263,7 @@ pub const SendSide = struct {
         if (fin and !s.fin_acked) s.fin_sent = false;
         var start = @max(offset, s.acked_offset);
         const end = offset + n;
-        for (s.acked.items[0..s.acked.count]) |a| {
+        for (s.ackedItems()) |a| {
             if (start >= end) break;
             if (a.end <= start or a.start >= end) continue;
             if (a.start > start and !s.addLost(allocator, start, a.start)) return;
@@ -239,14 +273,13 @@ pub const SendSide = struct {
     }
 
     fn addLost(s: *SendSide, allocator: Allocator, start: u64, end: u64) bool {
-        if (s.lost.add(allocator, start, end)) return true;
+        if (s.addLostRange(allocator, start, end)) return true;
         return s.rewind(start);
     }
 
     /// The lost set is full: send everything from `offset` again as if new.
     fn rewind(s: *SendSide, offset: u64) bool {
         s.sent_offset = @min(s.sent_offset, @max(offset, s.acked_offset));
-        s.lost.trimBelow(std.math.maxInt(u64));
         s.lost.count = 0;
         return true;
     }
@@ -310,10 +343,13 @@ pub const RecvSide = struct {
     }
 };
 
+/// One stream's record: what every stream has, then the halves its direction has (RFC 9000
+/// 2.1). A unidirectional stream is made with one half (`RecvOnly`, `SendOnly`), 56 bytes
+/// fewer than a bidirectional one (`Bidi`): `recv` and `send` find the halves and assert
+/// that the stream has them, so a half the stream lacks is never touched. Made by `create`,
+/// given back by `destroy` (the record's type follows from the ID).
 pub const Stream = struct {
     id: u64,
-    recv: RecvSide,
-    send: SendSide = .{},
     /// The peer's MAX_STREAM_DATA for our sending.
     send_max: u64,
     /// Pending events for the application.
@@ -331,35 +367,85 @@ pub const Stream = struct {
     reset_out_sent: bool = false,
     stop_sending_sent: bool = false,
 
-    pub fn init(id: u64, recv_window: u64, send_max: u64) Stream {
-        return .{ .id = id, .recv = .{ .max_offset = if (serverReceives(id)) recv_window else 0 }, .send_max = if (serverSends(id)) send_max else 0 };
+    const Bidi = struct { stream: Stream, recv: RecvSide, send: SendSide };
+    const RecvOnly = struct { stream: Stream, recv: RecvSide };
+    const SendOnly = struct { stream: Stream, send: SendSide };
+
+    /// The record's bytes for a stream of this ID.
+    pub fn recordBytes(id: u64) usize {
+        if (!serverSends(id)) return @sizeOf(RecvOnly);
+        if (!serverReceives(id)) return @sizeOf(SendOnly);
+        return @sizeOf(Bidi);
     }
 
-    pub fn deinit(s: *Stream, allocator: Allocator) void {
-        s.recv.data.deinit(allocator);
-        s.send.deinit(allocator);
+    /// A new stream's record: `recv_window` is what we let the peer send, `send_max` what it
+    /// lets us send (each used only if the stream has that half).
+    pub fn create(allocator: Allocator, id: u64, recv_window: u64, send_max: u64) Allocator.Error!*Stream {
+        const head: Stream = .{ .id = id, .send_max = if (serverSends(id)) send_max else 0 };
+        const recv_side: RecvSide = .{ .max_offset = recv_window };
+        if (!serverSends(id)) {
+            const r = try allocator.create(RecvOnly);
+            r.* = .{ .stream = head, .recv = recv_side };
+            return &r.stream;
+        }
+        if (!serverReceives(id)) {
+            const r = try allocator.create(SendOnly);
+            r.* = .{ .stream = head, .send = .{} };
+            return &r.stream;
+        }
+        const r = try allocator.create(Bidi);
+        r.* = .{ .stream = head, .recv = recv_side, .send = .{} };
+        return &r.stream;
+    }
+
+    /// Frees the stream's buffers and its record.
+    pub fn destroy(s: *Stream, allocator: Allocator) void {
+        if (serverReceives(s.id)) s.recv().data.deinit(allocator);
+        if (serverSends(s.id)) s.send().deinit(allocator);
+        if (!serverSends(s.id)) {
+            allocator.destroy(@as(*RecvOnly, @fieldParentPtr("stream", s)));
+        } else if (!serverReceives(s.id)) {
+            allocator.destroy(@as(*SendOnly, @fieldParentPtr("stream", s)));
+        } else allocator.destroy(@as(*Bidi, @fieldParentPtr("stream", s)));
+    }
+
+    /// The receive half: only a stream the server receives on has one.
+    pub fn recv(s: *const Stream) *RecvSide {
+        assert(serverReceives(s.id));
+        const m: *Stream = @constCast(s);
+        if (!serverSends(s.id)) return &@as(*RecvOnly, @fieldParentPtr("stream", m)).recv;
+        return &@as(*Bidi, @fieldParentPtr("stream", m)).recv;
+    }
+
+    /// The send half: only a stream the server sends on has one.
+    pub fn send(s: *const Stream) *SendSide {
+        assert(serverSends(s.id));
+        const m: *Stream = @constCast(s);
+        if (!serverReceives(s.id)) return &@as(*SendOnly, @fieldParentPtr("stream", m)).send;
+        return &@as(*Bidi, @fieldParentPtr("stream", m)).send;
     }
 
     /// Both sides finished: the connection may free the stream.
     pub fn done(s: *const Stream) bool {
-        const recv_done = !serverReceives(s.id) or s.recv.finished;
-        const send_done = !serverSends(s.id) or s.send.allAcked() or s.reset_out_sent;
+        const recv_done = !serverReceives(s.id) or s.recv().finished;
+        const send_done = !serverSends(s.id) or s.send().allAcked() or s.reset_out_sent;
         return recv_done and send_done and s.reset_event_code == no_code and s.stop_sending_event == no_code;
     }
 
     /// After the application read: raise MAX_STREAM_DATA once half the window was consumed.
     pub fn creditRead(s: *Stream, window_bytes: u64) void {
-        if (s.recv.finalSize() != null) return;
-        const target = s.recv.data.read_offset + window_bytes;
-        if (target - s.recv.max_offset >= window_bytes / 2) {
-            s.recv.max_offset = target;
+        const r = s.recv();
+        if (r.finalSize() != null) return;
+        const target = r.data.read_offset + window_bytes;
+        if (target - r.max_offset >= window_bytes / 2) {
+            r.max_offset = target;
             s.max_stream_data_owed = true;
         }
     }
 
     /// How many more bytes the peer's stream limit lets us write.
     pub fn sendCredit(s: *const Stream) u64 {
-        return s.send_max -| s.send.write_offset;
+        return s.send_max -| s.send().write_offset;
     }
 };
 
@@ -457,14 +543,38 @@ test "send: a lost range skips what was acknowledged since; FIN goes again" {
 }
 
 test "stream: MAX_STREAM_DATA is owed once half the window was read" {
-    var s = Stream.init(0, 100, 100);
-    defer s.deinit(testing.allocator);
-    _ = try s.recv.onData(testing.allocator, 0, "x" ** 60, false, 100);
-    s.recv.data.consume(testing.allocator, 49);
+    const s = try Stream.create(testing.allocator, 0, 100, 100);
+    defer s.destroy(testing.allocator);
+    _ = try s.recv().onData(testing.allocator, 0, "x" ** 60, false, 100);
+    s.recv().data.consume(testing.allocator, 49);
     s.creditRead(100);
     try testing.expect(!s.max_stream_data_owed);
-    s.recv.data.consume(testing.allocator, 1);
+    s.recv().data.consume(testing.allocator, 1);
     s.creditRead(100);
     try testing.expect(s.max_stream_data_owed);
-    try testing.expectEqual(@as(u64, 150), s.recv.max_offset);
+    try testing.expectEqual(@as(u64, 150), s.recv().max_offset);
+}
+
+test "stream records: a unidirectional stream has only its half; the sizes at rest" {
+    const a = testing.allocator;
+    // Bidirectional (client 0), client unidirectional (2), server unidirectional (3).
+    try testing.expectEqual(@sizeOf(Stream.Bidi), Stream.recordBytes(0));
+    try testing.expect(Stream.recordBytes(2) == @sizeOf(Stream.RecvOnly) and Stream.recordBytes(3) == @sizeOf(Stream.SendOnly));
+    try testing.expect(Stream.recordBytes(2) + @sizeOf(SendSide) == Stream.recordBytes(0));
+    try testing.expect(Stream.recordBytes(3) <= 120 and Stream.recordBytes(0) <= 176);
+    for ([_]u64{ 0, 1, 2, 3, 4 * 9 + 2, 4 * 9 + 3 }) |id| {
+        const s = try Stream.create(a, id, 10, 20);
+        defer s.destroy(a);
+        try testing.expectEqual(id, s.id);
+        if (serverReceives(id)) {
+            _ = try s.recv().onData(a, 0, "0123456789", true, 10);
+            try testing.expectError(error.FlowControl, s.recv().onData(a, 10, "x", false, 10));
+        }
+        if (serverSends(id)) {
+            try testing.expectEqual(@as(u64, 20), s.sendCredit());
+            try testing.expectEqual(@as(usize, 3), try s.send().write(a, "abc", 100));
+        } else try testing.expectEqual(@as(u64, 0), s.send_max);
+        try testing.expect(!s.done());
+    }
+    std.debug.print("quic/streams: @sizeOf Bidi={} RecvOnly={} SendOnly={}\n", .{ @sizeOf(Stream.Bidi), @sizeOf(Stream.RecvOnly), @sizeOf(Stream.SendOnly) });
 }
