@@ -9,6 +9,7 @@
 test {
     // os: system calls, the I/O backends, buffers, deadlines
     _ = @import("os/buffer_pool.zig");
+    _ = @import("os/small_pool.zig");
     _ = @import("os/deadlines.zig");
     _ = @import("os/sys.zig");
     _ = @import("os/io_uring.zig");

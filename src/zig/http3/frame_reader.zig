@@ -51,7 +51,7 @@ pub const FrameReader = struct {
     buf: []u8,
     /// A varint or frame header being assembled (type and length: at most 16 bytes).
     head: [16]u8 = undefined,
-    head_len: usize = 0,
+    head_len: u8 = 0,
     frame_type: frames.FrameType = .data,
     /// Payload bytes of the current frame still to come.
     remaining: u64 = 0,

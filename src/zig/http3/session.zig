@@ -99,7 +99,8 @@ pub const uni_streams_max = 3;
 /// A DATA frame's payload at most: what the owner commits to when a write is cut short.
 pub const data_frame_bytes_max = 64 * 1024;
 /// Our control stream's bytes waiting for the transport (SETTINGS, GOAWAY).
-const control_pending_max = 128;
+const control_pending_max = streams.ControlBacklog.bytes_max;
+const ControlBacklog = streams.ControlBacklog;
 /// "No id yet" for the session's stream and push ids (all varints, below 2^62).
 const no_id: u64 = std.math.maxInt(u64);
 /// The reserved setting we send (0x1f * 1 + 0x21) and its value.
@@ -148,7 +149,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         decoder_id: u64 = no_id,
         /// Control stream bytes the transport did not take yet (at most `control_pending_max`;
         /// room held only while some wait).
-        control_pending: std.ArrayListUnmanaged(u8) = .empty,
+        control_pending: ?*ControlBacklog = null,
         /// The decoder stream's type byte is not yet accepted (its instructions wait).
         decoder_type_pending: bool = false,
         /// The lowest request stream id not yet seen (GOAWAY names it).
@@ -272,7 +273,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 s.gpa.destroy(rs.*);
             }
             s.requests.deinit(s.gpa);
-            s.control_pending.deinit(s.gpa);
+            ControlBacklog.consume(&s.control_pending, s.gpa, control_pending_max);
             for (&s.uni) |*slot| if (slot.*) |u| {
                 u.deinit(s.gpa);
                 s.gpa.destroy(u);
@@ -410,23 +411,22 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             const id = s.control_id;
             if (id == no_id) return;
             var rest = bytes;
-            if (s.control_pending.items.len == 0) {
+            if (s.control_pending == null) {
                 const n = s.transport.streamWrite(id, bytes, false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
                 rest = bytes[n..];
                 if (rest.len == 0) return;
             }
-            if (control_pending_max - s.control_pending.items.len < rest.len) return s.connError(.excessive_load, "the control stream does not drain");
-            s.control_pending.appendSlice(s.gpa, rest) catch return s.connError(.internal_error, "out of memory for the control stream");
+            ControlBacklog.push(&s.control_pending, s.gpa, rest) catch |err| return switch (err) {
+                error.Full => s.connError(.excessive_load, "the control stream does not drain"),
+                error.OutOfMemory => s.connError(.internal_error, "out of memory for the control stream"),
+            };
             s.flushControl(id);
         }
 
         fn flushControl(s: *Self, id: u64) void {
-            const pending = s.control_pending.items;
-            if (pending.len == 0) return;
-            const n = s.transport.streamWrite(id, pending, false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
-            std.mem.copyForwards(u8, pending[0 .. pending.len - n], pending[n..]);
-            s.control_pending.shrinkRetainingCapacity(pending.len - n);
-            if (s.control_pending.items.len == 0) s.control_pending.clearAndFree(s.gpa);
+            const b = s.control_pending orelse return;
+            const n = s.transport.streamWrite(id, b.bytes[0..b.len], false) catch return s.connError(.closed_critical_stream, "our control stream is gone");
+            ControlBacklog.consume(&s.control_pending, s.gpa, n);
         }
 
         /// Writes the QPACK decoder's instructions (after our stream type) as far as the

@@ -18,6 +18,43 @@ pub fn kindOf(id: u64) Kind {
     };
 }
 
+/// Our control stream's bytes the transport did not take yet (SETTINGS, GOAWAY): a heap
+/// record only while some wait, at most `bytes_max`.
+pub const ControlBacklog = struct {
+    pub const bytes_max = 128;
+    bytes: [bytes_max]u8 = undefined,
+    len: u8 = 0,
+
+    comptime {
+        std.debug.assert(bytes_max <= std.math.maxInt(u8));
+    }
+
+    /// Appends `more` to the backlog in `slot`, made when absent; error.Full past `bytes_max`.
+    pub fn push(slot: *?*ControlBacklog, gpa: std.mem.Allocator, more: []const u8) error{ Full, OutOfMemory }!void {
+        const b = slot.* orelse made: {
+            const made = try gpa.create(ControlBacklog);
+            made.* = .{};
+            slot.* = made;
+            break :made made;
+        };
+        if (bytes_max - b.len < more.len) return error.Full;
+        @memcpy(b.bytes[b.len..][0..more.len], more);
+        b.len += @intCast(more.len);
+    }
+
+    /// Drops the first `n` bytes (all of them when `n` is larger); the record is freed when
+    /// none remain.
+    pub fn consume(slot: *?*ControlBacklog, gpa: std.mem.Allocator, n: usize) void {
+        const b = slot.* orelse return;
+        const taken: u8 = @intCast(@min(n, b.len));
+        std.mem.copyForwards(u8, b.bytes[0 .. b.len - taken], b.bytes[taken..b.len]);
+        b.len -= taken;
+        if (b.len > 0) return;
+        gpa.destroy(b);
+        slot.* = null;
+    }
+};
+
 pub const Recv = enum {
     /// Frames are read; HEADERS not yet whole.
     head,
@@ -104,7 +141,7 @@ pub const UniStream = struct {
     small: [frame_reader.id_frame_bytes_max]u8 = undefined,
     /// The peer's decoder stream: a partial instruction (at most 10 bytes of integer).
     partial: [10]u8 = undefined,
-    partial_len: usize = 0,
+    partial_len: u8 = 0,
 
     /// Set in place: the reader borrows the record, so it must not move afterwards.
     pub fn start(self: *UniStream, id: u64, settings_buf: *[frames.settings_bytes_max]u8) void {
@@ -140,4 +177,21 @@ test "stream id kinds (RFC 9000 2.1)" {
     try std.testing.expectEqual(Kind.client_uni, kindOf(2));
     try std.testing.expectEqual(Kind.server_uni, kindOf(3));
     try std.testing.expectEqual(Kind.client_bidi, kindOf(4 * 1000));
+}
+
+test "control backlog: made on the first bytes, full past its bound, freed when drained" {
+    const gpa = std.testing.allocator;
+    var slot: ?*ControlBacklog = null;
+    ControlBacklog.consume(&slot, gpa, 5); // nothing waits: nothing to do
+    try std.testing.expect(slot == null);
+    try ControlBacklog.push(&slot, gpa, "abc");
+    try ControlBacklog.push(&slot, gpa, &([_]u8{'x'} ** (ControlBacklog.bytes_max - 3)));
+    try std.testing.expectEqual(@as(u8, ControlBacklog.bytes_max), slot.?.len);
+    try std.testing.expectError(error.Full, ControlBacklog.push(&slot, gpa, "y"));
+    ControlBacklog.consume(&slot, gpa, 1);
+    try std.testing.expectEqualStrings("bcx", slot.?.bytes[0..3]);
+    try ControlBacklog.push(&slot, gpa, "z");
+    try std.testing.expectEqual(@as(u8, 'z'), slot.?.bytes[slot.?.len - 1]);
+    ControlBacklog.consume(&slot, gpa, ControlBacklog.bytes_max);
+    try std.testing.expect(slot == null);
 }

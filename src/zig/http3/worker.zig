@@ -29,6 +29,7 @@ const server_mod = @import("../server/server.zig");
 const Server = server_mod.Server;
 const conn_mod = @import("../server/connection.zig");
 const server_stream = @import("server_stream.zig");
+const SmallPool = @import("../os/small_pool.zig").SmallPool;
 
 pub const Session = session_mod.Session(connection.Connection, QuicConn);
 pub const Endpoint = endpoint_mod.Endpoint(QuicConn);
@@ -178,7 +179,10 @@ pub const QuicConn = struct {
 };
 
 pub const Worker = struct {
+    /// `pool`'s allocator: the connections' records come from its slabs, anything larger
+    /// from the C allocator behind it.
     gpa: std.mem.Allocator,
+    pool: SmallPool,
     server: *Server,
     ssl_ctx: *openssl.SSL_CTX,
     sock: udp.Socket,
@@ -387,7 +391,8 @@ pub const Worker = struct {
         w.buffers.deinit(w.gpa);
         sys.close(w.timer_fd);
         openssl.freeContext(w.ssl_ctx);
-        w.gpa.destroy(w);
+        w.pool.deinit();
+        std.heap.c_allocator.destroy(w);
     }
 };
 
@@ -409,7 +414,8 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         return error.TimerCreateFailed;
     }
     w.* = .{
-        .gpa = gpa,
+        .gpa = undefined,
+        .pool = SmallPool.init(gpa),
         .server = server,
         .ssl_ctx = ssl_ctx,
         .sock = .{ .fd = h3.fd, .family = linux.AF.INET6, .gso = false },
@@ -417,7 +423,8 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .idle_timeout_ms = h3.idle_timeout_ms,
         .quic_config = .{ .max_idle_timeout_ms = h3.idle_timeout_ms, .initial_max_streams_bidi = 128 },
     };
-    w.buffers = Session.Buffers.init(gpa, .{}) catch {
+    w.gpa = w.pool.allocator();
+    w.buffers = Session.Buffers.init(w.gpa, .{}) catch {
         sys.close(w.timer_fd);
         gpa.destroy(w);
         openssl.freeContext(ssl_ctx);
@@ -427,7 +434,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
     std.crypto.random.bytes(&seed);
     var table_key: [16]u8 = undefined;
     std.crypto.random.bytes(&table_key);
-    w.endpoint = Endpoint.init(gpa, .{
+    w.endpoint = Endpoint.init(w.gpa, .{
         .worker_index = h3.worker_index,
         .seed = seed,
         .table_key = table_key,
@@ -441,7 +448,8 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .connections_max = connections_max,
         .handshakes_max = handshakes_max,
     }, w) catch {
-        w.buffers.deinit(gpa);
+        w.buffers.deinit(w.gpa);
+        w.pool.deinit();
         sys.close(w.timer_fd);
         gpa.destroy(w);
         openssl.freeContext(ssl_ctx);

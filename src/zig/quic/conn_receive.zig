@@ -323,7 +323,7 @@ fn applyPeerParams(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!voi
     c.flow.uni_limit = p.initial_max_streams_uni;
     c.peer_ack_delay_exponent = @intCast(p.ack_delay_exponent);
     c.recovery.peer_max_ack_delay_us = @intCast(p.max_ack_delay_ms * 1000);
-    c.peer_max_udp_payload = p.max_udp_payload_size;
+    c.peer_max_udp_payload = @intCast(@min(p.max_udp_payload_size, 65527));
     if (p.max_idle_timeout_ms != 0) {
         const peer_us = p.max_idle_timeout_ms * 1000;
         c.idle_timeout_us = if (c.idle_timeout_us == 0) peer_us else @min(c.idle_timeout_us, peer_us);

@@ -264,7 +264,7 @@ fn writeStreams(c: *Connection, w: *varint.Writer, p: *Pending) void {
         const fin = chunk.fin and taken == chunk.data.len;
         s.send().onSent(chunk.offset, taken, fin);
         p.record.add(.{ .stream = .{ .id = s.id, .offset = chunk.offset, .len = @intCast(taken), .fin = fin } });
-        c.rr_cursor = idx + 1;
+        c.rr_cursor = @intCast(idx + 1);
     }
 }
 

@@ -154,8 +154,9 @@ pub const Connection = struct {
     /// Once closing: the CONNECTION_CLOSE on the heap (`closeWith`), or `close_fallback`.
     close_frame: ?*CloseFrame = null,
     close_owed: bool = false,
-    /// `closeApplicationWhenSent`'s code, until every request stream's data is acknowledged.
-    close_when_sent: ?u64 = null,
+    /// `closeApplicationWhenSent`'s code, until every request stream's data is acknowledged
+    /// (`no_close` when none is waiting).
+    close_when_sent: u64 = no_close,
     close_repeats: u8 = 0,
     /// Anti-amplification (RFC 9000 8.1).
     bytes_received: u64 = 0,
@@ -170,12 +171,13 @@ pub const Connection = struct {
     path_response: ?[8]u8 = null,
     /// A PTO asked for a probe in this space.
     probe: ?Space = null,
-    /// The peer's max_udp_payload_size (RFC 9000 18.2).
-    peer_max_udp_payload: u64 = 65527,
+    /// The peer's max_udp_payload_size (RFC 9000 18.2), at most 65527 (a larger one says
+    /// the same: no UDP payload is larger).
+    peer_max_udp_payload: u32 = 65527,
     /// The pacer holds data back until then (`never` when it does not).
     pace_until_us: u64 = recovery_mod.never,
     /// Where the round-robin over streams with data to send resumes.
-    rr_cursor: usize = 0,
+    rr_cursor: u32 = 0,
 
     /// A connection for the client's first Initial. Null when out of memory or when the TLS
     /// handshake cannot start. `config` must outlive the connection; `reset_token` is this
@@ -329,6 +331,7 @@ pub const Connection = struct {
     /// nothing through `close_when_sent_ptos_max` probe timeouts in a row is taken as gone:
     /// the connection closes then (a stopping server does not wait out its idle timeout).
     pub fn closeApplicationWhenSent(c: *Connection, code: u64) void {
+        assert(code <= streams.varint_max);
         if (c.state == .closing or c.state == .draining or c.state == .closed) return;
         c.close_when_sent = code;
         c.closeIfSent();
@@ -337,12 +340,13 @@ pub const Connection = struct {
     pub const close_when_sent_ptos_max = 3;
 
     fn closeIfSent(c: *Connection) void {
-        const code = c.close_when_sent orelse return;
+        const code = c.close_when_sent;
+        if (code == no_close) return;
         if (c.recovery.pto_count < close_when_sent_ptos_max) for (c.stream_table.items) |s| {
             if (streams.directionOf(s.id) != .bidi or !streams.serverSends(s.id)) continue;
             if (!s.send().allAcked() and !s.reset_out_sent) return;
         };
-        c.close_when_sent = null;
+        c.close_when_sent = no_close;
         c.closeApplication(code, "");
     }
 
