@@ -76,6 +76,7 @@ test {
     _ = @import("quic/streams.zig");
     _ = @import("quic/sent_frames.zig");
     _ = @import("quic/crypto_stream.zig");
+    _ = @import("quic/path.zig");
     _ = @import("quic/connection.zig");
     _ = @import("quic/connection_tests.zig");
     // HTTP/3's wire layer: frames, QPACK

@@ -1,8 +1,8 @@
 """The app HTTP/3's real-client tests talk to (tests/http3/test_http3.py, the quic-go client
 in tests/interop/go/h3, benchmarks/h3.py). Every answer is JSON or bytes a client can check:
 
-- ``/info``: the scope's ``http_version`` and ``scheme``, this process's pid, and the
-  alt-svc the app saw nothing of (HTTP/3 requests have none);
+- ``/info``: the scope's ``http_version``, ``scheme`` and ``client``, this process's pid,
+  and the alt-svc the app saw nothing of (HTTP/3 requests have none);
 - ``/echo`` (POST): the body's length and SHA-256; a request's trailers are never seen;
 - ``/stream?chunks=N&size=B``: N bodies of B bytes each, every one with ``more_body``;
 - ``/large?bytes=N``: N bytes of ``i % 251`` in one body (flow control is the server's);
@@ -104,5 +104,6 @@ async def app(scope, receive, send):
         await _json(send, {"pid": os.getpid()}, headers=[(b"alt-svc", b"clear")])
     else:
         await _read_body(receive)
+        client = scope.get("client")
         await _json(send, {"http_version": scope["http_version"], "scheme": scope["scheme"], "pid": os.getpid(),
-                           "path": path})
+                           "path": path, "client": list(client) if client else None})

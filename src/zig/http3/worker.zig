@@ -70,6 +70,9 @@ pub const QuicConn = struct {
     /// The QUIC connection is over (closed event seen or state closed).
     over: bool = false,
     removed: bool = false,
+    /// While the client's new address is validated: the address last validated, where the
+    /// connection goes back if the check fails (RFC 9000 9.3.2). On the heap only then.
+    fallback: ?*endpoint_mod.Path = null,
 
     pub fn open(w: *Worker, acc: *const endpoint_mod.Accept) ?*QuicConn {
         const gpa = w.gpa;
@@ -104,14 +107,57 @@ pub const QuicConn = struct {
     pub fn receive(self: *QuicConn, datagram: []const u8, path: *const endpoint_mod.Path, now_us: u64) void {
         // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
         if (self.quic.isClosed()) return;
-        self.local = path.local;
-        self.carrier.peer = path.peer;
-        self.quic.receive(@constCast(datagram), now_us);
+        if (path.peer.eql(&self.carrier.peer)) {
+            self.quic.receive(@constCast(datagram), now_us);
+        } else if (self.quic.receiveFromNewAddress(@constCast(datagram), now_us)) {
+            self.migrate(path, datagram.len, now_us);
+        }
         self.worker.markDirty(self);
+    }
+
+    /// The client moved (RFC 9000 9.3): its packets go to the new address from now on,
+    /// validated first unless it is the address last validated; a check already under way
+    /// keeps that address to go back to.
+    fn migrate(self: *QuicConn, path: *const endpoint_mod.Path, datagram_len: usize, now_us: u64) void {
+        const gpa = self.worker.gpa;
+        if (self.fallback) |back| if (back.peer.eql(&path.peer)) {
+            self.carrier.peer = back.peer;
+            self.local = back.local;
+            gpa.destroy(back);
+            self.fallback = null;
+            self.quic.endPathValidation();
+            return;
+        };
+        const back = self.fallback orelse made: {
+            const made = gpa.create(endpoint_mod.Path) catch return; // out of memory: it stays
+            made.* = .{ .peer = self.carrier.peer, .local = self.local };
+            break :made made;
+        };
+        self.quic.startPathValidation(now_us, datagram_len, back.peer.sameHost(&path.peer)) catch {
+            if (self.fallback == null) gpa.destroy(back);
+            return;
+        };
+        self.fallback = back;
+        self.carrier.peer = path.peer;
+        self.local = path.local;
+    }
+
+    /// A validation ended: the new address is kept, or the connection goes back.
+    fn settlePath(self: *QuicConn) void {
+        const outcome = self.quic.takePathOutcome();
+        if (outcome == .none) return;
+        const back = self.fallback orelse return;
+        if (outcome == .failed) {
+            self.carrier.peer = back.peer;
+            self.local = back.local;
+        }
+        self.worker.gpa.destroy(back);
+        self.fallback = null;
     }
 
     /// The transport's events, into the session (and the endpoint's handshake count).
     fn drive(self: *QuicConn) void {
+        self.settlePath();
         self.session.setNow(sys.monotonicMs());
         var guard: usize = 0;
         while (guard < 100_000) : (guard += 1) {
@@ -171,6 +217,7 @@ pub const QuicConn = struct {
         if (!self.removed) w.endpoint.remove(self);
         server_stream.freeAll(self);
         self.streams.deinit(w.gpa);
+        if (self.fallback) |back| w.gpa.destroy(back);
         self.session.destroy();
         self.quic.deinit();
         w.unlink(self);

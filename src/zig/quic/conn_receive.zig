@@ -24,32 +24,49 @@ const TE = frames.TransportError;
 /// take a frame: the peer sends it again). `Closed`: the connection closed on an error.
 const Stop = error{ Drop, Closed };
 
-pub fn receive(c: *Connection, datagram: []u8, now_us: u64) void {
+/// Where a datagram came from: the connection's current address or another one.
+pub const From = enum { current, other };
+
+/// True when `from` is `.other` and the datagram carried the newest non-probing 1-RTT
+/// packet so far (RFC 9000 9.3).
+pub fn receive(c: *Connection, datagram: []u8, now_us: u64, from: From) bool {
     switch (c.state) {
-        .closed, .draining => return,
+        .closed, .draining => return false,
         .closing => {
             // RFC 9000 10.2.1: answer with the close again, a bounded number of times.
             if (c.close_repeats < connection.close_repeats_max) c.close_owed = true;
-            return;
+            return false;
         },
         else => {},
     }
     c.bytes_received +|= datagram.len;
+    if (from == .current) if (c.path_check) |k| {
+        k.received +|= datagram.len;
+    };
     if (!c.address_validated) c.recovery.setAmplificationLimited(3 *| c.bytes_received -| c.bytes_sent < c.config.max_datagram_bytes);
     var rest = datagram;
     var opened_any = false;
+    var newest = false;
     while (rest.len > 0 and (c.state == .handshaking or c.state == .established)) {
-        const h = packet.parse(rest, c.our_cid.len) catch return;
+        const h = packet.parse(rest, c.our_cid.len) catch break;
         const bytes = rest[0..h.len];
         rest = rest[h.len..];
-        if (h.kind == .one_rtt and !std.mem.eql(u8, h.dcid, c.our_cid.slice())) return;
+        if (h.kind == .one_rtt and !std.mem.eql(u8, h.dcid, c.our_cid.slice())) break;
         if (!h.isProtected() or h.kind == .zero_rtt) continue; // 0-RTT is refused: dropped
-        if (openAndProcess(c, &h, bytes, now_us)) opened_any = true;
+        switch (openAndProcess(c, &h, bytes, now_us)) {
+            .unopened => {},
+            .opened => opened_any = true,
+            .newest_non_probing => {
+                opened_any = true;
+                newest = true;
+            },
+        }
     }
     if (opened_any) {
         c.restartIdle(now_us);
         c.idle_restarted_by_send = false;
     }
+    return from == .other and newest and (c.state == .established);
 }
 
 fn spaceOf(kind: packet.Kind) Space {
@@ -83,14 +100,18 @@ fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) prot
     }
 }
 
-/// Whether the packet was opened (and so counts as received for the idle timer).
-fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: u64) bool {
+/// Whether the packet was opened (and so counts as received for the idle timer), and
+/// whether it is the newest 1-RTT packet yet with a non-probing frame (RFC 9000 9.3).
+const Processed = enum { unopened, opened, newest_non_probing };
+
+fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: u64) Processed {
     const space = spaceOf(h.kind);
     const o = (open(c, space, h, bytes) catch |e| {
         if (e == error.ReservedBitsSet) c.closeTransport(@intFromEnum(TE.protocol_violation), 0, "reserved bits");
-        return false;
-    }) orelse return false;
-    if (c.recovery.isDuplicate(space, o.pn)) return false;
+        return .unopened;
+    }) orelse return .unopened;
+    if (c.recovery.isDuplicate(space, o.pn)) return .unopened;
+    const largest_before = largestReceived(c, space);
     if (space == .handshake) {
         // RFC 9000 8.1: a Handshake packet proves the address; RFC 9001 4.9.1: Initial keys go.
         if (!c.address_validated) {
@@ -99,14 +120,15 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
         }
         if (c.initial_keys != null) c.discardInitial();
     }
-    const ack_eliciting = processFrames(c, space, h.kind, o.payload, now_us) catch |e| switch (e) {
-        error.Drop => return true,
-        error.Closed => return true,
+    const seen = processFrames(c, space, h.kind, o.payload, now_us) catch |e| switch (e) {
+        error.Drop => return .opened,
+        error.Closed => return .opened,
     };
     // The handshake may have dropped this space's keys meanwhile (the client's Finished
     // confirms it): then nothing is recorded, or an ACK would be owed that can never go.
-    if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, ack_eliciting, now_us) catch {};
-    return true;
+    if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, seen.ack_eliciting, now_us) catch {};
+    const newest = space == .application and (largest_before == null or o.pn > largest_before.?);
+    return if (newest and !seen.probing_only) .newest_non_probing else .opened;
 }
 
 fn hasKeys(c: *const Connection, space: Space) bool {
@@ -117,18 +139,22 @@ fn hasKeys(c: *const Connection, space: Space) bool {
     };
 }
 
-fn processFrames(c: *Connection, space: Space, kind: packet.Kind, payload: []const u8, now_us: u64) Stop!bool {
+const Seen = struct { ack_eliciting: bool = false, probing_only: bool = true };
+
+fn processFrames(c: *Connection, space: Space, kind: packet.Kind, payload: []const u8, now_us: u64) Stop!Seen {
     var it = frames.Iterator.init(payload, kind, .client);
-    var ack_eliciting = false;
+    var seen: Seen = .{};
     while (true) {
         const f = it.next() catch |e| return fail(c, frames.transportError(e), it.failed_type);
         const frame = f orelse break;
-        if (frames.ackEliciting(frames.typeOf(frame))) ack_eliciting = true;
+        const t = frames.typeOf(frame);
+        if (frames.ackEliciting(t)) seen.ack_eliciting = true;
+        if (!frames.probing(t)) seen.probing_only = false;
         try onFrame(c, space, frame, it.failed_type, now_us);
         if (c.state != .handshaking and c.state != .established) return error.Closed;
     }
     if (payload.len == 0) return fail(c, .protocol_violation, 0); // RFC 9000 12.4
-    return ack_eliciting;
+    return seen;
 }
 
 fn fail(c: *Connection, code: TE, frame_type: u64) error{Closed} {
@@ -138,7 +164,8 @@ fn fail(c: *Connection, code: TE, frame_type: u64) error{Closed} {
 
 fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, now_us: u64) Stop!void {
     switch (frame) {
-        .padding, .ping, .data_blocked, .streams_blocked, .path_response => {},
+        .padding, .ping, .data_blocked, .streams_blocked => {},
+        .path_response => |data| c.onPathResponse(data),
         .ack => |a| try onAck(c, space, &a, now_us),
         .crypto => |f| try onCrypto(c, space, f.offset, f.data, frame_type, now_us),
         .new_token, .handshake_done => return fail(c, .protocol_violation, frame_type),

@@ -1,10 +1,11 @@
 //! The send half of `connection.zig`: one datagram at a time, Initial, Handshake and 1-RTT
 //! packets coalesced in that order, each packet's frames chosen by priority (ACK, CRYPTO,
-//! HANDSHAKE_DONE, PATH_RESPONSE, flow control, stream control, STREAM data round-robin, a
+//! HANDSHAKE_DONE, PATH_RESPONSE, PATH_CHALLENGE, flow control, stream control, STREAM data round-robin, a
 //! PING for a PTO probe). Lost data goes first within each stream (streams.zig). The
 //! congestion window, the pacer and the anti-amplification limit (RFC 9000 8.1) decide whether
-//! anything ack-eliciting may go; a datagram with an ack-eliciting Initial is padded to 1200
-//! bytes (RFC 9000 14.1). Packets are written in clear, then padded, then sealed.
+//! anything ack-eliciting may go (and, while a new address is validated, three times what came
+//! from it, RFC 9000 9.3.1); a datagram with an ack-eliciting Initial, a PATH_CHALLENGE or a
+//! PATH_RESPONSE is padded to 1200 bytes as far as the budget allows (RFC 9000 14.1, 8.2). Packets are written in clear, then padded, then sealed.
 const std = @import("std");
 const assert = std.debug.assert;
 
@@ -39,6 +40,8 @@ const Pending = struct {
     in_flight: bool = false,
     record: sent_frames.Packet = .{},
     ack_largest: ?u64 = null,
+    /// A PATH_CHALLENGE or PATH_RESPONSE went in: the datagram is padded (RFC 9000 8.2.1).
+    path_frame: bool = false,
 };
 
 const Builder = struct {
@@ -60,11 +63,13 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     c.pace_until_us = recovery_mod.never;
     var limit = @min(out.len, c.config.max_datagram_bytes, c.peer_max_udp_payload);
     if (!c.address_validated) limit = @min(limit, amplificationAllowance(c));
+    if (c.path_check) |k| limit = @intCast(@min(limit, k.allowance()));
     var b: Builder = .{ .out = out[0..limit], .now_us = now_us, .closing = c.state == .closing };
     for ([_]Space{ .initial, .handshake, .application }) |space| buildPacket(c, &b, space);
     if (b.count == 0) return 0;
     finalize(c, &b);
     c.bytes_sent +|= b.pos;
+    if (c.path_check) |k| k.sent +|= b.pos;
     if (b.closing) {
         c.close_repeats +|= 1;
         c.onCloseSent(now_us);
@@ -143,7 +148,10 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
     if (!may_elicit or !mayElicit(c, now_us)) return;
     const start = w.pos;
     writeCrypto(c, space, w, p);
-    if (space == .application) writeApplication(c, w, p);
+    if (space == .application) {
+        writePathFrames(c, w, p, now_us);
+        writeApplication(c, w, p);
+    }
     if (c.probe == space and w.pos == start) frames.write(w, .ping) catch {};
     if (w.pos > start) {
         p.ack_eliciting = true;
@@ -208,14 +216,26 @@ fn writeApplication(c: *Connection, w: *varint.Writer, p: *Pending) void {
         c.handshake_done_owed = false;
         p.record.add(.handshake_done);
     }
-    if (c.path_response) |data| {
-        frames.write(w, .{ .path_response = &data }) catch return;
-        c.path_response = null;
-    }
     if (c.state != .established) return;
     writeConnectionFlow(c, w, p);
     for (c.stream_table.items) |s| writeStreamControl(c, s, w, p);
     writeStreams(c, w, p);
+}
+
+/// Our PATH_RESPONSE to the peer's challenge, and our PATH_CHALLENGE to a new address.
+/// Neither is recorded: a lost response is the peer's to ask again, a lost challenge goes
+/// again on the check's own timer (`path.zig`).
+fn writePathFrames(c: *Connection, w: *varint.Writer, p: *Pending, now_us: u64) void {
+    if (c.path_response) |data| {
+        frames.write(w, .{ .path_response = &data }) catch return;
+        c.path_response = null;
+        p.path_frame = true;
+    }
+    const k = c.path_check orelse return;
+    if (!k.owed or c.state != .established) return;
+    frames.write(w, .{ .path_challenge = &k.challenge }) catch return;
+    k.onChallengeSent(now_us, c.ptoUs());
+    p.path_frame = true;
 }
 
 fn writeConnectionFlow(c: *Connection, w: *varint.Writer, p: *Pending) void {
@@ -271,9 +291,10 @@ fn writeStreams(c: *Connection, w: *varint.Writer, p: *Pending) void {
 /// Pads, patches the long headers' Length, seals, and tells recovery what went.
 fn finalize(c: *Connection, b: *Builder) void {
     var needs_pad = false;
-    for (b.pending[0..b.count]) |p| if (p.space == .initial and p.ack_eliciting) {
+    for (b.pending[0..b.count]) |p| if ((p.space == .initial and p.ack_eliciting) or p.path_frame) {
         needs_pad = true;
     };
+    comptime assert(connection.path.challenge_datagram_len == initial_datagram_min);
     if (needs_pad and b.pos < initial_datagram_min) {
         const extra = @min(initial_datagram_min - b.pos, b.out.len - b.pos);
         const last = &b.pending[b.count - 1];

@@ -17,9 +17,13 @@
 //! tests/http3/test_quic_connection.py through a counting allocator after a handshake with
 //! aioquic, and again after 100 streams came and went.
 //!
+//! Migration: the connection does not see addresses. Its owner hands a datagram from the
+//! current address to `receive`, one from another address to `receiveFromNewAddress` (which
+//! says whether it carried the newest non-probing packet: the owner then moves), and starts
+//! the new address's validation (`startPathValidation`, `path.zig`).
+//!
 //! Not done yet: 0-RTT (refused: dropped), issuing more connection IDs (NEW_CONNECTION_ID),
-//! path validation of a new peer address (packets from anywhere are served as before), our
-//! own key updates (the peer's are followed), ECN.
+//! our own key updates (the peer's are followed), ECN.
 const std = @import("std");
 const assert = std.debug.assert;
 const Allocator = std.mem.Allocator;
@@ -36,6 +40,7 @@ const sent_frames = @import("sent_frames.zig");
 const crypto_stream = @import("crypto_stream.zig");
 const conn_receive = @import("conn_receive.zig");
 const conn_send = @import("conn_send.zig");
+pub const path = @import("path.zig");
 
 pub const Recovery = recovery_mod.Recovery;
 pub const Space = recovery_mod.Space;
@@ -169,6 +174,10 @@ pub const Connection = struct {
     closed_app: bool = false,
     closed_reported: bool = false,
     path_response: ?[8]u8 = null,
+    /// A new client address being validated (`path.zig`), and the last check's outcome
+    /// until the owner takes it (`takePathOutcome`).
+    path_check: ?*path.Check = null,
+    path_outcome: path.Outcome = .none,
     /// A PTO asked for a probe in this space.
     probe: ?Space = null,
     /// The peer's max_udp_payload_size (RFC 9000 18.2), at most 65527 (a larger one says
@@ -246,6 +255,7 @@ pub const Connection = struct {
             a.destroy(k);
         }
         c.freeCloseFrame();
+        if (c.path_check) |k| a.destroy(k);
         for (&c.crypto) |*cs| if (cs.*) |s| s.destroy(a);
         for (c.stream_table.items) |s| s.destroy(a);
         c.stream_table.deinit(a);
@@ -256,9 +266,59 @@ pub const Connection = struct {
 
     // ---- datagrams ---------------------------------------------------------------------
 
-    /// One datagram from the peer, opened in place (its bytes are overwritten).
+    /// One datagram from the peer's current address, opened in place (its bytes are
+    /// overwritten).
     pub fn receive(c: *Connection, datagram: []u8, now_us: u64) void {
-        conn_receive.receive(c, datagram, now_us);
+        _ = conn_receive.receive(c, datagram, now_us, .current);
+    }
+
+    /// One datagram from another address, processed as any other. True when it carried the
+    /// newest non-probing packet so far (RFC 9000 9.3): the peer moved there, and the owner
+    /// sends there from now on and validates it (`startPathValidation`), or goes back to
+    /// the address it last validated (`endPathValidation`). Before the handshake is
+    /// confirmed no client may move (RFC 9000 9): the datagram is dropped unread.
+    pub fn receiveFromNewAddress(c: *Connection, datagram: []u8, now_us: u64) bool {
+        if (c.state != .established) return false;
+        return conn_receive.receive(c, datagram, now_us, .other);
+    }
+
+    /// The owner moved to a new address, whose datagram of `received_bytes` moved it:
+    /// validation starts (again, with new bytes, when a check was under way). `port_only`:
+    /// the address last validated differs in its port alone. Out of memory: the owner
+    /// stays where it was.
+    pub fn startPathValidation(c: *Connection, now_us: u64, received_bytes: usize, port_only: bool) error{OutOfMemory}!void {
+        const k = c.path_check orelse try c.allocator.create(path.Check);
+        var challenge: [path.data_len]u8 = undefined;
+        std.crypto.random.bytes(&challenge);
+        k.* = path.Check.init(challenge, port_only, received_bytes, now_us, c.ptoUs(), c.recovery.peer_max_ack_delay_us);
+        c.path_check = k;
+        c.path_outcome = .none;
+    }
+
+    /// The owner is back on the address it last validated: no check is needed there.
+    pub fn endPathValidation(c: *Connection) void {
+        c.endPathCheck(.none);
+    }
+
+    /// `validated` or `failed` once, when a check ended (then `none` until the next one).
+    pub fn takePathOutcome(c: *Connection) path.Outcome {
+        defer c.path_outcome = .none;
+        return c.path_outcome;
+    }
+
+    /// A PATH_RESPONSE: when it echoes our challenge, the new address is the peer's.
+    pub fn onPathResponse(c: *Connection, data: *const [path.data_len]u8) void {
+        const k = c.path_check orelse return;
+        if (!k.matches(data)) return;
+        // RFC 9000 9.4: a new path starts with fresh estimates, unless only the port moved.
+        if (!k.port_only) c.recovery.resetForNewPath();
+        c.endPathCheck(.validated);
+    }
+
+    fn endPathCheck(c: *Connection, outcome: path.Outcome) void {
+        if (c.path_check) |k| c.allocator.destroy(k);
+        c.path_check = null;
+        c.path_outcome = outcome;
     }
 
     /// The next datagram to send into `out`; 0 when nothing may or need be sent now.
@@ -276,6 +336,7 @@ pub const Connection = struct {
         }
         var d = c.idle_deadline_us;
         if (c.recovery.nextDeadline()) |r| d = @min(d, r);
+        if (c.path_check) |k| d = @min(d, k.deadline());
         if (conn_send.pacedDeadline(c)) |p| d = @min(d, p);
         return if (d == recovery_mod.never) null else d;
     }
@@ -295,6 +356,7 @@ pub const Connection = struct {
             c.enterClosed();
             return;
         }
+        if (c.path_check) |k| if (k.onTimeout(now_us)) c.endPathCheck(.failed);
         var sink: conn_receive.Sink = .{ .c = c };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();

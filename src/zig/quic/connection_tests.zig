@@ -579,3 +579,101 @@ test "connection: the stream table grows by half and gives back the room a burst
     try testing.expect(t.c.stream_table.capacity <= 4);
     try testing.expect(t.c.findStream(39 * 4) != null);
 }
+
+/// The PATH_CHALLENGE's bytes in `datagram`'s first packet, or null.
+fn challengeIn(t: *T, datagram: []u8) !?[8]u8 {
+    const p = try t.open(datagram);
+    var it = frames.Iterator.init(p.payload, p.kind, .server);
+    while (try it.next()) |f| switch (f) {
+        .path_challenge => |data| return data.*,
+        else => {},
+    };
+    return null;
+}
+
+test "migration: only the newest non-probing packet from another address moves the connection" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    // Before the handshake is confirmed nothing moves, and the datagram is not read.
+    try testing.expect(!t.c.receiveFromNewAddress(t.initial(0, &.{0x01}), t.now_us));
+    try testing.expectEqual(@as(?u64, null), t.c.recovery.largestReceived(.initial));
+    t.establish();
+    t.feed(t.oneRtt(0, &.{0x01}));
+    try testing.expect(t.c.receiveFromNewAddress(t.oneRtt(2, &.{0x01}), t.now_us));
+    // Older than the newest (reordered), or probing frames only: processed, no move.
+    try testing.expect(!t.c.receiveFromNewAddress(t.oneRtt(1, &.{0x01}), t.now_us));
+    try testing.expect(!t.c.receiveFromNewAddress(t.oneRtt(3, &(.{0x1a} ++ .{7} ** 8 ++ .{ 0, 0 })), t.now_us));
+    try testing.expectEqual(@as(?u64, 3), t.c.recovery.largestReceived(.application));
+    try testing.expect(try t.sends(.path_response)); // the client's challenge is answered
+    // A duplicate is not the newest either.
+    try testing.expect(!t.c.receiveFromNewAddress(t.oneRtt(3, &.{0x01}), t.now_us));
+    try testing.expect(t.c.receiveFromNewAddress(t.oneRtt(4, &.{0x01}), t.now_us));
+}
+
+test "migration: the new address gets a padded PATH_CHALLENGE within three times what came from it, and is validated by its echo" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.feed(t.oneRtt(0, &.{0x01}));
+    t.c.recovery.rtt.onSample(20_000, 0, t.now_us);
+    try testing.expect(t.c.receiveFromNewAddress(t.oneRtt(1, &.{0x01}), t.now_us));
+    try t.c.startPathValidation(t.now_us, 40, false);
+    // 120 bytes to the new address until more comes from it: the challenge fits, unpadded.
+    const first = t.next().?;
+    try testing.expect(first.len <= 120);
+    const challenge = (try challengeIn(&t, first)).?;
+    try testing.expect(t.next() == null or t.c.path_check.?.sent <= 120);
+    // More from the new address: the next challenge (a PTO later) fills 1200 bytes.
+    t.feed(t.oneRtt(2, &(.{0x01} ++ .{0} ** 1100)));
+    try testing.expect(t.c.nextDeadline().? <= t.c.path_check.?.resend_us);
+    t.now_us = t.c.path_check.?.resend_us;
+    t.c.onTimeout(t.now_us);
+    var again: ?[8]u8 = null;
+    while (t.next()) |d| {
+        if (try challengeIn(&t, d)) |data| {
+            try testing.expectEqual(@as(usize, 1200), d.len);
+            again = data;
+        }
+    }
+    try testing.expectEqualSlices(u8, &challenge, &again.?);
+    // A wrong echo validates nothing; the right one does, and the path starts afresh.
+    t.feed(t.oneRtt(3, &(.{0x1b} ++ .{0xee} ** 8)));
+    try testing.expectEqual(connection.path.Outcome.none, t.c.takePathOutcome());
+    try testing.expect(t.c.path_check != null);
+    t.feed(t.oneRtt(4, &(.{0x1b} ++ challenge)));
+    try testing.expectEqual(connection.path.Outcome.validated, t.c.takePathOutcome());
+    try testing.expectEqual(connection.path.Outcome.none, t.c.takePathOutcome());
+    try testing.expect(t.c.path_check == null);
+    try testing.expect(!t.c.recovery.rtt.has_sample);
+}
+
+test "migration: no echo by the give-up time fails the check; a port-only move keeps the estimates; a check open at the end is freed" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.c.recovery.rtt.onSample(20_000, 0, t.now_us);
+    try t.c.startPathValidation(t.now_us, 1200, true);
+    const give_up = t.c.path_check.?.give_up_us;
+    var sent: usize = 0;
+    while (t.c.path_check != null) {
+        while (t.next()) |d| {
+            if (try challengeIn(&t, d) != null) sent += 1;
+        }
+        t.now_us = t.c.nextDeadline().?;
+        t.c.onTimeout(t.now_us);
+    }
+    try testing.expectEqual(give_up, t.now_us);
+    try testing.expectEqual(connection.path.Outcome.failed, t.c.takePathOutcome());
+    try testing.expect(sent >= 2 and sent <= connection.path.challenges_max);
+    // Port only: validated without a reset of the RTT estimate.
+    try t.c.startPathValidation(t.now_us, 1200, true);
+    const data = t.c.path_check.?.challenge;
+    t.feed(t.oneRtt(0, &(.{0x1b} ++ data)));
+    try testing.expectEqual(connection.path.Outcome.validated, t.c.takePathOutcome());
+    try testing.expect(t.c.recovery.rtt.has_sample);
+    // Left open: `deinit` frees it (the testing allocator checks).
+    try t.c.startPathValidation(t.now_us, 1200, false);
+}

@@ -581,6 +581,18 @@ pub const Recovery = struct {
         self.setLossDetectionTimer();
     }
 
+    /// The peer proved a new address (RFC 9000 9.4): the RTT estimate and the congestion
+    /// controller start over (RFC 9002 B.3, A.3: kInitialRtt, the initial window); the
+    /// packets already in flight stay counted, for their ACKs or losses to take out.
+    pub fn resetForNewPath(self: *Recovery) void {
+        self.rtt = .{};
+        const in_flight = self.cc.bytes_in_flight;
+        self.cc = Congestion.init(self.cc.max_datagram_bytes, self.cc.algorithm);
+        self.cc.bytes_in_flight = in_flight;
+        self.pto_count = 0;
+        self.setLossDetectionTimer();
+    }
+
     pub fn setAmplificationLimited(self: *Recovery, limited: bool) void {
         self.amplification_limited = limited;
         self.setLossDetectionTimer();

@@ -27,6 +27,21 @@ pub const Peer = struct {
         return p;
     }
 
+    /// The same host and port (only the bytes of the family's address are compared).
+    pub fn eql(a: *const Peer, b: *const Peer) bool {
+        return a.port == b.port and a.sameHost(b);
+    }
+
+    pub fn sameHost(a: *const Peer, b: *const Peer) bool {
+        if (a.family != b.family) return false;
+        const n: usize = switch (a.family) {
+            linux.AF.INET => 4,
+            linux.AF.INET6 => 16,
+            else => 0,
+        };
+        return std.mem.eql(u8, a.addr[0..n], b.addr[0..n]);
+    }
+
     /// Writes the textual address (no brackets, no port) into buf.
     pub fn format(self: *const Peer, buf: []u8) []const u8 {
         switch (self.family) {
