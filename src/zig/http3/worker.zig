@@ -120,6 +120,7 @@ pub const QuicConn = struct {
     /// keeps that address to go back to.
     fn migrate(self: *QuicConn, path: *const endpoint_mod.Path, datagram_len: usize, now_us: u64) void {
         const gpa = self.worker.gpa;
+        self.settlePath(); // a check that ended in this pass: its outcome first
         if (self.fallback) |back| if (back.peer.eql(&path.peer)) {
             self.carrier.peer = back.peer;
             self.local = back.local;
