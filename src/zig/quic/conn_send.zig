@@ -1,11 +1,12 @@
 //! The send half of `connection.zig`: one datagram at a time, Initial, Handshake and 1-RTT
 //! packets coalesced in that order, each packet's frames chosen by priority (ACK, CRYPTO,
-//! HANDSHAKE_DONE, PATH_RESPONSE, PATH_CHALLENGE, flow control, stream control, STREAM data round-robin, a
-//! PING for a PTO probe). Lost data goes first within each stream (streams.zig). The
-//! congestion window, the pacer and the anti-amplification limit (RFC 9000 8.1) decide whether
-//! anything ack-eliciting may go (and, while a new address is validated, three times what came
-//! from it, RFC 9000 9.3.1); a datagram with an ack-eliciting Initial, a PATH_CHALLENGE or a
-//! PATH_RESPONSE is padded to 1200 bytes as far as the budget allows (RFC 9000 14.1, 8.2). Packets are written in clear, then padded, then sealed.
+//! HANDSHAKE_DONE, PATH_RESPONSE, PATH_CHALLENGE, flow control, stream control, STREAM data
+//! round-robin, a PING for a PTO probe). Lost data goes first within each stream
+//! (streams.zig). The congestion window, the pacer and the anti-amplification limit (RFC 9000
+//! 8.1) decide whether anything ack-eliciting may go (and, while a new address is validated,
+//! three times what came from it, RFC 9000 9.3.1); a datagram with an ack-eliciting Initial,
+//! a PATH_CHALLENGE or a PATH_RESPONSE is padded to 1200 bytes as far as the budget allows
+//! (RFC 9000 14.1, 8.2). Packets are written in clear, then padded, then sealed.
 const std = @import("std");
 const assert = std.debug.assert;
 
