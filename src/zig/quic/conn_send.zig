@@ -295,7 +295,6 @@ fn finalize(c: *Connection, b: *Builder) void {
     for (b.pending[0..b.count]) |p| if ((p.space == .initial and p.ack_eliciting) or p.path_frame) {
         needs_pad = true;
     };
-    comptime assert(connection.path.challenge_datagram_len == initial_datagram_min);
     if (needs_pad and b.pos < initial_datagram_min) {
         const extra = @min(initial_datagram_min - b.pos, b.out.len - b.pos);
         const last = &b.pending[b.count - 1];

@@ -19,8 +19,6 @@ const recovery_mod = @import("recovery.zig");
 pub const data_len = 8;
 /// PATH_CHALLENGE frames one check sends at most.
 pub const challenges_max = 5;
-/// The smallest datagram that carries a PATH_CHALLENGE when the budget allows (8.2.1).
-pub const challenge_datagram_len = 1200;
 
 pub const Outcome = enum(u8) { none, validated, failed };
 
