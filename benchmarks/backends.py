@@ -4,11 +4,15 @@
     python benchmarks/backends.py --rounds 1 --seconds 2 --idle 2000
 
 Per backend (the `backend` column): raw app req/s at 1 and 64 connections and FastAPI at
-64 (wrk; rounds alternate epoll, io_uring, epoll, ... and the median is reported, since
-these machines are shared and noisy); system calls per request at 64 connections (strace
--c -f attached to the server over a fixed number of requests: every call of every
-thread, the asyncio loop's own included); and idle connections: RSS per connection over
-the second half of `--idle` keep-alive connections, and the growth for all of them.
+64 (wrk; a fresh server per point, rounds alternate the order, epoll first then io_uring
+first, and the median is reported, since these machines are shared and noisy), with the
+server's CPU time per request over each point (user and system, busy poll included);
+system calls per request at 64 connections (strace -c -f attached to the server over a
+fixed number of requests: every call of every thread, the asyncio loop's own included);
+and idle connections: RSS per connection over the second half of `--idle` keep-alive
+connections, and the growth for all of them (io_uring's includes the pages of its
+receive buffer ring that traffic has touched: `--io-uring-buffers` times
+`--io-uring-buffer-size` at most, kept while the server runs).
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
+from load import WRK_MISSING, run_wrk, run_wrk_cpu, wrk_path  # noqa: E402
 from memory import idle_connection_cost, raise_nofile, settle  # noqa: E402
 from servers import SERVERS, probe_env, start  # noqa: E402
 
 BACKENDS = ("epoll", "io_uring")
+POINTS = (("raw", "raw_c1", 1), ("raw", "raw_c64", 64), ("fastapi", "fastapi_c64", 64))
 SPECS = {"epoll": "zigcorn-epoll", "io_uring": "zigcorn-io_uring"}
 
 
@@ -77,20 +82,26 @@ def main() -> int:
     python = sys.executable if args.no_venv else str(Path(__file__).resolve().parent / ".venv" / "bin" / "python")
     env = probe_env(python)
     raise_nofile()
-    results: dict = {b: {"raw_c1": [], "raw_c64": [], "fastapi_c64": []} for b in BACKENDS}
+    results: dict = {b: {key: [] for _, key, _ in POINTS} for b in BACKENDS}
+    cpu: dict = {b: {key: [] for _, key, _ in POINTS} for b in BACKENDS}
     for r in range(args.rounds):
-        for backend in BACKENDS:
-            for app, key, conns in (("raw", "raw_c1", 1), ("raw", "raw_c64", 64), ("fastapi", "fastapi_c64", 64)):
+        for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
+            for app, key, conns in POINTS:
                 with start(SERVERS[SPECS[backend]], env, app) as server:
                     server.wait_ready()
-                    run_wrk(f"http://127.0.0.1:{server.port}/", conns, 1)  # warm-up
-                    rps = run_wrk(f"http://127.0.0.1:{server.port}/", conns, args.seconds)["rps"]
-                    results[backend][key].append(rps)
-                    print(f"round {r + 1} {backend:8} {key:12} {rps:10.0f} req/s", flush=True)
+                    url = f"http://127.0.0.1:{server.port}/"
+                    run_wrk(url, conns, 1)  # warm-up
+                    got = run_wrk_cpu(url, conns, args.seconds, server.pid)
+                    results[backend][key].append(got["rps"])
+                    cpu[backend][key].append(got["server_cpu_us"])
+                    print(f"round {r + 1} {backend:8} {key:12} {got['rps']:10.0f} req/s "
+                          f"{got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
     table = {}
     for backend in BACKENDS:
         row = {key: round(statistics.median(v)) for key, v in results[backend].items()}
         row["rounds"] = results[backend]
+        row["server_cpu_us"] = {key: statistics.median(v) for key, v in cpu[backend].items()}
+        row["server_cpu_us_rounds"] = cpu[backend]
         with start(SERVERS[SPECS[backend]], env, "raw") as server:
             server.wait_ready()
             if shutil.which("strace"):
@@ -105,13 +116,15 @@ def main() -> int:
     doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": environment.machine(), "backends": table}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1))
-    print("\n| backend | raw c1 | raw c64 | FastAPI c64 | syscalls/request c64 | idle conn bytes (slope) | RSS growth, idle |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| backend | raw c1 | raw c64 | FastAPI c64 | server CPU us/request (c1 / c64 / FastAPI c64) "
+          "| syscalls/request c64 | idle conn bytes (slope) | RSS growth, idle |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for backend, row in table.items():
         sc = row.get("syscalls", {}).get("per_request", "n/a")
         idle = row["idle"]
         growth = (idle["rss_after_kib"] - idle["rss_before_kib"]) / 1024
-        print(f"| {backend} | {row['raw_c1']:,} | {row['raw_c64']:,} | {row['fastapi_c64']:,} | {sc} | "
+        us = " / ".join(f"{row['server_cpu_us'][key]:.1f}" for _, key, _ in POINTS)
+        print(f"| {backend} | {row['raw_c1']:,} | {row['raw_c64']:,} | {row['fastapi_c64']:,} | {us} | {sc} | "
               f"{idle['bytes_per_connection']} | {growth:.1f} MiB for {idle['alive']:,} |")
     return 0
 

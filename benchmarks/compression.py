@@ -40,6 +40,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from load import cpu_seconds  # noqa: E402
+
 DOC_BYTES = 20 * 1024
 
 
@@ -58,11 +62,6 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise SystemExit(f"server on port {port} did not start")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wire_bytes(port: int, encoding: str) -> int:

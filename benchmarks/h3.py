@@ -37,6 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from load import cpu_seconds  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 GO_SOURCES = ROOT / "tests" / "interop" / "go" / "h3"
 CACHE = Path(tempfile.gettempdir()) / "zigcorn-interop"
@@ -137,23 +141,6 @@ def wait_listening(proc: subprocess.Popen, port: int, timeout: float = 20.0) -> 
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("the server did not listen in time")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of `pid` and its descendants so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pending = [pid]
-    while pending:
-        p = pending.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            for task in Path(f"/proc/{p}/task").iterdir():
-                pending += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return total
 
 
 def client(binary: Path, check: str, port: int, proto: str, ca: str, *flags: str, timeout: float = 120) -> dict:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 WRK_MISSING = (
     "wrk is not installed: the benchmark needs it for load generation.\n"
@@ -55,4 +57,33 @@ def run_wrk(url: str, connections: int, seconds: int, timeout_s: int = 5) -> dic
         raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr or proc.stdout}")
     result = parse_wrk(proc.stdout)
     result["connections"] = connections
+    return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of `pid` and its descendants so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def run_wrk_cpu(url: str, connections: int, seconds: int, pid: int) -> dict:
+    """`run_wrk` with the server's CPU time per request beside (``server_cpu_us``: user and
+    system time of `pid` and its children over the run, divided by the requests). It
+    counts zigcorn's busy poll too, so a saturated or spinning server shows about its
+    wall time per request; where the server has idle time it shows what a request cost."""
+    before = cpu_seconds(pid)
+    result = run_wrk(url, connections, seconds)
+    used = cpu_seconds(pid) - before
+    result["server_cpu_us"] = round(used / max(result["requests"], 1) * 1e6, 2)
     return result

@@ -7,7 +7,8 @@ memory beside them: the own-loop issue's figures, in one run.
 - Throughput: raw app at 1 and 64 connections, FastAPI at 64 (wrk), for `zigcorn`
   (default flags: `--loop auto`, which is zigcorn's loop), `zigcorn-uvloop` and
   `zigcorn-asyncio`. The rounds alternate the loops and the median is reported, since
-  these machines are shared and noisy.
+  these machines are shared and noisy. Beside each point, the server's CPU time per
+  request (user and system, busy poll included).
 - Idle RSS: a fresh process of each (and of saltare) with the raw app and with FastAPI,
   once it has answered and its memory stopped moving, median of the rounds. Whether
   `ssl` and `uvloop` are imported in that process is read from /proc/PID/maps
@@ -29,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
+from load import WRK_MISSING, run_wrk, run_wrk_cpu, wrk_path  # noqa: E402
 from memory import raise_nofile, settle  # noqa: E402
 from servers import SERVERS, probe_env, start  # noqa: E402
 
@@ -68,6 +69,7 @@ def main() -> int:
     raise_nofile()
     loops = [name for name in LOOPS if SERVERS[LOOPS[name]].available(env)]
     rps: dict = {loop: {key: [] for _, key, _ in POINTS} for loop in loops}
+    cpu: dict = {loop: {key: [] for _, key, _ in POINTS} for loop in loops}
     rss: dict = {name: {"raw": [], "fastapi": []} for name in [*loops, "saltare"]}
     for r in range(args.rounds):
         order = loops if r % 2 == 0 else loops[::-1]
@@ -75,10 +77,13 @@ def main() -> int:
             for app, key, conns in POINTS:
                 with start(SERVERS[LOOPS[loop]], env, app) as server:
                     server.wait_ready()
-                    run_wrk(f"http://127.0.0.1:{server.port}/", conns, 1)  # warm-up
-                    value = run_wrk(f"http://127.0.0.1:{server.port}/", conns, args.seconds)["rps"]
-                    rps[loop][key].append(value)
-                    print(f"round {r + 1} {loop:8} {key:12} {value:10.0f} req/s", flush=True)
+                    url = f"http://127.0.0.1:{server.port}/"
+                    run_wrk(url, conns, 1)  # warm-up
+                    got = run_wrk_cpu(url, conns, args.seconds, server.pid)
+                    rps[loop][key].append(got["rps"])
+                    cpu[loop][key].append(got["server_cpu_us"])
+                    print(f"round {r + 1} {loop:8} {key:12} {got['rps']:10.0f} req/s "
+                          f"{got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
         for name in rss:
             spec = LOOPS.get(name, name)
             if not SERVERS[spec].available(env):
@@ -96,6 +101,8 @@ def main() -> int:
         if name in rps:
             row.update({key: round(statistics.median(v)) for key, v in rps[name].items()})
             row["rounds"] = rps[name]
+            row["server_cpu_us"] = {key: statistics.median(v) for key, v in cpu[name].items()}
+            row["server_cpu_us_rounds"] = cpu[name]
         for app in ("raw", "fastapi"):
             samples = rss[name][app]
             if samples:
@@ -113,11 +120,19 @@ def main() -> int:
         cells = [f"{row[k]:,}" if k in row else "n/a" for k in ("raw_c1", "raw_c64", "fastapi_c64")]
         mem = [f"{row[k] / 1024:.1f} MiB" if k in row else "n/a" for k in ("idle_raw_kib", "idle_fastapi_kib")]
         print(f"| {name} | {' | '.join(cells)} | {' | '.join(mem)} |")
+    print("\n| zigcorn on | server CPU us/request: raw c1 | raw c64 | FastAPI c64 |")
+    print("|---|---:|---:|---:|")
+    for name, row in table.items():
+        if "server_cpu_us" in row:
+            print(f"| {name} | " + " | ".join(f"{row['server_cpu_us'][k]:.1f}" for _, k, _ in POINTS) + " |")
     base = table.get("uvloop", {})
     own = table.get("zigcorn", {})
     if base and own:
         print("\nzigcorn's loop / uvloop: " + ", ".join(
             f"{k} {own[k] / base[k]:.3f}x" for k in ("raw_c1", "raw_c64", "fastapi_c64") if base.get(k)))
+        print("server CPU per request, zigcorn's loop / uvloop: " + ", ".join(
+            f"{k} {own['server_cpu_us'][k] / base['server_cpu_us'][k]:.3f}x"
+            for _, k, _ in POINTS if base["server_cpu_us"].get(k)))
     return 0
 
 
