@@ -5,6 +5,11 @@ each, in one run; then each with four workers, for their memory.
     python benchmarks/wsgi.py                  # 10 s points
     python benchmarks/wsgi.py --seconds 3 --servers zigcorn,granian
     python benchmarks/wsgi.py --rounds 5 --servers zigcorn,granian   # alternated rounds, medians
+    python benchmarks/wsgi.py --rounds 4 --servers zigcorn,granian --burners 2 --hello-only --no-workers
+
+With `--burners N`, N processes that only spin (`while True: pass`) run beside the whole
+measurement, so the servers compete for the CPUs as they do on a busy host; they are
+started before the first round and killed (their process group) when it ends.
 
 With `--rounds N` each server is measured N times, the servers' order reversed every
 round so that neither always runs first, and the medians are reported (every round's
@@ -80,7 +85,8 @@ class Running:
         self.proc.wait()
 
 
-def measure(name: str, python: str, seconds: int, lua: str) -> dict:
+def measure(name: str, python: str, seconds: int, lua: str | None) -> dict:
+    """One round of one server; `lua` None: the hello only (the echo figures read 0)."""
     server = Running(name, python, 1)
     try:
         for _ in range(20):
@@ -90,8 +96,10 @@ def measure(name: str, python: str, seconds: int, lua: str) -> dict:
         run_wrk(server.url + "/", conns, 1)
         hello = run_wrk(server.url + "/", conns, seconds)
         echo_conns = 1 if name == "gunicorn-sync" else ECHO_CONNS
-        run_wrk_script(server.url, lua, echo_conns, 1)
-        echo = run_wrk_script(server.url, lua, echo_conns, seconds)
+        echo = {"rps": 0.0, "socket_errors_total": 0, "non_2xx_3xx": 0}
+        if lua is not None:
+            run_wrk_script(server.url, lua, echo_conns, 1)
+            echo = run_wrk_script(server.url, lua, echo_conns, seconds)
     finally:
         server.stop()
     return {"server": name, "hello_rps": hello["rps"], "hello_p99_ms": hello["p99_ms"], "hello_conns": conns,
@@ -108,6 +116,22 @@ def workers_pss(name: str, python: str) -> int:
         return settle(server.proc.pid, min_processes=5).pss_kib
     finally:
         server.stop()
+
+
+class Burners:
+    """`count` processes spinning on a CPU each, in one process group, for contention."""
+
+    def __init__(self, count: int) -> None:
+        self.procs = []
+        for _ in range(count):
+            kw = {"process_group": self.procs[0].pid} if self.procs else {"process_group": 0}
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], **kw))
+
+    def stop(self) -> None:
+        if self.procs:
+            os.killpg(self.procs[0].pid, 9)
+            for proc in self.procs:
+                proc.wait()
 
 
 def run_wrk_script(url: str, lua: str, connections: int, seconds: int) -> dict:
@@ -127,6 +151,10 @@ def median_row(runs: list[dict]) -> dict:
     return row
 
 
+def _ratio(value: float, base: float) -> str:
+    return f"{value:.0f} ({value / base:.2f}x)" if base else "-"
+
+
 def print_table(rows: list[dict], rounds: dict[str, list[dict]] | None) -> None:
     base = next((r for r in rows if r["server"] == "zigcorn"), rows[0])
     print(f"| server | Flask hello req/s (c{HELLO_CONNS}) | hello p99 | 1 MiB POST echo MB/s (c{ECHO_CONNS}) "
@@ -135,7 +163,7 @@ def print_table(rows: list[dict], rounds: dict[str, list[dict]] | None) -> None:
     for r in rows:
         pss = "-" if r["pss4_kib"] is None else f"{r['pss4_kib'] / 1024:.1f} MiB"
         print(f"| {r['server']} | {r['hello_rps']:.0f} ({r['hello_rps'] / base['hello_rps']:.2f}x) "
-              f"| {r['hello_p99_ms']:.2f} ms | {r['echo_mb_s']:.0f} ({r['echo_mb_s'] / base['echo_mb_s']:.2f}x) "
+              f"| {r['hello_p99_ms']:.2f} ms | {_ratio(r['echo_mb_s'], base['echo_mb_s'])} "
               f"| {r['errors']} | {r['idle_rss_kib'] / 1024:.1f} MiB | {pss} |")
     if rounds:
         print()
@@ -150,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--servers", default="zigcorn,granian,gunicorn-gthread")
     p.add_argument("--no-workers", action="store_true", help="skip the four-worker PSS")
     p.add_argument("--rounds", type=int, default=1, help="alternated rounds per server; medians reported")
+    p.add_argument("--burners", type=int, default=0, help="spinning processes beside the run (CPU contention)")
+    p.add_argument("--hello-only", action="store_true", help="skip the 1 MiB echo")
     args = p.parse_args(argv)
     if wrk_path() is None:
         print(WRK_MISSING, file=sys.stderr)
@@ -161,15 +191,17 @@ def main(argv=None) -> int:
         lua = f.name
     names = args.servers.split(",")
     rounds: dict[str, list[dict]] = {name: [] for name in names}
+    burners = Burners(args.burners)
     try:
         for i in range(args.rounds):
             for name in names if i % 2 == 0 else names[::-1]:
                 print(f"{name} (round {i + 1}/{args.rounds}) ...", file=sys.stderr, flush=True)
-                rounds[name].append(measure(name, python, args.seconds, lua))
+                rounds[name].append(measure(name, python, args.seconds, None if args.hello_only else lua))
         rows = [median_row(rounds[name]) for name in names]
         for row in rows:
             row["pss4_kib"] = None if args.no_workers else workers_pss(row["server"], python)
     finally:
+        burners.stop()
         os.unlink(lua)
     print_table(rows, rounds if args.rounds > 1 else None)
     return 0
