@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import statistics
@@ -31,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, run_wrk, run_wrk_cpu, wrk_path  # noqa: E402
+from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import idle_connection_cost, raise_nofile, settle  # noqa: E402
-from servers import SERVERS, probe_env, start  # noqa: E402
+from servers import SERVERS, fresh_point, probe_env, start  # noqa: E402
 
 BACKENDS = ("epoll", "io_uring")
 POINTS = (("raw", "raw_c1", 1), ("raw", "raw_c64", 64), ("fastapi", "fastapi_c64", 64))
@@ -87,15 +86,10 @@ def main() -> int:
     for r in range(args.rounds):
         for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
             for app, key, conns in POINTS:
-                with start(SERVERS[SPECS[backend]], env, app) as server:
-                    server.wait_ready()
-                    url = f"http://127.0.0.1:{server.port}/"
-                    run_wrk(url, conns, 1)  # warm-up
-                    got = run_wrk_cpu(url, conns, args.seconds, server.pid)
-                    results[backend][key].append(got["rps"])
-                    cpu[backend][key].append(got["server_cpu_us"])
-                    print(f"round {r + 1} {backend:8} {key:12} {got['rps']:10.0f} req/s "
-                          f"{got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
+                label = f"round {r + 1} {backend:8} {key:12}"
+                got = fresh_point(SERVERS[SPECS[backend]], env, app, conns, args.seconds, label)
+                results[backend][key].append(got["rps"])
+                cpu[backend][key].append(got["server_cpu_us"])
     table = {}
     for backend in BACKENDS:
         row = {key: round(statistics.median(v)) for key, v in results[backend].items()}

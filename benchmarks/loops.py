@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, run_wrk, run_wrk_cpu, wrk_path  # noqa: E402
+from load import WRK_MISSING, wrk_path  # noqa: E402
 from memory import raise_nofile, settle  # noqa: E402
-from servers import SERVERS, probe_env, start  # noqa: E402
+from servers import SERVERS, fresh_point, probe_env, start  # noqa: E402
 
 LOOPS = {"zigcorn": "zigcorn", "uvloop": "zigcorn-uvloop", "asyncio": "zigcorn-asyncio"}
 POINTS = (("raw", "raw_c1", 1), ("raw", "raw_c64", 64), ("fastapi", "fastapi_c64", 64))
@@ -75,15 +75,10 @@ def main() -> int:
         order = loops if r % 2 == 0 else loops[::-1]
         for loop in order:
             for app, key, conns in POINTS:
-                with start(SERVERS[LOOPS[loop]], env, app) as server:
-                    server.wait_ready()
-                    url = f"http://127.0.0.1:{server.port}/"
-                    run_wrk(url, conns, 1)  # warm-up
-                    got = run_wrk_cpu(url, conns, args.seconds, server.pid)
-                    rps[loop][key].append(got["rps"])
-                    cpu[loop][key].append(got["server_cpu_us"])
-                    print(f"round {r + 1} {loop:8} {key:12} {got['rps']:10.0f} req/s "
-                          f"{got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
+                label = f"round {r + 1} {loop:8} {key:12}"
+                got = fresh_point(SERVERS[LOOPS[loop]], env, app, conns, args.seconds, label)
+                rps[loop][key].append(got["rps"])
+                cpu[loop][key].append(got["server_cpu_us"])
         for name in rss:
             spec = LOOPS.get(name, name)
             if not SERVERS[spec].available(env):

@@ -328,3 +328,18 @@ def start(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServ
         proc = subprocess.Popen(command, cwd=APPS_DIR, env=server_environ(spec.environ), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return RunningServer(spec, command, port, proc, workdir)
+
+
+def fresh_point(spec: ServerSpec, env: Env, app: str, connections: int, seconds: int, label: str) -> dict:
+    """One figure on a fresh process of `spec`: a 1 s warm-up, then `seconds` of wrk at
+    `connections`, with the server's CPU time per request (`load.run_wrk_cpu`); printed
+    as one progress line starting with `label`."""
+    from load import run_wrk, run_wrk_cpu
+
+    with start(spec, env, app) as server:
+        server.wait_ready()
+        url = f"http://127.0.0.1:{server.port}/"
+        run_wrk(url, connections, 1)  # warm-up
+        got = run_wrk_cpu(url, connections, seconds, server.pid)
+    print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
+    return got
