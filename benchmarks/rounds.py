@@ -11,7 +11,8 @@ point (raw app at 1 and 64 connections, FastAPI at 64) gets a fresh process of e
 server after a one-second warm-up, and each round runs the servers in a different order
 (rotated), so drift spreads over all of them. Reported: the median and the range of
 req/s over the rounds, and zigcorn's ratio to each peer per round (the ratio of one
-round's two figures, which the machine's drift disturbs least), with its median.
+round's two figures, which the machine's drift disturbs least), with its median; each
+point's server CPU time per request is printed as it runs.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
+from load import WRK_MISSING, wrk_path  # noqa: E402
 from memory import raise_nofile  # noqa: E402
-from servers import SERVERS, probe_env, start  # noqa: E402
+from servers import SERVERS, fresh_point, probe_env  # noqa: E402
 
 POINTS = (("raw", "raw_c1", 1), ("raw", "raw_c64", 64), ("fastapi", "fastapi_c64", 64))
 BASE = "zigcorn"
@@ -63,16 +64,12 @@ def main() -> int:
         order = names[shift:] + names[:shift]
         for app, key, conns in points:
             for name in order:
-                with start(SERVERS[name], env, app) as server:
-                    server.wait_ready()
-                    url = f"http://127.0.0.1:{server.port}/"
-                    run_wrk(url, conns, 1)  # warm-up
-                    got = run_wrk(url, conns, args.seconds)
-                    errors = got["non_2xx_3xx"] + got["socket_errors_total"]
-                    if errors:
-                        raise SystemExit(f"{name} {key}: {errors} errors or non-2xx answers: not a valid point")
-                    rps[name][key].append(got["rps"])
-                    print(f"round {r + 1} {name:10} {key:12} {got['rps']:10.0f} req/s", flush=True)
+                label = f"round {r + 1} {name:10} {key:12}"
+                got = fresh_point(SERVERS[name], env, app, conns, args.seconds, label)
+                errors = got["non_2xx_3xx"] + got["socket_errors_total"]
+                if errors:
+                    raise SystemExit(f"{name} {key}: {errors} errors or non-2xx answers: not a valid point")
+                rps[name][key].append(got["rps"])
     table: dict = {}
     for name in names:
         row: dict = {"rounds": rps[name]}
