@@ -61,19 +61,17 @@ def run_wrk(url: str, connections: int, seconds: int, timeout_s: int = 5) -> dic
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of `pid` and its descendants so far."""
+    """User and system CPU time of `pid` and its live descendants so far."""
+    from memory import tree_pids
+
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    pending = [pid]
-    while pending:
-        p = pending.pop()
+    for p in tree_pids(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            for task in Path(f"/proc/{p}/task").iterdir():
-                pending += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
+        except OSError:  # gone meanwhile
             continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
     return total
 
 
