@@ -35,8 +35,9 @@ LOOP_AUTO = "zigcorn"
 LIFESPAN_CHOICES = ("auto", "on", "off")
 WRITER_CHOICES = ("auto", "on", "off")
 IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
-# What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section).
-IO_BACKEND_AUTO = "epoll"
+# What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section): the
+# engine falls back to epoll where the kernel refuses io_uring, and says so at start.
+IO_BACKEND_AUTO = "io_uring"
 # uvicorn's --interface names; "wsgi" is served natively (zigcorn/wsgi.py, python/environ.zig).
 INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
@@ -266,8 +267,9 @@ SETTINGS: tuple[Setting, ...] = (
        type=int, metavar="N", **_bounds("http2_max_concurrent_streams")),
     _S("io_backend", None, "how the engine waits for sockets: epoll, io_uring (falls back to epoll where the "
        "kernel refuses it) or auto", "HTTP", choices=IO_BACKEND_CHOICES, shown="$ZIGCORN_IO_BACKEND or auto"),
-    _S("io_uring_buffers", 256, "io_uring: receive buffers in the ring, a power of two (taken only while bytes "
-       "wait)", "HTTP", type=int, metavar="N", **_bounds("io_uring_buffers")),
+    _S("io_uring_buffers", 256, "io_uring: receive buffers in the ring at most, a power of two (it starts with "
+       "16 and doubles when a receive finds it empty; a buffer is taken only while bytes wait)", "HTTP", type=int,
+       metavar="N", **_bounds("io_uring_buffers")),
     _S("io_uring_buffer_size", 4096, "io_uring: bytes per receive buffer, a power of two", "HTTP", type=int,
        metavar="BYTES", **_bounds("io_uring_buffer_size")),
     _S("busy_poll", None, "once every request is answered, poll this long before sleeping; 0 never", "HTTP",

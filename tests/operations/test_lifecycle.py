@@ -2,7 +2,7 @@
 goes on serving for --drain-delay / --shutdown-delay while the health and ready paths say
 503, connections told to leave in each protocol's way, and the drain's deadline for
 WebSockets and streaming responses. From outside, with real clients; the suite's
-io_uring run covers the second I/O backend."""
+epoll run covers the second I/O backend."""
 
 import asyncio
 import signal

@@ -45,8 +45,8 @@ NON_DEFAULT = {
     "ws_per_message_deflate": False,
     "busy_poll": 0,
     "writer_thread": "on",
-    # The other one than the default (which the suite's io_uring run sets by environment).
-    "io_backend": "epoll" if os.environ.get("ZIGCORN_IO_BACKEND") == "io_uring" else "io_uring",
+    # The other one than what serves by default (auto: io_uring; the suite's epoll run sets epoll by environment).
+    "io_backend": "io_uring" if os.environ.get("ZIGCORN_IO_BACKEND") == "epoll" else "epoll",
     "io_uring_buffers": 1024,
     "io_uring_buffer_size": 16384,
     "http2": False,

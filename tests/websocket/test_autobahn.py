@@ -11,8 +11,8 @@ by the pins below and that interpreter's version. wsaccel, in C, masks the clien
 pip, or if the install fails (no registry, no C compiler), the file skips and says why; with
 CI=true it fails (.ci/run builds Python 2.7 with pyenv where none is found).
 
-The server runs on the I/O backend $ZIGCORN_IO_BACKEND selects (epoll by default; CI runs
-the whole suite again with io_uring). To stay near two minutes, the run leaves out the
+The server runs on the I/O backend $ZIGCORN_IO_BACKEND selects (auto by default: io_uring
+where the kernel allows it; CI runs the whole suite again with epoll). To stay near two minutes, the run leaves out the
 12.x/13.x compression cases (1000 messages each) whose messages are 64 KiB or more: 84 of
 517 cases, which only take the client longer. The whole suite runs by hand with
 ``ZIGCORN_AUTOBAHN_ALL=1`` (about 8 minutes on 2 cores).

@@ -546,7 +546,10 @@ pub const Server = struct {
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {
             m.resident_bytes = metrics.residentBytes();
-            if (self.io.uring) |u| m.io_buffer_waits = u.buffer_waits;
+            if (self.io.uring) |u| {
+                m.io_buffer_waits = u.buffer_waits;
+                m.io_buffers = u.buf_provided;
+            }
         }
         // Load has passed: the per-request structs freed to malloc go back to the OS too.
         if (self.pool.trim()) sys.trimHeap();
