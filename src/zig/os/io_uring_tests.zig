@@ -136,3 +136,83 @@ test "io_uring: a descriptor closed while its event waits, and its number taken 
     try testing.expectEqual(@as(usize, 1), got);
     try testing.expect(!u.hasBacklog());
 }
+
+/// Collects completions (handing nothing out) until `done` holds, or a second passes.
+fn collectUntil(u: *Uring, comptime done: fn (*Uring) bool) !void {
+    var none_: [1]Event = undefined;
+    var rounds: usize = 0;
+    while (!done(u)) : (rounds += 1) {
+        if (rounds == 1000) return error.Timeout;
+        _ = u.waitSent(&none_);
+        std.Thread.sleep(std.time.ns_per_ms);
+    }
+}
+
+fn heldBuffers(u: *Uring) usize {
+    return @as(usize, u.buf_provided) - u.buffers_free;
+}
+
+test "io_uring: the buffer ring starts with 16 buffers, doubles when a receive finds it empty, and stops at its bound" {
+    const u = Uring.init(.{ .buffers = 32, .buffer_bytes = 512 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    try testing.expectEqual(@as(u16, io_uring.buffers_start), u.buf_provided);
+    try testing.expectEqual(@as(u32, 16), u.buffers_free);
+    const pairs = 40;
+    var fds: [pairs][2]i32 = undefined;
+    var owners: [pairs]u8 = undefined;
+    for (&fds) |*p| p.* = try socketPair();
+    defer for (fds) |p| {
+        u.close(p[0]);
+        sys.close(p[1]);
+    };
+    // A receive armed while the ring is empty ends at once with ENOBUFS, bytes or not:
+    // the other twenty are registered once the ring has room.
+    for (fds[0..20], owners[0..20]) |p, *o| {
+        try testing.expect(u.register(p[0], @intFromPtr(o), true, false));
+        try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
+    }
+    // Twenty bytes, nobody reading: the 16 buffers are held and the other four wait.
+    try collectUntil(u, struct {
+        fn f(r: *Uring) bool {
+            return heldBuffers(r) == 16 and r.buffer_waits == 4;
+        }
+    }.f);
+    // The end of the pass doubles the ring and arms their receives again.
+    u.rearm();
+    try testing.expectEqual(@as(u16, 32), u.buf_provided);
+    try collectUntil(u, struct {
+        fn f(r: *Uring) bool {
+            return heldBuffers(r) == 20;
+        }
+    }.f);
+    // Read back, every buffer is in the ring again.
+    var buf: [8]u8 = undefined;
+    for (fds[0..20]) |p| try testing.expectEqual(@as(usize, 1), u.recv(p[0], &buf).ok);
+    try testing.expectEqual(@as(u32, 32), u.buffers_free);
+    u.rearm();
+    for (fds[20..], owners[20..]) |p, *o| try testing.expect(u.register(p[0], @intFromPtr(o), true, false));
+    // Forty bytes at its bound: 32 held, 8 wait, and the ring stays at 32.
+    for (fds) |p| try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "y", .len = 1 }}).ok);
+    try collectUntil(u, struct {
+        fn f(r: *Uring) bool {
+            return heldBuffers(r) == 32 and r.buffer_waits == 12;
+        }
+    }.f);
+    u.rearm();
+    try testing.expectEqual(@as(u16, 32), u.buf_provided);
+    // Those that waited get their bytes once others are read.
+    for (fds) |p| _ = u.recv(p[0], &buf);
+    u.rearm();
+    try collectUntil(u, struct {
+        fn f(r: *Uring) bool {
+            return heldBuffers(r) == 8;
+        }
+    }.f);
+    var got: usize = 0;
+    for (fds) |p| switch (u.recv(p[0], &buf)) {
+        .ok => |n| got += n,
+        .err => |e| try testing.expectEqual(sys.E.AGAIN, e),
+    };
+    try testing.expectEqual(@as(usize, 8), got);
+    try testing.expectEqual(@as(u32, 32), u.buffers_free);
+}
