@@ -153,8 +153,17 @@ def test_auto_serves_on_io_uring_and_says_so_once(start_server, workers):
     assert _upload(server.port, b"z" * 70000) == _expected(b"z" * 70000)
     if workers == 1:
         assert _rings(server.proc.pid) == 1
-    lines = [line for line in server.output().splitlines() if "backend" in line or "io_uring" in line]
-    assert len(lines) == 1 and lines[0].startswith("INFO:") and "I/O backend: io_uring (auto)" in lines[0], server.output()
+
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "backend" in line or "io_uring" in line]
+
+    # Each worker logs as it starts, whichever served the upload: the first worker's line,
+    # then a moment for any other worker's to show.
+    assert wait_for(lambda: lines(server.output()) and server.output().count("Application startup complete") == workers,
+                    timeout=5), server.output()
+    time.sleep(0.5)
+    found = lines(server.output())
+    assert len(found) == 1 and found[0].startswith("INFO:") and "I/O backend: io_uring (auto)" in found[0], server.output()
 
 
 @needs_io_uring
