@@ -588,8 +588,14 @@ class Config:
 
     @property
     def resolved_io_backend(self) -> str:
-        """The backend asked of the engine (which may still fall back to epoll)."""
-        return IO_BACKEND_AUTO if self.io_backend == "auto" else self.io_backend
+        """The backend asked of the engine (which may still fall back to epoll). `auto` is
+        io_uring only under zigcorn's own loop, which asks the ring for completions the
+        kernel has not posted yet before it sleeps (`loop/wait.zig`); under uvloop that
+        check is missing and a large request body can stall, so another loop gets epoll."""
+        if self.io_backend != "auto":
+            return self.io_backend
+        own_loop = (LOOP_AUTO if self.loop == "auto" else self.loop) == "zigcorn"
+        return IO_BACKEND_AUTO if own_loop else "epoll"
 
     @property
     def is_ssl(self) -> bool:
