@@ -1,9 +1,8 @@
 """The io_uring backend (--io-backend io_uring): serving, the fallback to epoll when the
 kernel refuses io_uring, buffer-ring exhaustion, and idle connections holding no buffer.
 
-The whole suite runs on this backend by default (auto picks it under zigcorn's own loop where
-the kernel allows),
-and CI runs it once more on epoll (ZIGCORN_IO_BACKEND=epoll).
+The whole suite runs on this backend by default (auto picks it under zigcorn's own loop
+where the kernel allows), and CI runs it once more on epoll (ZIGCORN_IO_BACKEND=epoll).
 """
 
 import concurrent.futures
