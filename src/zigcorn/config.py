@@ -594,8 +594,12 @@ class Config:
         check is missing and a large request body can stall, so another loop gets epoll."""
         if self.io_backend != "auto":
             return self.io_backend
-        own_loop = (LOOP_AUTO if self.loop == "auto" else self.loop) == "zigcorn"
-        return IO_BACKEND_AUTO if own_loop else "epoll"
+        return IO_BACKEND_AUTO if self.resolved_loop == "zigcorn" else "epoll"
+
+    @property
+    def resolved_loop(self) -> str:
+        """The loop's kind, `auto` resolved (a custom ``module:function`` stays as given)."""
+        return LOOP_AUTO if self.loop == "auto" else self.loop
 
     @property
     def is_ssl(self) -> bool:
@@ -881,7 +885,7 @@ class Config:
 
             # ssl and inspect load only if something uses them (uvloop imports ssl itself).
             asyncio = import_asyncio()
-            kind = LOOP_AUTO if self.loop == "auto" else self.loop
+            kind = self.resolved_loop
             if kind == "zigcorn":
                 from zigcorn.loop import Loop
 

@@ -234,10 +234,11 @@ class Server:
         self.engine = engine
         # The first worker says which backend serves (every worker of a host gets the same).
         backend, refused = engine.backend()
-        if refused and self.metrics_slot == 0:
-            logger.info("io_uring is not available here (%s): serving with epoll", refused)
-        elif self.metrics_slot == 0:
-            logger.info("I/O backend: %s%s", backend, " (auto)" if config.io_backend == "auto" else "")
+        if self.metrics_slot == 0:
+            if refused:
+                logger.info("io_uring is not available here (%s): serving with epoll", refused)
+            else:
+                logger.info("I/O backend: %s%s", backend, " (auto)" if config.io_backend == "auto" else "")
         engine.set_ready(ready)
         try:
             if self.listener is None:
