@@ -177,6 +177,13 @@ pub const Backend = struct {
         if (self.uring) |u| u.rearm();
     }
 
+    /// io_uring: entries wait in the submission queue (`rearm` queued them); always false
+    /// on epoll, which has no queue.
+    pub fn unsubmitted(self: *const Backend) bool {
+        const u = self.uring orelse return false;
+        return u.ring.sq_ready() != 0;
+    }
+
     /// io_uring: events wait beyond the last batch.
     pub fn hasBacklog(self: *const Backend) bool {
         const u = self.uring orelse return false;

@@ -184,6 +184,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .retain_fn = pystream.hookRetain,
         .release_fn = pystream.hookRelease,
         .on_settle = pystream.hookOnSettle,
+        .pass_soon = pystream.hookPassSoon,
         .log = pystream.hookLog,
     };
     self.server = Server.init(allocator, hooks, opts_full, &h2.verbs) catch {
@@ -333,8 +334,10 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     return t;
 }
 
+/// poll(): the ready events handled without blocking. A no-op once closed (a pass the
+/// engine asked of the loop may come after).
 fn enginePoll(obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
-    const server = serverOf(obj) orelse return null;
+    const server = asEngine(obj).server orelse return py.none();
     server.poll();
     return py.none();
 }

@@ -881,14 +881,27 @@ pub fn hookOnSettle(ctx: *anyopaque) void {
 }
 
 fn scheduleSettle(engine: *EngineObjectCore) bool {
+    return callSoon(engine, "settle");
+}
+
+pub fn hookPassSoon(ctx: *anyopaque) bool {
+    const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
+    // zigcorn's loop comes back by itself (the wake-up descriptor, `needsWait`).
+    if (engine.loop_driven) return false;
+    return callSoon(engine, "poll");
+}
+
+/// The engine's `method` run by the loop after the callbacks already ready (its
+/// call_soon, in the engine's own context); false when there is no loop or it refused.
+fn callSoon(engine: *EngineObjectCore, comptime method: [:0]const u8) bool {
     const call_soon = engine.call_soon orelse return false;
     // A fresh bound method each time: a stored one would be a cycle through the engine.
-    const settle = c.PyObject_GetAttrString(engine.obj, "settle") orelse {
+    const m = c.PyObject_GetAttrString(engine.obj, method) orelse {
         c.PyErr_WriteUnraisable(engine.obj);
         return false;
     };
-    defer py.decref(settle);
-    const r = c.PyObject_CallOneArg(call_soon, settle) orelse {
+    defer py.decref(m);
+    const r = c.PyObject_CallOneArg(call_soon, m) orelse {
         c.PyErr_WriteUnraisable(call_soon);
         return false;
     };

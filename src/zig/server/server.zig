@@ -53,6 +53,11 @@ pub const Hooks = struct {
     /// Work for the end of the app side's current pass (a busy poll, waking the writer
     /// thread): schedule `settle` to run after the callbacks already ready.
     on_settle: *const fn (ctx: *anyopaque) void,
+    /// Another pass of the engine (`poll`) after the callbacks already ready, asked of the
+    /// loop that runs the app (its call_soon). False when that loop makes the pass by
+    /// itself (zigcorn's asks `needsWait` and reads the wake-up descriptor) or cannot be
+    /// asked: the wake-up descriptor is written instead.
+    pass_soon: *const fn (ctx: *anyopaque) bool,
     /// One line on the `zigcorn.error` logger, at `level`: the engine dropped a connection
     /// for a reason the peer did not cause (it ran out of memory or buffers), or paused
     /// accepting (out of descriptors).
@@ -86,6 +91,9 @@ pub const Hooks = struct {
     }
     pub fn onSettle(self: Hooks) void {
         self.on_settle(self.ctx);
+    }
+    pub fn passSoon(self: Hooks) bool {
+        return self.pass_soon(self.ctx);
     }
     pub fn logError(self: Hooks, message: []const u8) void {
         self.log(self.ctx, .err, message);
@@ -141,6 +149,8 @@ pub const Server = struct {
     timer_fd: i32 = -1,
     wake_fd: i32 = -1,
     wake_signalled: bool = false,
+    /// `signalWake` asked the loop for a pass (`Hooks.passSoon`); cleared when it comes.
+    pass_asked: bool = false,
     hooks: Hooks,
     /// HTTP/2's verbs (`http2/session.zig` `verbs`), which the seam calls HTTP/2 by: the
     /// engine hands them over, so neither this file nor the seam imports HTTP/2's session
@@ -360,6 +370,7 @@ pub const Server = struct {
 
     /// Processes every ready event without blocking.
     pub fn poll(self: *Server) void {
+        self.pass_asked = false;
         // A field, not a local: a local `undefined` array is filled with 0xaa on every call in safe builds.
         self.io.wait(&self.batch, 0);
         self.process();
@@ -392,14 +403,31 @@ pub const Server = struct {
         // events beyond this batch.
         self.io.rearm();
         if (self.io.hasBacklog()) self.signalWake();
+        // What `rearm` queued (a receive armed again once the buffer ring grew) is
+        // submitted by the next pass's `wait`. zigcorn's loop makes that pass at once (it
+        // asks `needsWait`); uvloop and asyncio sleep on the ring's descriptor, which no
+        // completion of an unsubmitted receive will ever make readable, so they are asked.
+        if (self.io.unsubmitted()) _ = self.askPass();
     }
 
-    /// Makes the loop come back for another pass (the wake-up descriptor), once until then.
+    /// Makes the loop come back for another pass, once until then: through its call_soon
+    /// where the hook can ask for one, else the wake-up descriptor. (io_uring under
+    /// uvloop or asyncio: this thread's own write to the descriptor, polled in the ring,
+    /// was seen never to make the ring's descriptor readable, and the pass never came.)
     fn signalWake(self: *Server) void {
-        if (self.wake_signalled) return;
+        if (self.askPass() or self.wake_signalled) return;
         self.wake_signalled = true;
         const one: u64 = 1;
         _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
+    }
+
+    /// A pass asked of the loop that runs the app (`Hooks.passSoon`), once until it comes;
+    /// false when that loop makes its passes by itself (zigcorn's).
+    fn askPass(self: *Server) bool {
+        if (self.pass_asked) return true;
+        if (!self.hooks.passSoon()) return false;
+        self.pass_asked = true;
+        return true;
     }
 
     /// io_uring: an operation was queued outside `wait`; it is submitted when the pass ends.

@@ -91,6 +91,9 @@ fn release(owner: *anyopaque) void {
     if (rec.on_release) |f| f(owner);
 }
 fn onSettle(_: *anyopaque) void {}
+fn passSoon(_: *anyopaque) bool {
+    return false;
+}
 fn log(_: *anyopaque, _: server_mod.LogLevel, _: []const u8) void {
     rec.errors += 1;
 }
@@ -106,6 +109,7 @@ pub fn hooks() server_mod.Hooks {
         .retain_fn = retain,
         .release_fn = release,
         .on_settle = onSettle,
+        .pass_soon = passSoon,
         .log = log,
     };
 }
