@@ -5,7 +5,6 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const static_files = @import("static_files.zig"); // the engine's own answers for --static mounts, before the app
 const per_ip = @import("../transport/per_ip.zig");
 const proxy_protocol = @import("../transport/proxy_protocol.zig");
 const lifetime = @import("../transport/lifetime.zig");
@@ -26,6 +25,7 @@ const deflate = @import("../websocket/deflate.zig"); // the server owns the zlib
 const tls = @import("../transport/openssl.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
 const options = @import("options.zig");
+const hooks_mod = @import("hooks.zig");
 const offload_mod = @import("offload.zig"); // the writer thread's `auto` measure and the busy poll
 
 pub const Options = options.Options;
@@ -34,74 +34,8 @@ pub const WriterMode = options.WriterMode;
 pub const Http3 = options.Http3;
 pub const Http3Retry = options.Http3Retry;
 
-/// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
-pub const LogLevel = enum { warning, err, access };
-
-/// What the engine needs from the side that runs apps. The engine speaks of streams
-/// (one request and its response), never of Python objects.
-pub const Hooks = struct {
-    ctx: *anyopaque,
-    /// A request head arrived on a new stream; the hook must set `stream.handle`. False
-    /// refuses it (500). `req` is valid only during the call.
-    on_request: *const fn (ctx: *anyopaque, stream: *Stream, req: *const stream_mod.Request) bool,
-    /// Body bytes, a disconnect, or the end of the response: a waiting receive() may go on.
-    wake_read: *const fn (stream: *Stream) void,
-    /// The stream's queued output drained, or the connection closed: a waiting send() may go on.
-    wake_write: *const fn (stream: *Stream) void,
-    retain_fn: *const fn (owner: *anyopaque) void,
-    release_fn: *const fn (owner: *anyopaque) void,
-    /// Work for the end of the app side's current pass (a busy poll, waking the writer
-    /// thread): schedule `settle` to run after the callbacks already ready.
-    on_settle: *const fn (ctx: *anyopaque) void,
-    /// Another pass of the engine (`poll`) after the callbacks already ready, asked of the
-    /// loop that runs the app (its call_soon). False when that loop makes the pass by
-    /// itself (zigcorn's asks `needsWait` and reads the wake-up descriptor) or cannot be
-    /// asked: the wake-up descriptor is written instead.
-    pass_soon: *const fn (ctx: *anyopaque) bool,
-    /// One line on the `zigcorn.error` logger, at `level`: the engine dropped a connection
-    /// for a reason the peer did not cause (it ran out of memory or buffers), or paused
-    /// accepting (out of descriptors).
-    log: *const fn (ctx: *anyopaque, level: LogLevel, message: []const u8) void,
-
-    pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
-        // --static: the engine answers what falls under a mount, the app the rest.
-        if (static_files.answer(st, req)) return true;
-        // --request-decompression: a coding the engine cannot undo never reaches the app.
-        if (st.body_coding == .unsupported) {
-            if (!st.refuseCoding()) return true;
-            if (st.conn.server.opts.access_log) static_files.logAccess(st, req, 0);
-            st.finish();
-            return true;
-        }
-        if (self.on_request(self.ctx, st, req)) return true;
-        st.dropDecoder();
-        return false;
-    }
-    pub fn wakeRead(self: Hooks, st: *Stream) void {
-        self.wake_read(st);
-    }
-    pub fn wakeWrite(self: Hooks, st: *Stream) void {
-        self.wake_write(st);
-    }
-    pub fn retain(self: Hooks, o: *anyopaque) void {
-        self.retain_fn(o);
-    }
-    pub fn release(self: Hooks, o: *anyopaque) void {
-        self.release_fn(o);
-    }
-    pub fn onSettle(self: Hooks) void {
-        self.on_settle(self.ctx);
-    }
-    pub fn passSoon(self: Hooks) bool {
-        return self.pass_soon(self.ctx);
-    }
-    pub fn logError(self: Hooks, message: []const u8) void {
-        self.log(self.ctx, .err, message);
-    }
-    pub fn logWarning(self: Hooks, message: []const u8) void {
-        self.log(self.ctx, .warning, message);
-    }
-};
+pub const LogLevel = hooks_mod.LogLevel;
+pub const Hooks = hooks_mod.Hooks;
 
 /// Why a connection was closed at accept (the label of `/metrics`' rejections).
 pub const RejectCause = metrics.RejectCause;
@@ -403,17 +337,13 @@ pub const Server = struct {
         // events beyond this batch.
         self.io.rearm();
         if (self.io.hasBacklog()) self.signalWake();
-        // What `rearm` queued (a receive armed again once the buffer ring grew) is
-        // submitted by the next pass's `wait`. zigcorn's loop makes that pass at once (it
-        // asks `needsWait`); uvloop and asyncio sleep on the ring's descriptor, which no
-        // completion of an unsubmitted receive will ever make readable, so they are asked.
+        // What `rearm` queued waits for the next `wait`: zigcorn's loop comes at once
+        // (`needsWait`); uvloop and asyncio sleep on the ring's descriptor, so are asked.
         if (self.io.unsubmitted()) _ = self.askPass();
     }
 
-    /// Makes the loop come back for another pass, once until then: through its call_soon
-    /// where the hook can ask for one, else the wake-up descriptor. (io_uring under
-    /// uvloop or asyncio: this thread's own write to the descriptor, polled in the ring,
-    /// was seen never to make the ring's descriptor readable, and the pass never came.)
+    /// Another pass, once until then: asked of the loop, else the wake-up descriptor (whose
+    /// write by this thread, polled in the ring, never woke uvloop on the ring's descriptor).
     fn signalWake(self: *Server) void {
         if (self.askPass() or self.wake_signalled) return;
         self.wake_signalled = true;
@@ -421,8 +351,7 @@ pub const Server = struct {
         _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
     }
 
-    /// A pass asked of the loop that runs the app (`Hooks.passSoon`), once until it comes;
-    /// false when that loop makes its passes by itself (zigcorn's).
+    /// `Hooks.passSoon`, once until the pass comes; false under zigcorn's loop.
     fn askPass(self: *Server) bool {
         if (self.pass_asked) return true;
         if (!self.hooks.passSoon()) return false;
