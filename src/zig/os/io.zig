@@ -181,7 +181,7 @@ pub const Backend = struct {
     /// on epoll, which has no queue.
     pub fn unsubmitted(self: *const Backend) bool {
         const u = self.uring orelse return false;
-        return u.ring.sq_ready() != 0;
+        return u.unsubmitted();
     }
 
     /// io_uring: events wait beyond the last batch.

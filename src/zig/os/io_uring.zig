@@ -759,7 +759,12 @@ pub const Uring = struct {
     /// kernel runs only when this thread enters the ring (COOP_TASKRUN). A loop about to
     /// sleep on the ring's descriptor must pass through `wait` first when this is true.
     pub fn needsWait(self: *Uring) bool {
-        return self.ring.sq_ready() != 0 or self.ring.cq_ready() != 0 or self.hasBacklog() or self.taskWorkPending();
+        return self.unsubmitted() or self.ring.cq_ready() != 0 or self.hasBacklog() or self.taskWorkPending();
+    }
+
+    /// Entries wait in the submission queue (`rearm` queued them).
+    pub fn unsubmitted(self: *Uring) bool {
+        return self.ring.sq_ready() != 0;
     }
 
     /// More events wait than the last batch held: the server makes sure the loop comes
