@@ -49,9 +49,10 @@ def parse_wrk(text: str) -> dict:
     }
 
 
-def run_wrk(url: str, connections: int, seconds: int, timeout_s: int = 5) -> dict:
+def run_wrk(url: str, connections: int, seconds: int, timeout_s: int = 5, headers: tuple[str, ...] = ()) -> dict:
     """One wrk run (``-t1``); whole seconds, as wrk takes durations in seconds."""
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, seconds)}s", f"--timeout={timeout_s}s", "--latency", url]
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, seconds)}s", f"--timeout={timeout_s}s", "--latency",
+           *(arg for header in headers for arg in ("-H", header)), url]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + timeout_s + 30)
     if proc.returncode != 0:
         raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr or proc.stdout}")

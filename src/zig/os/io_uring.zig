@@ -133,7 +133,10 @@ pub const Slot = packed struct(u128) {
     is_starved: bool = false,
     /// On the `ready` list (a `queued_*` event waits). Kept through `forget` likewise.
     on_ready: bool = false,
-    _: u4 = 0,
+    /// Given a read event in this pass (on `delivered_in`): `rearm` reports what it
+    /// leaves unread, so a `recv` that leaves bytes need not queue an event itself.
+    read_delivered: bool = false,
+    _: u3 = 0,
 };
 
 /// A descriptor's places on the two lists of slots, by descriptor number (`none` ends
@@ -630,8 +633,11 @@ pub const Uring = struct {
         }
         if (n > 0) {
             // Level-triggered: what did not fit, or the end of the stream (or an error)
-            // that came behind these bytes, is reported again next pass.
-            if (hasInput(s) and s.want_read) self.queueRead(fd_, s);
+            // that came behind these bytes, is reported again next pass: by `rearm` for a
+            // connection given its event in this pass (TLS reads a record's header, then
+            // its body: queued at the header, the event would be stale by the pass's end
+            // and cost a wake-up), else queued now.
+            if (hasInput(s) and s.want_read and !s.read_delivered) self.queueRead(fd_, s);
             return .{ .ok = n };
         }
         if (s.err != 0) return .{ .err = @enumFromInt(s.err) };
@@ -703,7 +709,9 @@ pub const Uring = struct {
         // buffer of its own, or stopped at a limit) hears of the rest again.
         for (self.delivered_in.items) |p| {
             const s = &self.slots[@intCast(p.fd)];
-            if (s.gen == p.gen and s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
+            if (s.gen != p.gen) continue;
+            s.read_delivered = false;
+            if (s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
         }
         self.delivered_in.clearRetainingCapacity();
         if (!self.starved.isEmpty()) self.grow();
@@ -806,7 +814,10 @@ pub const Uring = struct {
             s.queued_hup = false;
             if (!(readable or writable or hangup)) continue;
             std.debug.assert(s.registered);
-            if (readable) self.delivered_in.appendAssumeCapacity(.{ .fd = fd_, .gen = s.gen, .kind = .read });
+            if (readable) {
+                self.delivered_in.appendAssumeCapacity(.{ .fd = fd_, .gen = s.gen, .kind = .read });
+                s.read_delivered = true;
+            }
             if (writable) self.delivered_out.appendAssumeCapacity(.{ .fd = fd_, .gen = s.gen, .kind = .write });
             events[n] = .{ .token = @as(usize, s.token), .readable = readable, .writable = writable, .hangup = hangup };
             n += 1;

@@ -216,3 +216,54 @@ test "io_uring: the buffer ring starts with 16 buffers, doubles when a receive f
     try testing.expectEqual(@as(usize, 8), got);
     try testing.expectEqual(@as(u32, 32), u.buffers_free);
 }
+
+test "io_uring: bytes a connection leaves while handling its read event are reported again once, at the pass's end" {
+    const u = Uring.init(.{ .buffers = 16, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    var owner: u8 = 0;
+    const p = try socketPair();
+    defer {
+        u.close(p[0]);
+        sys.close(p[1]);
+    }
+    try testing.expect(u.register(p[0], @intFromPtr(&owner), true, false));
+    // A TLS record as OpenSSL reads it: its 5-byte header, then its body.
+    try testing.expectEqual(@as(usize, 12), sys.writev(p[1], &.{.{ .base = "HEADERbodyXY", .len = 12 }}).ok);
+    try queueUntil(u, 1);
+    var events: [4]Event = undefined;
+    try testing.expectEqual(@as(usize, 1), u.wait(&events));
+    try testing.expect(events[0].readable);
+    var buf: [16]u8 = undefined;
+    try testing.expectEqual(@as(usize, 5), u.recv(p[0], buf[0..5]).ok);
+    // Bytes left mid-handling queue nothing: the event would be stale once the handler
+    // takes the rest, and a stale event costs the loop a wake-up for nothing.
+    try testing.expect(!u.hasBacklog());
+    try testing.expectEqual(@as(usize, 7), u.recv(p[0], &buf).ok);
+    u.rearm();
+    try testing.expect(!u.hasBacklog());
+    // Bytes the handler does leave are reported again by the pass's end, once, and
+    // again at every pass's end while they wait (level-triggered).
+    try testing.expectEqual(@as(usize, 4), sys.writev(p[1], &.{.{ .base = "more", .len = 4 }}).ok);
+    try queueUntil(u, 1);
+    try testing.expectEqual(@as(usize, 1), u.wait(&events));
+    try testing.expectEqual(@as(usize, 2), u.recv(p[0], buf[0..2]).ok);
+    try testing.expect(!u.hasBacklog());
+    u.rearm();
+    try testing.expectEqual(@as(usize, 1), waitingEvents(u));
+    try testing.expectEqual(@as(usize, 1), u.wait(&events));
+    try testing.expect(events[0].readable and events[0].token == @intFromPtr(&owner));
+    u.rearm();
+    try testing.expectEqual(@as(usize, 1), waitingEvents(u));
+    try testing.expectEqual(@as(usize, 1), u.wait(&events));
+    try testing.expectEqual(@as(usize, 2), u.recv(p[0], &buf).ok);
+    u.rearm();
+    try testing.expect(!u.hasBacklog());
+    // Read after the pass's end (the app asked for more), what a read leaves is queued
+    // at once: no `rearm` is due to bring the loop back for it.
+    try testing.expectEqual(@as(usize, 3), sys.writev(p[1], &.{.{ .base = "end", .len = 3 }}).ok);
+    try queueUntil(u, 1);
+    try testing.expectEqual(@as(usize, 1), u.wait(&events));
+    u.rearm();
+    try testing.expectEqual(@as(usize, 1), u.recv(p[0], buf[0..1]).ok);
+    try testing.expectEqual(@as(usize, 1), waitingEvents(u));
+}
