@@ -216,6 +216,10 @@ pub const Uring = struct {
     buffer_waits: u64 = 0,
     /// Buffers in the ring now (not held by a connection).
     buffers_free: u32,
+    /// Completions copied out of the ring, a batch at a time. A field, not a local of
+    /// `waitFor`: safe builds fill a local `undefined` array (4 KiB) on every call, and
+    /// the busy poll calls it in a loop.
+    cqes: [cqe_batch]linux.io_uring_cqe = undefined,
 
     const allocator = std.heap.c_allocator;
 
@@ -745,11 +749,10 @@ pub const Uring = struct {
         // submit, or task work (completions) waiting to run, which the kernel flags in
         // the ring. A busy poll then spins on memory, not on io_uring_enter.
         if (self.ring.sq_ready() != 0 or self.taskWorkPending()) _ = self.enter(linux.IORING_ENTER_GETEVENTS);
-        var cqes: [cqe_batch]linux.io_uring_cqe = undefined;
         while (true) {
-            const n = self.ring.copy_cqes(&cqes, 0) catch 0;
-            for (cqes[0..n]) |cqe| self.complete(cqe);
-            if (n < cqes.len) break;
+            const n = self.ring.copy_cqes(&self.cqes, 0) catch 0;
+            for (self.cqes[0..n]) |cqe| self.complete(cqe);
+            if (n < self.cqes.len) break;
         }
         return self.fill(events, sent_only);
     }
