@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import environment  # noqa: E402
-from load import WRK_MISSING, cpu_seconds, run_wrk, run_wrk_cpu, wrk_path  # noqa: E402
+from load import WRK_MISSING, cpu_seconds, run_wrk, wrk_path  # noqa: E402
 from memory import idle_connection_cost, raise_nofile, settle  # noqa: E402
 from servers import SERVERS, fresh_point, http_get, probe_env, start  # noqa: E402
 
@@ -65,33 +65,33 @@ def protocol_point(key: str, spec, env, seconds: int, certs, label: str) -> dict
 
     if key in ("h2c", "h2_tls"):
         tls = certs if key == "h2_tls" else None
-        url_base = "https" if tls else "http"
-        with h2._started_h2(spec, env, "raw", tls) as server:
-            url = f"{url_base}://127.0.0.1:{server.port}/"
-            h2.run_h2load(url, H2_CLIENTS, H2_STREAMS, 1, 0)
-            before = cpu_seconds(server.pid)
-            got = h2.run_h2load(url, H2_CLIENTS, H2_STREAMS, seconds, 0)
-            used = cpu_seconds(server.pid) - before
-        if got["errors"]:
-            raise RuntimeError(f"{label}: {got['errors']} requests failed")
-    else:
-        if key == "https_c64":
-            with h2._started_h2(spec, env, "raw", certs) as server:  # zigcorn's TLS flags, ALPN checked
-                url = f"https://127.0.0.1:{server.port}/"
-                run_wrk(url, 64, 1)
-                before = cpu_seconds(server.pid)
-                got = run_wrk(url, 64, seconds)
-                used = cpu_seconds(server.pid) - before
-        else:  # gzip_c64
-            with start(_with_flags(spec, ["--compression", "gzip"]), env, "compress_fastapi_app:app") as server:
-                _wait_for(server, "/doc")
-                url = f"http://127.0.0.1:{server.port}/doc"
-                run_wrk(url, 64, 1, headers=("accept-encoding: gzip",))
-                before = cpu_seconds(server.pid)
-                got = run_wrk(url, 64, seconds, headers=("accept-encoding: gzip",))
-                used = cpu_seconds(server.pid) - before
-        if got["non_2xx_3xx"] or got["socket_errors_total"]:
-            raise RuntimeError(f"{label}: errors {got['non_2xx_3xx']} non-2xx, {got['socket_errors']}")
+        server = h2._started_h2(spec, env, "raw", tls)
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{server.port}/"
+
+        def load(s: int) -> dict:
+            return h2.run_h2load(url, H2_CLIENTS, H2_STREAMS, s, 0)
+    elif key == "https_c64":
+        server = h2._started_h2(spec, env, "raw", certs)  # zigcorn's TLS flags; ALPN checked
+        url = f"https://127.0.0.1:{server.port}/"
+
+        def load(s: int) -> dict:
+            return run_wrk(url, 64, s)
+    else:  # gzip_c64
+        server = start(_with_flags(spec, ["--compression", "gzip"]), env, "compress_fastapi_app:app")
+        url = f"http://127.0.0.1:{server.port}/doc"
+
+        def load(s: int) -> dict:
+            return run_wrk(url, 64, s, headers=("accept-encoding: gzip",))
+    with server:
+        if key == "gzip_c64":
+            _wait_for(server, "/doc")
+        load(1)  # warm-up
+        before = cpu_seconds(server.pid)
+        got = load(seconds)
+        used = cpu_seconds(server.pid) - before
+    errors = got["errors"] if "errors" in got else got["non_2xx_3xx"] + got["socket_errors_total"]
+    if errors:
+        raise RuntimeError(f"{label}: {errors} requests failed")
     got["server_cpu_us"] = round(used / max(got["requests"], 1) * 1e6, 2)
     print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
     return got

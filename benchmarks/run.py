@@ -7,7 +7,11 @@
     python benchmarks/run.py --quick --http2      # the quick run plus 1 s HTTP/2 points
 
 Servers run one after another, one worker each, on 127.0.0.1, each on a fresh port, and
-their whole process tree is killed after its measurements. The full run installs the
+their whole process tree is killed after its measurements. Each load point (connection
+count) runs on a fresh process after its own warm-up at that count: a server's rate at 64
+connections after a one-connection run on the same process is not its rate on a fresh
+one (granian's drops about 18%). To compare servers, `rounds.py` also rotates their order
+over several rounds. The full run installs the
 servers into ``benchmarks/.venv`` on first use; ``--no-venv`` uses the current Python.
 HTTP/1.1 load comes from ``wrk``, HTTP/2 load (h2c and h2 over TLS, in the full run by
 default, ``--http2`` with ``--quick``) from ``h2load`` (h2.py); see README.md in this
@@ -57,14 +61,15 @@ def log(message: str) -> None:
 
 # -- one server ----------------------------------------------------------------------------
 
-def measure_load(server: RunningServer, cfg: Config) -> dict[str, dict]:
-    """A warm-up at the largest connection count, then one wrk run per count."""
-    url = f"http://127.0.0.1:{server.port}{cfg.path}"
-    run_wrk(url, max(cfg.connections), cfg.warmup_s)
+def measure_load(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict[str, dict]:
+    """One wrk run per connection count, each on a fresh process after a warm-up at that count."""
     points = {}
     for connections in cfg.connections:
-        with PeakSampler(server.pid) as sampler:
-            point = run_wrk(url, connections, cfg.duration_s)
+        with started(spec, env, app) as server:
+            url = f"http://127.0.0.1:{server.port}{cfg.path}"
+            run_wrk(url, connections, cfg.warmup_s)
+            with PeakSampler(server.pid) as sampler:
+                point = run_wrk(url, connections, cfg.duration_s)
         point["peak_rss_kib"] = sampler.peak_kib
         points[str(connections)] = point
         log(f"    c={connections:<4} {point['rps']:>10,.0f} req/s  p50 {point['p50_ms']:.2f} ms  "
@@ -76,7 +81,7 @@ def measure_soak(server: RunningServer, cfg: Config) -> dict:
     """RSS over ``cfg.soak_s`` seconds of constant load at the largest connection count.
 
     A leak shows as a steady climb; the first sixth (at most 10 s) is left out, while pools
-    and caches fill. The server has already had the warm-up and the load points.
+    and caches fill. The server has already had a warm-up at that count.
     """
     url = f"http://127.0.0.1:{server.port}{cfg.path}"
     connections = max(cfg.connections)
@@ -121,7 +126,8 @@ def measure_idle_connections(server: RunningServer, cfg: Config) -> dict:
 
 
 def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
-    """Idle memory and load on one process; idle connections on a fresh one; then N workers.
+    """Idle memory (and the soak) on one process; each load point and the idle connections
+    on fresh ones; then N workers.
 
     ``--quick`` skips the multi-worker figure, to stay within seconds.
     """
@@ -131,9 +137,10 @@ def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
         result["environ"] = dict(spec.environ)  # set on top of the harness's own environment
         result["idle"] = settle(server.pid, min_wait=0.5 if cfg.quick else 1.0).as_dict()
         log(f"    idle RSS {result['idle']['rss_kib'] / 1024:.1f} MiB, PSS {result['idle']['pss_kib'] / 1024:.1f} MiB")
-        result["load"] = measure_load(server, cfg)
         if cfg.soak_s and spec.name in cfg.soak_servers:
+            run_wrk(f"http://127.0.0.1:{server.port}{cfg.path}", max(cfg.connections), cfg.warmup_s)
             result["soak"] = measure_soak(server, cfg)
+    result["load"] = measure_load(spec, env, app, cfg)
     result["peak_rss_kib"] = max(p["peak_rss_kib"] for p in result["load"].values())
     with started(spec, env, app) as server:  # a fresh process: no allocator state left by the load
         result["idle_connections"] = measure_idle_connections(server, cfg)

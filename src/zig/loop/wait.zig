@@ -131,7 +131,7 @@ fn spinEvents(core: *Core, budget_ns: u64) ?usize {
 
 pub fn engineNeedsWait(core: *Core) bool {
     const s = engineServer(core) orelse return false;
-    return s.io.needsWait();
+    return s.needsPass();
 }
 
 pub fn settlePending(core: *Core) bool {

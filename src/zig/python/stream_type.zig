@@ -14,6 +14,7 @@ const wsconn = @import("../websocket/session.zig");
 const compression = @import("../http/compression.zig");
 const response = @import("../http/response.zig");
 const engine_mod = @import("engine.zig");
+const PassSoon = @import("../server/hooks.zig").PassSoon;
 const EngineObjectCore = engine_mod.EngineObjectCore;
 const asEngine = engine_mod.asEngine;
 const closeIfDone = engine_mod.closeIfDone;
@@ -884,11 +885,11 @@ fn scheduleSettle(engine: *EngineObjectCore) bool {
     return callSoon(engine, "settle");
 }
 
-pub fn hookPassSoon(ctx: *anyopaque) bool {
+pub fn hookPassSoon(ctx: *anyopaque) PassSoon {
     const engine: *EngineObjectCore = @ptrCast(@alignCast(ctx));
-    // zigcorn's loop comes back by itself (the wake-up descriptor, `needsWait`).
-    if (engine.loop_driven) return false;
-    return callSoon(engine, "poll");
+    // zigcorn's loop asks the engine (`Server.needsPass`) before it waits.
+    if (engine.loop_driven) return .loop_checks;
+    return if (callSoon(engine, "poll")) .asked else .refused;
 }
 
 /// The engine's `method` run by the loop after the callbacks already ready (its

@@ -7,6 +7,12 @@ const Stream = stream_mod.Stream;
 /// `access`: one line on `zigcorn.access` (INFO) for a request the engine answered itself.
 pub const LogLevel = enum { warning, err, access };
 
+/// What `Hooks.passSoon` did: asked the loop for a pass (`asked`); nothing, because the
+/// loop asks `Server.needsPass` before every wait of its own (`loop_checks`: zigcorn's);
+/// or nothing, because there is no loop to ask or it refused (`refused`: the engine's
+/// wake-up descriptor must bring it).
+pub const PassSoon = enum { asked, loop_checks, refused };
+
 /// What the engine needs from the side that runs apps. The engine speaks of streams
 /// (one request and its response), never of Python objects.
 pub const Hooks = struct {
@@ -23,9 +29,8 @@ pub const Hooks = struct {
     /// Work for the end of the app side's current pass (a busy poll, waking the writer
     /// thread): schedule `settle` to run after the callbacks already ready.
     on_settle: *const fn (ctx: *anyopaque) void,
-    /// Another pass (`poll`) after the ready callbacks, asked of the app's loop (call_soon);
-    /// false where the loop comes by itself (zigcorn's) or cannot be asked.
-    pass_soon: *const fn (ctx: *anyopaque) bool,
+    /// Another pass (`poll`) after the ready callbacks, asked of the app's loop (call_soon).
+    pass_soon: *const fn (ctx: *anyopaque) PassSoon,
     /// One line on the `zigcorn.error` logger, at `level`: the engine dropped a connection
     /// for a reason the peer did not cause (it ran out of memory or buffers), or paused
     /// accepting (out of descriptors).
@@ -60,7 +65,7 @@ pub const Hooks = struct {
     pub fn onSettle(self: Hooks) void {
         self.on_settle(self.ctx);
     }
-    pub fn passSoon(self: Hooks) bool {
+    pub fn passSoon(self: Hooks) PassSoon {
         return self.pass_soon(self.ctx);
     }
     pub fn logError(self: Hooks, message: []const u8) void {

@@ -36,6 +36,7 @@ pub const Http3Retry = options.Http3Retry;
 
 pub const LogLevel = hooks_mod.LogLevel;
 pub const Hooks = hooks_mod.Hooks;
+pub const PassSoon = hooks_mod.PassSoon;
 
 /// Why a connection was closed at accept (the label of `/metrics`' rejections).
 pub const RejectCause = metrics.RejectCause;
@@ -339,24 +340,36 @@ pub const Server = struct {
         if (self.io.hasBacklog()) self.signalWake();
         // What `rearm` queued waits for the next `wait`: zigcorn's loop comes at once
         // (`needsWait`); uvloop and asyncio sleep on the ring's descriptor, so are asked.
-        if (self.io.unsubmitted()) _ = self.askPass();
+        if (self.io.unsubmitted()) _ = self.passComing();
     }
 
     /// Another pass, once until then: asked of the loop, else the wake-up descriptor (whose
-    /// write by this thread, polled in the ring, never woke uvloop on the ring's descriptor).
+    /// write by this thread, polled in the ring, never woke uvloop on the ring's descriptor);
+    /// nothing under zigcorn's loop, which asks `needsPass` before it waits.
     fn signalWake(self: *Server) void {
-        if (self.askPass() or self.wake_signalled) return;
+        if (self.passComing() or self.wake_signalled) return;
         self.wake_signalled = true;
         const one: u64 = 1;
         _ = linux.write(self.wake_fd, std.mem.asBytes(&one), 8);
     }
 
-    /// `Hooks.passSoon`, once until the pass comes; false under zigcorn's loop.
-    fn askPass(self: *Server) bool {
+    /// Whether another pass comes without the wake-up descriptor: asked of the loop
+    /// (`Hooks.passSoon`, once until it comes), or zigcorn's loop, which checks `needsPass`.
+    fn passComing(self: *Server) bool {
         if (self.pass_asked) return true;
-        if (!self.hooks.passSoon()) return false;
-        self.pass_asked = true;
+        switch (self.hooks.passSoon()) {
+            .asked => self.pass_asked = true,
+            .loop_checks => {},
+            .refused => return false,
+        }
         return true;
+    }
+
+    /// Work is due that the event source does not show: the backend's own (io_uring's
+    /// queued entries, events beyond the last batch, task work) or a connection scheduled
+    /// for another pass (a pipelined request). zigcorn's loop asks before every wait.
+    pub fn needsPass(self: *Server) bool {
+        return self.pending != null or self.io.needsWait();
     }
 
     /// io_uring: an operation was queued outside `wait`; it is submitted when the pass ends.

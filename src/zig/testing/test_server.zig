@@ -91,8 +91,8 @@ fn release(owner: *anyopaque) void {
     if (rec.on_release) |f| f(owner);
 }
 fn onSettle(_: *anyopaque) void {}
-fn passSoon(_: *anyopaque) bool {
-    return false;
+fn passSoon(_: *anyopaque) server_mod.PassSoon {
+    return .refused;
 }
 fn log(_: *anyopaque, _: server_mod.LogLevel, _: []const u8) void {
     rec.errors += 1;
