@@ -811,7 +811,9 @@ pub const Server = struct {
             self.kick_wanted = false;
             if (self.writer) |w| w.kick();
         }
-        const spin = self.spin_wanted and !self.draining;
+        // A connection scheduled for another pass (a pipelined request in its buffer) is
+        // not an event the busy poll would see: the loop's next pass serves it instead.
+        const spin = self.spin_wanted and !self.draining and self.pending == null;
         self.spin_wanted = false;
         return spin;
     }
