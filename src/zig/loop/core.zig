@@ -12,7 +12,8 @@
 //!   the engine's readiness directly (no `add_reader` callback in between), hands
 //!   third-party descriptors to asyncio's `_process_events`, moves due timers, runs the
 //!   callbacks that were ready when the pass began, and ends with the engine's `settle`
-//!   (one flush of the pass's output, and the busy poll).
+//!   (one flush of the pass's output, and the busy poll); requests the busy poll found
+//!   run at once, with one more settle (the poll was the next pass's wait).
 //!
 //! Debug mode goes through asyncio's own Python handles (source tracebacks, slow
 //! callback warnings, thread checks): the queues take any handle-like object.
@@ -474,18 +475,31 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     }
     if (!wait.poll(o, core, timeout_ms, engine_due)) return null;
 
-    // Timers due by now become ready, behind what was already.
+    if (!runDue(o, core)) return null;
+    // The busy poll at the pass's end handled requests: it was this pass's second
+    // wait, and what it made ready (the requests' tasks) runs now, with the timers due
+    // by then, as the next pass would run them without its own wait (the loop's epoll
+    // set is polled again at the next pass's start). Once: a client that keeps the
+    // busy poll finding work still leaves a wait on the loop's set every two passes.
+    if (wait.settle(core) and !core.stopping) {
+        if (!runDue(o, core)) return null;
+        _ = wait.settle(core);
+    }
+    return py.none();
+}
+
+/// The timers due by now become ready, behind what was already; then what is ready runs
+/// (only that: callbacks it schedules run in the next pass). False with the exception set.
+fn runDue(o: *Object, core: *Core) bool {
     const end = monotonic() + core.clock_resolution;
     while (core.timers.popDue(end)) |t| {
         setScheduled(t.obj, false);
         if (!core.ready.push(t.obj)) {
             py.decref(t.obj);
             _ = c.PyErr_NoMemory();
-            return null;
+            return false;
         }
     }
-
-    // Only what is ready now: callbacks these schedule run in the next pass.
     const Pass = struct {
         loop: *Object,
         core: *Core,
@@ -494,9 +508,7 @@ fn loopRunOnce(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
             return runReady(p.loop, p.core, h);
         }
     };
-    if (!core.ready.drainQueued(Pass{ .loop = o, .core = core }, Pass.run)) return null;
-    wait.settle(core);
-    return py.none();
+    return core.ready.drainQueued(Pass{ .loop = o, .core = core }, Pass.run);
 }
 
 /// Runs one ready handle; false with the exception set that must leave the loop.

@@ -141,16 +141,21 @@ pub fn settlePending(core: *Core) bool {
 
 /// The end of the pass for the engine: one flush of what the pass wrote, the writer
 /// thread woken, and, when the last stream finished and nothing else is ready, the busy
-/// poll (without the GIL) whose events are handled at once.
-pub fn settle(core: *Core) void {
-    const s = engineServer(core) orelse return;
-    if (!s.settle_pending) return;
+/// poll (without the GIL) whose events are handled at once: true when it found some.
+pub fn settle(core: *Core) bool {
+    const s = engineServer(core) orelse return false;
+    if (!s.settle_pending) return false;
     const spin = s.settleBegin();
-    if (!spin) return;
+    if (!spin) return false;
     // Callbacks still to run (the finished requests' tasks winding down): the busy poll
     // waits for the end of a pass that leaves nothing ready.
-    if (core.ready.len > 0) return s.deferSpin();
-    if (engine_mod.spinWithoutGil(s)) inEngineContext(core, Server.process, s);
+    if (core.ready.len > 0) {
+        s.deferSpin();
+        return false;
+    }
+    if (!engine_mod.spinWithoutGil(s)) return false;
+    inEngineContext(core, Server.process, s);
+    return true;
 }
 
 /// Runs `f(server)` (which calls into the app: new requests, wake-ups) inside the
