@@ -57,6 +57,8 @@ async def app(scope, receive, send):
                 sys.setprofile(None)
                 stop.set()
                 loop.remove_reader(ours.fileno())
+                ours.close()
+                theirs.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     counts = {"/passes": PASSES, "/reads": READS}

@@ -69,26 +69,21 @@ def test_sporadic_requests_back_off(start_server):
     assert spent_ms < 100, spent_ms
 
 
-def ticks(port: int) -> int:
+def count(port: int, path: str) -> int:
+    """The number an app's counting path (``/ticks``, ``/passes``, ``/reads``) answers."""
     with RawConn(port) as conn:
-        conn.send(get("/ticks"))
+        conn.send(get(path))
         return int(conn.read_response().body)
 
 
 def test_timers_run_while_the_server_spins(start_server):
     server = start_server("ticker:app", "--busy-poll", "1000")
-    first = ticks(server.port)
+    first = count(server.port, "/ticks")
     started = time.monotonic()
     while time.monotonic() - started < 1.0:
         ping_pong(server.port, 500)  # fresh connections: the keep-alive request limit is 10,000
     # A 10 ms ticker over a busy second: about 100 runs, at least half of them here.
-    assert ticks(server.port) - first >= 50
-
-
-def count(port: int, path: str) -> int:
-    with RawConn(port) as conn:
-        conn.send(get(path))
-        return int(conn.read_response().body)
+    assert count(server.port, "/ticks") - first >= 50
 
 
 def test_a_request_the_busy_poll_finds_runs_in_the_same_pass(start_server):
