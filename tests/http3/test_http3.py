@@ -193,6 +193,38 @@ def test_a_drain_refuses_new_connections_while_one_in_flight_finishes(h3_certs):
         server.kill()
 
 
+def send_unanswered_initial(port: int, idle_timeout_s: float = 60.0) -> None:
+    """A real client Initial (aioquic's ClientHello) from a socket that never reads: the
+    server's handshake state for a client that never answers, or a forged address."""
+    from aioquic.h3.connection import H3_ALPN
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.connection import QuicConnection
+
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, idle_timeout=idle_timeout_s)
+    quic = QuicConnection(configuration=config)
+    quic.connect(("127.0.0.1", port), now=time.monotonic())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as deaf:
+        for datagram, addr in quic.datagrams_to_send(now=time.monotonic()):
+            deaf.sendto(datagram, addr)
+
+
+def test_a_handshake_whose_client_went_silent_does_not_hold_up_shutdown(h3_certs):
+    """The server's first flight and its probes use up the anti-amplification budget
+    (3x the client's 1,200 bytes) within about two seconds; the drain's close then cannot
+    be sent. The closing period once started only when the close went out, so such a
+    connection was kept for ever and SIGTERM never finished (seen: over 100 s)."""
+    server = start_h3_server(h3_certs, 1)
+    try:
+        send_unanswered_initial(server.port)
+        time.sleep(2.5)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.wait(15) == 0, server.output()
+        assert time.monotonic() - started < 5, server.output()
+    finally:
+        server.kill()
+
+
 def test_a_response_body_must_match_its_content_length(h3_server, h3_certs):
     """More body than the content-length declares, or less at its end: `send` raises (as
     over HTTP/1.1 and HTTP/2) and the stream is reset; the connection serves on."""
@@ -399,3 +431,33 @@ def test_garbage_and_a_flood_of_forged_initials_leave_it_serving_with_flat_memor
     # state (a few KiB each would be 50+ MiB).
     assert growth_mib < 16 * h3_server.workers, (before_kb, after_kb)
     assert h3_server.proc.poll() is None
+
+
+def _worker_pids(server: Server) -> set[int]:
+    from tests.support.harness import _children
+
+    return set(_children(server.proc.pid))
+
+
+def test_a_peer_idle_timeout_past_2_to_the_61_is_saturated_never_a_crash(h3_server, h3_certs):
+    """RFC 9000 18.2 lets max_idle_timeout be any varint (up to 2^62 - 1 ms): the engine once
+    multiplied it by 1,000 unchecked and one Initial killed the process. Both ways a peer can
+    send it: one datagram from a socket that never reads (the address could be forged), and a
+    whole handshake through which the request is answered. Every worker keeps its pid."""
+    huge_s = 2**61 / 1000  # aioquic sends int(idle_timeout * 1000): 2^61 ms, times 1,000 past 2^64
+    workers_before = _worker_pids(h3_server)
+    for _ in range(8):  # on 4 workers the Initials land on several of them
+        send_unanswered_initial(h3_server.port, huge_s)
+        time.sleep(0.05)
+    assert h3_server.proc.poll() is None and "panic" not in h3_server.output(), h3_server.output()
+
+    async def handshake():
+        async with h3_connect("127.0.0.1", h3_server.port, h3_certs.cafile, idle_timeout=huge_s) as client:
+            return (await client.request("GET", "/info")).status
+
+    assert [run(handshake()) for _ in range(4 * h3_server.workers)] == [200] * (4 * h3_server.workers)
+    time.sleep(0.2)
+    assert h3_server.proc.poll() is None, h3_server.output()
+    assert "panic" not in h3_server.output(), h3_server.output()
+    assert _worker_pids(h3_server) == workers_before, h3_server.output()
+    assert run(handshake()) == 200

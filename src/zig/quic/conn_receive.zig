@@ -344,6 +344,15 @@ fn applyPeerParams(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!voi
     const p = transport_params.decodeClient(bytes) catch return fail(c, .transport_parameter_error, 0);
     const isc = p.initial_source_connection_id orelse return fail(c, .transport_parameter_error, 0);
     if (!std.mem.eql(u8, isc.slice(), c.peer_cid.slice())) return fail(c, .protocol_violation, 0);
+    applyParams(c, &p);
+}
+
+/// The client's decoded parameters, applied. Every value is any varint decodeClient let
+/// through (up to 2^62 - 1, or its RFC 9000 18.2 bound): each use below is checked for
+/// that maximum (the idle timeout, in ms, saturates when made microseconds).
+pub fn applyParams(c: *Connection, p: *const transport_params.Params) void {
+    assert(p.ack_delay_exponent <= transport_params.ack_delay_exponent_max);
+    assert(p.max_ack_delay_ms < transport_params.max_ack_delay_ms_limit);
     c.flow.send_max = p.initial_max_data;
     c.flow.peer_window_bidi = p.initial_max_stream_data_bidi_local;
     c.flow.peer_window_uni = p.initial_max_stream_data_uni;
@@ -352,7 +361,7 @@ fn applyPeerParams(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!voi
     c.recovery.peer_max_ack_delay_us = @intCast(p.max_ack_delay_ms * 1000);
     c.peer_max_udp_payload = @intCast(@min(p.max_udp_payload_size, 65527));
     if (p.max_idle_timeout_ms != 0) {
-        const peer_us = p.max_idle_timeout_ms * 1000;
+        const peer_us = p.max_idle_timeout_ms *| 1000;
         c.idle_timeout_us = if (c.idle_timeout_us == 0) peer_us else @min(c.idle_timeout_us, peer_us);
     }
 }

@@ -60,6 +60,12 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
         .closing => if (!c.close_owed) return 0,
         else => {},
     }
+    // The closing period runs from the first try to send the close (RFC 9000 10.2), also
+    // when the anti-amplification limit keeps it in: otherwise a connection closed before
+    // its client's address is validated would have no deadline and be kept for ever.
+    if (c.state == .closing and c.close_deadline_us == recovery_mod.never) {
+        c.close_deadline_us = now_us +| 3 *| c.ptoUs();
+    }
     // Set again below if the pacer holds data back: a stale time would wake the caller forever.
     c.pace_until_us = recovery_mod.never;
     var limit = @min(out.len, c.config.max_datagram_bytes, c.peer_max_udp_payload);
@@ -73,7 +79,7 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     if (c.path_check) |k| k.sent +|= b.pos;
     if (b.closing) {
         c.close_repeats +|= 1;
-        c.onCloseSent(now_us);
+        c.onCloseSent();
     }
     if (!c.address_validated) c.recovery.setAmplificationLimited(amplificationAllowance(c) < c.config.max_datagram_bytes);
     return b.pos;

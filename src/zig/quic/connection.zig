@@ -58,6 +58,9 @@ const no_close: u64 = std.math.maxInt(u64);
 
 pub const Config = struct {
     max_idle_timeout_ms: u64 = 30_000,
+    /// A handshake not complete by then ends silently, whatever the idle timeout: a forged or
+    /// abandoned Initial holds its connection's state no longer than this.
+    handshake_timeout_ms: u64 = 10_000,
     initial_max_data: u64 = 1024 * 1024,
     /// Our window on each stream (the receive buffer is at most this).
     initial_max_stream_data: u64 = 64 * 1024,
@@ -153,6 +156,8 @@ pub const Connection = struct {
     peer_ack_delay_exponent: u6 = 3,
     idle_timeout_us: u64,
     idle_deadline_us: u64,
+    /// While handshaking: when the handshake is given up (`Config.handshake_timeout_ms`).
+    handshake_deadline_us: u64,
     /// An ack-eliciting send since the last receive restarted the idle timer already.
     idle_restarted_by_send: bool = false,
     close_deadline_us: u64 = recovery_mod.never,
@@ -208,6 +213,7 @@ pub const Connection = struct {
             .flow = .{ .recv_max = config.initial_max_data, .peer_limit = .{ config.initial_max_streams_bidi, config.initial_max_streams_uni } },
             .idle_timeout_us = config.max_idle_timeout_ms * 1000,
             .idle_deadline_us = now_us +| config.max_idle_timeout_ms * 1000,
+            .handshake_deadline_us = now_us +| config.handshake_timeout_ms * 1000,
             .address_validated = retry_info != null,
         };
         c.setup(ssl_ctx, first_dcid, our_scid, retry_info, reset_token) catch {
@@ -335,6 +341,7 @@ pub const Connection = struct {
             return if (c.close_deadline_us == recovery_mod.never) null else c.close_deadline_us;
         }
         var d = c.idle_deadline_us;
+        if (c.state == .handshaking) d = @min(d, c.handshake_deadline_us);
         if (c.recovery.nextDeadline()) |r| d = @min(d, r);
         if (c.path_check) |k| d = @min(d, k.deadline());
         if (conn_send.pacedDeadline(c)) |p| d = @min(d, p);
@@ -350,7 +357,8 @@ pub const Connection = struct {
             },
             else => {},
         }
-        if (now_us >= c.idle_deadline_us) {
+        const handshake_over = c.state == .handshaking and now_us >= c.handshake_deadline_us;
+        if (now_us >= c.idle_deadline_us or handshake_over) {
             // RFC 9000 10.1: closed silently.
             c.reportClosed(0, false);
             c.enterClosed();
@@ -447,10 +455,10 @@ pub const Connection = struct {
         c.close_frame = null;
     }
 
-    /// The close went out: the closing period starts (RFC 9000 10.2.1).
-    pub fn onCloseSent(c: *Connection, now_us: u64) void {
+    /// The close went out (its closing period was started by the first try, `conn_send`).
+    pub fn onCloseSent(c: *Connection) void {
+        assert(c.state == .closing and c.close_deadline_us != recovery_mod.never);
         c.close_owed = false;
-        if (c.close_deadline_us == recovery_mod.never) c.close_deadline_us = now_us +| 3 *| c.ptoUs();
     }
 
     /// The peer's CONNECTION_CLOSE: draining (RFC 9000 10.2.2).

@@ -238,6 +238,42 @@ test "connection: closing answers further packets with the close, a bounded numb
     try testing.expect(t.c.isClosed());
 }
 
+test "connection: a close the anti-amplification limit keeps in still ends after its closing period" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.feed(t.initial(0, "\x01"));
+    while (t.next() != null) {}
+    // The server used up three times the client's 1,200 bytes (its first flight and probes
+    // to a client that says no more, or to a forged address).
+    t.c.bytes_sent = 3 * t.c.bytes_received;
+    t.c.closeApplication(0x100, "server stopping");
+    while (t.next() != null) {}
+    // A deadline, and the connection closed by it, though its CONNECTION_CLOSE never went out.
+    const d = t.c.nextDeadline() orelse return error.NoDeadline;
+    try testing.expect(d <= t.now_us + 3 * t.c.ptoUs());
+    t.now_us = d;
+    t.c.onTimeout(t.now_us);
+    try testing.expect(t.c.isClosed());
+}
+
+test "connection: a handshake not done within the handshake timeout ends silently, well before the idle timeout" {
+    var t: T = undefined;
+    try t.init(.{ .max_idle_timeout_ms = 30_000, .handshake_timeout_ms = 10_000 });
+    defer t.deinit();
+    const start = t.now_us;
+    t.feed(t.initial(0, "\x01"));
+    var rounds: usize = 0;
+    while (!t.c.isClosed() and rounds < 100) : (rounds += 1) {
+        while (t.next() != null) {}
+        t.now_us = t.c.nextDeadline() orelse break;
+        t.c.onTimeout(t.now_us);
+    }
+    try testing.expect(t.c.isClosed());
+    try testing.expectEqual(start + 10_000_000, t.now_us);
+    try testing.expectEqual(connection.Event{ .closed = .{ .code = 0, .app = false } }, t.c.nextEvent().?);
+}
+
 test "connection: idle timeout closes silently" {
     var t: T = undefined;
     try t.init(.{ .max_idle_timeout_ms = 5000 });
@@ -249,6 +285,49 @@ test "connection: idle timeout closes silently" {
     try testing.expect(t.c.isClosed());
     try testing.expectEqual(@as(?[]u8, null), t.next());
     try testing.expectEqual(connection.Event{ .closed = .{ .code = 0, .app = false } }, t.c.nextEvent().?);
+}
+
+test "connection: every integer parameter at 2^62 - 1 is applied without overflow; a huge idle timeout saturates" {
+    const transport_params = @import("transport_params.zig");
+    const conn_receive = @import("conn_receive.zig");
+    const max = varint.max;
+    // Ours 5 s: the peer's 2^62 - 1 ms (past 2^64 in microseconds) leaves ours.
+    // Ours none (0): the peer's saturates to never, and the connection still times and sends.
+    for ([_]u64{ 5000, 0 }) |ours_ms| {
+        var t: T = undefined;
+        try t.init(.{ .max_idle_timeout_ms = ours_ms });
+        defer t.deinit();
+        t.establish();
+        const p: transport_params.Params = .{
+            .initial_source_connection_id = transport_params.Cid.init(client_cid),
+            .max_idle_timeout_ms = max,
+            .max_udp_payload_size = max,
+            .initial_max_data = max,
+            .initial_max_stream_data_bidi_local = max,
+            .initial_max_stream_data_bidi_remote = max,
+            .initial_max_stream_data_uni = max,
+            .initial_max_streams_bidi = transport_params.streams_max,
+            .initial_max_streams_uni = transport_params.streams_max,
+            .ack_delay_exponent = transport_params.ack_delay_exponent_max,
+            .max_ack_delay_ms = transport_params.max_ack_delay_ms_limit - 1,
+            .active_connection_id_limit = max,
+        };
+        conn_receive.applyParams(t.c, &p);
+        try testing.expectEqual(if (ours_ms == 0) std.math.maxInt(u64) else ours_ms * 1000, t.c.idle_timeout_us);
+        try testing.expectEqual(@as(u32, 65527), t.c.peer_max_udp_payload);
+        // A PING to be acknowledged; then our packet acknowledged with the largest delay
+        // (2^62 - 1, shifted by the largest exponent), then an hour passing.
+        t.feed(t.oneRtt(0, "\x01"));
+        t.now_us += 30_000; // past our ACK delay
+        t.c.onTimeout(t.now_us);
+        try testing.expect(t.next() != null);
+        t.feed(t.oneRtt(1, "\x02\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00"));
+        try testing.expect(!t.c.isClosed());
+        _ = t.next();
+        t.now_us += 3_600_000_000;
+        t.c.onTimeout(t.now_us);
+        try testing.expectEqual(ours_ms != 0, t.c.isClosed());
+    }
 }
 
 test "connection: streams are echoed through read and write; FIN both ways frees the stream" {
