@@ -79,6 +79,7 @@ test {
     _ = @import("quic/path.zig");
     _ = @import("quic/connection.zig");
     _ = @import("quic/connection_tests.zig");
+    _ = @import("quic/peer_integers_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
     _ = @import("http3/frame_reader.zig");

@@ -20,7 +20,7 @@ const client_cid = "client01";
 const our_cid = "server01";
 const TE = frames.TransportError;
 
-const T = struct {
+pub const T = struct {
     ctx: *openssl.SSL_CTX,
     c: *Connection,
     /// The connection's limits, kept here for its life (`t` does not move after `init`).
@@ -32,26 +32,26 @@ const T = struct {
     buf: [2048]u8 = undefined,
     out: [2048]u8 = undefined,
 
-    fn init(t: *T, config: connection.Config) !void {
+    pub fn init(t: *T, config: connection.Config) !void {
         return t.initRetry(config, null);
     }
 
     /// After a Retry the client's Initial keys come from the Retry's SCID (its new DCID).
-    fn initRetry(t: *T, config: connection.Config, retry: ?connection.RetryInfo) !void {
+    pub fn initRetry(t: *T, config: connection.Config, retry: ?connection.RetryInfo) !void {
         const ctx = try context();
         const keys = protection.initialKeys(if (retry) |r| r.retry_scid else odcid);
         t.* = .{ .ctx = ctx, .c = undefined, .config = config, .client_initial = keys.client, .server_initial = keys.server };
         t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, t.now_us, retry) orelse return error.OutOfMemory;
     }
 
-    fn deinit(t: *T) void {
+    pub fn deinit(t: *T) void {
         if (t.client_1rtt) |*k| k.deinit(testing.allocator);
         t.c.deinit();
         openssl.freeContext(t.ctx);
     }
 
     /// A client Initial carrying `payload`, padded to 1200 bytes.
-    fn initial(t: *T, pn: u64, payload: []const u8) []u8 {
+    pub fn initial(t: *T, pn: u64, payload: []const u8) []u8 {
         const len = 1200;
         const built = packet.writeLongHeader(&t.buf, .{ .long_type = .initial, .dcid = odcid, .scid = client_cid, .pn = pn, .pn_len = 4 }, len - (1 + 4 + 1 + odcid.len + 1 + client_cid.len + 1 + 2 + 4) - protection.tag_len, 16) catch unreachable;
         const end = len - protection.tag_len;
@@ -64,7 +64,7 @@ const T = struct {
     }
 
     /// Skips the handshake: 1-RTT keys on both sides, the client's limits as given.
-    fn establish(t: *T) void {
+    pub fn establish(t: *T) void {
         const client_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{1} ** 32));
         const server_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{2} ** 32));
         const k = testing.allocator.create(protection.OneRtt) catch unreachable;
@@ -81,7 +81,7 @@ const T = struct {
         t.c.flow.peer_window_uni = 1 << 16;
     }
 
-    fn oneRtt(t: *T, pn: u64, payload: []const u8) []u8 {
+    pub fn oneRtt(t: *T, pn: u64, payload: []const u8) []u8 {
         const built = packet.writeShortHeader(&t.buf, our_cid, pn, 4, 0, false) catch unreachable;
         @memcpy(t.buf[built.header_len..][0..payload.len], payload);
         const len = built.header_len + payload.len + protection.tag_len;
@@ -89,18 +89,18 @@ const T = struct {
         return t.buf[0..len];
     }
 
-    fn feed(t: *T, datagram: []u8) void {
+    pub fn feed(t: *T, datagram: []u8) void {
         t.c.receive(datagram, t.now_us);
     }
 
     /// Our next datagram, or null.
-    fn next(t: *T) ?[]u8 {
+    pub fn next(t: *T) ?[]u8 {
         const n = t.c.send(&t.out, t.now_us);
         return if (n == 0) null else t.out[0..n];
     }
 
     /// The frames of the first packet of `datagram` (an Initial or a 1-RTT packet).
-    fn open(t: *T, datagram: []u8) !struct { kind: packet.Kind, payload: []u8 } {
+    pub fn open(t: *T, datagram: []u8) !struct { kind: packet.Kind, payload: []u8 } {
         const h = try packet.parse(datagram, client_cid.len);
         const bytes = datagram[0..h.len];
         if (h.kind == .initial) {
@@ -113,7 +113,7 @@ const T = struct {
     }
 
     /// The CONNECTION_CLOSE in our next datagram: its error code.
-    fn closeCode(t: *T) !u64 {
+    pub fn closeCode(t: *T) !u64 {
         const d = t.next() orelse return error.NothingSent;
         const p = try t.open(d);
         var it = frames.Iterator.init(p.payload, p.kind, .server);
@@ -125,7 +125,7 @@ const T = struct {
     }
 
     /// Whether our next datagram carries a frame of type `want`.
-    fn sends(t: *T, want: frames.Type) !bool {
+    pub fn sends(t: *T, want: frames.Type) !bool {
         const d = t.next() orelse return false;
         const p = try t.open(d);
         var it = frames.Iterator.init(p.payload, p.kind, .server);

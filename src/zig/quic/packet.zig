@@ -246,7 +246,9 @@ pub fn pnDecode(largest: ?u64, truncated: u64, pn_len: usize) u64 {
     const candidate = (expected & ~(win - 1)) | truncated;
     if (expected >= hwin and candidate <= expected - hwin and candidate < (@as(u64, 1) << 62) - win)
         return candidate + win;
-    if (candidate > expected + hwin and candidate >= win)
+    // Past 2^62 - 1 (only after the peer used the top number) the lower reading is taken:
+    // no packet number above the space reaches the AEAD nonce or the ACK ranges.
+    if ((candidate > expected + hwin or candidate > pn_max) and candidate >= win)
         return candidate - win;
     return candidate;
 }
