@@ -65,14 +65,14 @@ const Fake = struct {
     }
 
     /// The client sends `bytes` (and maybe its FIN) on `id`.
-    fn send(f: *Fake, id: u64, bytes: []const u8, fin: bool) void {
+    pub fn send(f: *Fake, id: u64, bytes: []const u8, fin: bool) void {
         const st = f.stream(id);
         st.in.appendSlice(f.gpa, bytes) catch @panic("test memory");
         if (fin) st.in_fin = true;
         f.push(.{ .readable = id });
     }
 
-    fn out(f: *Fake, id: u64) []const u8 {
+    pub fn out(f: *Fake, id: u64) []const u8 {
         return if (f.streams.getPtr(id)) |st| st.out.items else "";
     }
 
@@ -168,7 +168,7 @@ const Owner = struct {
         o.print("writable {d}\n", .{id});
     }
 
-    fn take(o: *Owner) []const u8 {
+    pub fn take(o: *Owner) []const u8 {
         const S = struct {
             var copy: [4096]u8 = undefined;
         };
@@ -181,14 +181,14 @@ const Owner = struct {
 
 const Session = session_mod.Session(Fake, Owner);
 
-const Harness = struct {
+pub const Harness = struct {
     fake: Fake = .{},
     owner: Owner = .{},
     s: *Session = undefined,
     /// The session points at it: `h` does not move after `init`.
     config: session_mod.Config = .{},
 
-    fn init(h: *Harness, config: session_mod.Config) !void {
+    pub fn init(h: *Harness, config: session_mod.Config) !void {
         h.* = .{ .config = config };
         h.s = try Session.create(testing.allocator, &h.fake, &h.owner, &h.config);
         h.owner.session = h.s;
@@ -196,36 +196,36 @@ const Harness = struct {
         h.s.run();
     }
 
-    fn deinit(h: *Harness) void {
+    pub fn deinit(h: *Harness) void {
         h.s.destroy();
         h.fake.deinit();
         h.owner.log.deinit(testing.allocator);
     }
 
     /// The client's control stream (id 2) with an empty SETTINGS.
-    fn clientControl(h: *Harness) void {
+    pub fn clientControl(h: *Harness) void {
         h.fake.send(2, &.{ 0x00, 0x04, 0x00 }, false);
         h.s.run();
     }
 
-    fn expectLog(h: *Harness, expected: []const u8) !void {
+    pub fn expectLog(h: *Harness, expected: []const u8) !void {
         try testing.expectEqualStrings(expected, h.owner.take());
     }
 
-    fn expectStreamError(h: *Harness, id: u64, code: ErrorCode) !void {
+    pub fn expectStreamError(h: *Harness, id: u64, code: ErrorCode) !void {
         const st = h.fake.streams.getPtr(id).?;
         try testing.expectEqual(@as(?u64, @intFromEnum(code)), st.reset_code);
         try testing.expectEqual(@as(?u64, @intFromEnum(code)), st.stop_code);
         try testing.expectEqual(@as(?u64, null), h.fake.close_code);
     }
 
-    fn expectClosed(h: *Harness, code: ErrorCode) !void {
+    pub fn expectClosed(h: *Harness, code: ErrorCode) !void {
         try testing.expectEqual(@as(?u64, @intFromEnum(code)), h.fake.close_code);
     }
 };
 
 /// A HEADERS frame whose section the static-only encoder writes (names as given).
-fn headersFrame(buf: []u8, list: []const Header) []u8 {
+pub fn headersFrame(buf: []u8, list: []const Header) []u8 {
     var payload: [4096]u8 = undefined;
     var p = qpack_encoder.encodePrefix(&payload) catch unreachable;
     for (list) |f| p = qpack_encoder.encodeField(&payload, p, f.name, f.value) catch unreachable;
@@ -234,13 +234,13 @@ fn headersFrame(buf: []u8, list: []const Header) []u8 {
     return buf[0 .. n + p];
 }
 
-fn dataFrame(buf: []u8, bytes: []const u8) []u8 {
+pub fn dataFrame(buf: []u8, bytes: []const u8) []u8 {
     const n = frames.writeFrameHeader(buf, 0, .data, bytes.len) catch unreachable;
     @memcpy(buf[n..][0..bytes.len], bytes);
     return buf[0 .. n + bytes.len];
 }
 
-fn concat(buf: []u8, parts: []const []const u8) []u8 {
+pub fn concat(buf: []u8, parts: []const []const u8) []u8 {
     var n: usize = 0;
     for (parts) |p| {
         @memcpy(buf[n..][0..p.len], p);
@@ -249,7 +249,7 @@ fn concat(buf: []u8, parts: []const []const u8) []u8 {
     return buf[0..n];
 }
 
-const get = [_]Header{
+pub const get = [_]Header{
     .{ .name = ":method", .value = "GET" },
     .{ .name = ":scheme", .value = "https" },
     .{ .name = ":authority", .value = "example.test" },
