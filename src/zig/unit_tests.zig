@@ -50,6 +50,7 @@ test {
     _ = @import("http2/session.zig");
     _ = @import("http2/session_tests.zig");
     _ = @import("http2/session_life_tests.zig");
+    _ = @import("http2/peer_integers_tests.zig");
     _ = @import("websocket/codec.zig");
     _ = @import("websocket/deflate.zig");
     // the seam: the hand-overs between protocols

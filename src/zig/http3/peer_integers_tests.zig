@@ -80,7 +80,8 @@ test "peer integers: h3 frame lengths of 2^62 - 1 on a request stream" {
         var h: Harness = undefined;
         try ready(&h);
         defer h.deinit();
-        const post = [_]Header{ .{ .name = ":method", .value = "POST" }, st.get[1], st.get[2], st.get[3] };
+        const method: Header = .{ .name = ":method", .value = "POST" };
+        const post = [_]Header{ method, st.get[1], st.get[2], st.get[3] };
         const data = varints(&big, &.{ 0x00, max });
         h.fake.send(0, st.concat(&all, &.{ st.headersFrame(&hb, &post), data, "abc" }), false);
         h.s.run();
@@ -207,7 +208,10 @@ test "peer integers: qpack Required Insert Count, Base and indexes of 2^62 - 1" 
         .{ .parts = .{ "\x00\x00", lines, qint(&p[3], 0xc0, 6, max, "") }, .ok = false },
         .{ .parts = .{ "\x00\x00", lines, rawInt(&q[3], 0xc0, 6, max + 1) }, .ok = false },
         // A literal with the static name :path whose value length is 2^62 - 1.
-        .{ .parts = .{ "\x00\x00", lines, qint(&p[4], 0x50, 4, 1, qint(&q[4], 0, 7, max, "/")) }, .ok = false },
+        .{
+            .parts = .{ "\x00\x00", lines, qint(&p[4], 0x50, 4, 1, qint(&q[4], 0, 7, max, "/")) },
+            .ok = false,
+        },
     };
     for (cases) |c| {
         var h: Harness = undefined;
