@@ -101,6 +101,7 @@ test {
     _ = @import("loop/wait.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");
+    _ = @import("testing/peer_integers_tests.zig");
     _ = @import("testing/fuzz_http1.zig");
     _ = @import("testing/fuzz_http2.zig");
     _ = @import("testing/fuzz_http3.zig");
