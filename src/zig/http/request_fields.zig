@@ -86,7 +86,7 @@ fn regular(head: *RequestHead, f: Header) Error!void {
         if (!std.mem.eql(u8, f.value, "trailers")) return error.Malformed;
         head.te_trailers = true;
     } else if (std.mem.eql(u8, f.name, "content-length")) {
-        const v = std.fmt.parseInt(u64, f.value, 10) catch return error.Malformed;
+        const v = contentLength(f.value) orelse return error.Malformed;
         if (head.content_length) |prev| if (prev != v) return error.Malformed;
         head.content_length = v;
     } else if (std.mem.eql(u8, f.name, "host")) {
@@ -123,6 +123,19 @@ fn checkPseudo(head: *const RequestHead, opts: Options) Error!void {
 
 fn isSpace(ch: u8) bool {
     return ch == ' ' or ch == '\t';
+}
+
+/// A Content-Length value as RFC 9110 8.6 writes it, 1*DIGIT, of at most 19 digits (so
+/// always within a u64), as HTTP/1.1's parser takes it: no sign, no `_` separator, no space
+/// (`std.fmt.parseInt` takes "+5" and "1_0"); null for anything else.
+pub fn contentLength(value: []const u8) ?u64 {
+    if (value.len == 0 or value.len > 19) return null;
+    var v: u64 = 0;
+    for (value) |c| {
+        if (c < '0' or c > '9') return null;
+        v = v * 10 + (c - '0');
+    }
+    return v;
 }
 
 pub fn findField(list: []const Header, name: []const u8) ?usize {

@@ -204,3 +204,36 @@ test "peer integers: hpack integers past 2^32 - 1, indexes and lengths of 2^32 -
     h.pump();
     try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
 }
+
+test "peer integers: h2 content-length is 1*DIGIT of 19 digits at most; a sign or '_' is malformed" {
+    const Case = struct { value: []const u8, ok: bool };
+    for ([_]Case{
+        .{ .value = "5", .ok = true },
+        .{ .value = "05", .ok = true },
+        .{ .value = "+5", .ok = false },
+        .{ .value = "-0", .ok = false },
+        .{ .value = "0_5", .ok = false },
+        .{ .value = "18446744073709551615", .ok = false }, // 20 digits
+        .{ .value = "18446744073709551616", .ok = false },
+    }) |c| {
+        var h: Harness = undefined;
+        try opened(&h);
+        defer h.deinit();
+        // POST, http, /, :authority x, then content-length (static name 28) as a literal.
+        var block: [64]u8 = undefined;
+        const start = [_]u8{ 0x83, 0x86, 0x84, 0x41, 0x01, 'x', 0x0f, 0x0d };
+        @memcpy(block[0..start.len], &start);
+        block[start.len] = @intCast(c.value.len);
+        @memcpy(block[start.len + 1 ..][0..c.value.len], c.value);
+        try h.send(.headers, harness.end_headers, 1, block[0 .. start.len + 1 + c.value.len]);
+        h.pump();
+        const s = h.sink.seen();
+        if (c.ok) {
+            try testing.expectEqual(@as(usize, 1), test_server.rec.count);
+            try testing.expectEqual(@as(?u32, null), s.rst[1]);
+        } else {
+            try testing.expectEqual(@as(usize, 0), test_server.rec.count);
+            try testing.expectEqual(code(.protocol), s.rst[1]);
+        }
+    }
+}

@@ -3,6 +3,7 @@
 //! but for the cookie scratch (one engine thread: valid until the next request).
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
+const request_fields = @import("../http/request_fields.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const scratch = @import("../http/scratch.zig");
@@ -53,7 +54,7 @@ pub fn checkRequest(fields: []const hpack.Header, head: *RequestHead, out: []htt
             if (!std.mem.eql(u8, f.value, "trailers")) return error.Malformed;
             head.te_trailers = true;
         } else if (std.mem.eql(u8, f.name, "content-length")) {
-            const v = std.fmt.parseInt(u64, f.value, 10) catch return error.Malformed;
+            const v = request_fields.contentLength(f.value) orelse return error.Malformed;
             if (head.content_length) |prev| if (prev != v) return error.Malformed;
             head.content_length = v;
         } else if (std.mem.eql(u8, f.name, "host")) {

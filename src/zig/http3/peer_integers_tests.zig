@@ -271,3 +271,28 @@ test "peer integers: qpack decoder stream Stream Cancellation of 2^62 - 1 and 2^
         } else try h.expectClosed(.qpack_decoder_stream_error);
     }
 }
+
+test "peer integers: h3 content-length is 1*DIGIT of 19 digits at most; a sign or '_' is malformed" {
+    const Case = struct { value: []const u8, ok: bool };
+    for ([_]Case{
+        .{ .value = "5", .ok = true },
+        .{ .value = "9999999999999999999", .ok = true },
+        .{ .value = "+5", .ok = false },
+        .{ .value = "-0", .ok = false },
+        .{ .value = "0_5", .ok = false },
+        .{ .value = "18446744073709551615", .ok = false }, // 20 digits
+    }) |c| {
+        var h: Harness = undefined;
+        try ready(&h);
+        defer h.deinit();
+        const method: Header = .{ .name = ":method", .value = "POST" };
+        const cl: Header = .{ .name = "content-length", .value = c.value };
+        const post = [_]Header{ method, st.get[1], st.get[2], st.get[3], cl };
+        var hb: [512]u8 = undefined;
+        h.fake.send(0, st.headersFrame(&hb, &post), false);
+        h.s.run();
+        if (c.ok) {
+            try testing.expect(std.mem.startsWith(u8, h.owner.take(), "request 0 POST"));
+        } else try h.expectStreamError(0, .message_error);
+    }
+}
