@@ -205,7 +205,7 @@ test "peer integers: hpack integers past 2^32 - 1, indexes and lengths of 2^32 -
     try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
 }
 
-test "peer integers: h2 content-length is 1*DIGIT of 19 digits at most; a sign or '_' is malformed" {
+test "peer integers: h2 content-length: 1*DIGIT, at most 19 digits, no sign or _" {
     const Case = struct { value: []const u8, ok: bool };
     for ([_]Case{
         .{ .value = "5", .ok = true },

@@ -272,7 +272,7 @@ test "peer integers: qpack decoder stream Stream Cancellation of 2^62 - 1 and 2^
     }
 }
 
-test "peer integers: h3 content-length is 1*DIGIT of 19 digits at most; a sign or '_' is malformed" {
+test "peer integers: h3 content-length: 1*DIGIT, at most 19 digits, no sign or _" {
     const Case = struct { value: []const u8, ok: bool };
     for ([_]Case{
         .{ .value = "5", .ok = true },
