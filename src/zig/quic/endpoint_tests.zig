@@ -61,13 +61,13 @@ fn config(retry: endpoint.RetryMode) endpoint.Config {
     };
 }
 
-fn peer4(last: u8, port: u16) Peer {
+pub fn peer4(last: u8, port: u16) Peer {
     var p: Peer = .{ .family = linux.AF.INET, .port = port, .addr = [_]u8{0} ** 16 };
     p.addr[0..4].* = .{ 198, 51, 100, last };
     return p;
 }
 
-const local = peer4(1, 443);
+pub const local = peer4(1, 443);
 
 /// A client Initial of `total` bytes (the payload is noise: the endpoint does not open it).
 fn initial(buf: []u8, dcid: []const u8, scid: []const u8, token: []const u8, total: usize) []const u8 {
@@ -92,21 +92,21 @@ fn shortHeader(buf: []u8, dcid: []const u8, total: usize) []const u8 {
     return buf[0..total];
 }
 
-const Fixture = struct {
+pub const Fixture = struct {
     pool: Pool = .{},
     out: endpoint.OutQueue = .{},
     ep: E = undefined,
 
-    fn init(self: *Fixture, retry: endpoint.RetryMode) !void {
+    pub fn init(self: *Fixture, retry: endpoint.RetryMode) !void {
         self.* = .{};
         self.ep = try E.init(testing.allocator, config(retry), &self.pool);
     }
 
-    fn deinit(self: *Fixture) void {
+    pub fn deinit(self: *Fixture) void {
         self.ep.deinit(testing.allocator);
     }
 
-    fn take(self: *Fixture) ?[]const u8 {
+    pub fn take(self: *Fixture) ?[]const u8 {
         const a = self.out.peek() orelse return null;
         self.out.pop();
         return a.slice();

@@ -282,3 +282,34 @@ test "peer integers: quic transport parameter lengths and CIDs at their bounds" 
     try w.bytes("\x01");
     _ = try transport_params.decodeClient(w.written());
 }
+
+test "peer integers: quic CIDs of 255 bytes (unknown version) and of 21 (v1)" {
+    const et = @import("endpoint_tests.zig");
+    const endpoint = @import("endpoint.zig");
+    var f: et.Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    // An unknown version: its CIDs may be 255 bytes (RFC 8999); both are echoed back.
+    var buf = [_]u8{0} ** 1200;
+    buf[0..5].* = .{ 0xc0, 0x1a, 0x2a, 0x3a, 0x4a };
+    buf[5] = 255;
+    @memset(buf[6..][0..255], 'd');
+    buf[6 + 255] = 255;
+    @memset(buf[7 + 255 ..][0..255], 's');
+    const peer = et.peer4(9, 7);
+    const vn_outcome = f.ep.onDatagram(&buf, peer, et.local, 1, &f.out);
+    try testing.expectEqual(endpoint.Outcome.version_negotiation, vn_outcome);
+    const vn = f.take().?;
+    try testing.expectEqual(@as(usize, endpoint.answer_len_max), vn.len);
+    const h = try packet.parse(vn, 0);
+    try testing.expectEqual(@as(usize, 255), h.dcid.len);
+    try testing.expectEqual(@as(usize, 255), h.scid.len);
+    // The same lengths in a v1 Initial: 21 and 255 are dropped as malformed.
+    for ([_]u8{ 21, 255 }) |n| {
+        buf[1..5].* = .{ 0, 0, 0, 1 };
+        buf[5] = n;
+        const outcome = f.ep.onDatagram(&buf, peer, et.local, 1, &f.out);
+        try testing.expectEqual(endpoint.Outcome.dropped_malformed, outcome);
+    }
+    try testing.expectEqual(@as(?[]const u8, null), f.take());
+}
