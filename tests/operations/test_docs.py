@@ -159,3 +159,54 @@ def test_the_contents_line_links_only_to_headings():
     anchors = {github_anchor(text) for _, text in readme_headings()}
     broken = [link for link in contents_links() if link not in anchors]
     assert broken == [], f"README **Contents:** links to no heading: {broken}"
+
+
+def _zig_number(path: str, pattern: str) -> int:
+    """The integer a Zig declaration in src/zig/`path` gives (`pattern`'s one group: digits,
+    underscores, and `a * b` products)."""
+    match = re.search(pattern, (ZIG / path).read_text())
+    assert match, f"{path}: no {pattern!r}"
+    value = 1
+    for factor in match.group(1).split("*"):
+        value *= int(factor.strip().replace("_", ""))
+    return value
+
+
+def _readme_section(title: str) -> str:
+    """A README section's text (its heading to the next of the same level), whitespace
+    folded to single spaces so a number and its words may wrap."""
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start:end].split())
+
+
+def test_the_http3_sections_numbers_are_the_engines():
+    """Each fixed number the README's HTTP/3 section states is read from the engine's own
+    declaration, so a changed limit fails here until the text says it too."""
+    section = _readme_section("HTTP/3")
+    from zigcorn.config import HTTP3_IDLE_TIMEOUT_MS
+
+    stated = {
+        "connections": (_zig_number("http3/worker.zig", r"pub const connections_max = ([\d_]+);"),
+                        "{:,} QUIC connections at once"),
+        "retry from": (_zig_number("quic/endpoint.zig", r"retry_handshakes_min: u32 = ([\d_]+),"),
+                       "from {} still handshaking, with `--http3-retry auto`"),
+        "dropped past": (_zig_number("http3/worker.zig", r"pub const handshakes_max = ([\d_]+);"),
+                         "past {} still handshaking a new client's Initial is dropped"),
+        "handshake timeout": (_zig_number("quic/connection.zig", r"handshake_timeout_ms: u64 = ([\d_]+),") // 1000,
+                              "a handshake not complete {} s after the client's first Initial ends silently"),
+        "streams": (_zig_number("http3/worker.zig", r"\.initial_max_streams_bidi = ([\d_]+)"),
+                    "{} request streams open at once"),
+        "body": (_zig_number("http3/server_stream.zig", r"const body_buffer_max = ([\d_ *]+);") // 1024,
+                 "up to {} KiB per stream"),
+        "idle": (HTTP3_IDLE_TIMEOUT_MS // 1000, "an idle connection is closed after {} s"),
+        "reset rate": (_zig_number("quic/endpoint.zig", r"resets_per_interval_max: u32 = ([\d_]+),"),
+                       "stateless resets' rate bound, {} per"),
+        "reset interval": (_zig_number("quic/endpoint.zig", r"reset_interval_us: u64 = ([\d_]+) \* std.time.us_per_ms"),
+                           "per {} ms"),
+    }
+    wrong = {name: phrase.format(value) for name, (value, phrase) in stated.items() if phrase.format(value) not in section}
+    assert not wrong, f"the README's HTTP/3 section should say: {wrong}"
+    # Packet protection is the engine's (std.crypto); OpenSSL runs the TLS handshake only.
+    assert "`std.crypto`" in section and "libcrypto's primitives" not in section
