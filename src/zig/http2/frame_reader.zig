@@ -130,6 +130,9 @@ pub fn beginFrame(s: *Session, fh: FrameHeader) void {
         },
         .continuation => {
             if (!s.block_active) return connError(s, .protocol);
+            // An empty one that does not end the block carries nothing: its flood costs
+            // work for nothing (the CONTINUATION flood's other half), counted as useless.
+            if (fh.len == 0 and fh.flags & flag_end_headers == 0) useless(s);
         },
         .priority => {
             if (fh.stream == 0) return connError(s, .protocol);

@@ -237,3 +237,30 @@ test "peer integers: h2 content-length: 1*DIGIT, at most 19 digits, no sign or _
         }
     }
 }
+
+test "peer integers: h2 empty CONTINUATION frames count against the useless-frame budget" {
+    {
+        var h: Harness = undefined;
+        try opened(&h);
+        defer h.deinit();
+        // HEADERS without END_HEADERS opens a block; the client's SETTINGS counted as one.
+        try h.send(.headers, 0, 1, &get_block);
+        const n = h2.useless_frames_per_second_max - 1;
+        const empty = head(0, 0x9, 0, 1);
+        var flood: [9 * 1000]u8 = undefined;
+        for (0..1000) |i| @memcpy(flood[i * 9 ..][0..9], &empty);
+        for (0..n / 1000) |_| try h.feed(&flood);
+        try h.feed(flood[0 .. 9 * (n % 1000)]);
+        h.pump();
+        try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
+        try h.feed(&empty);
+        try expectGoaway(&h, .enhance_your_calm);
+    }
+    // The block's end, empty, is not counted.
+    var g: Harness = undefined;
+    try opened(&g);
+    defer g.deinit();
+    try g.send(.headers, 0, 1, &get_block);
+    try g.feed(&head(0, 0x9, harness.end_headers, 1));
+    try testing.expectEqual(@as(usize, 1), test_server.rec.count);
+}
