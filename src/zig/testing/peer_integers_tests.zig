@@ -229,3 +229,30 @@ test "peer integers: proxy v1 ports 65535 and 65536, v2 lengths 2048 and 2049 to
         try testing.expectEqual(@as(u16, 65535), f.conn.peer.port);
     }
 }
+
+test "peer integers: websocket deflate window bits 8 to 15, digits only" {
+    const codec = @import("../websocket/codec.zig");
+    const Case = struct { offer: []const u8, bits: ?u4 };
+    for ([_]Case{
+        .{ .offer = "permessage-deflate; client_max_window_bits=8", .bits = 8 },
+        .{ .offer = "permessage-deflate; client_max_window_bits=15", .bits = 15 },
+        .{ .offer = "permessage-deflate; client_max_window_bits=16", .bits = null },
+        .{ .offer = "permessage-deflate; client_max_window_bits=7", .bits = null },
+        .{ .offer = "permessage-deflate; client_max_window_bits=+9", .bits = null },
+        .{ .offer = "permessage-deflate; client_max_window_bits=255", .bits = null },
+        .{ .offer = "permessage-deflate; server_max_window_bits=15", .bits = 15 },
+        .{ .offer = "permessage-deflate; server_max_window_bits=8", .bits = null },
+    }) |c| {
+        const field: @import("../http/fields.zig").Header = .{
+            .name = "sec-websocket-extensions",
+            .value = c.offer,
+        };
+        const got = codec.negotiateDeflate(&.{field});
+        if (c.bits) |b| {
+            const p = got.?;
+            const server = std.mem.indexOf(u8, c.offer, "server") != null;
+            const bits = if (server) p.server_max_window_bits else p.client_max_window_bits.?;
+            try testing.expectEqual(b, bits);
+        } else try testing.expect(got == null);
+    }
+}

@@ -211,6 +211,8 @@ fn parseDeflateOffer(offer: []const u8) ?DeflateParams {
 
 fn windowBits(v: []const u8) ?u4 {
     if (v.len == 0 or v.len > 2) return null;
+    // 1*DIGIT (RFC 7692 7.1.2): `parseInt` alone would take "+9".
+    for (v) |ch| if (!std.ascii.isDigit(ch)) return null;
     const n = std.fmt.parseInt(u8, v, 10) catch return null;
     if (n < 8 or n > 15) return null;
     return @intCast(n);
