@@ -63,12 +63,16 @@ pub const State = struct {
     retire_len: u8 = 0,
     /// While a packet's frames are applied: the destination ID it was sent to.
     packet_dcid: Cid = .{},
+    /// The destination ID of the peer's newest 1-RTT packet: when it changes, the peer
+    /// moved to another of our IDs, and we move to another of its (`onNewestPacket`).
+    rx_dcid: Cid = .{},
 
     /// Sequence 0 of both sides: our handshake ID and the client's.
     pub fn init(ours: []const u8, our_token: ?Token, peer: []const u8) State {
         var s: State = .{};
         s.ours[0] = .{ .seq = 0, .cid = Cid.init(ours), .token = our_token orelse [_]u8{0} ** 16, .state = .sent };
         s.ours_len = 1;
+        s.rx_dcid = Cid.init(ours);
         if (peer.len > 0) {
             s.peers[0] = .{ .seq = 0, .cid = Cid.init(peer), .token = [_]u8{0} ** 16 };
             s.peers_len = 1;
@@ -213,6 +217,30 @@ fn usePeerCid(c: *Connection) void {
     };
     s.peer_seq = s.peers[best].seq;
     c.peer_cid = s.peers[best].cid;
+}
+
+/// The peer's newest 1-RTT packet so far was sent to `dcid`. When that is another of our
+/// IDs than before, the peer changed IDs (a deliberate migration does, RFC 9000 9.5): we
+/// move to the next of its IDs and retire the one we left, so that no ID of either side is
+/// seen on two paths. With no other ID of the peer's, or no room for one more RETIRE owed,
+/// we stay on the one we have.
+pub fn onNewestPacket(c: *Connection, dcid: []const u8) void {
+    const s = &c.cids;
+    if (std.mem.eql(u8, s.rx_dcid.slice(), dcid)) return;
+    s.rx_dcid = Cid.init(dcid);
+    var next: ?Peers = null;
+    for (s.peers[0..s.peers_len]) |p| if (p.seq > s.peer_seq) {
+        if (next == null or p.seq < next.?.seq) next = p;
+    };
+    const to = next orelse return;
+    if (!s.oweRetire(s.peer_seq)) return;
+    for (s.peers[0..s.peers_len], 0..) |p, i| if (p.seq == s.peer_seq) {
+        s.peers[i] = s.peers[s.peers_len - 1];
+        s.peers_len -= 1;
+        break;
+    };
+    s.peer_seq = to.seq;
+    c.peer_cid = to.cid;
 }
 
 /// The peer's RETIRE_CONNECTION_ID (RFC 9000 19.16): one of ours it will not use again.

@@ -131,6 +131,7 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
     // confirms it): then nothing is recorded, or an ACK would be owed that can never go.
     if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, seen.ack_eliciting, now_us) catch {};
     const newest = space == .application and (largest_before == null or o.pn > largest_before.?);
+    if (newest and c.state == .established) conn_cids.onNewestPacket(c, h.dcid);
     return if (newest and !seen.probing_only) .newest_non_probing else .opened;
 }
 

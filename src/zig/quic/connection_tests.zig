@@ -1049,3 +1049,34 @@ test "cids: RETIRE_CONNECTION_ID frames owed at once are bounded (8 kept, the 9t
     t.feed(t.oneRtt(seq + 1, newCid(&b, seq, 0, &cid, 1)));
     try testing.expectEqual(@intFromEnum(TE.connection_id_limit_error), try t.closeCode());
 }
+
+test "cids: when the peer moves to another of our IDs, we move to its next ID and retire the last" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    t.c.cids.peer_limit = 4;
+    for (0..3) |i| t.c.addCid(&spare(@intCast(i)), [_]u8{1} ** 16);
+    var b: [64]u8 = undefined;
+    t.feed(t.oneRtt(0, newCid(&b, 1, 0, "newcid01", 1)));
+    t.feed(t.oneRtt(1, newCid(&b, 2, 0, "newcid02", 1)));
+    var got = try cidFrames(&t);
+    try testing.expectEqualSlices(u8, client_cid, &got.dcid); // same ID as the peer: no move
+    try testing.expectEqual(@as(usize, 0), got.retired_len);
+    // The newest packet went to a spare ID: ours moves to seq 1 and seq 0 is retired.
+    t.feed(t.oneRttTo(&spare(0), 5, "\x01"));
+    got = try cidFrames(&t);
+    try testing.expectEqualSlices(u8, "newcid01", &got.dcid);
+    try testing.expectEqual(@as(usize, 1), got.retired_len);
+    try testing.expectEqual(@as(u64, 0), got.retired[0]);
+    // A late packet to the ID it left (older than the newest) moves nothing.
+    t.feed(t.oneRtt(3, "\x01"));
+    try testing.expectEqualStrings("newcid01", t.c.peer_cid.slice());
+    // Another move: seq 2; then with no ID of the peer's left, it stays on seq 2.
+    t.feed(t.oneRttTo(&spare(1), 6, "\x01"));
+    try testing.expectEqualStrings("newcid02", t.c.peer_cid.slice());
+    t.feed(t.oneRttTo(&spare(2), 7, "\x01"));
+    try testing.expectEqualStrings("newcid02", t.c.peer_cid.slice());
+    try testing.expectEqual(@as(u8, 1), t.c.cids.peers_len);
+    try testing.expect(!t.c.isClosed());
+}

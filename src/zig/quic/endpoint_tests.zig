@@ -181,6 +181,34 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
     try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 21, &f.out));
 }
 
+test "endpoint: every spare ID, replacements included, is steered to its worker among 4 and routed" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    _ = f.ep.onDatagram(initial(&buf, "client-dcid-3", "cs", "", 1200), peer4(9, 5000), local, 10, &f.out);
+    const c = &f.pool.conns[0];
+    f.ep.handshakeConfirmed(c);
+    var current = c.accept.scid;
+    // The client moves to a fresh ID 50 times, from a new port each time, retiring the
+    // one it left: the replacement is always steered to worker 3 of 4 and reaches `c`.
+    for (0..50) |i| {
+        const issued = f.ep.issueCid(c).?;
+        const d = shortHeader(&buf, issued.cid.slice(), 40);
+        try testing.expectEqual(@as(u32, worker), udp_steering.workerOf(d, 4));
+        const before = c.received;
+        const port: u16 = @intCast(6000 + i);
+        try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d, peer4(9, port), local, 20, &f.out));
+        try testing.expectEqual(before + 1, c.received);
+        try testing.expect(f.ep.retireCid(c, current.slice()));
+        current = issued.cid;
+    }
+    try testing.expectEqual(@as(u8, 1), c.endpoint_link.cids_len);
+    try testing.expectEqual(@as(usize, 1), f.ep.table.used);
+    // The last ID is never retired: the connection stays reachable.
+    try testing.expect(!f.ep.retireCid(c, current.slice()));
+}
+
 test "endpoint: Version Negotiation for an unknown version, never for a short datagram or VN" {
     var f: Fixture = undefined;
     try f.init(.never);
