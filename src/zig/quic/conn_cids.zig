@@ -70,7 +70,8 @@ pub const State = struct {
     /// Sequence 0 of both sides: our handshake ID and the client's.
     pub fn init(ours: []const u8, our_token: ?Token, peer: []const u8) State {
         var s: State = .{};
-        s.ours[0] = .{ .seq = 0, .cid = Cid.init(ours), .token = our_token orelse [_]u8{0} ** 16, .state = .sent };
+        const token = our_token orelse [_]u8{0} ** 16;
+        s.ours[0] = .{ .seq = 0, .cid = Cid.init(ours), .token = token, .state = .sent };
         s.ours_len = 1;
         s.rx_dcid = Cid.init(ours);
         if (peer.len > 0) {
@@ -129,7 +130,8 @@ pub fn addCid(c: *Connection, cid: []const u8, token: Token) void {
     assert(s.ours_len < ours_max and cid.len >= 1 and cid.len <= packet.cid_len_max);
     // 2^62 sequence numbers: never reached at one per RETIRE_CONNECTION_ID received.
     assert(s.next_seq < varint.max);
-    s.ours[s.ours_len] = .{ .seq = s.next_seq, .cid = Cid.init(cid), .token = token, .state = .owed };
+    const seq = s.next_seq;
+    s.ours[s.ours_len] = .{ .seq = seq, .cid = Cid.init(cid), .token = token, .state = .owed };
     s.ours_len += 1;
     s.next_seq += 1;
 }
@@ -192,7 +194,8 @@ pub fn onNewConnectionId(c: *Connection, f: NewCid, frame_type: u64) Error!void 
                 i += 1;
                 continue;
             }
-            if (!s.oweRetire(s.peers[i].seq)) return fail(c, .connection_id_limit_error, frame_type);
+            if (!s.oweRetire(s.peers[i].seq))
+                return fail(c, .connection_id_limit_error, frame_type);
             s.peers[i] = s.peers[s.peers_len - 1];
             s.peers_len -= 1;
         }
@@ -250,7 +253,8 @@ pub fn onRetireConnectionId(c: *Connection, seq: u64, frame_type: u64) Error!voi
     for (s.ours[0..s.ours_len]) |*o| {
         if (o.seq != seq or o.state == .retired) continue;
         // The packet carrying it was sent to it: retiring it is a PROTOCOL_VIOLATION.
-        if (std.mem.eql(u8, o.cid.slice(), s.packet_dcid.slice())) return fail(c, .protocol_violation, frame_type);
+        if (std.mem.eql(u8, o.cid.slice(), s.packet_dcid.slice()))
+            return fail(c, .protocol_violation, frame_type);
         o.state = .retired;
         return;
     }
@@ -265,7 +269,13 @@ pub fn writeFrames(c: *Connection, w: *varint.Writer, p: *sent_frames.Packet) vo
     const s = &c.cids;
     for (s.ours[0..s.ours_len]) |*o| {
         if (o.state != .owed or !recordRoom(p)) continue;
-        frames.write(w, .{ .new_connection_id = .{ .seq = o.seq, .retire_prior_to = 0, .cid = o.cid.slice(), .reset_token = &o.token } }) catch return;
+        const f: NewCid = .{
+            .seq = o.seq,
+            .retire_prior_to = 0,
+            .cid = o.cid.slice(),
+            .reset_token = &o.token,
+        };
+        frames.write(w, .{ .new_connection_id = f }) catch return;
         o.state = .sent;
         p.add(.{ .new_connection_id = o.seq });
     }

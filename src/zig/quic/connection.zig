@@ -208,8 +208,9 @@ pub const Connection = struct {
     pub fn init(allocator: Allocator, config: *const Config, reset_token: ?[16]u8, ssl_ctx: *openssl.SSL_CTX, first_dcid: []const u8, client_scid: []const u8, our_scid: []const u8, now_us: u64, retry_info: ?RetryInfo) ?*Connection {
         assert(our_scid.len >= 1 and our_scid.len <= packet.cid_len_max);
         assert(config.initial_max_streams_bidi <= streams_max and config.initial_max_streams_uni <= streams_max);
-        assert(config.active_connection_id_limit >= transport_params.active_connection_id_limit_min);
-        assert(config.active_connection_id_limit <= conn_cids.peer_max);
+        const cid_limit = config.active_connection_id_limit;
+        assert(cid_limit >= transport_params.active_connection_id_limit_min);
+        assert(cid_limit <= conn_cids.peer_max);
         const c = allocator.create(Connection) catch return null;
         const recovery = Recovery.init(allocator, .{ .max_datagram_bytes = config.max_datagram_bytes, .congestion_algorithm = config.congestion_algorithm, .max_ack_delay_us = config.max_ack_delay_ms * 1000 }) catch {
             allocator.destroy(c);

@@ -770,7 +770,13 @@ const cids_receive = @import("conn_receive.zig");
 fn newCid(buf: []u8, seq: u64, retire_prior_to: u64, cid: []const u8, token_byte: u8) []const u8 {
     const token = [_]u8{token_byte} ** 16;
     var w: varint.Writer = .{ .buf = buf };
-    frames.write(&w, .{ .new_connection_id = .{ .seq = seq, .retire_prior_to = retire_prior_to, .cid = cid, .reset_token = &token } }) catch unreachable;
+    const f: connection.conn_cids.NewCid = .{
+        .seq = seq,
+        .retire_prior_to = retire_prior_to,
+        .cid = cid,
+        .reset_token = &token,
+    };
+    frames.write(&w, .{ .new_connection_id = f }) catch unreachable;
     return buf[0..w.pos];
 }
 
@@ -818,7 +824,7 @@ fn spare(i: u8) [8]u8 {
     return .{ 's', 'p', 'a', 'r', 'e', '0', '0', '0' + i };
 }
 
-test "cids: spare IDs up to the peer's limit (at most 4), announced with their tokens and accepted" {
+test "cids: spare IDs up to the peer's limit (at most 4), announced with tokens, accepted" {
     for ([_]u64{ 2, 3, 4, 8 }) |peer_limit| {
         var t: T = undefined;
         try t.init(.{});
@@ -844,7 +850,7 @@ test "cids: spare IDs up to the peer's limit (at most 4), announced with their t
     }
 }
 
-test "cids: a lost NEW_CONNECTION_ID goes again; a lost RETIRE_CONNECTION_ID too, until acknowledged" {
+test "cids: a lost NEW_CONNECTION_ID goes again; a lost RETIRE_CONNECTION_ID too, until acked" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();
@@ -869,7 +875,7 @@ test "cids: a lost NEW_CONNECTION_ID goes again; a lost RETIRE_CONNECTION_ID too
     try testing.expectEqual(@as(u8, 0), t.c.cids.retire_len);
 }
 
-test "cids: the peer's RETIRE_CONNECTION_ID frees the ID for a replacement; its checks at their bounds" {
+test "cids: the peer's RETIRE_CONNECTION_ID frees the ID for a replacement; checks at bounds" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();
@@ -919,7 +925,7 @@ test "cids: retiring a sequence never issued (next, and 2^62 - 1) is PROTOCOL_VI
     }
 }
 
-test "cids: the peer's IDs up to our active_connection_id_limit; one more is CONNECTION_ID_LIMIT_ERROR" {
+test "cids: the peer's IDs up to our limit (2, 3, 4); one more is CONNECTION_ID_LIMIT_ERROR" {
     for ([_]u64{ 2, 3, 4 }) |limit| {
         var t: T = undefined;
         try t.init(.{ .active_connection_id_limit = limit });
@@ -961,7 +967,7 @@ test "cids: one past the limit fits when Retire Prior To retires an older one in
     try testing.expectEqualStrings("newcid01", t.c.peer_cid.slice());
 }
 
-test "cids: Retire Prior To at the sequence is allowed, past it FRAME_ENCODING_ERROR; at 2^62 - 1 no overflow" {
+test "cids: Retire Prior To at the sequence is allowed, past it an error; 2^62 - 1 is safe" {
     var b: [64]u8 = undefined;
     {
         var t: T = undefined;
@@ -994,7 +1000,7 @@ test "cids: Retire Prior To at the sequence is allowed, past it FRAME_ENCODING_E
     }
 }
 
-test "cids: a sequence repeated with another ID, or an ID with another sequence, is PROTOCOL_VIOLATION" {
+test "cids: a sequence reused with another ID, an ID with another sequence: PROTOCOL_VIOLATION" {
     var b: [64]u8 = undefined;
     for (0..3) |case| {
         var t: T = undefined;
@@ -1023,7 +1029,7 @@ test "cids: NEW_CONNECTION_ID to a peer that uses an empty ID is PROTOCOL_VIOLAT
     try testing.expectEqual(@as(?u64, @intFromEnum(TE.protocol_violation)), t.c.closed_code);
 }
 
-test "cids: RETIRE_CONNECTION_ID frames owed at once are bounded (8 kept, the 9th CONNECTION_ID_LIMIT_ERROR)" {
+test "cids: RETIRE_CONNECTION_ID owed at once: 8 kept, the 9th CONNECTION_ID_LIMIT_ERROR" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();

@@ -181,12 +181,13 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
     try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 21, &f.out));
 }
 
-test "endpoint: every spare ID, replacements included, is steered to its worker among 4 and routed" {
+test "endpoint: every spare ID, replacements too, is steered to its worker among 4 and routed" {
     var f: Fixture = undefined;
     try f.init(.never);
     defer f.deinit();
     var buf: [1500]u8 = undefined;
-    _ = f.ep.onDatagram(initial(&buf, "client-dcid-3", "cs", "", 1200), peer4(9, 5000), local, 10, &f.out);
+    const first = initial(&buf, "client-dcid-3", "cs", "", 1200);
+    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 10, &f.out);
     const c = &f.pool.conns[0];
     f.ep.handshakeConfirmed(c);
     var current = c.accept.scid;
@@ -198,7 +199,8 @@ test "endpoint: every spare ID, replacements included, is steered to its worker 
         try testing.expectEqual(@as(u32, worker), udp_steering.workerOf(d, 4));
         const before = c.received;
         const port: u16 = @intCast(6000 + i);
-        try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d, peer4(9, port), local, 20, &f.out));
+        const outcome = f.ep.onDatagram(d, peer4(9, port), local, 20, &f.out);
+        try testing.expectEqual(endpoint.Outcome.routed, outcome);
         try testing.expectEqual(before + 1, c.received);
         try testing.expect(f.ep.retireCid(c, current.slice()));
         current = issued.cid;
