@@ -180,21 +180,9 @@ pub const QuicConn = struct {
     }
 
     /// The IDs the peer retired leave the endpoint's table, and spare ones are issued in
-    /// their place (each carries this worker's index: the steering brings its packets
-    /// here). Twice: the endpoint keeps a connection's last ID routed, so when the peer
-    /// retired every one, the last goes only once its replacements are in.
+    /// their place (each carries this worker's index: the steering brings its packets here).
     fn syncCids(self: *QuicConn) void {
-        const ep = &self.worker.endpoint;
-        for (0..2) |_| {
-            while (self.quic.retiredCid()) |cid| {
-                if (!ep.retireCid(self, cid.slice())) break;
-                self.quic.forgetCid(cid.slice());
-            }
-            while (self.quic.wantsCid()) {
-                const issued = ep.issueCid(self) orelse break;
-                self.quic.addCid(issued.cid.slice(), issued.reset_token);
-            }
-        }
+        self.worker.endpoint.syncCids(self, self.quic);
     }
 
     fn connectionOver(self: *QuicConn) void {
