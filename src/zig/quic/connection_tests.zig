@@ -320,6 +320,8 @@ test "connection: every integer parameter at 2^62 - 1 is applied without overflo
         conn_receive.applyParams(t.c, &p);
         try testing.expectEqual(if (ours_ms == 0) std.math.maxInt(u64) else ours_ms * 1000, t.c.idle_timeout_us);
         try testing.expectEqual(@as(u32, 65527), t.c.peer_max_udp_payload);
+        // Spare IDs: as many as the peer takes, 4 at most (ours_max).
+        try testing.expectEqual(@as(u8, connection.conn_cids.ours_max), t.c.cids.peer_limit);
         // A PING to be acknowledged; then our packet acknowledged with the largest delay
         // (2^62 - 1, shifted by the largest exponent), then an hour passing.
         t.feed(t.oneRtt(0, "\x01"));
