@@ -50,6 +50,9 @@ class Nat:
         self.attacker_sent = 0
         self.attacker_received = 0
         self.race = False
+        # The destination IDs of the server's short-header packets, by the outside port
+        # they reached (aioquic's IDs are 8 bytes).
+        self.dcids_by_port: dict[int, set[bytes]] = {}
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -83,6 +86,8 @@ class Nat:
         self.outside.sendto(data, self.server)
 
     def _from_server(self, data: bytes, addr) -> None:
+        if data and not data[0] & 0x80:
+            self.dcids_by_port.setdefault(self.outside_port(), set()).add(data[1:9])
         if self.client_addr is not None:
             self.inside.sendto(data, self.client_addr)
 
@@ -141,3 +146,55 @@ def test_a_raced_copy_from_an_attacker_gets_three_times_its_bytes_and_the_connec
     assert large.status == 200 and bytes(large.body) == pattern(MB)
     assert {i["client"][1] for i in later} == {before["client"][1]}
     assert sent > 0 and received <= 3 * sent, (sent, received)
+
+
+async def _spare_id(client, timeout: float = 5.0) -> None:
+    """Waits until the client holds one of the server's spare connection IDs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not client._quic._peer_cid_available:
+        assert loop.time() < deadline, "the server issued no spare connection ID"
+        await asyncio.sleep(0.01)
+
+
+def test_a_client_moves_on_purpose_to_a_spare_id_and_a_new_port(h3_server, h3_certs):
+    """RFC 9000 9.5: a client that migrates on purpose uses a new connection ID on the new
+    path. The server issued spare IDs (NEW_CONNECTION_ID, as many as the client takes, 3
+    beside the handshake's with aioquic's limit) and replaces each one the client retires;
+    every one carries the worker's index, so with 4 workers each move still reaches the
+    worker that owns the connection. Six moves: an ID steered at random would land on
+    another of 4 workers with probability 3/4 each time. The server changes IDs too: no
+    ID of the client's is seen on two ports."""
+
+    async def body(nat: Nat, client):
+        before = (await client.request("GET", "/info")).json()
+        await _spare_id(client)
+        offered = 1 + len(client._quic._peer_cid_available)
+        first_cid = client._quic._peer_cid.cid
+        moves = []
+        for i in range(6):
+            await _spare_id(client)
+            client._quic.change_connection_id()  # retires the ID it used (RETIRE_CONNECTION_ID)
+            await nat.rebind()
+            info = (await client.request("GET", f"/info?move={i}", timeout=10)).json()
+            moves.append((client._quic._peer_cid.cid, client._quic._peer_cid.sequence_number,
+                          nat.outside_port(), info))
+        large = await client.request("GET", f"/large?bytes={MB}", timeout=20)
+        return before, offered, first_cid, moves, large, nat.dcids_by_port
+
+    before, offered, first_cid, moves, large, dcids = run(_through_nat(h3_server, h3_certs, body))
+    assert offered == 4  # the handshake's ID and 3 spares: aioquic's limit is 8, ours 4
+    cids = [first_cid] + [cid for cid, _, _, _ in moves]
+    assert len(set(cids)) == len(cids)  # a new ID each time, never one retired
+    assert [seq for _, seq, _, _ in moves] == list(range(1, 7))  # replacements were issued
+    # The worker's index, in the byte the steering program reads, is the same in every ID.
+    assert {cid[0] % 256 for cid in cids} == {first_cid[0]}
+    # Each request came from its new port and was served by the same worker process.
+    assert [info["client"][1] for _, _, _, info in moves] == [port for _, _, port, _ in moves]
+    assert len({port for _, _, port, _ in moves} | {before["client"][1]}) == 7
+    assert {info["pid"] for _, _, _, info in moves} == {before["pid"]}
+    assert large.status == 200 and bytes(large.body) == pattern(MB)
+    # The server moved to a new ID of the client's with each move: none on two ports.
+    assert len(dcids) == 7
+    seen = [cid for port_cids in dcids.values() for cid in port_cids]
+    assert len(seen) == len(set(seen)), dcids

@@ -35,6 +35,8 @@ pub const Session = session_mod.Session(connection.Connection, QuicConn);
 pub const Endpoint = endpoint_mod.Endpoint(QuicConn);
 
 comptime {
+    // A connection holds as many of our IDs as the endpoint routes to it.
+    std.debug.assert(connection.conn_cids.ours_max == endpoint_mod.cids_per_connection_max);
     // The session keeps a slot per open peer unidirectional stream; the transport bounds them.
     std.debug.assert((connection.Config{}).initial_max_streams_uni <= session_mod.uni_streams_max);
 }
@@ -171,10 +173,16 @@ pub const QuicConn = struct {
             self.session.handle(ev);
         }
         if (self.quic.isClosed()) self.over = true;
-        if (self.over) self.connectionOver();
+        if (self.over) self.connectionOver() else self.syncCids();
         // No request left: the maps give back their room (nothing iterates them here).
         if (self.streams.count() == 0 and self.streams.capacity() > 0) self.streams.clearAndFree(self.worker.gpa);
         self.session.releaseIdle();
+    }
+
+    /// The IDs the peer retired leave the endpoint's table, and spare ones are issued in
+    /// their place (each carries this worker's index: the steering brings its packets here).
+    fn syncCids(self: *QuicConn) void {
+        self.worker.endpoint.syncCids(self, self.quic);
     }
 
     fn connectionOver(self: *QuicConn) void {

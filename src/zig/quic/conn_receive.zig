@@ -18,6 +18,7 @@ const streams = @import("streams.zig");
 const sent_frames = @import("sent_frames.zig");
 const tls = @import("tls.zig");
 const transport_params = @import("transport_params.zig");
+const conn_cids = @import("conn_cids.zig");
 const TE = frames.TransportError;
 
 /// `Drop`: leave the packet unprocessed and unacknowledged (a reassembly buffer could not
@@ -51,7 +52,7 @@ pub fn receive(c: *Connection, datagram: []u8, now_us: u64, from: From) bool {
         const h = packet.parse(rest, c.our_cid.len) catch break;
         const bytes = rest[0..h.len];
         rest = rest[h.len..];
-        if (h.kind == .one_rtt and !std.mem.eql(u8, h.dcid, c.our_cid.slice())) break;
+        if (h.kind == .one_rtt and !c.cids.isOurs(h.dcid)) break;
         if (!h.isProtected() or h.kind == .zero_rtt) continue; // 0-RTT is refused: dropped
         switch (openAndProcess(c, &h, bytes, now_us)) {
             .unopened => {},
@@ -120,6 +121,8 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
         }
         if (c.initial_keys != null) c.discardInitial();
     }
+    // RETIRE_CONNECTION_ID (1-RTT only) must not name the ID its packet was sent to.
+    c.cids.packet_dcid = if (h.kind == .one_rtt) transport_params.Cid.init(h.dcid) else .{};
     const seen = processFrames(c, space, h.kind, o.payload, now_us) catch |e| switch (e) {
         error.Drop => return .opened,
         error.Closed => return .opened,
@@ -128,6 +131,7 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
     // confirms it): then nothing is recorded, or an ACK would be owed that can never go.
     if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, seen.ack_eliciting, now_us) catch {};
     const newest = space == .application and (largest_before == null or o.pn > largest_before.?);
+    if (newest and c.state == .established) conn_cids.onNewestPacket(c, h.dcid);
     return if (newest and !seen.probing_only) .newest_non_probing else .opened;
 }
 
@@ -194,8 +198,8 @@ fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, n
             c.flow.uni_limit = @max(c.flow.uni_limit, f.max);
         },
         .stream_data_blocked => |f| _ = try streamFor(c, f.stream_id, .recv, frame_type),
-        .new_connection_id => {}, // we keep answering to the client's first CID
-        .retire_connection_id => |seq| if (seq != 0) return fail(c, .protocol_violation, frame_type),
+        .new_connection_id => |f| try conn_cids.onNewConnectionId(c, f, frame_type),
+        .retire_connection_id => |seq| try conn_cids.onRetireConnectionId(c, seq, frame_type),
         .path_challenge => |data| c.path_response = data.*,
         .connection_close => |f| c.enterDraining(f.error_code, f.application, now_us),
     }
@@ -360,6 +364,7 @@ pub fn applyParams(c: *Connection, p: *const transport_params.Params) void {
     c.peer_ack_delay_exponent = @intCast(p.ack_delay_exponent);
     c.recovery.peer_max_ack_delay_us = @intCast(p.max_ack_delay_ms * 1000);
     c.peer_max_udp_payload = @intCast(@min(p.max_udp_payload_size, 65527));
+    c.cids.peer_limit = @intCast(@min(p.active_connection_id_limit, conn_cids.ours_max));
     if (p.max_idle_timeout_ms != 0) {
         const peer_us = p.max_idle_timeout_ms *| 1000;
         c.idle_timeout_us = if (c.idle_timeout_us == 0) peer_us else @min(c.idle_timeout_us, peer_us);
@@ -411,6 +416,7 @@ pub const Sink = struct {
                     c.crypto[@intFromEnum(f.space)] = null;
                 }
             },
+            .retire_connection_id => |seq| conn_cids.onRetireAcked(c, seq),
             .ack => |largest| {
                 const slot = &self.acked_ack[@intFromEnum(space)];
                 slot.* = @max(slot.* orelse largest, largest);
@@ -449,5 +455,7 @@ pub fn lost(c: *Connection, r: sent_frames.Record) void {
         .stop_sending => |id| if (c.findStream(id)) |s| {
             s.stop_sending_sent = false;
         },
+        .new_connection_id => |seq| conn_cids.onNewCidLost(c, seq),
+        .retire_connection_id => |seq| conn_cids.onRetireLost(c, seq),
     }
 }

@@ -21,6 +21,7 @@ const streams = @import("streams.zig");
 const sent_frames = @import("sent_frames.zig");
 const varint = @import("varint.zig");
 const conn_receive = @import("conn_receive.zig");
+const conn_cids = @import("conn_cids.zig");
 
 /// Packet numbers always go in 4 bytes: the header protection sample then never needs
 /// padding, and the peer never misreads a number however far behind its ACKs are.
@@ -225,6 +226,7 @@ fn writeApplication(c: *Connection, w: *varint.Writer, p: *Pending) void {
     }
     if (c.state != .established) return;
     writeConnectionFlow(c, w, p);
+    conn_cids.writeFrames(c, w, &p.record);
     for (c.stream_table.items) |s| writeStreamControl(c, s, w, p);
     writeStreams(c, w, p);
 }

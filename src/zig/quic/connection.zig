@@ -13,7 +13,8 @@
 //! lets it go (Initial keys at the first Handshake packet, the rest at confirmation). Streams
 //! are heap records freed when both sides are done; their buffers exist only while bytes wait.
 //! An idle connection holds this struct (with `Recovery` inside), its 1-RTT keys and the
-//! stream table's block if any (`heldBytes`): 712 bytes beyond Recovery's 408, measured by
+//! stream table's block if any (`heldBytes`): 1,312 bytes beyond Recovery's 408 (600 of them
+//! both sides' connection IDs, `conn_cids.State`), measured by
 //! tests/http3/test_quic_connection.py through a counting allocator after a handshake with
 //! aioquic, and again after 100 streams came and went.
 //!
@@ -22,8 +23,12 @@
 //! says whether it carried the newest non-probing packet: the owner then moves), and starts
 //! the new address's validation (`startPathValidation`, `path.zig`).
 //!
-//! Not done yet: 0-RTT (refused: dropped), issuing more connection IDs (NEW_CONNECTION_ID),
-//! our own key updates (the peer's are followed), ECN.
+//! Connection IDs (`conn_cids.zig`): the owner issues our spare IDs (`wantsCid`, `addCid`)
+//! and takes back those the peer retired (`retiredCid`, `forgetCid`); the peer's are kept
+//! and retired as its NEW_CONNECTION_ID frames say.
+//!
+//! Not done yet: 0-RTT (refused: dropped), our own key updates (the peer's are followed),
+//! ECN.
 const std = @import("std");
 const assert = std.debug.assert;
 const Allocator = std.mem.Allocator;
@@ -40,6 +45,7 @@ const sent_frames = @import("sent_frames.zig");
 const crypto_stream = @import("crypto_stream.zig");
 const conn_receive = @import("conn_receive.zig");
 const conn_send = @import("conn_send.zig");
+pub const conn_cids = @import("conn_cids.zig");
 pub const path = @import("path.zig");
 
 pub const Recovery = recovery_mod.Recovery;
@@ -69,7 +75,8 @@ pub const Config = struct {
     max_udp_payload_size: u64 = 1500,
     ack_delay_exponent: u6 = 3,
     max_ack_delay_ms: u32 = 25,
-    active_connection_id_limit: u64 = 2,
+    /// The peer's IDs we keep at once (2 to `conn_cids.peer_max`).
+    active_connection_id_limit: u64 = conn_cids.peer_max,
     /// What we send in one datagram (RFC 9000 14: 1200 is always allowed).
     max_datagram_bytes: u16 = 1200,
     congestion_algorithm: congestion.Algorithm = .new_reno,
@@ -140,8 +147,11 @@ pub const Connection = struct {
     /// The limits, shared by the caller's connections: it keeps them for this one's life.
     config: *const Config,
     state: State = .handshaking,
+    /// The peer's ID we send to (one of `cids.peers`), and our ID of the handshake.
     peer_cid: Cid,
     our_cid: Cid,
+    /// Both sides' connection IDs (`conn_cids.zig`).
+    cids: conn_cids.State,
     hs: ?*tls.Handshake = null,
     initial_keys: ?*KeyPair = null,
     handshake_keys: ?*KeyPair = null,
@@ -199,6 +209,9 @@ pub const Connection = struct {
     pub fn init(allocator: Allocator, config: *const Config, reset_token: ?[16]u8, ssl_ctx: *openssl.SSL_CTX, first_dcid: []const u8, client_scid: []const u8, our_scid: []const u8, now_us: u64, retry_info: ?RetryInfo) ?*Connection {
         assert(our_scid.len >= 1 and our_scid.len <= packet.cid_len_max);
         assert(config.initial_max_streams_bidi <= streams_max and config.initial_max_streams_uni <= streams_max);
+        const cid_limit = config.active_connection_id_limit;
+        assert(cid_limit >= transport_params.active_connection_id_limit_min);
+        assert(cid_limit <= conn_cids.peer_max);
         const c = allocator.create(Connection) catch return null;
         const recovery = Recovery.init(allocator, .{ .max_datagram_bytes = config.max_datagram_bytes, .congestion_algorithm = config.congestion_algorithm, .max_ack_delay_us = config.max_ack_delay_ms * 1000 }) catch {
             allocator.destroy(c);
@@ -209,6 +222,7 @@ pub const Connection = struct {
             .config = config,
             .peer_cid = Cid.init(client_scid),
             .our_cid = Cid.init(our_scid),
+            .cids = conn_cids.State.init(our_scid, reset_token, client_scid),
             .recovery = recovery,
             .flow = .{ .recv_max = config.initial_max_data, .peer_limit = .{ config.initial_max_streams_bidi, config.initial_max_streams_uni } },
             .idle_timeout_us = config.max_idle_timeout_ms * 1000,
@@ -385,6 +399,29 @@ pub const Connection = struct {
     pub fn restartIdle(c: *Connection, now_us: u64) void {
         const period = @max(c.idle_timeout_us, 3 *| c.ptoUs());
         c.idle_deadline_us = if (c.idle_timeout_us == 0) recovery_mod.never else now_us +| period;
+    }
+
+    // ---- connection IDs (the owner's side, `conn_cids.zig`) ------------------------------
+
+    /// Whether the connection takes one more ID of ours (`addCid`).
+    pub fn wantsCid(c: *const Connection) bool {
+        return conn_cids.wantsCid(c);
+    }
+
+    /// One more ID of ours, which the owner routes to this connection from now on, and its
+    /// stateless reset token: announced to the peer in a NEW_CONNECTION_ID.
+    pub fn addCid(c: *Connection, cid: []const u8, token: conn_cids.Token) void {
+        conn_cids.addCid(c, cid, token);
+    }
+
+    /// An ID of ours the peer retired, still routed here: the owner stops routing it, then
+    /// calls `forgetCid`.
+    pub fn retiredCid(c: *const Connection) ?Cid {
+        return conn_cids.retiredCid(c);
+    }
+
+    pub fn forgetCid(c: *Connection, cid: []const u8) void {
+        conn_cids.forgetCid(c, cid);
     }
 
     // ---- closing -------------------------------------------------------------------------

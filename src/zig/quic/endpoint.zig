@@ -33,7 +33,8 @@
 //!
 //! and of its owner (the server): `handshakeConfirmed(conn)` when the handshake is confirmed,
 //! `remove(conn)` when it ends (before it is freed), `issueCid`/`retireCid` for
-//! NEW_CONNECTION_ID and RETIRE_CONNECTION_ID. The endpoint keeps no timers. The answers it
+//! NEW_CONNECTION_ID and RETIRE_CONNECTION_ID, or `syncCids` with the transport connection
+//! that keeps the IDs (`quic/conn_cids.zig`). The endpoint keeps no timers. The answers it
 //! makes go to a bounded `OutQueue` the caller drains into `udp.zig`'s batch; an answer
 //! that finds the queue full is dropped (it has no state to lose).
 const std = @import("std");
@@ -482,6 +483,24 @@ pub fn Endpoint(comptime Conn: type) type {
                 return true;
             }
             return false;
+        }
+
+        /// Brings `conn`'s IDs here in line with its transport connection `q`, which says
+        /// which of its IDs the peer retired (`retiredCid`, then `forgetCid` once it is no
+        /// longer routed) and whether it takes one more (`wantsCid`, `addCid`). Twice: the
+        /// last ID is kept routed (`retireCid`), so when the peer retired every one, the
+        /// last goes once its replacements are in.
+        pub fn syncCids(self: *Self, conn: *Conn, q: anytype) void {
+            for (0..2) |_| {
+                while (q.retiredCid()) |cid| {
+                    if (!self.retireCid(conn, cid.slice())) break;
+                    q.forgetCid(cid.slice());
+                }
+                while (q.wantsCid()) {
+                    const issued = self.issueCid(conn) orelse break;
+                    q.addCid(issued.cid.slice(), issued.reset_token);
+                }
+            }
         }
 
         /// The handshake is confirmed: it no longer counts against `handshakes_max`, and the

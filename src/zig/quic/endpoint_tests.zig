@@ -181,6 +181,109 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
     try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 21, &f.out));
 }
 
+test "endpoint: every spare ID, replacements too, is steered to its worker among 4 and routed" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    const first = initial(&buf, "client-dcid-3", "cs", "", 1200);
+    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 10, &f.out);
+    const c = &f.pool.conns[0];
+    f.ep.handshakeConfirmed(c);
+    var current = c.accept.scid;
+    // The client moves to a fresh ID 50 times, from a new port each time, retiring the
+    // one it left: the replacement is always steered to worker 3 of 4 and reaches `c`.
+    for (0..50) |i| {
+        const issued = f.ep.issueCid(c).?;
+        const d = shortHeader(&buf, issued.cid.slice(), 40);
+        try testing.expectEqual(@as(u32, worker), udp_steering.workerOf(d, 4));
+        const before = c.received;
+        const port: u16 = @intCast(6000 + i);
+        const outcome = f.ep.onDatagram(d, peer4(9, port), local, 20, &f.out);
+        try testing.expectEqual(endpoint.Outcome.routed, outcome);
+        try testing.expectEqual(before + 1, c.received);
+        try testing.expect(f.ep.retireCid(c, current.slice()));
+        current = issued.cid;
+    }
+    try testing.expectEqual(@as(u8, 1), c.endpoint_link.cids_len);
+    try testing.expectEqual(@as(usize, 1), f.ep.table.used);
+    // The last ID is never retired: the connection stays reachable.
+    try testing.expect(!f.ep.retireCid(c, current.slice()));
+}
+
+/// The transport side of `syncCids`, as `quic/conn_cids.zig` keeps it: IDs with a retired
+/// mark, as many active as the peer takes.
+const FakeIds = struct {
+    ids: [endpoint.cids_per_connection_max]endpoint.Cid = undefined,
+    retired: [endpoint.cids_per_connection_max]bool = undefined,
+    len: usize = 0,
+    peer_limit: usize = 4,
+
+    fn active(q: *const FakeIds) usize {
+        var n: usize = 0;
+        for (q.retired[0..q.len]) |r| n += @intFromBool(!r);
+        return n;
+    }
+    pub fn wantsCid(q: *const FakeIds) bool {
+        return q.len < q.ids.len and q.active() < q.peer_limit;
+    }
+    pub fn addCid(q: *FakeIds, cid: []const u8, token: stateless_reset.Token) void {
+        _ = token;
+        q.ids[q.len] = endpoint.Cid.from(cid);
+        q.retired[q.len] = false;
+        q.len += 1;
+    }
+    pub fn retiredCid(q: *const FakeIds) ?endpoint.Cid {
+        for (q.ids[0..q.len], q.retired[0..q.len]) |id, r| if (r) return id;
+        return null;
+    }
+    pub fn forgetCid(q: *FakeIds, cid: []const u8) void {
+        for (q.ids[0..q.len], 0..) |*id, i| if (std.mem.eql(u8, id.slice(), cid)) {
+            q.ids[i] = q.ids[q.len - 1];
+            q.retired[i] = q.retired[q.len - 1];
+            q.len -= 1;
+            return;
+        };
+        unreachable;
+    }
+};
+
+test "endpoint: syncCids issues up to the peer's limit, replaces retired IDs, all 4 at once too" {
+    var f: Fixture = undefined;
+    try f.init(.never);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    const first = initial(&buf, "client-dcid-4", "cs", "", 1200);
+    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 10, &f.out);
+    const c = &f.pool.conns[0];
+    f.ep.handshakeConfirmed(c);
+    for ([_]usize{ 2, 3, 4 }) |limit| {
+        var q: FakeIds = .{ .peer_limit = limit };
+        q.addCid(c.accept.scid.slice(), undefined);
+        f.ep.syncCids(c, &q);
+        try testing.expectEqual(limit, q.len);
+        try testing.expectEqual(@as(u8, @intCast(limit)), c.endpoint_link.cids_len);
+        // Back to the handshake's ID alone, for the next limit.
+        for (1..limit) |i| q.retired[i] = true;
+        q.peer_limit = 1;
+        f.ep.syncCids(c, &q);
+        try testing.expectEqual(@as(usize, 1), q.len);
+    }
+    var q: FakeIds = .{};
+    q.addCid(c.accept.scid.slice(), undefined);
+    f.ep.syncCids(c, &q);
+    // The peer retires every ID at once: 4 new ones route, none of the old.
+    var old: [4]endpoint.Cid = undefined;
+    @memcpy(&old, &q.ids);
+    @memset(&q.retired, true);
+    f.ep.syncCids(c, &q);
+    try testing.expectEqual(@as(usize, 4), q.len);
+    try testing.expectEqual(@as(usize, 4), q.active());
+    try testing.expectEqual(@as(u8, 4), c.endpoint_link.cids_len);
+    for (&old) |*id| try testing.expect(!f.ep.table.contains(id.slice()));
+    for (&q.ids) |*id| try testing.expect(f.ep.table.get(id.slice()).? == c);
+}
+
 test "endpoint: Version Negotiation for an unknown version, never for a short datagram or VN" {
     var f: Fixture = undefined;
     try f.init(.never);

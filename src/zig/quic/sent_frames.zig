@@ -25,6 +25,9 @@ pub const Record = union(enum) {
     max_stream_data: u64,
     reset_stream: u64,
     stop_sending: u64,
+    /// Sequence numbers: of our ID announced, of the peer's ID retired.
+    new_connection_id: u64,
+    retire_connection_id: u64,
 };
 
 pub const Packet = struct {
