@@ -317,18 +317,9 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     } else {
         _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, 0, null);
     }
-    // Resumed sessions are only valid for this server (needed with client certificates).
-    const id_context = "zigcorn";
-    _ = api.SSL_CTX_set_session_id_context(ctx, id_context, id_context.len);
     _ = api.SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
         SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF | (if (opts.session_tickets) 0 else SSL_OP_NO_TICKET));
-    if (opts.ticket_keys) |keys| {
-        std.debug.assert(keys.len == ticket_keys_len);
-        if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_TLSEXT_TICKET_KEYS, ticket_keys_len, @constCast(keys.ptr)) != 1) {
-            err.set("could not set the session ticket keys");
-            return false;
-        }
-    }
+    if (!configureResumption(ctx, opts, err)) return false;
     if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, opts.min_version, null) != 1 or
         api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION, opts.max_version, null) != 1)
     {
@@ -343,6 +334,27 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     if (!configureVerify(ctx, opts, err)) return false;
     // The callback's argument says whether "h2" is offered (any non-null pointer).
     api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @ptrCast(@constCast(&alpn_h2_on)) else null);
+    return true;
+}
+
+/// Resumption, the same for TCP and QUIC: the session id context (a resumed session is
+/// only valid for this server; OpenSSL refuses to resume without one when it verifies
+/// client certificates) and the ticket keys every worker shares, so that a ticket any
+/// worker issued resumes on whichever worker the client reaches next.
+pub fn configureResumption(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
+    const id_context = "zigcorn";
+    if (api.SSL_CTX_set_session_id_context(ctx, id_context, id_context.len) != 1) {
+        err.set("could not set the session id context");
+        return false;
+    }
+    if (opts.ticket_keys) |keys| {
+        std.debug.assert(keys.len == ticket_keys_len);
+        const rc = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_TLSEXT_TICKET_KEYS, ticket_keys_len, @constCast(keys.ptr));
+        if (rc != 1) {
+            err.set("could not set the session ticket keys");
+            return false;
+        }
+    }
     return true;
 }
 
