@@ -300,3 +300,18 @@ def test_a_resumed_session_keeps_the_client_certificate_on_any_worker(mtls_serve
         assert tls["client_cert_name"] == first["tls"]["client_cert_name"]
         assert tls["client_cert_error"] is None
     assert sum(1 for issuer, pid, _, _ in rounds if issuer != pid) >= 3, rounds
+
+
+def test_an_optional_client_certificate_over_http3(h3_certs, client_certs):
+    """--ssl-cert-reqs 1: a client without a certificate is served (an empty chain), one
+    with a certificate from the CA is served with it."""
+    server = start_h3_server(h3_certs, 1, "--ssl-cert-reqs", "1", "--ssl-ca-certs", h3_certs.cafile,
+                             "--no-access-log")
+    try:
+        without, _, _ = run(_connection(server, h3_certs, "/tls"))
+        with_one, _, _ = run(_connection(server, h3_certs, "/tls", **_with_cert(client_certs.client_files)))
+    finally:
+        server.stop()
+    assert without["tls"]["client_cert_chain"] == [] and without["tls"]["client_cert_name"] is None
+    assert with_one["tls"]["client_cert_chain"] == [client_certs.leaf_pem, client_certs.ca_pem]
+    assert with_one["tls"]["client_cert_error"] is None
