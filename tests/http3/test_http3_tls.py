@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -242,35 +241,72 @@ def test_a_required_client_certificate_is_served_over_http3(mtls_server, h3_cert
     assert info["tls"] == https
 
 
-@pytest.mark.parametrize("who", ["none", "stranger"])
-def test_a_missing_or_foreign_client_certificate_fails_the_quic_handshake(mtls_server, h3_certs, client_certs,
-                                                                         who):
+def _refusal(server, certs: H3Certs, **extra):
+    """A connection the server is expected to refuse: the CONNECTION_CLOSE the client got
+    (or None if none came within 10 s) and whether any request was answered."""
     from aioquic.asyncio import connect
 
     from tests.support.h3client import H3Client, configuration
 
-    extra = _with_cert(client_certs.stranger_files) if who == "stranger" else {}
-
     async def go():
-        manager = connect("127.0.0.1", mtls_server.port, configuration=configuration(h3_certs.cafile, **extra),
+        manager = connect("127.0.0.1", server.port, configuration=configuration(certs.cafile, **extra),
                           create_protocol=H3Client, wait_connected=False)
         client = await manager.__aenter__()
         try:
             client.start("GET", "/info")  # the client may think itself connected: it asks
             async with asyncio.timeout(10):
                 await client.wait_closed()
-            return client._quic._close_event, client.responses
+            return client._quic._close_event, any(r.status for r in client.responses.values())
         finally:
             await manager.__aexit__(None, None, None)
 
+    return run(go())
+
+
+@pytest.mark.parametrize("who", ["none", "stranger"])
+def test_a_missing_or_foreign_client_certificate_fails_the_quic_handshake(mtls_server, h3_certs, client_certs,
+                                                                         who):
+    extra = _with_cert(client_certs.stranger_files) if who == "stranger" else {}
     # The server closes with a CRYPTO_ERROR carrying OpenSSL's alert (RFC 9001 4.8):
     # certificate_required (116) without a certificate, unknown_ca (48) for a stranger's.
-    close, responses = run(go())
+    close, answered = _refusal(mtls_server, h3_certs, **extra)
     alert = 116 if who == "none" else 48
     assert close is not None and close.error_code == 0x100 + alert, close
-    assert all(r.status == 0 for r in responses.values())  # nothing was answered
+    assert not answered
     # And it goes on serving a client that has one.
     info, _, _ = run(_connection(mtls_server, h3_certs, **_with_cert(client_certs.client_files)))
+    assert info["http_version"] == "3"
+
+
+def test_a_revoked_client_certificate_fails_the_quic_handshake(h3_certs, client_certs, tmp_path):
+    """--ssl-crl applies to QUIC's handshake as to TCP's."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    revoked = h3_certs.ca.issue_cert("revoked.example")
+    ca_key = serialization.load_pem_private_key(h3_certs.ca.private_key_pem.bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate(h3_certs.ca.cert_pem.bytes())
+    leaf = x509.load_pem_x509_certificate(revoked.cert_chain_pems[0].bytes())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    entry = (x509.RevokedCertificateBuilder().serial_number(leaf.serial_number)
+             .revocation_date(now - datetime.timedelta(hours=1)).build())
+    crl = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+           .last_update(now - datetime.timedelta(days=1)).next_update(now + datetime.timedelta(days=1))
+           .add_revoked_certificate(entry).sign(ca_key, hashes.SHA256()))
+    crl_file = tmp_path / "ca.crl.pem"
+    crl_file.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    revoked_files = _client_files(tmp_path, revoked, h3_certs.ca, "revoked")
+    server = start_h3_server(h3_certs, 1, "--ssl-cert-reqs", "2", "--ssl-ca-certs", h3_certs.cafile,
+                             "--ssl-crl", str(crl_file), "--no-access-log")
+    try:
+        close, answered = _refusal(server, h3_certs, **_with_cert(revoked_files))
+        info, _, _ = run(_connection(server, h3_certs, **_with_cert(client_certs.client_files)))
+    finally:
+        server.stop()
+    assert close is not None and close.error_code == 0x100 + 44, close  # certificate_revoked
+    assert not answered
     assert info["http_version"] == "3"
 
 
