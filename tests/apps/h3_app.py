@@ -9,6 +9,8 @@ in tests/interop/go/h3, benchmarks/h3.py). Every answer is JSON or bytes a clien
 - ``/wait``: waits for ``http.disconnect`` (a client's stream reset) and counts it in
   this process; ``/disconnects`` answers that count;
 - ``/own-alt-svc``: a response carrying its own alt-svc header, which must win.
+- ``/tls``: ``scope["extensions"]["tls"]`` (null when absent), the ``http_version`` and the
+  pid;
 - ``/slow?ms=N``: prints ``SLOW-START`` (flushed), sleeps N ms, then answers (a request
   in flight while a drain begins);
 - ``/cl-over`` and ``/cl-under``: a content-length of 10 with 20 body bytes, or with 4 and
@@ -100,6 +102,9 @@ async def app(scope, receive, send):
         except RuntimeError as e:
             print(f"CL-ERROR {e}", flush=True)
             raise
+    elif path == "/tls":
+        tls = scope.get("extensions", {}).get("tls")
+        await _json(send, {"tls": tls, "http_version": scope["http_version"], "pid": os.getpid()})
     elif path == "/own-alt-svc":
         await _json(send, {"pid": os.getpid()}, headers=[(b"alt-svc", b"clear")])
     else:

@@ -291,7 +291,12 @@ pub const verbs: seam.Http3Verbs = .{
     .sendFd = sendFd,
     .finishStream = finishStream,
     .abortStream = abortStream,
+    .tlsSummary = tlsSummary,
 };
+
+fn tlsSummary(st: *const Stream) ?*const @import("../transport/openssl.zig").SessionSummary {
+    return H3Stream.of(st).qc.quic.tlsSummary();
+}
 
 fn mustWait(st: *const Stream) bool {
     const h = H3Stream.of(st);

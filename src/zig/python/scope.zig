@@ -468,16 +468,27 @@ fn paths(req: *const Request, info: *const ServerInfo, path_out: *?*Object, raw_
 }
 
 /// New reference: the scope dict of one HTTP request, from any protocol's view of it.
-/// `session` is the connection's TLS session (null for plain HTTP): it decides the
-/// scheme and adds `extensions["tls"]`.
-pub fn build(req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) ?*Object {
+/// `session` is the connection's TLS session (null for plain HTTP; over HTTP/3 what its
+/// handshake kept): it decides the scheme and adds `extensions["tls"]`.
+pub fn build(
+    req: *const Request,
+    peer: *const Peer,
+    info: *const ServerInfo,
+    session: ?tls.SessionView,
+) ?*Object {
     const d = c.PyDict_Copy(values.scope) orelse return null;
     if (!fill(d, req, peer, info, session)) return fail(d);
     std.debug.assert(c.PyDict_Size(d) == scope_keys.len + @intFromBool(info.state != null));
     return d;
 }
 
-fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerInfo, session: ?*tls.SSL) bool {
+fn fill(
+    d: *Object,
+    req: *const Request,
+    peer: *const Peer,
+    info: *const ServerInfo,
+    session: ?tls.SessionView,
+) bool {
     // `type` is "http" already, from the template (`init`).
     if (!py.dictSetSteal(d, keys.asgi, c.PyDict_Copy(values.asgi))) return false;
     const version = switch (req.version) {
@@ -495,8 +506,8 @@ fn fill(d: *Object, req: *const Request, peer: *const Peer, info: *const ServerI
     // its own `extensions` dict; the extensions' own (empty) dicts are shared, made once.
     const ext = c.PyDict_Copy(values.extensions) orelse return false;
     if (!py.dictSetSteal(d, keys.extensions, ext)) return false;
-    if (session) |ssl| {
-        if (!py.dictSetSteal(ext, keys.tls, tlsInfo(ssl, info))) return false;
+    if (session) |view| {
+        if (!py.dictSetSteal(ext, keys.tls, tlsInfo(view, info))) return false;
     }
     var path: ?*Object = null;
     var raw: ?*Object = null;
@@ -595,7 +606,7 @@ fn pemStr(x: *tls.X509) ?*Object {
 }
 
 /// New reference: the client's certificate and the chain it sent, as PEM strs (leaf first).
-fn clientChain(ssl: *tls.SSL, leaf: ?*tls.X509) ?*Object {
+fn clientChain(view: tls.SessionView, leaf: ?*tls.X509) ?*Object {
     const list = c.PyList_New(0) orelse return null;
     const x = leaf orelse return list;
     const item = pemStr(x) orelse return fail(list);
@@ -603,8 +614,8 @@ fn clientChain(ssl: *tls.SSL, leaf: ?*tls.X509) ?*Object {
     py.decref(item);
     if (!ok) return fail(list);
     // Bounded by what OpenSSL accepted (its verify depth), and the leaf is not repeated.
-    for (0..tls.peerChainLen(ssl)) |i| {
-        const cert = tls.peerChainAt(ssl, i) orelse continue;
+    for (0..view.chainLen()) |i| {
+        const cert = view.chainAt(i) orelse continue;
         if (cert == x) continue;
         const pem_item = pemStr(cert) orelse return fail(list);
         defer py.decref(pem_item);
@@ -614,25 +625,25 @@ fn clientChain(ssl: *tls.SSL, leaf: ?*tls.X509) ?*Object {
 }
 
 /// New reference: scope["extensions"]["tls"] for one request.
-fn tlsInfo(ssl: *tls.SSL, info: *const ServerInfo) ?*Object {
+fn tlsInfo(view: tls.SessionView, info: *const ServerInfo) ?*Object {
     const d = c.PyDict_New() orelse return null;
     const server_cert = info.tls_server_cert orelse py.none();
     if (info.tls_server_cert != null) py.incref(server_cert);
     if (!py.dictSetSteal(d, keys.server_cert, server_cert)) return fail(d);
-    const leaf = tls.peerCertificate(ssl);
+    const leaf = view.peerCertificate();
     defer if (leaf) |x| tls.freeCertificate(x);
-    if (!py.dictSetSteal(d, keys.client_cert_chain, clientChain(ssl, leaf))) return fail(d);
+    if (!py.dictSetSteal(d, keys.client_cert_chain, clientChain(view, leaf))) return fail(d);
     const name: ?*Object = if (leaf) |x| blk: {
         const text = tls.subjectName(x) orelse break :blk py.none();
         defer text.deinit();
         break :blk strOrNone(text.bytes());
     } else py.none();
     if (!py.dictSetSteal(d, keys.client_cert_name, name)) return fail(d);
-    const verify_error: ?[]const u8 = if (leaf != null) tls.verifyError(ssl) else null;
+    const verify_error: ?[]const u8 = if (leaf != null) view.verifyError() else null;
     if (!py.dictSetSteal(d, keys.client_cert_error, strOrNone(verify_error))) return fail(d);
-    if (!py.dictSetSteal(d, keys.tls_version, intOrNone(tls.protocolVersion(ssl)))) return fail(d);
-    if (!py.dictSetSteal(d, keys.cipher_suite, intOrNone(tls.cipherSuite(ssl)))) return fail(d);
-    if (!py.dictSetSteal(d, keys.server_name, strOrNone(tls.serverName(ssl)))) return fail(d);
+    if (!py.dictSetSteal(d, keys.tls_version, intOrNone(view.protocolVersion()))) return fail(d);
+    if (!py.dictSetSteal(d, keys.cipher_suite, intOrNone(view.cipherSuite()))) return fail(d);
+    if (!py.dictSetSteal(d, keys.server_name, strOrNone(view.serverName()))) return fail(d);
     return d;
 }
 

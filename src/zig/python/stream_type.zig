@@ -812,7 +812,7 @@ pub fn hookOnRequest(ctx: *anyopaque, st: *Stream, req: *const stream_mod.Reques
     const built = if (engine.wsgi_environ) |template|
         environ.build(template, req, st.peer(), &engine.info, st.tlsSession())
     else
-        scope.build(req, st.peer(), &engine.info, st.tlsSession());
+        scope.build(req, st.peer(), &engine.info, st.tlsView());
     self.scope = built orelse {
         c.PyErr_WriteUnraisable(null);
         py.decref(obj);

@@ -378,6 +378,7 @@ fn complete(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!void {
     c.handshake_done_owed = true;
     c.handshake_done_event = true;
     c.recovery.onHandshakeConfirmed();
+    c.tls_summary = hs.takeSummary();
     c.freeHandshake();
 }
 

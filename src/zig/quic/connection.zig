@@ -153,6 +153,8 @@ pub const Connection = struct {
     /// Both sides' connection IDs (`conn_cids.zig`).
     cids: conn_cids.State,
     hs: ?*tls.Handshake = null,
+    /// What the ASGI tls extension reads, kept from the handshake as it completes.
+    tls_summary: openssl.SessionSummary = .{},
     initial_keys: ?*KeyPair = null,
     handshake_keys: ?*KeyPair = null,
     one_rtt: ?*protection.OneRtt = null,
@@ -268,6 +270,7 @@ pub const Connection = struct {
     pub fn deinit(c: *Connection) void {
         const a = c.allocator;
         if (c.hs) |hs| hs.deinit();
+        c.tls_summary.deinit(a);
         if (c.initial_keys) |k| a.destroy(k);
         if (c.handshake_keys) |k| a.destroy(k);
         if (c.one_rtt) |k| {
@@ -562,6 +565,11 @@ pub const Connection = struct {
 
     // ---- the application's API -----------------------------------------------------------
 
+    /// The TLS session's summary for the ASGI tls extension, once the handshake completed.
+    pub fn tlsSummary(c: *const Connection) ?*const openssl.SessionSummary {
+        return if (c.tls_summary.version != null) &c.tls_summary else null;
+    }
+
     pub fn nextEvent(c: *Connection) ?Event {
         if (c.handshake_done_event) {
             c.handshake_done_event = false;
@@ -762,6 +770,7 @@ pub const Connection = struct {
         if (c.initial_keys != null) n += @sizeOf(KeyPair);
         if (c.handshake_keys != null) n += @sizeOf(KeyPair);
         if (c.hs) |hs| n += hs.heldBytes();
+        if (c.tls_summary.server_name) |name| n += name.len;
         n += c.stream_table.capacity * @sizeOf(usize);
         for (c.stream_table.items) |s| n += Stream.recordBytes(s.id);
         n += c.sent.heldBytes();

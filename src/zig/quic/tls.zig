@@ -40,9 +40,9 @@
 //! about 100 bytes; the decoded transport parameters; the SNI if wanted), calls `deinit`: a
 //! QUIC connection keeps nothing of this module after that.
 //!
-//! Client certificates (`--ssl-cert-reqs`) are verified by OpenSSL as on TCP, but the client's
-//! certificate goes with the SSL object: whoever needs it (the ASGI tls extension) must copy
-//! it out before completion; nothing does yet.
+//! Client certificates (`--ssl-cert-reqs`) are verified by OpenSSL as on TCP. What the ASGI tls
+//! extension reads of the session (version, suite, SNI, the client's certificate and chain,
+//! the verify result) is kept at completion (`takeSummary`), before the SSL object goes.
 //!
 //! Tested on OpenSSL 3.0 (Debian 12) and 3.6 (the sid chroot): the same shim serves both, as
 //! OpenSSL 3.5+'s own QUIC TLS callbacks are not needed while these behaviours hold.
@@ -125,6 +125,8 @@ pub const Handshake = struct {
     server_name_len: u8 = 0,
     has_server_name: bool = false,
     alpn_h3: bool = false,
+    /// What the ASGI tls extension reads of the session, kept at completion until taken.
+    summary: openssl.SessionSummary = .{},
 
     /// A server handshake on `ctx` (from `tls_context.newContext`), sending
     /// `transport_params` (encoded, opaque here). Null when out of memory.
@@ -162,6 +164,7 @@ pub const Handshake = struct {
 
     pub fn deinit(hs: *Handshake) void {
         hs.freeSsl();
+        hs.summary.deinit(hs.allocator);
         for (&hs.out) |*o| o.deinit(hs.allocator);
         if (hs.peer_params) |p| hs.allocator.free(p);
         hs.allocator.free(hs.local_params);
@@ -243,6 +246,8 @@ pub const Handshake = struct {
             hs.server_name_len = @intCast(name.len);
             hs.has_server_name = true;
         }
+        hs.summary = openssl.SessionSummary.capture(hs.allocator, ssl) catch
+            return hs.failAlert(Alert.internal_error);
         hs.freeSsl();
         hs.state = .done;
     }
@@ -292,6 +297,14 @@ pub const Handshake = struct {
     /// The host name the client asked for (SNI), once done.
     pub fn serverName(hs: *const Handshake) ?[]const u8 {
         return if (hs.has_server_name) hs.server_name_buf[0..hs.server_name_len] else null;
+    }
+
+    /// What the ASGI tls extension reads (version, suite, SNI, the client's certificates),
+    /// once done; the caller owns it from then (`SessionSummary.deinit`).
+    pub fn takeSummary(hs: *Handshake) openssl.SessionSummary {
+        const s = hs.summary;
+        hs.summary = .{};
+        return s;
     }
 
     /// The bytes this Handshake owns outside OpenSSL (the struct, parameters, output).

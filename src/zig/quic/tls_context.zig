@@ -3,8 +3,10 @@
 //! middlebox compatibility (no ChangeCipherSpec, RFC 9001 8.4), no early data. The
 //! certificate chain, key and client-certificate settings are TCP's (`--ssl-certfile`,
 //! `--ssl-keyfile`, `--ssl-keyfile-password`, `--ssl-cert-reqs`, `--ssl-ca-certs`, `--ssl-crl`),
-//! loaded by the same code (transport/openssl.zig); TCP-only settings (versions, the TLS 1.2
-//! cipher list, "h2", session cache) do not apply.
+//! loaded by the same code (transport/openssl.zig), and so are resumption's (the session id
+//! context and the ticket keys every worker shares, `--ssl-session-tickets`): a ticket one
+//! worker issued resumes on any other. TCP-only settings (versions, the TLS 1.2 cipher list,
+//! "h2", session cache) do not apply.
 const std = @import("std");
 const openssl = @import("../transport/openssl.zig");
 const tls = @import("tls.zig");
@@ -70,10 +72,15 @@ fn configure(ctx: *SSL_CTX, opts: openssl.ContextOptions, err: *openssl.ContextE
             return false;
         }
     }
-    if (f.SSL_CTX_set_max_early_data(ctx, 0) != 1 or f.SSL_CTX_set_num_tickets(ctx, tickets) != 1) {
+    if (f.SSL_CTX_set_max_early_data(ctx, 0) != 1) {
         err.set("QUIC: could not refuse early data");
         return false;
     }
+    if (f.SSL_CTX_set_num_tickets(ctx, if (opts.session_tickets) tickets else 0) != 1) {
+        err.set("QUIC: could not set the number of session tickets");
+        return false;
+    }
+    if (!openssl.configureResumption(ctx, opts, err)) return false;
     if (!openssl.loadCertificate(ctx, opts, err) or !openssl.configureVerify(ctx, opts, err)) return false;
     f.SSL_CTX_set_alpn_select_cb(ctx, tls.alpnCallback, null);
     f.SSL_CTX_set_client_hello_cb(ctx, tls.clientHelloCallback, null);

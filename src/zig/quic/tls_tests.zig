@@ -444,6 +444,41 @@ test "a required client certificate: Certificate, CertificateVerify and Finished
     try testing.expectEqual(@as(u64, 0x100 + 116), r.hs.errorCode().?);
 }
 
+test "the summary the tls extension reads outlives the SSL object, and a resumption keeps it" {
+    const ctx = try serverContext(.ecdsa, true);
+    defer openssl.freeContext(ctx);
+    const f = openssl.functions();
+    var first: Pair = undefined;
+    try first.initOn(ctx, .{ .client_cert = true });
+    defer first.deinit();
+    try first.pump();
+    try testing.expectEqual(tls.State.done, first.hs.state);
+    try testing.expect(first.hs.ssl == null);
+    var kept = first.hs.takeSummary();
+    defer kept.deinit(testing.allocator);
+    try testing.expectEqual(@as(?u16, openssl.TLS1_3_VERSION), kept.version);
+    try testing.expectEqual(@as(?u16, 0x1301), kept.cipher); // the server's first suite
+    try testing.expectEqualStrings("localhost", kept.server_name.?);
+    try testing.expect(kept.leaf != null);
+    const view: openssl.SessionView = .{ .kept = &kept };
+    try testing.expect(view.verifyError() == null);
+    const leaf = view.peerCertificate().?;
+    openssl.freeCertificate(leaf);
+    // Taken: the handshake holds nothing more (its deinit frees an untaken one).
+    try testing.expect(first.hs.takeSummary().version == null);
+
+    const session = f.SSL_get1_session(first.client.ssl) orelse return error.NoSession;
+    defer f.SSL_SESSION_free(session);
+    var second: Pair = undefined;
+    try second.initOn(ctx, .{ .session = session });
+    defer second.deinit();
+    try second.pump();
+    try testing.expectEqual(@as(c_int, 1), f.SSL_session_reused(second.client.ssl));
+    // No certificate this time (resumption asks for none): the session brought it.
+    try testing.expect(second.hs.summary.leaf != null);
+    try testing.expect(second.hs.summary.verify_result == 0);
+}
+
 test "HelloRetryRequest: the client's only key share is a group the server does not take" {
     // P-521 is not among the server's groups; X25519 is, so the server asks again.
     try expectHandshake(.{ .groups = "P-521:X25519" }, .aes_128_gcm_sha256);

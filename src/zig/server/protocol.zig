@@ -259,6 +259,8 @@ pub fn afterProxyHeader(act: *Active) void {
 /// HTTP/3's stream verbs (`http3/stream_verbs_server.zig`), reached through the server's
 /// `QuicPlug` rather than an import: HTTP/3 sits beside the TCP path (docs/ARCHITECTURE.md)
 /// and out of its import cycle.
+const SessionSummary = @import("../transport/openssl.zig").SessionSummary;
+
 pub const Http3Verbs = struct {
     mustWait: *const fn (st: *const Stream) bool,
     takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
@@ -271,6 +273,9 @@ pub const Http3Verbs = struct {
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
     abortStream: *const fn (st: *Stream) void,
+    /// What the stream's QUIC handshake kept for the ASGI tls extension (null before it
+    /// completed).
+    tlsSummary: *const fn (st: *const Stream) ?*const SessionSummary,
 };
 
 inline fn h3(st: *const Stream) *const Http3Verbs {

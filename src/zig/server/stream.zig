@@ -479,4 +479,14 @@ pub const Stream = struct {
     pub fn tlsSession(self: *const Stream) ?*@import("../transport/openssl.zig").SSL {
         return self.conn.session();
     }
+
+    /// The TLS session as the ASGI tls extension reads it: the connection's (HTTPS), or
+    /// what an HTTP/3 connection's handshake kept of its own.
+    pub fn tlsView(self: *const Stream) ?@import("../transport/openssl.zig").SessionView {
+        if (self.conn.session()) |ssl| return .{ .live = ssl };
+        if (self.protocol != .http3) return null;
+        const plug = self.conn.server.quic orelse return null;
+        const kept = plug.verbs.tlsSummary(self) orelse return null;
+        return .{ .kept = kept };
+    }
 };

@@ -35,6 +35,8 @@ const SSL_OP_NO_TICKET: u64 = 1 << 14;
 const X509_V_FLAG_CRL_CHECK: c_ulong = 0x4;
 /// The bytes of session ticket keys OpenSSL 3 takes: a name, an HMAC key, an AES key.
 pub const ticket_keys_len = 80;
+/// A stack's item destructor (OPENSSL_sk_pop_free's).
+const FreeFn = fn (?*anyopaque) callconv(.c) void;
 const SSL_CTRL_SET_MIN_PROTO_VERSION = 123;
 const SSL_CTRL_SET_MAX_PROTO_VERSION = 124;
 const SSL_MODE_ENABLE_PARTIAL_WRITE = 0x1;
@@ -126,6 +128,9 @@ pub const Api = struct {
     ERR_clear_error: *const fn () callconv(.c) void,
     ERR_reason_error_string: *const fn (e: c_ulong) callconv(.c) ?[*:0]const u8,
     X509_free: *const fn (x: *X509) callconv(.c) void,
+    X509_up_ref: *const fn (x: *X509) callconv(.c) c_int,
+    X509_chain_up_ref: *const fn (chain: *STACK) callconv(.c) ?*STACK,
+    OPENSSL_sk_pop_free: *const fn (sk: *STACK, free: *const FreeFn) callconv(.c) void,
     X509_get_subject_name: *const fn (x: *const X509) callconv(.c) ?*X509_NAME,
     X509_NAME_print_ex: *const fn (out: *BIO, name: *const X509_NAME, indent: c_int, flags: c_ulong) callconv(.c) c_int,
     X509_verify_cert_error_string: *const fn (n: c_long) callconv(.c) ?[*:0]const u8,
@@ -317,18 +322,9 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     } else {
         _ = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, 0, null);
     }
-    // Resumed sessions are only valid for this server (needed with client certificates).
-    const id_context = "zigcorn";
-    _ = api.SSL_CTX_set_session_id_context(ctx, id_context, id_context.len);
     _ = api.SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
         SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF | (if (opts.session_tickets) 0 else SSL_OP_NO_TICKET));
-    if (opts.ticket_keys) |keys| {
-        std.debug.assert(keys.len == ticket_keys_len);
-        if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_TLSEXT_TICKET_KEYS, ticket_keys_len, @constCast(keys.ptr)) != 1) {
-            err.set("could not set the session ticket keys");
-            return false;
-        }
-    }
+    if (!configureResumption(ctx, opts, err)) return false;
     if (api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, opts.min_version, null) != 1 or
         api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION, opts.max_version, null) != 1)
     {
@@ -343,6 +339,27 @@ fn configure(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
     if (!configureVerify(ctx, opts, err)) return false;
     // The callback's argument says whether "h2" is offered (any non-null pointer).
     api.SSL_CTX_set_alpn_select_cb(ctx, alpnSelect, if (opts.http2) @ptrCast(@constCast(&alpn_h2_on)) else null);
+    return true;
+}
+
+/// Resumption, the same for TCP and QUIC: the session id context (a resumed session is
+/// only valid for this server; OpenSSL refuses to resume without one when it verifies
+/// client certificates) and the ticket keys every worker shares, so that a ticket any
+/// worker issued resumes on whichever worker the client reaches next.
+pub fn configureResumption(ctx: *SSL_CTX, opts: ContextOptions, err: *ContextError) bool {
+    const id_context = "zigcorn";
+    if (api.SSL_CTX_set_session_id_context(ctx, id_context, id_context.len) != 1) {
+        err.set("could not set the session id context");
+        return false;
+    }
+    if (opts.ticket_keys) |keys| {
+        std.debug.assert(keys.len == ticket_keys_len);
+        const rc = api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_TLSEXT_TICKET_KEYS, ticket_keys_len, @constCast(keys.ptr));
+        if (rc != 1) {
+            err.set("could not set the session ticket keys");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -678,11 +695,123 @@ pub fn peerChainAt(ssl: *const SSL, i: usize) ?*X509 {
 
 /// Why the client's certificate failed verification, or null when it did not.
 pub fn verifyError(ssl: *const SSL) ?[]const u8 {
-    const code = api.SSL_get_verify_result(ssl);
+    return verifyErrorText(api.SSL_get_verify_result(ssl));
+}
+
+fn verifyErrorText(code: c_long) ?[]const u8 {
     if (code == 0) return null;
     const text = api.X509_verify_cert_error_string(code) orelse return "certificate verification failed";
     return std.mem.span(text);
 }
+
+fn freeStackCertificate(x: ?*anyopaque) callconv(.c) void {
+    if (x) |p| api.X509_free(@ptrCast(p));
+}
+
+/// What the ASGI tls extension reads of a session, kept past its SSL object: QUIC's
+/// handshake (quic/tls.zig) frees that as soon as it completes. The client's certificates
+/// are OpenSSL's (a reference each, on OpenSSL's heap); the SNI is a copy on `allocator`.
+pub const SessionSummary = struct {
+    version: ?u16 = null,
+    cipher: ?u16 = null,
+    server_name: ?[]u8 = null,
+    leaf: ?*X509 = null,
+    /// The certificates the client sent after its own (each referenced), or null.
+    chain: ?*STACK = null,
+    verify_result: c_long = 0,
+
+    /// What `ssl` says now (once its handshake is done). Out of memory: error, nothing held.
+    pub fn capture(allocator: std.mem.Allocator, ssl: *const SSL) !SessionSummary {
+        var s: SessionSummary = .{ .version = protocolVersion(ssl), .cipher = cipherSuite(ssl) };
+        errdefer s.deinit(allocator);
+        if (serverName(ssl)) |name| s.server_name = try allocator.dupe(u8, name);
+        s.leaf = api.SSL_get1_peer_certificate(ssl);
+        if (s.leaf != null) {
+            s.verify_result = api.SSL_get_verify_result(ssl);
+            if (api.SSL_get_peer_cert_chain(ssl)) |sk| {
+                s.chain = api.X509_chain_up_ref(sk) orelse {
+                    api.ERR_clear_error();
+                    return error.OutOfMemory;
+                };
+            }
+        }
+        return s;
+    }
+
+    pub fn deinit(s: *SessionSummary, allocator: std.mem.Allocator) void {
+        if (s.server_name) |name| allocator.free(name);
+        if (s.leaf) |x| api.X509_free(x);
+        if (s.chain) |sk| api.OPENSSL_sk_pop_free(sk, freeStackCertificate);
+        s.* = .{};
+    }
+};
+
+const top = @This();
+
+/// A session as the ASGI tls extension reads it: a live SSL object (TCP) or what was kept
+/// of one (`SessionSummary`, HTTP/3). Both answer alike.
+pub const SessionView = union(enum) {
+    live: *SSL,
+    kept: *const SessionSummary,
+
+    /// The client's certificate, a new reference: free it with `freeCertificate`.
+    pub fn peerCertificate(v: SessionView) ?*X509 {
+        switch (v) {
+            .live => |ssl| return api.SSL_get1_peer_certificate(ssl),
+            .kept => |s| {
+                const x = s.leaf orelse return null;
+                if (api.X509_up_ref(x) != 1) return null;
+                return x;
+            },
+        }
+    }
+
+    pub fn chainLen(v: SessionView) usize {
+        const sk = v.chain() orelse return 0;
+        const n = api.OPENSSL_sk_num(sk);
+        return if (n > 0) @intCast(n) else 0;
+    }
+
+    pub fn chainAt(v: SessionView, i: usize) ?*X509 {
+        const sk = v.chain() orelse return null;
+        return @ptrCast(api.OPENSSL_sk_value(sk, @intCast(i)));
+    }
+
+    fn chain(v: SessionView) ?*STACK {
+        return switch (v) {
+            .live => |ssl| api.SSL_get_peer_cert_chain(ssl),
+            .kept => |s| s.chain,
+        };
+    }
+
+    pub fn verifyError(v: SessionView) ?[]const u8 {
+        return switch (v) {
+            .live => |ssl| verifyErrorText(api.SSL_get_verify_result(ssl)),
+            .kept => |s| verifyErrorText(s.verify_result),
+        };
+    }
+
+    pub fn protocolVersion(v: SessionView) ?u16 {
+        return switch (v) {
+            .live => |ssl| top.protocolVersion(ssl),
+            .kept => |s| s.version,
+        };
+    }
+
+    pub fn cipherSuite(v: SessionView) ?u16 {
+        return switch (v) {
+            .live => |ssl| top.cipherSuite(ssl),
+            .kept => |s| s.cipher,
+        };
+    }
+
+    pub fn serverName(v: SessionView) ?[]const u8 {
+        return switch (v) {
+            .live => |ssl| top.serverName(ssl),
+            .kept => |s| s.server_name,
+        };
+    }
+};
 
 /// Text produced by OpenSSL into a memory BIO; `bytes` is valid until `deinit`.
 pub const Text = struct {
