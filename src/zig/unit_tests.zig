@@ -80,6 +80,7 @@ test {
     _ = @import("quic/path.zig");
     _ = @import("quic/connection.zig");
     _ = @import("quic/connection_tests.zig");
+    _ = @import("quic/conn_cids_tests.zig");
     _ = @import("quic/peer_integers_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");
