@@ -173,7 +173,11 @@ pub const Decoder = struct {
     }
 
     /// Section Acknowledgment (4.4.1) of a decoded section with dynamic references.
-    pub fn acknowledgeSection(self: *Decoder, stream_id: u64, required_insert_count: u64) OutputError!void {
+    pub fn acknowledgeSection(
+        self: *Decoder,
+        stream_id: u64,
+        required_insert_count: u64,
+    ) OutputError!void {
         std.debug.assert(required_insert_count <= self.inserted);
         if (required_insert_count == 0) return;
         try self.emit(0x80, 7, stream_id);

@@ -263,7 +263,8 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// that cannot be owed ends the connection (`decoderOutputFailed`).
         fn cancelDecoding(s: *Self, id: u64) void {
             if (s.config.qpack_table_capacity == 0) return; // no table: no instruction (4.4.2)
-            const d = s.useDecoder() catch return s.connError(.internal_error, "out of memory for the QPACK table");
+            const d = s.useDecoder() catch
+                return s.connError(.internal_error, "out of memory for the QPACK table");
             d.cancelStream(id) catch |err| s.decoderOutputFailed(err);
         }
 
@@ -273,8 +274,12 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
         /// only while the peer does not read our decoder stream, as `decodeSection` says.
         fn decoderOutputFailed(s: *Self, err: qpack_decoder.OutputError) void {
             switch (err) {
-                error.DecoderStreamFull => s.connError(.excessive_load, "the decoder stream does not drain"),
-                error.OutOfMemory => s.connError(.internal_error, "out of memory for the decoder stream"),
+                error.DecoderStreamFull => {
+                    s.connError(.excessive_load, "the decoder stream does not drain");
+                },
+                error.OutOfMemory => {
+                    s.connError(.internal_error, "out of memory for the decoder stream");
+                },
             }
         }
 

@@ -998,14 +998,15 @@ test "h3 session: a Stream Cancellation the decoder stream has no room for is H3
     try testing.expectError(error.Closed, h.s.abort(id, .cancelled));
 }
 
-test "h3 session: Insert Count Increments the decoder stream has no room for are H3_EXCESSIVE_LOAD" {
+test "h3 session: Insert Count Increments with no room in the decoder stream: H3_EXCESSIVE_LOAD" {
     var h: Harness = undefined;
     try h.init(.{});
     defer h.deinit();
     h.fake.write_room = 0; // the peer reads nothing of our decoder stream
     var hex: [64]u8 = undefined;
     // The encoder stream: its type, Set Dynamic Table Capacity 220, one insert.
-    const first = @import("qpack_decoder_tests.zig").unhex(&hex, "02 3fbd01 c00f 7777 772e 6578 616d 706c 652e 636f 6d");
+    const unhex = @import("qpack_decoder_tests.zig").unhex;
+    const first = unhex(&hex, "02 3fbd01 c00f 7777 772e 6578 616d 706c 652e 636f 6d");
     h.fake.send(2, first, false);
     h.s.run();
     // Then a Duplicate at a time: each read owes one Insert Count Increment (one byte).
@@ -1018,7 +1019,7 @@ test "h3 session: Insert Count Increments the decoder stream has no room for are
     try testing.expect(sent > qpack_decoder.output_bytes_max / 2);
 }
 
-test "h3 session: no memory for a Stream Cancellation (or the decoder owing it) is H3_INTERNAL_ERROR" {
+test "h3 session: no memory for a Stream Cancellation (or its decoder) is H3_INTERNAL_ERROR" {
     var hex: [16]u8 = undefined;
     // The encoder stream's type and Set Dynamic Table Capacity 220: the decoder exists,
     // and owes nothing.

@@ -448,7 +448,9 @@ const plug_verbs = server_stream.verbs;
 
 /// Makes the worker for `server.opts.http3` and plugs it into the server; it owns
 /// `ssl_ctx` from here on (freed with it, also on failure).
-pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, TimerCreateFailed, RegisterFailed, SocketOptionsFailed }!void {
+pub const StartError = error{ OutOfMemory, TimerCreateFailed, RegisterFailed, SocketOptionsFailed };
+
+pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
     const h3 = server.opts.http3.?;
     const gpa = std.heap.c_allocator;
     // The master bound the socket: the options that make each datagram say where it came

@@ -172,7 +172,8 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
     }
     // A PING is one byte (its type). With none left (the ACK took all) the probe stays
     // owed (`finalize` clears it only once the probes went) and goes in the next datagram.
-    if (c.probe == space and w.pos == start and w.room() > 0) frames.write(w, .ping) catch unreachable;
+    if (c.probe == space and w.pos == start and w.room() > 0)
+        frames.write(w, .ping) catch unreachable;
     if (w.pos > start) {
         p.ack_eliciting = true;
         p.in_flight = true;

@@ -32,8 +32,19 @@ const T = struct {
     fn init(t: *T) !void {
         const ctx = try context();
         t.* = .{ .ctx = ctx, .c = undefined };
-        t.c = Connection.init(testing.allocator, &t.config, null, ctx, odcid, client_cid, our_cid, t.now_us, null) orelse
-            return error.OutOfMemory;
+        const gpa = testing.allocator;
+        const now = t.now_us;
+        t.c = Connection.init(
+            gpa,
+            &t.config,
+            null,
+            ctx,
+            odcid,
+            client_cid,
+            our_cid,
+            now,
+            null,
+        ) orelse return error.OutOfMemory;
         const client_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{1} ** 32));
         const server_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{2} ** 32));
         const k = try testing.allocator.create(protection.OneRtt);
@@ -81,8 +92,10 @@ fn context() !*openssl.SSL_CTX {
     try openssl.load(openssl.default_library);
     var tmp = testing.tmpDir(.{});
     defer tmp.cleanup();
-    try tmp.dir.writeFile(.{ .sub_path = "c.pem", .data = @embedFile("../quic/testdata/ecdsa_cert.pem") });
-    try tmp.dir.writeFile(.{ .sub_path = "k.pem", .data = @embedFile("../quic/testdata/ecdsa_key.pem") });
+    const cert = @embedFile("../quic/testdata/ecdsa_cert.pem");
+    const key = @embedFile("../quic/testdata/ecdsa_key.pem");
+    try tmp.dir.writeFile(.{ .sub_path = "c.pem", .data = cert });
+    try tmp.dir.writeFile(.{ .sub_path = "k.pem", .data = key });
     var dir_buf: [std.fs.max_path_bytes]u8 = undefined;
     const dir = try tmp.dir.realpath(".", &dir_buf);
     var cb: [std.fs.max_path_bytes]u8 = undefined;
@@ -173,7 +186,8 @@ test "quic errors: a probe with no room after the ACK stays owed and goes in the
     for (a.ranges, 0..) |r, i| ranges[i] = .{ .smallest = r.smallest, .largest = r.largest };
     var scratch: [256]u8 = undefined;
     var w: varint.Writer = .{ .buf = &scratch };
-    try frames.writeAck(&w, ranges[0..a.ranges.len], a.delay_us, t.c.config.ack_delay_exponent, null);
+    const exponent = t.c.config.ack_delay_exponent;
+    try frames.writeAck(&w, ranges[0..a.ranges.len], a.delay_us, exponent, null);
     try testing.expect(w.pos >= 32);
     // A probe timeout asked for one probe; the datagram has room for the ACK alone.
     t.c.probe = .application;

@@ -76,7 +76,8 @@ pub const Socket = struct {
             .err => |e| return .{ .err = e },
         }
         const local = Peer.fromStorage(&st);
-        if (local.family != linux.AF.INET and local.family != linux.AF.INET6) return .{ .err = .AFNOSUPPORT };
+        if (local.family != linux.AF.INET and local.family != linux.AF.INET6)
+            return .{ .err = .AFNOSUPPORT };
         const ipv4 = local.family == linux.AF.INET or !v6Only(fd);
         if (receiveOptions(fd, local.family, ipv4)) |e| return .{ .err = e };
         const gso = sys.setIntOption(fd, linux.IPPROTO.UDP, linux.UDP.SEGMENT, 0);
@@ -103,7 +104,8 @@ fn configure(fd: i32, local: Peer, options: Options) ?sys.E {
     if (options.reuse_port and !sys.setIntOption(fd, linux.SOL.SOCKET, linux.SO.REUSEPORT, 1)) return .INVAL;
     // Dual-stack only on the unspecified address; a named IPv6 address is IPv6 only.
     const any = std.mem.allEqual(u8, &local.addr, 0);
-    if (v6 and !sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, if (any) 0 else 1)) return .INVAL;
+    if (v6 and !sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, if (any) 0 else 1))
+        return .INVAL;
     return receiveOptions(fd, local.family, !v6 or any);
 }
 
@@ -128,7 +130,8 @@ fn receiveOptions(fd: i32, family: u32, ipv4: bool) ?sys.E {
 fn v6Only(fd: i32) bool {
     var value: c_int = 1;
     var len: linux.socklen_t = @sizeOf(c_int);
-    const rc = linux.getsockopt(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, std.mem.asBytes(&value), &len);
+    const bytes = std.mem.asBytes(&value);
+    const rc = linux.getsockopt(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, bytes, &len);
     return sys.E.init(rc) != .SUCCESS or value != 0;
 }
 
@@ -556,12 +559,14 @@ fn answerSources(server: *const Socket) ![2]Peer {
     };
     defer client.close();
     const port = server.localAddress().?.port;
-    try testing.expectEqual(@as(usize, 1), send(&client, &.{.{ .bytes = "hi", .peer = loopback4At(2, port) }}).ok);
+    const hello = [_]Outgoing{.{ .bytes = "hi", .peer = loopback4At(2, port) }};
+    try testing.expectEqual(@as(usize, 1), send(&client, &hello).ok);
     var batch: RecvBatch = .{};
     try testing.expectEqual(@as(usize, 1), try receiveAll(server, &batch, 1));
     const d = batch.get(0);
     try testing.expect(d.local.family != 0);
-    try testing.expectEqual(@as(u8, 2), d.local.addr[if (d.local.family == linux.AF.INET) 3 else 15]);
+    const last: usize = if (d.local.family == linux.AF.INET) 3 else 15;
+    try testing.expectEqual(@as(u8, 2), d.local.addr[last]);
     const from_local = [_]Outgoing{.{ .bytes = "1", .peer = d.peer, .local = d.local }};
     const from_any = [_]Outgoing{.{ .bytes = "2", .peer = d.peer }};
     try testing.expectEqual(@as(usize, 1), send(server, &from_local).ok);
@@ -597,7 +602,8 @@ fn secondLoopback() bool {
 
 test "udp: on 0.0.0.0 an answer leaves from the address the client wrote to, not the kernel's" {
     if (!secondLoopback()) return error.SkipZigTest;
-    var server = switch (Socket.open(.{ .family = linux.AF.INET, .port = 0, .addr = [_]u8{0} ** 16 }, .{})) {
+    const any4: Peer = .{ .family = linux.AF.INET, .port = 0, .addr = [_]u8{0} ** 16 };
+    var server = switch (Socket.open(any4, .{})) {
         .ok => |s| s,
         .err => return error.SkipZigTest,
     };
@@ -609,7 +615,8 @@ test "udp: on 0.0.0.0 an answer leaves from the address the client wrote to, not
 
 test "udp: on a dual-stack :: an IPv4 client's answer leaves from its IPv4 destination" {
     if (!secondLoopback()) return error.SkipZigTest;
-    var server = switch (Socket.open(.{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 }, .{})) {
+    const any6: Peer = .{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 };
+    var server = switch (Socket.open(any6, .{})) {
         .ok => |s| s,
         .err => return error.SkipZigTest,
     };
@@ -633,10 +640,13 @@ test "udp: a socket bound elsewhere, adopted, reports destinations and answers f
         };
         var server: Socket = .{ .fd = fd, .family = case.family, .gso = false };
         defer server.close();
-        if (case.family == linux.AF.INET6)
-            try testing.expect(sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, case.v6only));
+        if (case.family == linux.AF.INET6) {
+            const v6only = linux.IPV6.V6ONLY;
+            try testing.expect(sys.setIntOption(fd, linux.IPPROTO.IPV6, v6only, case.v6only));
+        }
         var st: linux.sockaddr.storage = undefined;
-        const len = toStorage(&.{ .family = @intCast(case.family), .port = 0, .addr = [_]u8{0} ** 16 }, &st);
+        const any: Peer = .{ .family = @intCast(case.family), .port = 0, .addr = [_]u8{0} ** 16 };
+        const len = toStorage(&any, &st);
         try testing.expect(sys.bind(fd, @ptrCast(&st), len) == .ok);
         server = switch (Socket.adopt(fd)) {
             .ok => |s| s,
