@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import time
 
@@ -208,3 +209,32 @@ def test_retry_leaves_from_the_address_the_client_used(h3_certs, backend):
         assert asyncio.run(asyncio.wait_for(go(), 30)).status == 200
     finally:
         server.stop()
+
+
+def test_a_refusal_while_draining_leaves_from_the_address_the_client_used(h3_certs, backend):
+    """Once the drain begins, a new client's Initial is answered with an Initial carrying
+    CONNECTION_CLOSE (CONNECTION_REFUSED), made by the endpoint without a connection."""
+    from tests.support.harness import wait_for
+
+    server = start(h3_certs, "0.0.0.0", backend)
+    try:
+        async def main():
+            async with h3_connect("127.0.0.1", server.port, h3_certs.cafile) as client:
+                stream_id = client.start("GET", "/slow?ms=2000")
+                pending = client.responses[stream_id]
+                assert await asyncio.to_thread(wait_for, lambda: "SLOW-START" in server.output(), 10)
+                server.proc.send_signal(signal.SIGTERM)
+                assert await asyncio.to_thread(wait_for, lambda: "Shutting down" in server.output(), 10)
+                await asyncio.sleep(0.2)
+                to = (OTHER, server.port)
+                replies = await asyncio.to_thread(exchange, client_initial(h3_certs, to), to)
+                await asyncio.wait_for(pending.done, 10)
+                return replies
+
+        replies = asyncio.run(asyncio.wait_for(main(), 30))
+        first = replies[0][0]
+        assert first[0] & 0xF0 == 0xC0 and first[1:5] == QUIC_V1.to_bytes(4, "big"), "not an Initial"
+        assert sources(replies) == {OTHER}
+        assert server.wait(15) == 0, server.output()
+    finally:
+        server.kill()
