@@ -65,9 +65,9 @@ def _backend_or_skip(backend: str) -> str:
     return backend
 
 
-def start(certs: H3Certs, host: str, backend: str, *extra: str) -> Server:
-    server = Server("h3_app:app", *certs.server_args(), "--http3", "--workers", "1", "--host", host, *extra,
-                    env={"ZIGCORN_IO_BACKEND": backend})
+def start(certs: H3Certs, host: str, backend: str, *extra: str, workers: int = 1) -> Server:
+    server = Server("h3_app:app", *certs.server_args(), "--http3", "--workers", str(workers), "--host", host,
+                    *extra, env={"ZIGCORN_IO_BACKEND": backend})
     if host != "::":
         return server.wait_ready(timeout=30)
     # On :: the listeners take IPv6 only (IPV6_V6ONLY, as zigcorn binds them).
@@ -191,6 +191,25 @@ def test_a_request_completes_through_the_address_the_client_used(wildcard_server
     response = asyncio.run(asyncio.wait_for(go(), 30))
     assert response.status == 200
     assert response.json()["http_version"] == "3"
+
+
+def test_with_four_workers_each_worker_answers_from_the_address_the_client_used(h3_certs, backend):
+    """Each worker has its own socket of the port's SO_REUSEPORT group: each is adopted."""
+    server = start(h3_certs, "0.0.0.0", backend, workers=4)
+    try:
+        async def go():
+            pids = set()
+            for _ in range(12):
+                async with h3_connect(OTHER, server.port, h3_certs.cafile) as client:
+                    response = await client.request("GET", "/info")
+                    assert response.status == 200
+                    pids.add(response.json()["pid"])
+            return pids
+
+        # Each first Initial lands on a random worker: 12 on one of 4 is 4**-11 likely.
+        assert len(asyncio.run(asyncio.wait_for(go(), 60))) > 1
+    finally:
+        server.stop()
 
 
 def test_retry_leaves_from_the_address_the_client_used(h3_certs, backend):
