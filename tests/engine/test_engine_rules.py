@@ -92,7 +92,8 @@ def test_the_rule_sees_what_it_should():
     words = ('// g() catch {};\nconst s = "catch {}";\nconst m =\n    \\\\ catch {}\n;\nconst c = \'{\';\n'
              'fn f() void { g() catch |e| switch (e) {}; }\n')
     assert swallowed(words) == []
-    nested = 'pub fn S() type {\n    return struct {\n        test "t" { g() catch {}; }\n        fn f() void { g() catch {}; }\n    };\n}\n'
+    nested = ('pub fn S() type {\n    return struct {\n        test "t" { g() catch {}; }\n'
+              '        fn f() void { g() catch {}; }\n    };\n}\n')
     assert swallowed(nested) == [4]
 
 
