@@ -107,4 +107,5 @@ test {
     _ = @import("testing/fuzz_http2.zig");
     _ = @import("testing/fuzz_http3.zig");
     _ = @import("testing/fuzz_quic.zig");
+    _ = @import("testing/quic_error_paths_tests.zig");
 }

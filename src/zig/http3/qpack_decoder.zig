@@ -23,6 +23,9 @@ const static_table = qpack.static_table;
 /// the table is untouched, and the session then calls `cancelStream`. DecoderStreamFull
 /// means the caller did not drain `output()`: our contract, not the peer's.
 pub const Error = error{ DecompressionFailed, EncoderStream, FieldSectionTooLarge, DecoderStreamFull, OutOfMemory };
+/// What may keep a decoder-stream instruction from being owed: no room left in `output()`
+/// (the caller did not drain it) or no memory for it.
+pub const OutputError = error{ DecoderStreamFull, OutOfMemory };
 
 /// The table's bytes when no allocator is given; as `http2/hpack.zig` chooses.
 const default_allocator = if (builtin.link_libc)
@@ -153,7 +156,7 @@ pub const Decoder = struct {
         }
     }
 
-    fn emit(self: *Decoder, flags: u8, comptime prefix: u4, value: u64) Error!void {
+    fn emit(self: *Decoder, flags: u8, comptime prefix: u4, value: u64) OutputError!void {
         if (output_bytes_max - self.out_len < instruction_len_max) return error.DecoderStreamFull;
         if (self.out.len == 0) self.out = try self.gpa.alloc(u8, output_bytes_max);
         std.debug.assert(self.out.len == output_bytes_max);
@@ -162,7 +165,7 @@ pub const Decoder = struct {
 
     /// Insert Count Increment (4.4.3) for every insert the peer cannot yet know we have.
     /// The session calls it after feeding the encoder stream (RFC 9204 allows the delay).
-    pub fn acknowledgeInserts(self: *Decoder) Error!void {
+    pub fn acknowledgeInserts(self: *Decoder) OutputError!void {
         std.debug.assert(self.acknowledged <= self.inserted);
         if (self.inserted == self.acknowledged) return;
         try self.emit(0x00, 6, self.inserted - self.acknowledged);
@@ -170,7 +173,11 @@ pub const Decoder = struct {
     }
 
     /// Section Acknowledgment (4.4.1) of a decoded section with dynamic references.
-    pub fn acknowledgeSection(self: *Decoder, stream_id: u64, required_insert_count: u64) Error!void {
+    pub fn acknowledgeSection(
+        self: *Decoder,
+        stream_id: u64,
+        required_insert_count: u64,
+    ) OutputError!void {
         std.debug.assert(required_insert_count <= self.inserted);
         if (required_insert_count == 0) return;
         try self.emit(0x80, 7, stream_id);
@@ -180,7 +187,7 @@ pub const Decoder = struct {
     /// A stream reset or abandoned before its sections were decoded (4.4.2): it stops
     /// counting as blocked, and the peer learns its references are released. With a
     /// table capacity of 0 there are none, and nothing is sent.
-    pub fn cancelStream(self: *Decoder, stream_id: u64) Error!void {
+    pub fn cancelStream(self: *Decoder, stream_id: u64) OutputError!void {
         self.unblock(stream_id);
         if (self.limits.table_capacity_max == 0) return;
         try self.emit(0x40, 6, stream_id);

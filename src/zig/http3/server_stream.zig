@@ -65,12 +65,11 @@ pub const H3Stream = struct {
 pub fn onRequest(qc: *QuicConn, id: u64, head: *const session_mod.Head) void {
     const gpa = qc.worker.gpa;
     const srv = qc.carrier.server;
-    const h = gpa.create(H3Stream) catch return qc.session.abort(id, .internal) catch {};
+    const h = gpa.create(H3Stream) catch return abortInSession(qc, id);
     h.* = .{ .base = Stream.init(&qc.carrier, .http3), .qc = qc, .id = id };
     qc.streams.put(gpa, id, h) catch {
         gpa.destroy(h);
-        qc.session.abort(id, .internal) catch {};
-        return;
+        return abortInSession(qc, id);
     };
     qc.held += 1;
     const st = &h.base;
@@ -511,10 +510,19 @@ fn finishStream(st: *Stream) void {
     maybeFree(h);
 }
 
+/// RESET_STREAM and STOP_SENDING (H3_INTERNAL_ERROR) for a stream we do not serve to
+/// the end. The session refuses only a stream it no longer holds (the connection closed,
+/// or the stream ended both ways and was freed): then nothing is left to reset.
+fn abortInSession(qc: *QuicConn, id: u64) void {
+    qc.session.abort(id, .internal) catch |err| switch (err) {
+        error.Closed, error.UnknownStream => {},
+    };
+}
+
 fn abortStream(st: *Stream) void {
     const h = H3Stream.of(st);
     if (h.ended) return;
-    h.qc.session.abort(h.id, .internal) catch {};
+    abortInSession(h.qc, h.id);
     h.ended = true;
     st.reset = true;
     h.out.clearAndFree(h.gpa());

@@ -259,11 +259,28 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         /// Stream Cancellation (RFC 9204 4.4.2) for a stream whose sections we will not
         /// read: the peer's encoder may hold references for it (its inserts can still be on
-        /// the way), so this makes the decoder's state if there is none. Best effort.
+        /// the way), so this makes the decoder's state if there is none. An instruction
+        /// that cannot be owed ends the connection (`decoderOutputFailed`).
         fn cancelDecoding(s: *Self, id: u64) void {
             if (s.config.qpack_table_capacity == 0) return; // no table: no instruction (4.4.2)
-            const d = s.useDecoder() catch return;
-            d.cancelStream(id) catch {};
+            const d = s.useDecoder() catch
+                return s.connError(.internal_error, "out of memory for the QPACK table");
+            d.cancelStream(id) catch |err| s.decoderOutputFailed(err);
+        }
+
+        /// A decoder-stream instruction we could not owe (a Stream Cancellation, an Insert
+        /// Count Increment): the peer's encoder would keep references we released, or wait
+        /// for acknowledgments that never come, so the connection ends. The output is full
+        /// only while the peer does not read our decoder stream, as `decodeSection` says.
+        fn decoderOutputFailed(s: *Self, err: qpack_decoder.OutputError) void {
+            switch (err) {
+                error.DecoderStreamFull => {
+                    s.connError(.excessive_load, "the decoder stream does not drain");
+                },
+                error.OutOfMemory => {
+                    s.connError(.internal_error, "out of memory for the decoder stream");
+                },
+            }
         }
 
         pub fn destroy(s: *Self) void {
@@ -696,13 +713,13 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             };
             while (decoder.unblockedStream()) |id| {
                 const rs = s.requests.get(id) orelse {
-                    decoder.cancelStream(id) catch {};
+                    decoder.cancelStream(id) catch |err| return s.decoderOutputFailed(err);
                     continue;
                 };
                 s.resumeBlocked(rs);
                 if (s.closed) return;
             }
-            decoder.acknowledgeInserts() catch {};
+            decoder.acknowledgeInserts() catch |err| return s.decoderOutputFailed(err);
             s.flushDecoderStream();
         }
 

@@ -7,6 +7,7 @@ const session_mod = @import("session.zig");
 const frames = @import("frames.zig");
 const qpack = @import("qpack.zig");
 const qpack_encoder = @import("qpack_encoder.zig");
+const qpack_decoder = @import("qpack_decoder.zig");
 const Header = qpack.Header;
 const ErrorCode = frames.ErrorCode;
 
@@ -189,8 +190,13 @@ pub const Harness = struct {
     config: session_mod.Config = .{},
 
     pub fn init(h: *Harness, config: session_mod.Config) !void {
+        return h.initWith(config, testing.allocator);
+    }
+
+    /// As `init`, the session's memory from `gpa` (a `FailingAllocator` in some tests).
+    fn initWith(h: *Harness, config: session_mod.Config, gpa: std.mem.Allocator) !void {
         h.* = .{ .config = config };
-        h.s = try Session.create(testing.allocator, &h.fake, &h.owner, &h.config);
+        h.s = try Session.create(gpa, &h.fake, &h.owner, &h.config);
         h.owner.session = h.s;
         h.fake.push(.handshake_done);
         h.s.run();
@@ -968,5 +974,72 @@ test "h3 session: the peer's unidirectional streams fit uni_streams_max slots, f
         for (h.s.uni, &ids) |slot, *id| id.* = slot.?.id;
         std.mem.sort(u64, &ids, {}, std.sort.asc(u64));
         try testing.expectEqualSlices(u64, &.{ 2, 6, 14 }, &ids);
+    }
+}
+
+test "h3 session: a Stream Cancellation the decoder stream has no room for is H3_EXCESSIVE_LOAD" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    h.fake.write_room = 0; // the peer reads nothing of our decoder stream
+    var hb: [256]u8 = undefined;
+    const head = headersFrame(&hb, &get);
+    // Stream ids from 2^20: each cancellation is 4 bytes (a 6-bit prefix, then 3 more).
+    var id: u64 = 1 << 20;
+    var aborted: usize = 0;
+    while (h.fake.close_code == null and aborted < 200) : (aborted += 1) {
+        h.fake.send(id, head, false);
+        h.s.run();
+        try h.s.abort(id, .cancelled);
+        id += 4;
+    }
+    try h.expectClosed(.excessive_load);
+    try testing.expect(aborted > qpack_decoder.output_bytes_max / 4 - 4);
+    try testing.expectError(error.Closed, h.s.abort(id, .cancelled));
+}
+
+test "h3 session: Insert Count Increments with no room in the decoder stream: H3_EXCESSIVE_LOAD" {
+    var h: Harness = undefined;
+    try h.init(.{});
+    defer h.deinit();
+    h.fake.write_room = 0; // the peer reads nothing of our decoder stream
+    var hex: [64]u8 = undefined;
+    // The encoder stream: its type, Set Dynamic Table Capacity 220, one insert.
+    const unhex = @import("qpack_decoder_tests.zig").unhex;
+    const first = unhex(&hex, "02 3fbd01 c00f 7777 772e 6578 616d 706c 652e 636f 6d");
+    h.fake.send(2, first, false);
+    h.s.run();
+    // Then a Duplicate at a time: each read owes one Insert Count Increment (one byte).
+    var sent: usize = 0;
+    while (h.fake.close_code == null and sent < 400) : (sent += 1) {
+        h.fake.send(2, &.{0x00}, false);
+        h.s.run();
+    }
+    try h.expectClosed(.excessive_load);
+    try testing.expect(sent > qpack_decoder.output_bytes_max / 2);
+}
+
+test "h3 session: no memory for a Stream Cancellation (or its decoder) is H3_INTERNAL_ERROR" {
+    var hex: [16]u8 = undefined;
+    // The encoder stream's type and Set Dynamic Table Capacity 220: the decoder exists,
+    // and owes nothing.
+    const capacity = @import("qpack_decoder_tests.zig").unhex(&hex, "02 3fbd01");
+    for ([_]bool{ false, true }) |decoder_first| {
+        var failing = std.testing.FailingAllocator.init(testing.allocator, .{});
+        var h: Harness = undefined;
+        try h.initWith(.{}, failing.allocator());
+        defer h.deinit();
+        if (decoder_first) {
+            h.fake.send(2, capacity, false);
+            h.s.run();
+            try testing.expect(h.s.decoder != null);
+        }
+        var hb: [256]u8 = undefined;
+        h.fake.send(0, headersFrame(&hb, &get), false);
+        h.s.run();
+        try testing.expectEqual(decoder_first, h.s.decoder != null);
+        failing.fail_index = failing.alloc_index; // the next allocation fails
+        try h.s.abort(0, .cancelled);
+        try h.expectClosed(.internal_error);
     }
 }

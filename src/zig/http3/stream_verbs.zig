@@ -20,7 +20,10 @@ const data_frame_bytes_max = session.data_frame_bytes_max;
 
 pub fn Verbs(comptime S: type) type {
     return struct {
-        fn get(s: *S, id: u64) VerbError!*RequestStream {
+        /// The errors of `get` (and of `abort`): the session holds no such stream.
+        pub const Gone = error{ Closed, UnknownStream };
+
+        fn get(s: *S, id: u64) Gone!*RequestStream {
             if (s.closed) return error.Closed;
             return s.requests.get(id) orelse error.UnknownStream;
         }
@@ -113,7 +116,7 @@ pub fn Verbs(comptime S: type) type {
         }
 
         /// RESET_STREAM and STOP_SENDING (H3_INTERNAL_ERROR or H3_REQUEST_CANCELLED).
-        pub fn abort(s: *S, id: u64, reason: AbortReason) VerbError!void {
+        pub fn abort(s: *S, id: u64, reason: AbortReason) Gone!void {
             const rs = try get(s, id);
             s.abortStream(rs, reason);
         }
@@ -124,7 +127,7 @@ pub fn Verbs(comptime S: type) type {
             const fin = rs.fin_wanted;
             if (rs.pending.items.len > 0 or fin) {
                 const n = s.transport.streamWrite(rs.id, rs.pending.items, fin) catch {
-                    gone(s, rs) catch {};
+                    forget(s, rs);
                     return false;
                 };
                 const left = rs.pending.items.len - n;
@@ -160,14 +163,21 @@ pub fn Verbs(comptime S: type) type {
             if (fin) rs.fin_wanted = true;
         }
 
-        /// The transport no longer knows the stream: our side of it is over.
+        /// The transport no longer knows the stream: our side of it is over, and the
+        /// verb that found it so fails with UnknownStream.
         fn gone(s: *S, rs: *RequestStream) VerbError {
+            forget(s, rs);
+            return error.UnknownStream;
+        }
+
+        /// Our side of a stream the transport no longer knows is over (`flushPending`
+        /// reports it as nothing more to write; a verb, with `gone`).
+        fn forget(s: *S, rs: *RequestStream) void {
             rs.send = .done;
             rs.pending.clearAndFree(s.gpa);
             rs.data_left = 0;
             rs.fin_wanted = false;
             s.freeIfDone(rs);
-            return error.UnknownStream;
         }
 
         const Section = enum { response, trailers };

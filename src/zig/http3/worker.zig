@@ -456,9 +456,20 @@ const plug_verbs = server_stream.verbs;
 
 /// Makes the worker for `server.opts.http3` and plugs it into the server; it owns
 /// `ssl_ctx` from here on (freed with it, also on failure).
-pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, TimerCreateFailed, RegisterFailed }!void {
+pub const StartError = error{ OutOfMemory, TimerCreateFailed, RegisterFailed, SocketOptionsFailed };
+
+pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
     const h3 = server.opts.http3.?;
     const gpa = std.heap.c_allocator;
+    // The master bound the socket: the options that make each datagram say where it came
+    // in (so that every answer leaves from that address, on a wildcard bind) are set here.
+    const sock = switch (udp.Socket.adopt(h3.fd)) {
+        .ok => |s| s,
+        .err => {
+            openssl.freeContext(ssl_ctx);
+            return error.SocketOptionsFailed;
+        },
+    };
     const w = gpa.create(Worker) catch {
         openssl.freeContext(ssl_ctx);
         return error.OutOfMemory;
@@ -474,7 +485,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) error{ OutOfMemory, Tim
         .pool = SmallPool.init(gpa),
         .server = server,
         .ssl_ctx = ssl_ctx,
-        .sock = .{ .fd = h3.fd, .family = linux.AF.INET6, .gso = false },
+        .sock = sock,
         .timer_fd = @intCast(tfd_rc),
         .idle_timeout_ms = h3.idle_timeout_ms,
         .quic_config = .{ .max_idle_timeout_ms = h3.idle_timeout_ms, .initial_max_streams_bidi = 128 },

@@ -129,7 +129,20 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
     };
     // The handshake may have dropped this space's keys meanwhile (the client's Finished
     // confirms it): then nothing is recorded, or an ACK would be owed that can never go.
-    if (hasKeys(c, space)) c.recovery.onPacketReceived(space, o.pn, seen.ack_eliciting, now_us) catch {};
+    if (hasKeys(c, space)) {
+        const rec = &c.recovery;
+        rec.onPacketReceived(space, o.pn, seen.ack_eliciting, now_us) catch |err| switch (err) {
+            // Not a duplicate when opened, it is one now only if its own ACK frame raised
+            // the floor past it: it acknowledged a packet of ours whose ACK named numbers
+            // above its own, which the peer sent before it. Packet numbers grow (RFC 9000
+            // 12.3): the peer broke that.
+            error.DuplicatePacket => {
+                const code = @intFromEnum(TE.protocol_violation);
+                c.closeTransport(code, 0, "packet number out of order");
+                return .opened;
+            },
+        };
+    }
     const newest = space == .application and (largest_before == null or o.pn > largest_before.?);
     if (newest and c.state == .established) conn_cids.onNewestPacket(c, h.dcid);
     return if (newest and !seen.probing_only) .newest_non_probing else .opened;

@@ -143,12 +143,23 @@ fn writeClose(c: *Connection, space: Space, w: *varint.Writer) void {
     const f = c.closeFrame();
     // An application close before 1-RTT becomes APPLICATION_ERROR (RFC 9000 10.2.3).
     const hide = f.app and space != .application;
-    frames.write(w, .{ .connection_close = .{
+    var frame: frames.Frame = .{ .connection_close = .{
         .application = f.app and !hide,
         .error_code = if (hide) @intFromEnum(frames.TransportError.application_error) else f.code,
         .frame_type = f.frame_type,
         .reason = if (hide) "" else f.reason[0..f.reason_len],
-    } }) catch {};
+    } };
+    frames.write(w, frame) catch |err| switch (err) {
+        // No room for the reason (up to 64 bytes): the code goes without it. Type, code,
+        // frame type and an empty reason's length take at most 1 + 8 + 8 + 1 bytes, and a
+        // packet is begun only with `packet_room_min` free: that always fits.
+        error.NoSpace => {
+            comptime assert(1 + 8 + 8 + 1 <= packet_room_min);
+            assert(w.pos == 0 and w.room() >= packet_room_min);
+            frame.connection_close.reason = "";
+            frames.write(w, frame) catch unreachable;
+        },
+    };
 }
 
 fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now_us: u64, may_elicit: bool) void {
@@ -160,7 +171,10 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
         writePathFrames(c, w, p, now_us);
         writeApplication(c, w, p);
     }
-    if (c.probe == space and w.pos == start) frames.write(w, .ping) catch {};
+    // A PING is one byte (its type). With none left (the ACK took all) the probe stays
+    // owed (`finalize` clears it only once the probes went) and goes in the next datagram.
+    if (c.probe == space and w.pos == start and w.room() > 0)
+        frames.write(w, .ping) catch unreachable;
     if (w.pos > start) {
         p.ack_eliciting = true;
         p.in_flight = true;

@@ -272,7 +272,8 @@ fn checkTable(d: *const decoder_mod.Decoder) Failure!void {
 fn decodeOne(d: *decoder_mod.Decoder, chunk: Chunk) Failure!bool {
     const outcome = d.decodeSection(chunk.stream_id, chunk.bytes, &scratch, &fields_out, .acknowledge) catch |err| {
         if (err == error.FieldSectionTooLarge) {
-            d.cancelStream(chunk.stream_id) catch {};
+            // As the session does: an instruction that cannot be owed ends the connection.
+            d.cancelStream(chunk.stream_id) catch |e| return qpackFailed(e);
             feature('s', .{1});
             return true;
         }

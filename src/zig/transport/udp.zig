@@ -64,6 +64,26 @@ pub const Socket = struct {
         return .{ .ok = .{ .fd = fd, .family = local.family, .gso = gso } };
     }
 
+    /// A socket made and bound elsewhere (zigcorn's master binds `--http3`'s sockets:
+    /// src/zigcorn/sockets.py), given what `open` sets that may follow a bind: each
+    /// datagram's destination address (so that answers leave from it), its ECN bits, path
+    /// MTU probing; IPv4's as well on an IPv6 socket that is dual-stack. Its family is the
+    /// bound address's.
+    pub fn adopt(fd: i32) sys.Result(Socket) {
+        var st: linux.sockaddr.storage = undefined;
+        switch (sys.getsockname(fd, &st)) {
+            .ok => {},
+            .err => |e| return .{ .err = e },
+        }
+        const local = Peer.fromStorage(&st);
+        if (local.family != linux.AF.INET and local.family != linux.AF.INET6)
+            return .{ .err = .AFNOSUPPORT };
+        const ipv4 = local.family == linux.AF.INET or !v6Only(fd);
+        if (receiveOptions(fd, local.family, ipv4)) |e| return .{ .err = e };
+        const gso = sys.setIntOption(fd, linux.IPPROTO.UDP, linux.UDP.SEGMENT, 0);
+        return .{ .ok = .{ .fd = fd, .family = local.family, .gso = gso } };
+    }
+
     pub fn close(self: *Socket) void {
         sys.close(self.fd);
         self.fd = -1;
@@ -82,21 +102,37 @@ pub const Socket = struct {
 fn configure(fd: i32, local: Peer, options: Options) ?sys.E {
     const v6 = local.family == linux.AF.INET6;
     if (options.reuse_port and !sys.setIntOption(fd, linux.SOL.SOCKET, linux.SO.REUSEPORT, 1)) return .INVAL;
-    if (v6) {
-        const any = std.mem.allEqual(u8, &local.addr, 0);
-        // Dual-stack only on the unspecified address; a named IPv6 address is IPv6 only.
-        if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, if (any) 0 else 1)) return .INVAL;
+    // Dual-stack only on the unspecified address; a named IPv6 address is IPv6 only.
+    const any = std.mem.allEqual(u8, &local.addr, 0);
+    if (v6 and !sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, if (any) 0 else 1))
+        return .INVAL;
+    return receiveOptions(fd, local.family, !v6 or any);
+}
+
+/// What each datagram must report (its destination address, its ECN bits) and path MTU
+/// probing, for `family`'s datagrams and, with `ipv4`, for IPv4's (a dual-stack socket).
+fn receiveOptions(fd: i32, family: u32, ipv4: bool) ?sys.E {
+    if (family == linux.AF.INET6) {
         if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.RECVPKTINFO, 1)) return .INVAL;
         if (!sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.RECVTCLASS, 1)) return .INVAL;
         // Path MTU probing is QUIC's (DPLPMTUD): the kernel sets DF and never fragments.
         _ = sys.setIntOption(fd, linux.IPPROTO.IPV6, linux.IPV6.MTU_DISCOVER, pmtudisc_probe);
-        if (!any) return null;
+        if (!ipv4) return null;
     }
     // IPv4 datagrams (on a dual-stack socket too) report their destination and TOS here.
     if (!sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.PKTINFO, 1)) return .INVAL;
     if (!sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.RECVTOS, 1)) return .INVAL;
     _ = sys.setIntOption(fd, linux.IPPROTO.IP, linux.IP.MTU_DISCOVER, pmtudisc_probe);
     return null;
+}
+
+/// Whether an IPv6 socket takes IPv6 only (true too when the kernel does not say).
+fn v6Only(fd: i32) bool {
+    var value: c_int = 1;
+    var len: linux.socklen_t = @sizeOf(c_int);
+    const bytes = std.mem.asBytes(&value);
+    const rc = linux.getsockopt(fd, linux.IPPROTO.IPV6, linux.IPV6.V6ONLY, bytes, &len);
+    return sys.E.init(rc) != .SUCCESS or value != 0;
 }
 
 /// IP_PMTUDISC_PROBE / IPV6_PMTUDISC_PROBE: set DF, ignore the kernel's path MTU.
@@ -505,4 +541,124 @@ test "udp: control messages are read defensively" {
     try testing.expectEqual(@as(u16, 0), readCmsgs(bad[0..pos]).local.family);
     std.mem.bytesAsValue(Cmsghdr, bad[0..@sizeOf(Cmsghdr)]).len = 4096;
     try testing.expectEqual(@as(u16, 0), readCmsgs(bad[0..pos]).local.family);
+}
+
+fn loopback4At(last: u8, port: u16) Peer {
+    var p = loopback4(port);
+    p.addr[3] = last;
+    return p;
+}
+
+/// From a client on 127.0.0.1, one datagram to 127.0.0.2 at `server`'s port; the server
+/// answers it twice, from the local address it came in on and with the kernel's choice
+/// (127.0.0.1 on loopback, for all of 127/8); the sources the client sees, in that order.
+fn answerSources(server: *const Socket) ![2]Peer {
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    const port = server.localAddress().?.port;
+    const hello = [_]Outgoing{.{ .bytes = "hi", .peer = loopback4At(2, port) }};
+    try testing.expectEqual(@as(usize, 1), send(&client, &hello).ok);
+    var batch: RecvBatch = .{};
+    try testing.expectEqual(@as(usize, 1), try receiveAll(server, &batch, 1));
+    const d = batch.get(0);
+    try testing.expect(d.local.family != 0);
+    const last: usize = if (d.local.family == linux.AF.INET) 3 else 15;
+    try testing.expectEqual(@as(u8, 2), d.local.addr[last]);
+    const from_local = [_]Outgoing{.{ .bytes = "1", .peer = d.peer, .local = d.local }};
+    const from_any = [_]Outgoing{.{ .bytes = "2", .peer = d.peer }};
+    try testing.expectEqual(@as(usize, 1), send(server, &from_local).ok);
+    try testing.expectEqual(@as(usize, 1), send(server, &from_any).ok);
+    var sources: [2]Peer = undefined;
+    var seen: usize = 0;
+    while (seen < 2) {
+        const n = try receiveAll(&client, &batch, 2 - seen);
+        if (n == 0) return error.NoAnswer;
+        for (0..n) |i| {
+            const a = batch.get(i);
+            sources[a.bytes[0] - '1'] = a.peer;
+        }
+        seen += n;
+    }
+    return sources;
+}
+
+fn expectFrom(last: u8, p: Peer) !void {
+    try testing.expectEqual(@as(u16, linux.AF.INET), p.family);
+    try testing.expectEqualSlices(u8, &.{ 127, 0, 0, last }, p.addr[0..4]);
+}
+
+/// Whether 127.0.0.2 is a local address here (Linux answers on all of 127/8).
+fn secondLoopback() bool {
+    var s = switch (Socket.open(loopback4At(2, 0), .{})) {
+        .ok => |s| s,
+        .err => return false,
+    };
+    s.close();
+    return true;
+}
+
+test "udp: on 0.0.0.0 an answer leaves from the address the client wrote to, not the kernel's" {
+    if (!secondLoopback()) return error.SkipZigTest;
+    const any4: Peer = .{ .family = linux.AF.INET, .port = 0, .addr = [_]u8{0} ** 16 };
+    var server = switch (Socket.open(any4, .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    const got = try answerSources(&server);
+    try expectFrom(2, got[0]);
+    try expectFrom(1, got[1]); // without IP_PKTINFO: what the test would see
+}
+
+test "udp: on a dual-stack :: an IPv4 client's answer leaves from its IPv4 destination" {
+    if (!secondLoopback()) return error.SkipZigTest;
+    const any6: Peer = .{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 };
+    var server = switch (Socket.open(any6, .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    const got = try answerSources(&server);
+    try expectFrom(2, got[0]);
+    try expectFrom(1, got[1]);
+}
+
+test "udp: a socket bound elsewhere, adopted, reports destinations and answers from them" {
+    if (!secondLoopback()) return error.SkipZigTest;
+    // As zigcorn's master makes them (src/zigcorn/sockets.py): socket, bind, nothing else.
+    const cases = [_]struct { family: u32, v6only: c_int }{
+        .{ .family = linux.AF.INET, .v6only = 0 },
+        .{ .family = linux.AF.INET6, .v6only = 0 },
+    };
+    for (cases) |case| {
+        const fd = switch (sys.socket(case.family, linux.SOCK.DGRAM, linux.IPPROTO.UDP)) {
+            .ok => |fd| fd,
+            .err => return error.SkipZigTest,
+        };
+        var server: Socket = .{ .fd = fd, .family = case.family, .gso = false };
+        defer server.close();
+        if (case.family == linux.AF.INET6) {
+            const v6only = linux.IPV6.V6ONLY;
+            try testing.expect(sys.setIntOption(fd, linux.IPPROTO.IPV6, v6only, case.v6only));
+        }
+        var st: linux.sockaddr.storage = undefined;
+        const any: Peer = .{ .family = @intCast(case.family), .port = 0, .addr = [_]u8{0} ** 16 };
+        const len = toStorage(&any, &st);
+        try testing.expect(sys.bind(fd, @ptrCast(&st), len) == .ok);
+        server = switch (Socket.adopt(fd)) {
+            .ok => |s| s,
+            .err => |e| {
+                std.debug.print("adopt: {s}\n", .{@tagName(e)});
+                return error.AdoptFailed;
+            },
+        };
+        try testing.expectEqual(case.family, server.family);
+        const got = try answerSources(&server);
+        try expectFrom(2, got[0]);
+    }
+    // A descriptor that is no socket is refused.
+    try testing.expect(Socket.adopt(-1) == .err);
 }

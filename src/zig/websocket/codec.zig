@@ -614,7 +614,15 @@ test "hostile bytes never crash the frame parser, and UTF-8 matches std" {
             try testing.expect(h.header_len <= header_bytes_max and h.header_len <= n);
             if (h.opcode.isControl()) try testing.expect(h.payload_len <= control_payload_bytes_max and h.fin);
         }
-        _ = parseClose(buf[0..@min(n, control_payload_bytes_max)]) catch {};
+        const close_payload = buf[0..@min(n, control_payload_bytes_max)];
+        if (parseClose(close_payload)) |c| {
+            try testing.expect(c.code == 1005 or validCloseCode(c.code));
+            try testing.expect(validUtf8(c.reason));
+        } else |err| switch (err) {
+            // Random bytes are mostly a code no one may send, or a reason that is not UTF-8.
+            error.ProtocolError, error.InvalidData => {},
+            else => return err,
+        }
         // Mostly-valid text: random code points with a sprinkle of random bytes.
         var text: [64]u8 = undefined;
         var len: usize = 0;
