@@ -92,6 +92,7 @@ test {
     _ = @import("http3/qpack_encoder.zig");
     _ = @import("http3/session.zig");
     _ = @import("http3/session_tests.zig");
+    _ = @import("http3/session_qpack_tests.zig");
     _ = @import("http3/peer_integers_tests.zig");
     _ = @import("http3/streams.zig");
     _ = @import("http3/stream_verbs.zig");

@@ -259,27 +259,19 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
 
         /// Stream Cancellation (RFC 9204 4.4.2) for a stream whose sections we will not
         /// read: the peer's encoder may hold references for it (its inserts can still be on
-        /// the way), so this makes the decoder's state if there is none. An instruction
-        /// that cannot be owed ends the connection (`decoderOutputFailed`).
+        /// the way), so this makes the decoder's state if there is none.
         fn cancelDecoding(s: *Self, id: u64) void {
             if (s.config.qpack_table_capacity == 0) return; // no table: no instruction (4.4.2)
-            const d = s.useDecoder() catch
-                return s.connError(.internal_error, "out of memory for the QPACK table");
+            const d = s.useDecoder() catch return s.connError(.internal_error, "out of memory");
             d.cancelStream(id) catch |err| s.decoderOutputFailed(err);
         }
 
-        /// A decoder-stream instruction we could not owe (a Stream Cancellation, an Insert
-        /// Count Increment): the peer's encoder would keep references we released, or wait
-        /// for acknowledgments that never come, so the connection ends. The output is full
-        /// only while the peer does not read our decoder stream, as `decodeSection` says.
+        /// An instruction the decoder stream cannot take ends the connection: the peer's
+        /// encoder would keep references we released, or wait for acknowledgments for ever.
         fn decoderOutputFailed(s: *Self, err: qpack_decoder.OutputError) void {
             switch (err) {
-                error.DecoderStreamFull => {
-                    s.connError(.excessive_load, "the decoder stream does not drain");
-                },
-                error.OutOfMemory => {
-                    s.connError(.internal_error, "out of memory for the decoder stream");
-                },
+                error.DecoderStreamFull => s.connError(.excessive_load, "decoder stream full"),
+                error.OutOfMemory => s.connError(.internal_error, "out of memory, decoder stream"),
             }
         }
 
@@ -884,7 +876,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
             const outcome = decoder.decodeSection(rs.id, section, s.bufs.scratch, s.bufs.decoded, .acknowledge) catch |err| return switch (err) {
                 error.FieldSectionTooLarge => s.streamError(rs, .excessive_load),
                 error.DecompressionFailed => s.connError(.qpack_decompression_failed, "field section"),
-                error.DecoderStreamFull => s.connError(.excessive_load, "the decoder stream does not drain"),
+                error.DecoderStreamFull => s.connError(.excessive_load, "decoder stream full"),
                 error.OutOfMemory => s.connError(.internal_error, "out of memory"),
                 error.EncoderStream => unreachable,
             };
