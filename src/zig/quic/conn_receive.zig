@@ -84,7 +84,7 @@ fn largestReceived(c: *const Connection, space: Space) ?u64 {
 
 const Opened = struct { pn: u64, payload: []u8 };
 
-fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) protection.OneRtt.OpenError!?Opened {
+fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8, now_us: u64) protection.OneRtt.OpenError!?Opened {
     const largest = largestReceived(c, space);
     switch (space) {
         .initial, .handshake => {
@@ -95,7 +95,9 @@ fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) prot
         .application => {
             const k = c.one_rtt orelse return null;
             const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, largest);
-            return .{ .pn = hdr.pn, .payload = try k.open(c.allocator, bytes, &hdr) };
+            // The previous keys stay three PTOs after an update (RFC 9001 6.5).
+            const keep_us = 3 *| c.ptoUs();
+            return .{ .pn = hdr.pn, .payload = try k.openAt(c.allocator, bytes, &hdr, now_us, keep_us) };
         },
     }
 }
@@ -106,8 +108,13 @@ const Processed = enum { unopened, opened, newest_non_probing };
 
 fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: u64) Processed {
     const space = spaceOf(h.kind);
-    const o = (open(c, space, h, bytes) catch |e| {
-        if (e == error.ReservedBitsSet) c.closeTransport(@intFromEnum(TE.protocol_violation), 0, "reserved bits");
+    const o = (open(c, space, h, bytes, now_us) catch |e| {
+        switch (e) {
+            error.ReservedBitsSet => c.closeTransport(@intFromEnum(TE.protocol_violation), 0, "reserved bits"),
+            error.KeyUpdateError => c.closeTransport(@intFromEnum(TE.key_update_error), 0, "key update"),
+            error.AuthenticationFailed => if (space == .application) c.onAuthenticationFailed(),
+            else => {},
+        }
         return .unopened;
     }) orelse return .unopened;
     if (c.recovery.isDuplicate(space, o.pn)) return .unopened;

@@ -22,8 +22,13 @@
 //! says whether it carried the newest non-probing packet: the owner then moves), and starts
 //! the new address's validation (`startPathValidation`, `path.zig`).
 //!
+//! Keys (RFC 9001 6): the peer's key updates are followed; the server starts its own before
+//! the AEAD's confidentiality limit (`updateKeysIfDue`, from `send`), keeps the previous
+//! receive keys three PTOs, and closes with AEAD_LIMIT_REACHED past the integrity limit.
+//! Every key is zeroed before it is freed.
+//!
 //! Not done yet: 0-RTT (refused: dropped), issuing more connection IDs (NEW_CONNECTION_ID),
-//! our own key updates (the peer's are followed), ECN.
+//! ECN.
 const std = @import("std");
 const assert = std.debug.assert;
 const Allocator = std.mem.Allocator;
@@ -73,6 +78,13 @@ pub const Config = struct {
     /// What we send in one datagram (RFC 9000 14: 1200 is always allowed).
     max_datagram_bytes: u16 = 1200,
     congestion_algorithm: congestion.Algorithm = .new_reno,
+    /// RFC 9001 6.6 for the 1-RTT keys, null for the suite's figures
+    /// (`protection.aeadLimits`): packets sealed under one key (the server starts a key
+    /// update at 7/8 of it and stops using the connection at it), and packets failing
+    /// authentication over the connection's life (past it: AEAD_LIMIT_REACHED). Tests
+    /// lower them to reach both.
+    confidentiality_limit: ?u64 = null,
+    integrity_limit: ?u64 = null,
 };
 
 /// The endpoint validated the client's address with a Retry token: this Initial's DCID (the
@@ -225,7 +237,9 @@ pub const Connection = struct {
 
     fn setup(c: *Connection, ssl_ctx: *openssl.SSL_CTX, first_dcid: []const u8, our_scid: []const u8, retry_info: ?RetryInfo, reset_token: ?[16]u8) !void {
         const initial_dcid = if (retry_info) |r| r.retry_scid else first_dcid;
-        const keys = protection.initialKeys(initial_dcid);
+        var keys = protection.initialKeys(initial_dcid);
+        defer keys.client.wipe();
+        defer keys.server.wipe();
         c.initial_keys = try c.allocator.create(KeyPair);
         c.initial_keys.?.* = .{ .rx = keys.client, .tx = keys.server };
         var params: transport_params.Params = .{
@@ -254,8 +268,8 @@ pub const Connection = struct {
     pub fn deinit(c: *Connection) void {
         const a = c.allocator;
         if (c.hs) |hs| hs.deinit();
-        if (c.initial_keys) |k| a.destroy(k);
-        if (c.handshake_keys) |k| a.destroy(k);
+        if (c.initial_keys) |k| destroyKeys(a, k);
+        if (c.handshake_keys) |k| destroyKeys(a, k);
         if (c.one_rtt) |k| {
             k.deinit(a);
             a.destroy(k);
@@ -344,6 +358,9 @@ pub const Connection = struct {
         if (c.state == .handshaking) d = @min(d, c.handshake_deadline_us);
         if (c.recovery.nextDeadline()) |r| d = @min(d, r);
         if (c.path_check) |k| d = @min(d, k.deadline());
+        if (c.one_rtt) |k| if (k.previousDeadline()) |p| {
+            d = @min(d, p);
+        };
         if (conn_send.pacedDeadline(c)) |p| d = @min(d, p);
         return if (d == recovery_mod.never) null else d;
     }
@@ -365,6 +382,7 @@ pub const Connection = struct {
             return;
         }
         if (c.path_check) |k| if (k.onTimeout(now_us)) c.endPathCheck(.failed);
+        if (c.one_rtt) |k| if (k.previousDeadline()) |p| if (now_us >= p) k.discardPrevious(c.allocator);
         var sink: conn_receive.Sink = .{ .c = c };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();
@@ -493,8 +511,53 @@ pub const Connection = struct {
 
     // ---- key and handshake lifetime --------------------------------------------------------
 
+    fn destroyKeys(allocator: Allocator, k: *KeyPair) void {
+        k.rx.wipe();
+        k.tx.wipe();
+        allocator.destroy(k);
+    }
+
+    /// RFC 9001 6.6's limits for the 1-RTT keys' suite, or the config's.
+    pub fn aeadLimits(c: *const Connection) protection.AeadLimits {
+        const k = c.one_rtt orelse unreachable; // asked only once 1-RTT keys are in
+        var l = protection.aeadLimits(k.tx.suite);
+        if (c.config.confidentiality_limit) |n| l.confidentiality = @max(n, 1);
+        if (c.config.integrity_limit) |n| l.integrity = n;
+        return l;
+    }
+
+    /// Before a datagram is built: a key update once the current key sealed 7/8 of the
+    /// confidentiality limit and RFC 9001 allows one (the handshake confirmed, 6.1; our
+    /// last update answered and acknowledged, 6.1; the previous receive keys gone, 6.5).
+    /// At the limit itself with no update possible, the connection stops (6.6: closed
+    /// silently, AEAD_LIMIT_REACHED as its code): nothing more is sealed with that key.
+    pub fn updateKeysIfDue(c: *Connection) void {
+        const k = c.one_rtt orelse return;
+        if (c.state != .established or !c.recovery.handshake_confirmed) return;
+        const limit = c.aeadLimits().confidentiality;
+        if (k.tx_sealed < protection.updateThreshold(limit)) return;
+        const app = &c.recovery.application;
+        if (k.mayInitiate(if (app.acked_any) app.largest_acked else null)) {
+            k.initiate() catch unreachable; // mayInitiate: both phases agree
+            return;
+        }
+        if (k.tx_sealed < limit) return;
+        c.reportClosed(@intFromEnum(frames.TransportError.aead_limit_reached), false);
+        c.enterClosed();
+    }
+
+    /// A 1-RTT packet failed authentication (counted by the keys): past the integrity
+    /// limit the connection closes with AEAD_LIMIT_REACHED (RFC 9001 6.6). Initial and
+    /// Handshake packets are not counted: Initial keys are public, and the handshake ends
+    /// within `handshake_timeout_ms`, far from 2^36 forgeries.
+    pub fn onAuthenticationFailed(c: *Connection) void {
+        const k = c.one_rtt orelse return;
+        if (k.auth_failures <= c.aeadLimits().integrity) return;
+        c.closeTransport(@intFromEnum(frames.TransportError.aead_limit_reached), 0, "");
+    }
+
     pub fn discardInitial(c: *Connection) void {
-        if (c.initial_keys) |k| c.allocator.destroy(k);
+        if (c.initial_keys) |k| destroyKeys(c.allocator, k);
         c.initial_keys = null;
         c.dropCrypto(.initial);
         c.recovery.discardSpace(c.allocator, .initial);
@@ -502,7 +565,7 @@ pub const Connection = struct {
     }
 
     pub fn discardHandshake(c: *Connection) void {
-        if (c.handshake_keys) |k| c.allocator.destroy(k);
+        if (c.handshake_keys) |k| destroyKeys(c.allocator, k);
         c.handshake_keys = null;
         c.dropCrypto(.handshake);
         c.recovery.discardSpace(c.allocator, .handshake);

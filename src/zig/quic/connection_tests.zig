@@ -82,7 +82,7 @@ const T = struct {
     }
 
     fn oneRtt(t: *T, pn: u64, payload: []const u8) []u8 {
-        const built = packet.writeShortHeader(&t.buf, our_cid, pn, 4, 0, false) catch unreachable;
+        const built = packet.writeShortHeader(&t.buf, our_cid, pn, 4, t.client_1rtt.?.tx_phase, false) catch unreachable;
         @memcpy(t.buf[built.header_len..][0..payload.len], payload);
         const len = built.header_len + payload.len + protection.tag_len;
         t.client_1rtt.?.protect(t.buf[0..len], built.pn_offset, pn);

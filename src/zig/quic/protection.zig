@@ -45,6 +45,10 @@ pub const HeaderKey = struct {
         return hk;
     }
 
+    pub fn wipe(hk: *HeaderKey) void {
+        std.crypto.secureZero(u8, &hk.key);
+    }
+
     /// The 5 mask bytes from a ciphertext sample: AES-ECB of the sample (5.4.3), or
     /// ChaCha20 with the sample's first 4 bytes as the counter (little-endian) and the
     /// other 12 as the nonce, over 5 zero bytes (5.4.4).
@@ -70,6 +74,12 @@ pub const Keys = struct {
     pub fn init(secret: *const suite.Secret) Keys {
         return .{ .aead = suite.Aead.init(secret, .quic), .hp = HeaderKey.init(secret) };
     }
+
+    /// Zeros the AEAD key, IV and header key: the connection calls it before it frees keys.
+    pub fn wipe(k: *Keys) void {
+        k.aead.wipe();
+        k.hp.wipe();
+    }
 };
 
 pub const InitialSecrets = struct { client: suite.Secret, server: suite.Secret };
@@ -78,8 +88,10 @@ pub const InitialSecrets = struct { client: suite.Secret, server: suite.Secret }
 /// HKDF-Extract with the v1 salt, then "client in" and "server in".
 pub fn initialSecrets(client_dcid: []const u8) InitialSecrets {
     assert(client_dcid.len <= packet.cid_len_max);
-    const prk = HkdfSha256.extract(&initial_salt_v1, client_dcid);
-    const initial = suite.Secret.init(.aes_128_gcm_sha256, &prk);
+    var prk = HkdfSha256.extract(&initial_salt_v1, client_dcid);
+    defer std.crypto.secureZero(u8, &prk);
+    var initial = suite.Secret.init(.aes_128_gcm_sha256, &prk);
+    defer initial.wipe();
     var s: InitialSecrets = .{ .client = .{ .suite = .aes_128_gcm_sha256 }, .server = .{ .suite = .aes_128_gcm_sha256 } };
     initial.expand("client in", "", s.client.bytes[0..32]);
     initial.expand("server in", "", s.server.bytes[0..32]);
@@ -88,7 +100,9 @@ pub fn initialSecrets(client_dcid: []const u8) InitialSecrets {
 
 /// The Initial keys of both directions: a server opens with `client`, seals with `server`.
 pub fn initialKeys(client_dcid: []const u8) struct { client: Keys, server: Keys } {
-    const s = initialSecrets(client_dcid);
+    var s = initialSecrets(client_dcid);
+    defer s.client.wipe();
+    defer s.server.wipe();
     return .{ .client = Keys.init(&s.client), .server = Keys.init(&s.server) };
 }
 
@@ -107,12 +121,16 @@ pub fn payloadLenMin(pn_len: usize) usize {
 /// in clear at `pn_offset`, the frames, then `tag_len` bytes of room for the tag). The
 /// payload is sealed with the header as associated data, then the header is masked.
 pub fn protect(keys: *const Keys, bytes: []u8, pn_offset: usize, pn: u64) void {
+    protectWith(&keys.aead, &keys.hp, bytes, pn_offset, pn);
+}
+
+fn protectWith(aead: *const suite.Aead, hp: *const HeaderKey, bytes: []u8, pn_offset: usize, pn: u64) void {
     const pn_len: usize = (bytes[0] & 0x03) + 1;
     const header_len = pn_offset + pn_len;
     assert(bytes.len >= header_len + payloadLenMin(pn_len) + tag_len);
     const payload = bytes[header_len .. bytes.len - tag_len];
-    keys.aead.seal(payload, bytes[bytes.len - tag_len ..][0..tag_len], payload, bytes[0..header_len], pn);
-    const m = keys.hp.mask(bytes[pn_offset + pn_len_max ..][0..sample_len]);
+    aead.seal(payload, bytes[bytes.len - tag_len ..][0..tag_len], payload, bytes[0..header_len], pn);
+    const m = hp.mask(bytes[pn_offset + pn_len_max ..][0..sample_len]);
     bytes[0] ^= m[0] & maskedBits(bytes[0]);
     for (bytes[pn_offset..header_len], m[1..][0..pn_len]) |*b, x| b.* ^= x;
 }
@@ -181,17 +199,41 @@ pub fn unprotect(keys: *const Keys, bytes: []u8, pn_offset: usize, largest_pn: ?
     return .{ .header = h, .payload = try openPayload(&keys.aead, bytes, &h) };
 }
 
+/// RFC 9001 6.6's limits on one AEAD: packets sealed under one key (confidentiality) and
+/// packets that fail authentication over a connection's life, across all its keys
+/// (integrity).
+pub const AeadLimits = struct { confidentiality: u64, integrity: u64 };
+
+/// The limits RFC 9001 6.6 gives: AES-128-GCM and AES-256-GCM 2^23 sealed packets and 2^52
+/// forgeries; ChaCha20-Poly1305 2^36 forgeries, and a confidentiality limit above the 2^62
+/// packet numbers there are (2^62 here, never reached).
+pub fn aeadLimits(s: suite.Suite) AeadLimits {
+    return switch (s) {
+        .aes_128_gcm_sha256, .aes_256_gcm_sha384 => .{ .confidentiality = 1 << 23, .integrity = 1 << 52 },
+        .chacha20_poly1305_sha256 => .{ .confidentiality = 1 << 62, .integrity = 1 << 36 },
+    };
+}
+
+/// Sealed packets under one key after which the server starts a key update: 7/8 of the
+/// confidentiality limit (2^23 - 2^20 for AES-GCM), which leaves 2^20 packets for the
+/// update's conditions (an acknowledgment, the previous keys gone) to be met.
+pub fn updateThreshold(confidentiality_limit: u64) u64 {
+    return confidentiality_limit - confidentiality_limit / 8;
+}
+
 /// The 1-RTT keys of both directions through key updates (RFC 9001 6): the header keys
-/// stay; the AEAD keys move to the next generation ("quic ku") together, one phase bit per
+/// stay; the AEAD keys move to the next generation ("quic ku"), one phase bit per
 /// generation. A packet with the other phase bit is tried with the next generation's keys
-/// (RFC 9001 6.3), and after an update the previous ones open late packets until
-/// `discardPrevious` (the connection may call it three PTOs after an update, 6.5).
+/// (RFC 9001 6.3), and after an update the previous ones open late packets until their
+/// deadline (`openAt`'s `keep_previous_us` after the update, three PTOs in the connection:
+/// RFC 9001 6.5) or `discardPrevious`.
 ///
-/// Memory: inline are only the keys in use and the secret the next receive keys come from.
-/// The next and previous receive keys live in `Update`, a heap record made the first time a
-/// packet with the other phase bit comes (6.3 lets the keys be made then; the one timing
-/// signal is that first packet's derivation) and given back by `discardPrevious` or
-/// `deinit`. After an update the record stays with the next keys made ahead, as 6.3 expects.
+/// Memory: inline are only the keys in use, the secret the next receive keys come from and
+/// the counters of RFC 9001 6.6. The next and previous receive keys live in `Update`, a heap
+/// record made the first time a packet with the other phase bit comes (6.3 lets the keys be
+/// made then; the one timing signal is that first packet's derivation) and given back by
+/// `discardPrevious` or `deinit`. After an update the record stays with the next keys made
+/// ahead, as 6.3 expects. Every key and secret is zeroed before it is dropped.
 pub const OneRtt = struct {
     hp_rx: HeaderKey,
     hp_tx: HeaderKey,
@@ -202,20 +244,42 @@ pub const OneRtt = struct {
     tx_secret: suite.Secret,
     rx_phase: u1 = 0,
     tx_phase: u1 = 0,
+    /// An ACK of a packet of the current receive generation went out since the receive
+    /// side last moved: until then another move is the peer updating twice without
+    /// waiting, KEY_UPDATE_ERROR (RFC 9001 6.2). True for the first generation.
+    rx_update_acked: bool = true,
     /// The smallest packet number opened with `rx` (`no_pn` before the first): older
     /// packets with the other phase bit belong to the previous generation.
     rx_first_pn: u64 = no_pn,
+    /// Packets sealed with `tx` (RFC 9001 6.6's confidentiality count), and the first
+    /// one's number: our next update waits for an acknowledgment of one from it on (6.1).
+    tx_sealed: u64 = 0,
+    tx_first_pn: u64 = 0,
+    /// 1-RTT packets that failed authentication, with any key, over the connection's life.
+    auth_failures: u64 = 0,
     update: ?*Update = null,
 
     pub const no_pn: u64 = std.math.maxInt(u64);
+    pub const never: u64 = std.math.maxInt(u64);
 
     /// What only a key update needs.
     pub const Update = struct {
         next: suite.Aead,
         previous: ?suite.Aead = null,
+        /// When `previous` goes (`never` while there is none, or for `open`'s callers).
+        previous_until_us: u64 = never,
+
+        fn wipe(u: *Update) void {
+            u.next.wipe();
+            if (u.previous) |*p| p.wipe();
+        }
     };
 
-    pub const OpenError = UnprotectError || Allocator.Error;
+    pub const OpenError = UnprotectError || Allocator.Error || error{
+        /// The packet opened with the next keys, but the peer had not seen our ACK of its
+        /// last update: KEY_UPDATE_ERROR (RFC 9001 6.2). Nothing moved.
+        KeyUpdateError,
+    };
 
     pub fn init(rx_secret: *const suite.Secret, tx_secret: *const suite.Secret) OneRtt {
         return .{
@@ -228,9 +292,22 @@ pub const OneRtt = struct {
         };
     }
 
-    /// Gives the key update record back, if one was made.
+    /// Zeros every key and secret and gives the key update record back (zeroed too).
     pub fn deinit(k: *OneRtt, allocator: Allocator) void {
-        if (k.update) |u| allocator.destroy(u);
+        k.freeUpdate(allocator);
+        k.hp_rx.wipe();
+        k.hp_tx.wipe();
+        k.rx.wipe();
+        k.rx_next_secret.wipe();
+        k.tx.wipe();
+        k.tx_secret.wipe();
+    }
+
+    fn freeUpdate(k: *OneRtt, allocator: Allocator) void {
+        if (k.update) |u| {
+            u.wipe();
+            allocator.destroy(u);
+        }
         k.update = null;
     }
 
@@ -243,25 +320,49 @@ pub const OneRtt = struct {
         return .next;
     }
 
+    /// `openAt` for callers without a clock: the previous keys stay until `discardPrevious`.
+    pub fn open(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header) OpenError![]u8 {
+        return k.openAt(allocator, bytes, h, 0, never);
+    }
+
     /// Opens a 1-RTT packet whose header `unprotectHeader(&k.hp_rx, ...)` cleared, with the
     /// keys its phase bit picks; a packet opened with the next keys moves the receive side
-    /// to them and, if the peer started the update, the send side too (RFC 9001 6.2). The
-    /// first packet with the other phase bit makes the `Update` record from `allocator`:
-    /// without memory the packet is dropped (error.OutOfMemory) and nothing moves.
-    pub fn open(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header) OpenError![]u8 {
+    /// to them and, if the peer started the update, the send side too (RFC 9001 6.2); the
+    /// previous keys then open late packets until `keep_previous_us` after `now_us`, and
+    /// are dropped by the first call at or past that time. The first packet with the other
+    /// phase bit makes the `Update` record from `allocator`: without memory the packet is
+    /// dropped (error.OutOfMemory) and nothing moves. A packet that fails authentication
+    /// counts in `auth_failures`.
+    pub fn openAt(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header, now_us: u64, keep_previous_us: u64) OpenError![]u8 {
+        if (k.previousDeadline()) |until| if (now_us >= until) k.discardPrevious(allocator);
         const generation = k.select(h.keyPhase(), h.pn);
         const aead = switch (generation) {
             .current => &k.rx,
             .next => &(try k.updateRecord(allocator)).next,
             .previous => &k.update.?.previous.?,
         };
-        const payload = try openPayload(aead, bytes, h);
+        const payload = openPayload(aead, bytes, h) catch |e| {
+            if (e == error.AuthenticationFailed) k.auth_failures +|= 1;
+            return e;
+        };
         switch (generation) {
             .previous => {},
             .current => k.rx_first_pn = @min(k.rx_first_pn, h.pn),
-            .next => k.rotateRx(h.pn),
+            .next => {
+                // The peer starts an update (ours are answered whenever).
+                if (k.tx_phase == k.rx_phase and !k.rx_update_acked) return error.KeyUpdateError;
+                k.rotateRx(h.pn);
+                k.update.?.previous_until_us = now_us +| keep_previous_us;
+            },
         }
         return payload;
+    }
+
+    /// When the previous receive keys go, if there are any.
+    pub fn previousDeadline(k: *const OneRtt) ?u64 {
+        const u = k.update orelse return null;
+        if (u.previous == null or u.previous_until_us == never) return null;
+        return u.previous_until_us;
     }
 
     /// The record with the next receive keys, made (and the keys derived) when first asked.
@@ -275,47 +376,67 @@ pub const OneRtt = struct {
 
     fn rotateRx(k: *OneRtt, pn: u64) void {
         const u = k.update.?; // the next keys opened the packet
+        if (u.previous) |*p| p.wipe();
         u.previous = k.rx;
         k.rx = u.next;
         k.rx_next_secret = k.rx_next_secret.next();
         u.next = suite.Aead.init(&k.rx_next_secret, .quic);
         k.rx_phase ^= 1;
         k.rx_first_pn = pn;
+        k.rx_update_acked = false;
         if (k.tx_phase != k.rx_phase) k.rotateTx(); // the peer updated: answer in kind
         assert(k.tx_phase == k.rx_phase);
     }
 
     fn rotateTx(k: *OneRtt) void {
-        k.tx_secret = k.tx_secret.next();
+        k.tx_secret = k.tx_secret.next(); // the assignment overwrites the old secret
         k.tx = suite.Aead.init(&k.tx_secret, .quic);
         k.tx_phase ^= 1;
+        k.tx_sealed = 0;
     }
 
-    /// Starts a key update from this side. The caller checks RFC 9001 6.1's condition (a
-    /// packet of the current phase acknowledged, the previous update completed): here only
-    /// that the peer has answered the last one (both phases agree).
+    /// Starts a key update from this side. The caller checks RFC 9001 6.1's condition (see
+    /// `mayInitiate`): here only that the peer has answered the last one (both phases agree).
     pub fn initiate(k: *OneRtt) error{UpdateInProgress}!void {
         if (k.tx_phase != k.rx_phase) return error.UpdateInProgress;
         k.rotateTx();
     }
 
-    /// Forgets the previous receive keys (three PTOs after an update, RFC 9001 6.5) and the
-    /// record with them: the next keys are made again when a packet asks for them.
-    pub fn discardPrevious(k: *OneRtt, allocator: Allocator) void {
-        k.deinit(allocator);
+    /// Whether RFC 9001 allows this side to start a key update now, given the largest
+    /// packet number the peer acknowledged (null: none yet) and that the handshake is
+    /// confirmed (the caller's part, 6.1): the peer answered our last update (both phases
+    /// agree), acknowledged a packet sealed with the current keys (6.1), and the previous
+    /// receive keys are gone (6.5: three PTOs after the last update).
+    pub fn mayInitiate(k: *const OneRtt, largest_acked: ?u64) bool {
+        if (k.tx_phase != k.rx_phase or k.tx_sealed == 0) return false;
+        const acked = largest_acked orelse return false;
+        if (acked < k.tx_first_pn) return false;
+        if (k.update) |u| if (u.previous != null) return false;
+        return true;
     }
 
-    /// Seals a built short header packet (`packet.writeShortHeader` with `k.tx_phase`).
-    pub fn protect(k: *const OneRtt, bytes: []u8, pn_offset: usize, pn: u64) void {
+    /// We sent an ACK whose largest acknowledged is `largest`: once it covers a packet of
+    /// the current receive generation, the peer may update again.
+    pub fn onAckSent(k: *OneRtt, largest: u64) void {
+        if (k.rx_first_pn != no_pn and largest >= k.rx_first_pn) k.rx_update_acked = true;
+    }
+
+    /// Forgets the previous receive keys (three PTOs after an update, RFC 9001 6.5) and the
+    /// record with them, zeroed: the next keys are made again when a packet asks for them.
+    pub fn discardPrevious(k: *OneRtt, allocator: Allocator) void {
+        k.freeUpdate(allocator);
+    }
+
+    /// Seals a built short header packet (`packet.writeShortHeader` with `k.tx_phase`) and
+    /// counts it against the key's confidentiality limit.
+    pub fn protect(k: *OneRtt, bytes: []u8, pn_offset: usize, pn: u64) void {
         assert(bytes[0] & packet.form_bit == 0);
         assert(@intFromBool(bytes[0] & packet.key_phase_bit != 0) == k.tx_phase);
-        const keys: Keys = .{ .aead = k.tx, .hp = k.hp_tx };
-        file.protect(&keys, bytes, pn_offset, pn);
+        if (k.tx_sealed == 0) k.tx_first_pn = pn;
+        k.tx_sealed +|= 1;
+        protectWith(&k.tx, &k.hp_tx, bytes, pn_offset, pn);
     }
 };
-
-/// This file, to reach its `protect` from inside `OneRtt`, whose own `protect` hides it.
-const file = @This();
 
 const testing = std.testing;
 
@@ -502,7 +623,7 @@ test "AES-256 header protection round-trips" {
     try testing.expect(opened.header.first & packet.spin_bit != 0);
 }
 
-fn sendOneRtt(k: *const OneRtt, buf: []u8, pn: u64) !usize {
+fn sendOneRtt(k: *OneRtt, buf: []u8, pn: u64) !usize {
     const b = try packet.writeShortHeader(buf, "", pn, 2, k.tx_phase, false);
     @memset(buf[b.header_len..][0..4], 0x01);
     const len = b.header_len + 4 + tag_len;
@@ -552,6 +673,7 @@ test "RFC 9001 6: a key update started by either side, and a late packet of the 
     n = try sendOneRtt(&server, &buf, 0);
     try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&client, buf[0..n], null));
     try testing.expectEqual(@as(u1, 1), client.rx_phase);
+    client.onAckSent(0); // the client acknowledges it: the server may update again
     try server.initiate();
     n = try sendOneRtt(&server, &buf, 1);
     try testing.expectEqual(@as(u64, 1), try receiveOneRtt(&client, buf[0..n], 0));
@@ -610,10 +732,205 @@ test "RFC 9001 6.3: the next keys are made only when a packet with the other pha
     try testing.expectEqual(@as(?*OneRtt.Update, null), server.update);
     n = try sendOneRtt(&server, &buf, 0);
     try testing.expectEqual(@as(u64, 0), try receiveOneRtt(&client, buf[0..n], null));
+    server.onAckSent(1);
     try client.initiate();
     n = try sendOneRtt(&client, &buf, 2);
     try testing.expectEqual(@as(u64, 2), try receiveOneRtt(&server, buf[0..n], 1));
     try testing.expectEqual(@as(u1, 0), server.rx_phase);
     try testing.expectEqualDeep(suite.Aead.init(&gen2, .quic), server.rx);
     try testing.expect(server.update != null);
+}
+
+test "RFC 9001 6.6: the limits of each suite, and the update 1/8 before the confidentiality one" {
+    try testing.expectEqual(@as(u64, 1 << 23), aeadLimits(.aes_128_gcm_sha256).confidentiality);
+    try testing.expectEqual(@as(u64, 1 << 23), aeadLimits(.aes_256_gcm_sha384).confidentiality);
+    try testing.expectEqual(@as(u64, 1 << 52), aeadLimits(.aes_128_gcm_sha256).integrity);
+    try testing.expectEqual(@as(u64, 1 << 52), aeadLimits(.aes_256_gcm_sha384).integrity);
+    try testing.expectEqual(@as(u64, 1 << 36), aeadLimits(.chacha20_poly1305_sha256).integrity);
+    try testing.expectEqual(@as(u64, 1 << 62), aeadLimits(.chacha20_poly1305_sha256).confidentiality);
+    try testing.expectEqual(@as(u64, (1 << 23) - (1 << 20)), updateThreshold(1 << 23));
+    try testing.expectEqual(@as(u64, 14), updateThreshold(16));
+    try testing.expectEqual(@as(u64, 1), updateThreshold(1));
+}
+
+fn testPair(s: suite.Suite) struct { client: OneRtt, server: OneRtt } {
+    var c_secret: [suite.max_secret_len]u8 = undefined;
+    var s_secret: [suite.max_secret_len]u8 = undefined;
+    for (&c_secret, &s_secret, 0..) |*c, *x, i| {
+        c.* = @intCast(i + 1);
+        x.* = @intCast(90 + i);
+    }
+    const cs = suite.Secret.init(s, c_secret[0..s.secretLen()]);
+    const ss = suite.Secret.init(s, s_secret[0..s.secretLen()]);
+    return .{ .client = OneRtt.init(&ss, &cs), .server = OneRtt.init(&cs, &ss) };
+}
+
+fn receiveAt(k: *OneRtt, bytes: []u8, largest: ?u64, now_us: u64, keep_us: u64) !u64 {
+    const h = try unprotectHeader(&k.hp_rx, bytes, 1, largest);
+    _ = try k.openAt(testing.allocator, bytes, &h, now_us, keep_us);
+    return h.pn;
+}
+
+test "RFC 9001 6.5: late packets of the old phase open until the deadline, not after" {
+    var pair = testPair(.aes_128_gcm_sha256);
+    defer pair.client.deinit(testing.allocator);
+    defer pair.server.deinit(testing.allocator);
+    const client = &pair.client;
+    const server = &pair.server;
+    var late: [3][64]u8 = undefined;
+    var late_len: [3]usize = undefined;
+    for (0..3) |i| late_len[i] = try sendOneRtt(client, &late[i], i); // phase 0, held back
+    try client.initiate();
+    var buf: [64]u8 = undefined;
+    const n = try sendOneRtt(client, &buf, 3);
+    const keep_us = 300_000;
+    try testing.expectEqual(@as(u64, 3), try receiveAt(server, buf[0..n], null, 1_000_000, keep_us));
+    try testing.expectEqual(@as(?u64, 1_000_000 + keep_us), server.previousDeadline());
+    // Within the window: the previous keys open them, and nothing moves.
+    try testing.expectEqual(@as(u64, 0), try receiveAt(server, late[0][0..late_len[0]], 3, 1_000_000, keep_us));
+    const just_before = 1_000_000 + keep_us - 1;
+    try testing.expectEqual(@as(u64, 1), try receiveAt(server, late[1][0..late_len[1]], 3, just_before, keep_us));
+    try testing.expectEqual(@as(u1, 1), server.rx_phase);
+    try testing.expectEqual(@as(u64, 0), server.auth_failures);
+    // At the deadline the previous keys are gone (zeroed with their record): the next keys
+    // are tried and fail.
+    const at = 1_000_000 + keep_us;
+    const bytes = late[2][0..late_len[2]];
+    try testing.expectError(error.AuthenticationFailed, receiveAt(server, bytes, 3, at, keep_us));
+    try testing.expectEqual(@as(?u64, null), server.previousDeadline());
+    try testing.expectEqual(@as(u64, 1), server.auth_failures);
+    try testing.expectEqual(@as(u1, 1), server.rx_phase);
+}
+
+test "RFC 9001 6.2: the peer updating again before our ACK of its update is KEY_UPDATE_ERROR" {
+    for ([_]bool{ false, true }) |acked| {
+        var pair = testPair(.chacha20_poly1305_sha256);
+        defer pair.client.deinit(testing.allocator);
+        defer pair.server.deinit(testing.allocator);
+        const client = &pair.client;
+        const server = &pair.server;
+        var buf: [64]u8 = undefined;
+        try client.initiate();
+        var n = try sendOneRtt(client, &buf, 0);
+        try testing.expectEqual(@as(u64, 0), try receiveOneRtt(server, buf[0..n], null));
+        try testing.expect(!server.rx_update_acked);
+        // The server's answer reaches the client (phase 1 both ways now).
+        n = try sendOneRtt(server, &buf, 0);
+        if (acked) server.onAckSent(0);
+        try testing.expectEqual(@as(u64, 0), try receiveOneRtt(client, buf[0..n], null));
+        // The client updates again (a peer that did not wait for the ACK, RFC 9001 6.1).
+        try client.initiate();
+        n = try sendOneRtt(client, &buf, 1);
+        if (acked) {
+            try testing.expectEqual(@as(u64, 1), try receiveOneRtt(server, buf[0..n], 0));
+            try testing.expectEqual(@as(u1, 0), server.rx_phase);
+        } else {
+            try testing.expectError(error.KeyUpdateError, receiveOneRtt(server, buf[0..n], 0));
+            try testing.expectEqual(@as(u1, 1), server.rx_phase);
+            try testing.expectEqual(@as(u1, 1), server.tx_phase);
+        }
+    }
+}
+
+test "RFC 9001 6.1: when this side may start an update" {
+    var pair = testPair(.aes_256_gcm_sha384);
+    defer pair.client.deinit(testing.allocator);
+    defer pair.server.deinit(testing.allocator);
+    const client = &pair.client;
+    const server = &pair.server;
+    var buf: [64]u8 = undefined;
+    // Nothing sealed, or nothing acknowledged: not yet.
+    try testing.expect(!server.mayInitiate(null));
+    for (5..8) |pn| _ = try sendOneRtt(server, &buf, pn);
+    try testing.expectEqual(@as(u64, 3), server.tx_sealed);
+    try testing.expectEqual(@as(u64, 5), server.tx_first_pn);
+    try testing.expect(!server.mayInitiate(null));
+    try testing.expect(!server.mayInitiate(4)); // an older phase's packet
+    try testing.expect(server.mayInitiate(5));
+    try server.initiate();
+    try testing.expectEqual(@as(u64, 0), server.tx_sealed);
+    // Not answered yet: no second update, whatever is acknowledged.
+    var n = try sendOneRtt(server, &buf, 8);
+    try testing.expect(!server.mayInitiate(8));
+    try testing.expectEqual(@as(u64, 8), try receiveOneRtt(client, buf[0..n], 7));
+    n = try sendOneRtt(client, &buf, 0);
+    try testing.expectEqual(@as(u64, 0), try receiveAt(server, buf[0..n], null, 0, 1000));
+    // Answered, but the previous receive keys are still kept (RFC 9001 6.5).
+    try testing.expect(server.previousDeadline() != null);
+    try testing.expect(!server.mayInitiate(8));
+    server.discardPrevious(testing.allocator);
+    try testing.expect(server.mayInitiate(8));
+    try testing.expect(!server.mayInitiate(7));
+}
+
+/// An allocator that records the bytes of the last block given back, before giving it.
+const Capture = struct {
+    child: Allocator,
+    last: [512]u8 = undefined,
+    last_len: usize = 0,
+
+    fn allocator(self: *Capture) Allocator {
+        return .{ .ptr = self, .vtable = &.{ .alloc = alloc, .resize = Allocator.noResize, .remap = Allocator.noRemap, .free = free } };
+    }
+
+    fn alloc(ctx: *anyopaque, len: usize, alignment: std.mem.Alignment, ret: usize) ?[*]u8 {
+        const self: *Capture = @ptrCast(@alignCast(ctx));
+        return self.child.rawAlloc(len, alignment, ret);
+    }
+
+    fn free(ctx: *anyopaque, memory: []u8, alignment: std.mem.Alignment, ret: usize) void {
+        const self: *Capture = @ptrCast(@alignCast(ctx));
+        const n = @min(memory.len, self.last.len);
+        @memcpy(self.last[0..n], memory[0..n]);
+        self.last_len = n;
+        self.child.rawFree(memory, alignment, ret);
+    }
+};
+
+test "every 1-RTT key and secret is zero once dropped, the update record's before it is freed" {
+    var capture: Capture = .{ .child = testing.allocator };
+    var pair = testPair(.aes_256_gcm_sha384);
+    defer pair.client.deinit(testing.allocator);
+    const server = &pair.server;
+    var buf: [64]u8 = undefined;
+    try pair.client.initiate();
+    const n = try sendOneRtt(&pair.client, &buf, 0);
+    const h = try unprotectHeader(&server.hp_rx, buf[0..n], 1, null);
+    _ = try server.openAt(capture.allocator(), buf[0..n], &h, 0, 10);
+    const u = server.update.?;
+    try testing.expect(!std.mem.allEqual(u8, &u.next.key, 0));
+    try testing.expect(!std.mem.allEqual(u8, &u.previous.?.key, 0));
+    server.deinit(capture.allocator());
+    // The record, as it was when freed.
+    try testing.expectEqual(@sizeOf(OneRtt.Update), capture.last_len);
+    var record: OneRtt.Update = undefined;
+    @memcpy(std.mem.asBytes(&record), capture.last[0..@sizeOf(OneRtt.Update)]);
+    for ([_]suite.Aead{ record.next, record.previous.? }) |a| {
+        try testing.expect(std.mem.allEqual(u8, &a.key, 0));
+        try testing.expect(std.mem.allEqual(u8, &a.iv, 0));
+    }
+    // The inline keys and secrets.
+    for ([_]*const suite.Aead{ &server.rx, &server.tx }) |a| {
+        try testing.expect(std.mem.allEqual(u8, &a.key, 0));
+        try testing.expect(std.mem.allEqual(u8, &a.iv, 0));
+    }
+    try testing.expect(std.mem.allEqual(u8, &server.hp_rx.key, 0));
+    try testing.expect(std.mem.allEqual(u8, &server.hp_tx.key, 0));
+    try testing.expect(std.mem.allEqual(u8, &server.rx_next_secret.bytes, 0));
+    try testing.expect(std.mem.allEqual(u8, &server.tx_secret.bytes, 0));
+    // The client's were not dropped: the check sees keys where they are.
+    try testing.expect(!std.mem.allEqual(u8, &pair.client.tx.key, 0));
+}
+
+test "Keys.wipe and Secret.wipe zero what they hold" {
+    var s = initialSecrets("\x83\x94\xc8\xf0\x3e\x51\x57\x08");
+    var k = Keys.init(&s.client);
+    try testing.expect(!std.mem.allEqual(u8, s.client.slice(), 0));
+    try testing.expect(!std.mem.allEqual(u8, k.aead.key[0..16], 0));
+    s.client.wipe();
+    k.wipe();
+    try testing.expect(std.mem.allEqual(u8, &s.client.bytes, 0));
+    try testing.expect(std.mem.allEqual(u8, &k.aead.key, 0));
+    try testing.expect(std.mem.allEqual(u8, &k.aead.iv, 0));
+    try testing.expect(std.mem.allEqual(u8, &k.hp.key, 0));
 }

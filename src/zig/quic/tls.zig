@@ -162,6 +162,7 @@ pub const Handshake = struct {
 
     pub fn deinit(hs: *Handshake) void {
         hs.freeSsl();
+        hs.wipeSecrets();
         for (&hs.out) |*o| o.deinit(hs.allocator);
         if (hs.peer_params) |p| hs.allocator.free(p);
         hs.allocator.free(hs.local_params);
@@ -172,7 +173,13 @@ pub const Handshake = struct {
         if (hs.ssl) |ssl| openssl.functions().SSL_free(ssl);
         hs.ssl = null;
         hs.rbio = null;
+        if (hs.records_in) |*a| a.wipe();
         hs.records_in = null;
+    }
+
+    /// Zeros every traffic secret kept from the keylog (the connection has its own copies).
+    pub fn wipeSecrets(hs: *Handshake) void {
+        for (&hs.secrets) |*pair| for (pair) |*slot| if (slot.*) |*s| s.wipe();
     }
 
     /// The client's CRYPTO data at `level`, in order and without gaps (the caller
@@ -337,6 +344,7 @@ pub const Handshake = struct {
         if (hs.suite != null and hs.suite.? != s) return hs.raise(internal_error);
         hs.suite = s;
         var bytes: [suite.max_secret_len]u8 = undefined;
+        defer std.crypto.secureZero(u8, &bytes);
         if (hex.len != 2 * s.secretLen()) return hs.raise(internal_error);
         _ = std.fmt.hexToBytes(bytes[0..s.secretLen()], hex) catch return hs.raise(internal_error);
         const entry = &hs.secrets[@intFromEnum(slot.level)][@intFromEnum(slot.direction)];
