@@ -84,7 +84,19 @@ fn largestReceived(c: *const Connection, space: Space) ?u64 {
 
 const Opened = struct { pn: u64, payload: []u8 };
 
-fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8, now_us: u64) protection.OneRtt.OpenError!?Opened {
+const OpenError = protection.OneRtt.OpenError;
+
+fn teCode(e: TE) u64 {
+    return @intFromEnum(e);
+}
+
+fn open(
+    c: *Connection,
+    space: Space,
+    h: *const packet.Header,
+    bytes: []u8,
+    now_us: u64,
+) OpenError!?Opened {
     const largest = largestReceived(c, space);
     switch (space) {
         .initial, .handshake => {
@@ -97,7 +109,8 @@ fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8, now_
             const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, largest);
             // The previous keys stay three PTOs after an update (RFC 9001 6.5).
             const keep_us = 3 *| c.ptoUs();
-            return .{ .pn = hdr.pn, .payload = try k.openAt(c.allocator, bytes, &hdr, now_us, keep_us) };
+            const payload = try k.openAt(c.allocator, bytes, &hdr, now_us, keep_us);
+            return .{ .pn = hdr.pn, .payload = payload };
         },
     }
 }
@@ -110,8 +123,10 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
     const space = spaceOf(h.kind);
     const o = (open(c, space, h, bytes, now_us) catch |e| {
         switch (e) {
-            error.ReservedBitsSet => c.closeTransport(@intFromEnum(TE.protocol_violation), 0, "reserved bits"),
-            error.KeyUpdateError => c.closeTransport(@intFromEnum(TE.key_update_error), 0, "key update"),
+            error.ReservedBitsSet => {
+                c.closeTransport(teCode(.protocol_violation), 0, "reserved bits");
+            },
+            error.KeyUpdateError => c.closeTransport(teCode(.key_update_error), 0, "key update"),
             error.AuthenticationFailed => if (space == .application) c.onAuthenticationFailed(),
             else => {},
         }

@@ -382,7 +382,9 @@ pub const Connection = struct {
             return;
         }
         if (c.path_check) |k| if (k.onTimeout(now_us)) c.endPathCheck(.failed);
-        if (c.one_rtt) |k| if (k.previousDeadline()) |p| if (now_us >= p) k.discardPrevious(c.allocator);
+        if (c.one_rtt) |k| if (k.previousDeadline()) |p| {
+            if (now_us >= p) k.discardPrevious(c.allocator);
+        };
         var sink: conn_receive.Sink = .{ .c = c };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();

@@ -124,12 +124,19 @@ pub fn protect(keys: *const Keys, bytes: []u8, pn_offset: usize, pn: u64) void {
     protectWith(&keys.aead, &keys.hp, bytes, pn_offset, pn);
 }
 
-fn protectWith(aead: *const suite.Aead, hp: *const HeaderKey, bytes: []u8, pn_offset: usize, pn: u64) void {
+fn protectWith(
+    aead: *const suite.Aead,
+    hp: *const HeaderKey,
+    bytes: []u8,
+    pn_offset: usize,
+    pn: u64,
+) void {
     const pn_len: usize = (bytes[0] & 0x03) + 1;
     const header_len = pn_offset + pn_len;
     assert(bytes.len >= header_len + payloadLenMin(pn_len) + tag_len);
     const payload = bytes[header_len .. bytes.len - tag_len];
-    aead.seal(payload, bytes[bytes.len - tag_len ..][0..tag_len], payload, bytes[0..header_len], pn);
+    const tag = bytes[bytes.len - tag_len ..][0..tag_len];
+    aead.seal(payload, tag, payload, bytes[0..header_len], pn);
     const m = hp.mask(bytes[pn_offset + pn_len_max ..][0..sample_len]);
     bytes[0] ^= m[0] & maskedBits(bytes[0]);
     for (bytes[pn_offset..header_len], m[1..][0..pn_len]) |*b, x| b.* ^= x;
@@ -209,7 +216,9 @@ pub const AeadLimits = struct { confidentiality: u64, integrity: u64 };
 /// packet numbers there are (2^62 here, never reached).
 pub fn aeadLimits(s: suite.Suite) AeadLimits {
     return switch (s) {
-        .aes_128_gcm_sha256, .aes_256_gcm_sha384 => .{ .confidentiality = 1 << 23, .integrity = 1 << 52 },
+        .aes_128_gcm_sha256,
+        .aes_256_gcm_sha384,
+        => .{ .confidentiality = 1 << 23, .integrity = 1 << 52 },
         .chacha20_poly1305_sha256 => .{ .confidentiality = 1 << 62, .integrity = 1 << 36 },
     };
 }
@@ -333,7 +342,14 @@ pub const OneRtt = struct {
     /// phase bit makes the `Update` record from `allocator`: without memory the packet is
     /// dropped (error.OutOfMemory) and nothing moves. A packet that fails authentication
     /// counts in `auth_failures`.
-    pub fn openAt(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header, now_us: u64, keep_previous_us: u64) OpenError![]u8 {
+    pub fn openAt(
+        k: *OneRtt,
+        allocator: Allocator,
+        bytes: []u8,
+        h: *const Header,
+        now_us: u64,
+        keep_previous_us: u64,
+    ) OpenError![]u8 {
         if (k.previousDeadline()) |until| if (now_us >= until) k.discardPrevious(allocator);
         const generation = k.select(h.keyPhase(), h.pn);
         const aead = switch (generation) {
@@ -747,7 +763,8 @@ test "RFC 9001 6.6: the limits of each suite, and the update 1/8 before the conf
     try testing.expectEqual(@as(u64, 1 << 52), aeadLimits(.aes_128_gcm_sha256).integrity);
     try testing.expectEqual(@as(u64, 1 << 52), aeadLimits(.aes_256_gcm_sha384).integrity);
     try testing.expectEqual(@as(u64, 1 << 36), aeadLimits(.chacha20_poly1305_sha256).integrity);
-    try testing.expectEqual(@as(u64, 1 << 62), aeadLimits(.chacha20_poly1305_sha256).confidentiality);
+    const chacha = aeadLimits(.chacha20_poly1305_sha256);
+    try testing.expectEqual(@as(u64, 1 << 62), chacha.confidentiality);
     try testing.expectEqual(@as(u64, (1 << 23) - (1 << 20)), updateThreshold(1 << 23));
     try testing.expectEqual(@as(u64, 14), updateThreshold(16));
     try testing.expectEqual(@as(u64, 1), updateThreshold(1));
@@ -784,12 +801,15 @@ test "RFC 9001 6.5: late packets of the old phase open until the deadline, not a
     var buf: [64]u8 = undefined;
     const n = try sendOneRtt(client, &buf, 3);
     const keep_us = 300_000;
-    try testing.expectEqual(@as(u64, 3), try receiveAt(server, buf[0..n], null, 1_000_000, keep_us));
+    const t0 = 1_000_000;
+    try testing.expectEqual(@as(u64, 3), try receiveAt(server, buf[0..n], null, t0, keep_us));
     try testing.expectEqual(@as(?u64, 1_000_000 + keep_us), server.previousDeadline());
     // Within the window: the previous keys open them, and nothing moves.
-    try testing.expectEqual(@as(u64, 0), try receiveAt(server, late[0][0..late_len[0]], 3, 1_000_000, keep_us));
+    const first = late[0][0..late_len[0]];
+    try testing.expectEqual(@as(u64, 0), try receiveAt(server, first, 3, t0, keep_us));
     const just_before = 1_000_000 + keep_us - 1;
-    try testing.expectEqual(@as(u64, 1), try receiveAt(server, late[1][0..late_len[1]], 3, just_before, keep_us));
+    const second = late[1][0..late_len[1]];
+    try testing.expectEqual(@as(u64, 1), try receiveAt(server, second, 3, just_before, keep_us));
     try testing.expectEqual(@as(u1, 1), server.rx_phase);
     try testing.expectEqual(@as(u64, 0), server.auth_failures);
     // At the deadline the previous keys are gone (zeroed with their record): the next keys
@@ -870,7 +890,13 @@ const Capture = struct {
     last_len: usize = 0,
 
     fn allocator(self: *Capture) Allocator {
-        return .{ .ptr = self, .vtable = &.{ .alloc = alloc, .resize = Allocator.noResize, .remap = Allocator.noRemap, .free = free } };
+        const vtable: Allocator.VTable = .{
+            .alloc = alloc,
+            .resize = Allocator.noResize,
+            .remap = Allocator.noRemap,
+            .free = free,
+        };
+        return .{ .ptr = self, .vtable = &vtable };
     }
 
     fn alloc(ctx: *anyopaque, len: usize, alignment: std.mem.Alignment, ret: usize) ?[*]u8 {
