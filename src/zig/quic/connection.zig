@@ -13,7 +13,7 @@
 //! lets it go (Initial keys at the first Handshake packet, the rest at confirmation). Streams
 //! are heap records freed when both sides are done; their buffers exist only while bytes wait.
 //! An idle connection holds this struct (with `Recovery` inside), its 1-RTT keys and the
-//! stream table's block if any (`heldBytes`): 712 bytes beyond Recovery's 408, measured by
+//! stream table's block if any (`heldBytes`): 752 bytes beyond Recovery's 408, measured by
 //! tests/http3/test_quic_connection.py through a counting allocator after a handshake with
 //! aioquic, and again after 100 streams came and went.
 //!
@@ -531,8 +531,10 @@ pub const Connection = struct {
     /// Before a datagram is built: a key update once the current key sealed 7/8 of the
     /// confidentiality limit and RFC 9001 allows one (the handshake confirmed, 6.1; our
     /// last update answered and acknowledged, 6.1; the previous receive keys gone, 6.5).
-    /// At the limit itself with no update possible, the connection stops (6.6: closed
-    /// silently, AEAD_LIMIT_REACHED as its code): nothing more is sealed with that key.
+    /// At the limit itself, if only the previous receive keys stand in the way, they go
+    /// early (6.5's three PTOs are a SHOULD; the connection is worth more than a late
+    /// packet); with no update possible at all the connection stops (6.6: closed silently,
+    /// AEAD_LIMIT_REACHED as its code): nothing more is sealed with that key.
     pub fn updateKeysIfDue(c: *Connection) void {
         const k = c.one_rtt orelse return;
         if (c.state != .established or !c.recovery.handshake_confirmed) return;
@@ -544,6 +546,11 @@ pub const Connection = struct {
             return;
         }
         if (k.tx_sealed < limit) return;
+        if (k.mayInitiateOncePreviousGone(if (app.acked_any) app.largest_acked else null)) {
+            k.discardPrevious(c.allocator);
+            k.initiate() catch unreachable; // both phases agree
+            return;
+        }
         c.reportClosed(@intFromEnum(frames.TransportError.aead_limit_reached), false);
         c.enterClosed();
     }

@@ -814,6 +814,43 @@ test "connection: the server updates its keys before a lowered confidentiality l
     try testing.expectEqual(t.c.one_rtt.?.tx_phase, t.client_1rtt.?.tx_phase);
 }
 
+test "connection: at the limit the previous keys go early rather than the connection" {
+    var t: T = undefined;
+    try t.init(.{ .confidentiality_limit = 16 });
+    defer t.deinit();
+    t.establish();
+    // The previous keys would stay 3 s (three initial PTOs) after each update, longer than
+    // 16 packets at 30 ms: each update after the first comes at the limit, not past it.
+    var largest: ?u64 = null;
+    var phase: u1 = 0;
+    var run: u64 = 0;
+    var runs: [8]u64 = undefined;
+    var updates: usize = 0;
+    var pn: u64 = 0;
+    while (pn < 80) : (pn += 1) {
+        t.feed(pingAck(&t, pn, largest));
+        t.now_us += 30_000;
+        t.c.onTimeout(t.now_us);
+        const d = t.next() orelse continue;
+        _ = try t.open(d);
+        largest = t.c.next_pn[2] - 1;
+        const bit: u1 = @intFromBool(d[0] & packet.key_phase_bit != 0);
+        if (bit != phase) {
+            if (updates < runs.len) runs[updates] = run;
+            phase = bit;
+            run = 0;
+            updates += 1;
+        }
+        run += 1;
+        try testing.expect(run <= 16);
+    }
+    try testing.expectEqual(connection.State.established, t.c.state);
+    try testing.expect(updates >= 3);
+    try testing.expectEqual(@as(u64, 14), runs[0]); // 7/8 of 16: the keys were free then
+    try testing.expectEqual(@as(u64, 16), runs[1]); // the previous keys went early
+    try testing.expectEqual(@as(u64, 16), runs[2]);
+}
+
 test "connection: with the peer silent at the confidentiality limit the connection stops" {
     var t: T = undefined;
     try t.init(.{ .confidentiality_limit = 8 });

@@ -424,11 +424,15 @@ pub const OneRtt = struct {
     /// agree), acknowledged a packet sealed with the current keys (6.1), and the previous
     /// receive keys are gone (6.5: three PTOs after the last update).
     pub fn mayInitiate(k: *const OneRtt, largest_acked: ?u64) bool {
+        return k.mayInitiateOncePreviousGone(largest_acked) and k.previousDeadline() == null;
+    }
+
+    /// RFC 9001 6.1's conditions alone, without 6.5's wait for the previous receive keys to
+    /// go (a SHOULD): what the connection asks at the confidentiality limit itself.
+    pub fn mayInitiateOncePreviousGone(k: *const OneRtt, largest_acked: ?u64) bool {
         if (k.tx_phase != k.rx_phase or k.tx_sealed == 0) return false;
         const acked = largest_acked orelse return false;
-        if (acked < k.tx_first_pn) return false;
-        if (k.update) |u| if (u.previous != null) return false;
-        return true;
+        return acked >= k.tx_first_pn;
     }
 
     /// We sent an ACK whose largest acknowledged is `largest`: once it covers a packet of
