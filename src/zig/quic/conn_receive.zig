@@ -344,17 +344,17 @@ fn afterTls(c: *Connection, frame_type: u64) Stop!void {
 
 fn installKeys(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!void {
     if (c.handshake_keys == null and c.initial_keys != null) {
-        if (hs.secret(.handshake, .read)) |rx| if (hs.secret(.handshake, .write)) |tx| {
+        if (hs.secretRef(.handshake, .read)) |rx| if (hs.secretRef(.handshake, .write)) |tx| {
             const k = c.allocator.create(connection.KeyPair) catch return fail(c, .internal_error, frame_type);
-            k.* = .{ .rx = protection.Keys.init(&rx), .tx = protection.Keys.init(&tx) };
+            k.* = .{ .rx = protection.Keys.init(rx), .tx = protection.Keys.init(tx) };
             c.handshake_keys = k;
             try applyPeerParams(c, hs, frame_type);
         };
     }
     if (c.one_rtt == null) {
-        if (hs.secret(.application, .read)) |rx| if (hs.secret(.application, .write)) |tx| {
+        if (hs.secretRef(.application, .read)) |rx| if (hs.secretRef(.application, .write)) |tx| {
             const k = c.allocator.create(protection.OneRtt) catch return fail(c, .internal_error, frame_type);
-            k.* = protection.OneRtt.init(&rx, &tx);
+            k.* = protection.OneRtt.init(rx, tx);
             c.one_rtt = k;
         };
     }

@@ -14,6 +14,7 @@ const packet = @import("packet.zig");
 const protection = @import("protection.zig");
 const suite = @import("suite.zig");
 const varint = @import("varint.zig");
+const Scan = @import("scan_allocator.zig").Scan;
 
 const odcid = "\x83\x94\xc8\xf0\x3e\x51\x57\x08";
 const client_cid = "client01";
@@ -955,49 +956,6 @@ test "connection: old-phase packets open for three PTOs after the client's updat
     try testing.expectEqual(@as(u64, 1), t.c.one_rtt.?.auth_failures);
     try testing.expectEqual(connection.State.established, t.c.state);
 }
-
-/// An allocator that looks for given byte strings in each block as it is given back: a key
-/// or secret left in freed memory is a hit.
-const Scan = struct {
-    child: std.mem.Allocator,
-    needles: []const []const u8 = &.{},
-    hits: usize = 0,
-    frees: usize = 0,
-
-    fn allocator(self: *Scan) std.mem.Allocator {
-        const vtable: std.mem.Allocator.VTable = .{
-            .alloc = alloc,
-            .resize = resize,
-            .remap = remap,
-            .free = free,
-        };
-        return .{ .ptr = self, .vtable = &vtable };
-    }
-
-    fn alloc(ctx: *anyopaque, len: usize, a: std.mem.Alignment, ret: usize) ?[*]u8 {
-        const self: *Scan = @ptrCast(@alignCast(ctx));
-        return self.child.rawAlloc(len, a, ret);
-    }
-
-    fn resize(ctx: *anyopaque, m: []u8, a: std.mem.Alignment, n: usize, ret: usize) bool {
-        const self: *Scan = @ptrCast(@alignCast(ctx));
-        return self.child.rawResize(m, a, n, ret);
-    }
-
-    fn remap(ctx: *anyopaque, m: []u8, a: std.mem.Alignment, n: usize, ret: usize) ?[*]u8 {
-        const self: *Scan = @ptrCast(@alignCast(ctx));
-        return self.child.rawRemap(m, a, n, ret);
-    }
-
-    fn free(ctx: *anyopaque, m: []u8, a: std.mem.Alignment, ret: usize) void {
-        const self: *Scan = @ptrCast(@alignCast(ctx));
-        self.frees += 1;
-        for (self.needles) |needle| if (std.mem.indexOf(u8, m, needle) != null) {
-            self.hits += 1;
-        };
-        self.child.rawFree(m, a, ret);
-    }
-};
 
 test "connection: no freed block holds an Initial or 1-RTT key, IV, header key or secret" {
     const initial = protection.initialKeys(odcid);

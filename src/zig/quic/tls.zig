@@ -286,6 +286,12 @@ pub const Handshake = struct {
         return hs.secrets[@intFromEnum(level)][@intFromEnum(direction)];
     }
 
+    /// `secret` in place: keys derived from it leave no copy of the secret behind.
+    pub fn secretRef(hs: *const Handshake, level: Level, dir: Direction) ?*const suite.Secret {
+        const slot = &hs.secrets[@intFromEnum(level)][@intFromEnum(dir)];
+        return if (slot.*) |*s| s else null;
+    }
+
     /// The client's transport parameters (encoded), once its ClientHello was read.
     pub fn peerTransportParams(hs: *const Handshake) ?[]const u8 {
         return hs.peer_params;
