@@ -107,9 +107,12 @@ fn open(
         .application => {
             const k = c.one_rtt orelse return null;
             const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, largest);
-            // The previous keys stay three PTOs after an update (RFC 9001 6.5).
-            const keep_us = 3 *| c.ptoUs();
-            const payload = try k.openAt(c.allocator, bytes, &hdr, now_us, keep_us);
+            const payload = try k.openAt(c.allocator, bytes, &hdr, .{
+                .now_us = now_us,
+                // The previous keys stay three PTOs after an update (RFC 9001 6.5).
+                .keep_previous_us = 3 *| c.ptoUs(),
+                .largest_received = largest,
+            });
             return .{ .pn = hdr.pn, .payload = payload };
         },
     }

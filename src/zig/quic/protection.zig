@@ -277,6 +277,9 @@ pub const OneRtt = struct {
         previous: ?suite.Aead = null,
         /// When `previous` goes (`never` while there is none, or for `open`'s callers).
         previous_until_us: u64 = never,
+        /// The largest packet number received with keys older than `rx`: a packet of the
+        /// current generation below it is KEY_UPDATE_ERROR (RFC 9001 6.3).
+        previous_largest_pn: u64 = 0,
 
         fn wipe(u: *Update) void {
             u.next.wipe();
@@ -285,9 +288,18 @@ pub const OneRtt = struct {
     };
 
     pub const OpenError = UnprotectError || Allocator.Error || error{
-        /// The packet opened with the next keys, but the peer had not seen our ACK of its
-        /// last update: KEY_UPDATE_ERROR (RFC 9001 6.2). Nothing moved.
+        /// KEY_UPDATE_ERROR; nothing moved. The packet opened with the next keys but the
+        /// peer had not seen our ACK of its last update (RFC 9001 6.2), or older keys were
+        /// used for a larger packet number than newer ones (6.3).
         KeyUpdateError,
+    };
+
+    /// What `openAt` knows of the connection: the time, how long the previous keys stay
+    /// after an update, and the largest packet number received so far (null: none).
+    pub const At = struct {
+        now_us: u64 = 0,
+        keep_previous_us: u64 = never,
+        largest_received: ?u64 = null,
     };
 
     pub fn init(rx_secret: *const suite.Secret, tx_secret: *const suite.Secret) OneRtt {
@@ -331,30 +343,29 @@ pub const OneRtt = struct {
 
     /// `openAt` for callers without a clock: the previous keys stay until `discardPrevious`.
     pub fn open(k: *OneRtt, allocator: Allocator, bytes: []u8, h: *const Header) OpenError![]u8 {
-        return k.openAt(allocator, bytes, h, 0, never);
+        return k.openAt(allocator, bytes, h, .{});
     }
 
     /// Opens a 1-RTT packet whose header `unprotectHeader(&k.hp_rx, ...)` cleared, with the
     /// keys its phase bit picks; a packet opened with the next keys moves the receive side
     /// to them and, if the peer started the update, the send side too (RFC 9001 6.2); the
-    /// previous keys then open late packets until `keep_previous_us` after `now_us`, and
-    /// are dropped by the first call at or past that time. The first packet with the other
-    /// phase bit makes the `Update` record from `allocator`: without memory the packet is
-    /// dropped (error.OutOfMemory) and nothing moves. A packet that fails authentication
+    /// previous keys then open late packets until `at.keep_previous_us` after `at.now_us`,
+    /// and are dropped by the first call at or past that time. The first packet with the
+    /// other phase bit makes the `Update` record from `gpa`: without memory the packet
+    /// is dropped (error.OutOfMemory) and nothing moves. A packet that fails authentication
     /// counts in `auth_failures`.
     pub fn openAt(
         k: *OneRtt,
-        allocator: Allocator,
+        gpa: Allocator,
         bytes: []u8,
         h: *const Header,
-        now_us: u64,
-        keep_previous_us: u64,
+        at: At,
     ) OpenError![]u8 {
-        if (k.previousDeadline()) |until| if (now_us >= until) k.discardPrevious(allocator);
+        if (k.previousDeadline()) |until| if (at.now_us >= until) k.discardPrevious(gpa);
         const generation = k.select(h.keyPhase(), h.pn);
         const aead = switch (generation) {
             .current => &k.rx,
-            .next => &(try k.updateRecord(allocator)).next,
+            .next => &(try k.updateRecord(gpa)).next,
             .previous => &k.update.?.previous.?,
         };
         const payload = openPayload(aead, bytes, h) catch |e| {
@@ -362,13 +373,27 @@ pub const OneRtt = struct {
             return e;
         };
         switch (generation) {
-            .previous => {},
-            .current => k.rx_first_pn = @min(k.rx_first_pn, h.pn),
+            .previous => {
+                const u = k.update.?;
+                u.previous_largest_pn = @max(u.previous_largest_pn, h.pn);
+            },
+            .current => {
+                // Below the generation's first packet: not below one of an older generation.
+                if (h.pn < k.rx_first_pn) if (k.update) |u| {
+                    const older = u.previous != null and h.pn < u.previous_largest_pn;
+                    if (older) return error.KeyUpdateError;
+                };
+                k.rx_first_pn = @min(k.rx_first_pn, h.pn);
+            },
             .next => {
                 // The peer starts an update (ours are answered whenever).
                 if (k.tx_phase == k.rx_phase and !k.rx_update_acked) return error.KeyUpdateError;
+                // Every packet received so far had older keys: none may be above this one.
+                if (at.largest_received) |largest| if (largest > h.pn) return error.KeyUpdateError;
                 k.rotateRx(h.pn);
-                k.update.?.previous_until_us = now_us +| keep_previous_us;
+                const u = k.update.?;
+                u.previous_until_us = at.now_us +| at.keep_previous_us;
+                u.previous_largest_pn = at.largest_received orelse 0;
             },
         }
         return payload;
@@ -788,7 +813,8 @@ fn testPair(s: suite.Suite) struct { client: OneRtt, server: OneRtt } {
 
 fn receiveAt(k: *OneRtt, bytes: []u8, largest: ?u64, now_us: u64, keep_us: u64) !u64 {
     const h = try unprotectHeader(&k.hp_rx, bytes, 1, largest);
-    _ = try k.openAt(testing.allocator, bytes, &h, now_us, keep_us);
+    const at: OneRtt.At = .{ .now_us = now_us, .keep_previous_us = keep_us };
+    _ = try k.openAt(testing.allocator, bytes, &h, at);
     return h.pn;
 }
 
@@ -926,7 +952,7 @@ test "every 1-RTT key and secret is zero once dropped, the update record's befor
     try pair.client.initiate();
     const n = try sendOneRtt(&pair.client, &buf, 0);
     const h = try unprotectHeader(&server.hp_rx, buf[0..n], 1, null);
-    _ = try server.openAt(capture.allocator(), buf[0..n], &h, 0, 10);
+    _ = try server.openAt(capture.allocator(), buf[0..n], &h, .{ .keep_previous_us = 10 });
     const u = server.update.?;
     try testing.expect(!std.mem.allEqual(u8, &u.next.key, 0));
     try testing.expect(!std.mem.allEqual(u8, &u.previous.?.key, 0));
@@ -963,4 +989,35 @@ test "Keys.wipe and Secret.wipe zero what they hold" {
     try testing.expect(std.mem.allEqual(u8, &k.aead.key, 0));
     try testing.expect(std.mem.allEqual(u8, &k.aead.iv, 0));
     try testing.expect(std.mem.allEqual(u8, &k.hp.key, 0));
+}
+
+fn receiveAfter(k: *OneRtt, bytes: []u8, largest: ?u64) !u64 {
+    const h = try unprotectHeader(&k.hp_rx, bytes, 1, largest);
+    _ = try k.openAt(testing.allocator, bytes, &h, .{ .largest_received = largest });
+    return h.pn;
+}
+
+test "RFC 9001 6.3: older keys on a larger packet number than newer ones are KEY_UPDATE_ERROR" {
+    var pair = testPair(.aes_128_gcm_sha256);
+    defer pair.client.deinit(testing.allocator);
+    defer pair.server.deinit(testing.allocator);
+    const client = &pair.client;
+    const server = &pair.server;
+    var old: [2][64]u8 = undefined;
+    var old_len: [2]usize = undefined;
+    var new: [4][64]u8 = undefined;
+    var new_len: [4]usize = undefined;
+    for ([_]u64{ 5, 8 }, 0..) |pn, i| old_len[i] = try sendOneRtt(client, &old[i], pn);
+    try client.initiate();
+    for ([_]u64{ 4, 7, 9, 10 }, 0..) |pn, i| new_len[i] = try sendOneRtt(client, &new[i], pn);
+    // Phase 0 up to 5; a phase 1 packet numbered 4 would move below it: refused, nothing moves.
+    try testing.expectEqual(@as(u64, 5), try receiveAfter(server, old[0][0..old_len[0]], null));
+    try testing.expectError(error.KeyUpdateError, receiveAfter(server, new[0][0..new_len[0]], 5));
+    try testing.expectEqual(@as(u1, 0), server.rx_phase);
+    // The update at 10; 8 of the old phase opens with the previous keys.
+    try testing.expectEqual(@as(u64, 10), try receiveAfter(server, new[3][0..new_len[3]], 5));
+    try testing.expectEqual(@as(u64, 8), try receiveAfter(server, old[1][0..old_len[1]], 10));
+    // New keys at 9 (above 8): fine; at 7 (below the old keys' 8): KEY_UPDATE_ERROR.
+    try testing.expectEqual(@as(u64, 9), try receiveAfter(server, new[2][0..new_len[2]], 10));
+    try testing.expectError(error.KeyUpdateError, receiveAfter(server, new[1][0..new_len[1]], 10));
 }
