@@ -449,7 +449,12 @@ pub const OneRtt = struct {
     /// agree), acknowledged a packet sealed with the current keys (6.1), and the previous
     /// receive keys are gone (6.5: three PTOs after the last update).
     pub fn mayInitiate(k: *const OneRtt, largest_acked: ?u64) bool {
-        return k.mayInitiateOncePreviousGone(largest_acked) and k.previousDeadline() == null;
+        return k.mayInitiateOncePreviousGone(largest_acked) and !k.keepsPrevious();
+    }
+
+    fn keepsPrevious(k: *const OneRtt) bool {
+        const u = k.update orelse return false;
+        return u.previous != null;
     }
 
     /// RFC 9001 6.1's conditions alone, without 6.5's wait for the previous receive keys to
