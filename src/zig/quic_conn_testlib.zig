@@ -165,6 +165,25 @@ export fn zc_live_bytes() usize {
     return live_bytes;
 }
 
+/// Lowers RFC 9001 6.6's limits of this connection (its `Config` is its own here; 0 keeps
+/// the suite's figure), so a test reaches a key update within a short transfer.
+export fn zc_set_aead_limits(c: *Connection, confidentiality: u64, integrity: u64) void {
+    const config: *connection.Config = @constCast(c.config);
+    if (confidentiality != 0) config.confidentiality_limit = confidentiality;
+    if (integrity != 0) config.integrity_limit = integrity;
+}
+
+/// The 1-RTT keys: [present, send phase, receive phase, packets sealed with the current
+/// key, packets that failed authentication, previous receive keys kept].
+export fn zc_keys(c: *Connection, out: *[6]u64) void {
+    const k = c.one_rtt orelse {
+        out.* = .{ 0, 0, 0, 0, 0, 0 };
+        return;
+    };
+    const kept = k.previousDeadline() != null;
+    out.* = .{ 1, k.tx_phase, k.rx_phase, k.tx_sealed, k.auth_failures, @intFromBool(kept) };
+}
+
 /// What `Recovery` (inside the struct) takes: the budget excludes it.
 export fn zc_recovery_bytes() usize {
     return @sizeOf(connection.Recovery);

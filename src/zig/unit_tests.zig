@@ -65,7 +65,7 @@ test {
     _ = @import("quic/congestion.zig");
     _ = @import("quic/varint.zig");
     _ = @import("quic/packet.zig");
-    _ = @import("quic/protection.zig");
+    _ = @import("quic/protection_tests.zig");
     _ = @import("quic/frames.zig");
     _ = @import("quic/transport_params.zig");
     _ = @import("quic/stateless_reset.zig");
@@ -81,6 +81,7 @@ test {
     _ = @import("quic/connection.zig");
     _ = @import("quic/connection_tests.zig");
     _ = @import("quic/conn_cids_tests.zig");
+    _ = @import("quic/key_update_tests.zig");
     _ = @import("quic/peer_integers_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");

@@ -156,6 +156,27 @@ def test_a_large_response_respects_flow_control(h3_server, h3_certs):
     assert bytes(response.body) == pattern(size)
 
 
+def test_with_retry_always_each_client_comes_back_with_its_token_and_is_served(h3_certs):
+    """``--http3-retry always``: every first Initial gets a Retry whose token is sealed with
+    the current 5-minute period's key (quic/retry_token.zig's rotation); the client's next
+    Initial brings it back to the worker its ID names, which opens it. A token that did not
+    open would leave the client without a connection."""
+    server = start_h3_server(h3_certs, 2, "--http3-retry", "always")
+    try:
+        async def go():
+            out = []
+            for i in range(4):
+                async with connect(server, h3_certs) as client:
+                    out.append(await client.request("GET", f"/info?n={i}"))
+            return out
+
+        responses = run(go())
+        assert [r.status for r in responses] == [200] * 4
+        assert {r.json()["http_version"] for r in responses} == {"3"}
+    finally:
+        server.stop()
+
+
 # ---- alt-svc on the TLS listener ----------------------------------------------------------
 
 

@@ -71,6 +71,8 @@ def lib(tmp_path_factory) -> ctypes.CDLL:
     so.zc_held_bytes.restype = sz
     so.zc_held_bytes.argtypes = [vp]
     so.zc_holdings.argtypes = [vp, ctypes.POINTER(ctypes.c_size_t * 8)]
+    so.zc_set_aead_limits.argtypes = [vp, u64, u64]
+    so.zc_keys.argtypes = [vp, ctypes.POINTER(u64 * 6)]
     assert so.zc_load() == 0, "libssl.so.3 did not load"
     return so
 
@@ -241,6 +243,13 @@ class Pair:
             assert self.now - start < seconds, "simulated time ran out"
         raise AssertionError("too many steps")
 
+    def keys(self) -> list[int]:
+        """Our 1-RTT keys: [present, send phase, receive phase, sealed with the current key,
+        failed authentication, previous receive keys kept]."""
+        arr = (ctypes.c_uint64 * 6)()
+        self.lib.zc_keys(self.conn, ctypes.byref(arr))
+        return list(arr)
+
     def holdings(self) -> list[int]:
         arr = (ctypes.c_size_t * 8)()
         self.lib.zc_holdings(self.conn, ctypes.byref(arr))
@@ -408,6 +417,46 @@ def test_key_update_by_the_client_mid_transfer(lib, ctx, certs):
         echo_streams(pair, payloads(5, 2, 300_000))
         pair.client.request_key_update()
         echo_streams(pair, payloads(3, 1, 100_000))
+    finally:
+        pair.close()
+
+
+def test_key_updates_by_the_server_mid_download(lib, ctx, certs):
+    """RFC 9001 6 and 6.6, the server's side: with the confidentiality limit lowered to 512
+    packets a key (test-only, `zc_set_aead_limits`), the server starts its own key updates
+    while it sends a 2 MiB echo back: the first at 448 (7/8), the next ones at 512 at the
+    latest (the simulated clock runs slower than three PTOs, so the previous receive keys
+    go early then). aioquic (which starts none unless asked) follows each; the download
+    completes byte for byte and the connection stays open."""
+    limit = 512
+    pair = Pair(lib, ctx, certs)
+    try:
+        handshake(pair)
+        lib.zc_set_aead_limits(pair.conn, limit, 0)
+        present, start_phase = pair.keys()[:2]
+        assert present == 1
+        seen = {"flips": 0, "phase": start_phase, "most": 0}
+
+        def watch() -> bool:
+            keys = pair.keys()
+            seen["most"] = max(seen["most"], keys[3])
+            if keys[1] != seen["phase"]:
+                seen["flips"] += 1
+                seen["phase"] = keys[1]
+            return False
+
+        blob = os.urandom(2 << 20)
+        sid = pair.client.get_next_available_stream_id()
+        pair.client.send_stream_data(sid, blob, end_stream=True)
+        pair.run(lambda: watch() or sid in pair.client_fin, seconds=300.0)
+        assert bytes(pair.received[sid]) == blob
+        assert seen["flips"] >= 2, seen
+        assert seen["most"] <= limit, seen
+        assert pair.state == ESTABLISHED and pair.client_terminated is None
+        assert pair.server_closed is None
+        settle(pair)
+        print(f"\nserver key updates during a 2 MiB echo: {seen['flips']} "
+              f"(at most {seen['most']} packets seen under one key)")
     finally:
         pair.close()
 

@@ -85,7 +85,19 @@ fn largestReceived(c: *const Connection, space: Space) ?u64 {
 
 const Opened = struct { pn: u64, payload: []u8 };
 
-fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) protection.OneRtt.OpenError!?Opened {
+const OpenError = protection.OneRtt.OpenError;
+
+fn teCode(e: TE) u64 {
+    return @intFromEnum(e);
+}
+
+fn open(
+    c: *Connection,
+    space: Space,
+    h: *const packet.Header,
+    bytes: []u8,
+    now_us: u64,
+) OpenError!?Opened {
     const largest = largestReceived(c, space);
     switch (space) {
         .initial, .handshake => {
@@ -96,7 +108,13 @@ fn open(c: *Connection, space: Space, h: *const packet.Header, bytes: []u8) prot
         .application => {
             const k = c.one_rtt orelse return null;
             const hdr = try protection.unprotectHeader(&k.hp_rx, bytes, h.pn_offset, largest);
-            return .{ .pn = hdr.pn, .payload = try k.open(c.allocator, bytes, &hdr) };
+            const payload = try k.openAt(c.allocator, bytes, &hdr, .{
+                .now_us = now_us,
+                // The previous keys stay three PTOs after an update (RFC 9001 6.5).
+                .keep_previous_us = 3 *| c.ptoUs(),
+                .largest_received = largest,
+            });
+            return .{ .pn = hdr.pn, .payload = payload };
         },
     }
 }
@@ -107,8 +125,15 @@ const Processed = enum { unopened, opened, newest_non_probing };
 
 fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: u64) Processed {
     const space = spaceOf(h.kind);
-    const o = (open(c, space, h, bytes) catch |e| {
-        if (e == error.ReservedBitsSet) c.closeTransport(@intFromEnum(TE.protocol_violation), 0, "reserved bits");
+    const o = (open(c, space, h, bytes, now_us) catch |e| {
+        switch (e) {
+            error.ReservedBitsSet => {
+                c.closeTransport(teCode(.protocol_violation), 0, "reserved bits");
+            },
+            error.KeyUpdateError => c.closeTransport(teCode(.key_update_error), 0, "key update"),
+            error.AuthenticationFailed => if (space == .application) c.onAuthenticationFailed(),
+            else => {},
+        }
         return .unopened;
     }) orelse return .unopened;
     if (c.recovery.isDuplicate(space, o.pn)) return .unopened;
@@ -339,17 +364,17 @@ fn afterTls(c: *Connection, frame_type: u64) Stop!void {
 
 fn installKeys(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!void {
     if (c.handshake_keys == null and c.initial_keys != null) {
-        if (hs.secret(.handshake, .read)) |rx| if (hs.secret(.handshake, .write)) |tx| {
+        if (hs.secretRef(.handshake, .read)) |rx| if (hs.secretRef(.handshake, .write)) |tx| {
             const k = c.allocator.create(connection.KeyPair) catch return fail(c, .internal_error, frame_type);
-            k.* = .{ .rx = protection.Keys.init(&rx), .tx = protection.Keys.init(&tx) };
+            k.* = .{ .rx = protection.Keys.init(rx), .tx = protection.Keys.init(tx) };
             c.handshake_keys = k;
             try applyPeerParams(c, hs, frame_type);
         };
     }
     if (c.one_rtt == null) {
-        if (hs.secret(.application, .read)) |rx| if (hs.secret(.application, .write)) |tx| {
+        if (hs.secretRef(.application, .read)) |rx| if (hs.secretRef(.application, .write)) |tx| {
             const k = c.allocator.create(protection.OneRtt) catch return fail(c, .internal_error, frame_type);
-            k.* = protection.OneRtt.init(&rx, &tx);
+            k.* = protection.OneRtt.init(rx, tx);
             c.one_rtt = k;
         };
     }

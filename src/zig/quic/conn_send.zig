@@ -69,6 +69,10 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     }
     // Set again below if the pacer holds data back: a stale time would wake the caller forever.
     c.pace_until_us = recovery_mod.never;
+    if (c.state == .established) {
+        c.updateKeysIfDue(); // RFC 9001 6.6: may close the connection
+        if (c.state == .closed) return 0;
+    }
     var limit = @min(out.len, c.config.max_datagram_bytes, c.peer_max_udp_payload);
     if (!c.address_validated) limit = @min(limit, amplificationAllowance(c));
     if (c.path_check) |k| limit = @intCast(@min(limit, k.allowance()));
@@ -344,7 +348,11 @@ fn seal(c: *Connection, out: []u8, p: *const Pending) void {
     const bytes = out[p.start .. p.end + tag_len];
     const pn_offset = p.pn_offset - p.start;
     switch (p.space) {
-        .application => c.one_rtt.?.protect(bytes, pn_offset, p.pn),
+        .application => {
+            const k = c.one_rtt.?;
+            k.protect(bytes, pn_offset, p.pn);
+            if (p.ack_largest) |largest| k.onAckSent(largest);
+        },
         else => {
             // Length covers the packet number, the frames and the tag.
             varint.encodeWithLen(bytes[pn_offset - 2 ..][0..2], pn_len + (p.end - p.pn_offset - pn_len) + tag_len, 2);

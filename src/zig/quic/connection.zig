@@ -13,8 +13,8 @@
 //! lets it go (Initial keys at the first Handshake packet, the rest at confirmation). Streams
 //! are heap records freed when both sides are done; their buffers exist only while bytes wait.
 //! An idle connection holds this struct (with `Recovery` inside), its 1-RTT keys and the
-//! stream table's block if any (`heldBytes`): 1,312 bytes beyond Recovery's 408 (600 of them
-//! both sides' connection IDs, `conn_cids.State`), measured by
+//! stream table's block if any (`heldBytes`): 1,393 bytes beyond Recovery's 408 (600 of
+//! them both sides' connection IDs, `conn_cids.State`), measured by
 //! tests/http3/test_quic_connection.py through a counting allocator after a handshake with
 //! aioquic, and again after 100 streams came and went.
 //!
@@ -27,8 +27,12 @@
 //! and takes back those the peer retired (`retiredCid`, `forgetCid`); the peer's are kept
 //! and retired as its NEW_CONNECTION_ID frames say.
 //!
-//! Not done yet: 0-RTT (refused: dropped), our own key updates (the peer's are followed),
-//! ECN.
+//! Keys (RFC 9001 6): the peer's key updates are followed; the server starts its own before
+//! the AEAD's confidentiality limit (`updateKeysIfDue`, from `send`), keeps the previous
+//! receive keys three PTOs, and closes with AEAD_LIMIT_REACHED past the integrity limit.
+//! Every key is zeroed before it is freed.
+//!
+//! Not done yet: 0-RTT (refused: dropped), ECN.
 const std = @import("std");
 const assert = std.debug.assert;
 const Allocator = std.mem.Allocator;
@@ -80,6 +84,13 @@ pub const Config = struct {
     /// What we send in one datagram (RFC 9000 14: 1200 is always allowed).
     max_datagram_bytes: u16 = 1200,
     congestion_algorithm: congestion.Algorithm = .new_reno,
+    /// RFC 9001 6.6 for the 1-RTT keys, null for the suite's figures
+    /// (`protection.aeadLimits`): packets sealed under one key (the server starts a key
+    /// update at 7/8 of it and stops using the connection at it), and packets failing
+    /// authentication over the connection's life (past it: AEAD_LIMIT_REACHED). Tests
+    /// lower them to reach both.
+    confidentiality_limit: ?u64 = null,
+    integrity_limit: ?u64 = null,
 };
 
 /// The endpoint validated the client's address with a Retry token: this Initial's DCID (the
@@ -241,7 +252,9 @@ pub const Connection = struct {
 
     fn setup(c: *Connection, ssl_ctx: *openssl.SSL_CTX, first_dcid: []const u8, our_scid: []const u8, retry_info: ?RetryInfo, reset_token: ?[16]u8) !void {
         const initial_dcid = if (retry_info) |r| r.retry_scid else first_dcid;
-        const keys = protection.initialKeys(initial_dcid);
+        var keys = protection.initialKeys(initial_dcid);
+        defer keys.client.wipe();
+        defer keys.server.wipe();
         c.initial_keys = try c.allocator.create(KeyPair);
         c.initial_keys.?.* = .{ .rx = keys.client, .tx = keys.server };
         var params: transport_params.Params = .{
@@ -271,8 +284,8 @@ pub const Connection = struct {
         const a = c.allocator;
         if (c.hs) |hs| hs.deinit();
         c.tls_summary.deinit(a);
-        if (c.initial_keys) |k| a.destroy(k);
-        if (c.handshake_keys) |k| a.destroy(k);
+        if (c.initial_keys) |k| destroyKeys(a, k);
+        if (c.handshake_keys) |k| destroyKeys(a, k);
         if (c.one_rtt) |k| {
             k.deinit(a);
             a.destroy(k);
@@ -361,6 +374,9 @@ pub const Connection = struct {
         if (c.state == .handshaking) d = @min(d, c.handshake_deadline_us);
         if (c.recovery.nextDeadline()) |r| d = @min(d, r);
         if (c.path_check) |k| d = @min(d, k.deadline());
+        if (c.one_rtt) |k| if (k.previousDeadline()) |p| {
+            d = @min(d, p);
+        };
         if (conn_send.pacedDeadline(c)) |p| d = @min(d, p);
         return if (d == recovery_mod.never) null else d;
     }
@@ -382,6 +398,9 @@ pub const Connection = struct {
             return;
         }
         if (c.path_check) |k| if (k.onTimeout(now_us)) c.endPathCheck(.failed);
+        if (c.one_rtt) |k| if (k.previousDeadline()) |p| {
+            if (now_us >= p) k.discardPrevious(c.allocator);
+        };
         var sink: conn_receive.Sink = .{ .c = c };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();
@@ -533,8 +552,60 @@ pub const Connection = struct {
 
     // ---- key and handshake lifetime --------------------------------------------------------
 
+    fn destroyKeys(allocator: Allocator, k: *KeyPair) void {
+        k.rx.wipe();
+        k.tx.wipe();
+        allocator.destroy(k);
+    }
+
+    /// RFC 9001 6.6's limits for the 1-RTT keys' suite, or the config's.
+    pub fn aeadLimits(c: *const Connection) protection.AeadLimits {
+        const k = c.one_rtt orelse unreachable; // asked only once 1-RTT keys are in
+        var l = protection.aeadLimits(k.tx.suite);
+        if (c.config.confidentiality_limit) |n| l.confidentiality = @max(n, 1);
+        if (c.config.integrity_limit) |n| l.integrity = n;
+        return l;
+    }
+
+    /// Before a datagram is built: a key update once the current key sealed 7/8 of the
+    /// confidentiality limit and RFC 9001 allows one (the handshake confirmed, 6.1; our
+    /// last update answered and acknowledged, 6.1; the previous receive keys gone, 6.5).
+    /// At the limit itself, if only the previous receive keys stand in the way, they go
+    /// early (6.5's three PTOs are a SHOULD; the connection is worth more than a late
+    /// packet); with no update possible at all the connection stops (6.6: closed silently,
+    /// AEAD_LIMIT_REACHED as its code): nothing more is sealed with that key.
+    pub fn updateKeysIfDue(c: *Connection) void {
+        const k = c.one_rtt orelse return;
+        if (c.state != .established or !c.recovery.handshake_confirmed) return;
+        const limit = c.aeadLimits().confidentiality;
+        if (k.tx_sealed < protection.updateThreshold(limit)) return;
+        const app = &c.recovery.application;
+        if (k.mayInitiate(if (app.acked_any) app.largest_acked else null)) {
+            k.initiate() catch unreachable; // mayInitiate: both phases agree
+            return;
+        }
+        if (k.tx_sealed < limit) return;
+        if (k.mayInitiateOncePreviousGone(if (app.acked_any) app.largest_acked else null)) {
+            k.discardPrevious(c.allocator);
+            k.initiate() catch unreachable; // both phases agree
+            return;
+        }
+        c.reportClosed(@intFromEnum(frames.TransportError.aead_limit_reached), false);
+        c.enterClosed();
+    }
+
+    /// A 1-RTT packet failed authentication (counted by the keys): past the integrity
+    /// limit the connection closes with AEAD_LIMIT_REACHED (RFC 9001 6.6). Initial and
+    /// Handshake packets are not counted: Initial keys are public, and the handshake ends
+    /// within `handshake_timeout_ms`, far from 2^36 forgeries.
+    pub fn onAuthenticationFailed(c: *Connection) void {
+        const k = c.one_rtt orelse return;
+        if (k.auth_failures <= c.aeadLimits().integrity) return;
+        c.closeTransport(@intFromEnum(frames.TransportError.aead_limit_reached), 0, "");
+    }
+
     pub fn discardInitial(c: *Connection) void {
-        if (c.initial_keys) |k| c.allocator.destroy(k);
+        if (c.initial_keys) |k| destroyKeys(c.allocator, k);
         c.initial_keys = null;
         c.dropCrypto(.initial);
         c.recovery.discardSpace(c.allocator, .initial);
@@ -542,7 +613,7 @@ pub const Connection = struct {
     }
 
     pub fn discardHandshake(c: *Connection) void {
-        if (c.handshake_keys) |k| c.allocator.destroy(k);
+        if (c.handshake_keys) |k| destroyKeys(c.allocator, k);
         c.handshake_keys = null;
         c.dropCrypto(.handshake);
         c.recovery.discardSpace(c.allocator, .handshake);

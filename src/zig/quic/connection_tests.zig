@@ -85,9 +85,11 @@ pub const T = struct {
         return t.oneRttTo(our_cid, pn, payload);
     }
 
-    /// A 1-RTT packet to `dcid`, one of our IDs (or not).
+    /// A 1-RTT packet to `dcid`, one of our IDs (or not), in the client's current key phase.
     pub fn oneRttTo(t: *T, dcid: []const u8, pn: u64, payload: []const u8) []u8 {
-        const built = packet.writeShortHeader(&t.buf, dcid, pn, 4, 0, false) catch unreachable;
+        const phase = t.client_1rtt.?.tx_phase;
+        const built = packet.writeShortHeader(&t.buf, dcid, pn, 4, phase, false) catch
+            unreachable;
         @memcpy(t.buf[built.header_len..][0..payload.len], payload);
         const len = built.header_len + payload.len + protection.tag_len;
         t.client_1rtt.?.protect(t.buf[0..len], built.pn_offset, pn);
@@ -139,7 +141,7 @@ pub const T = struct {
     }
 };
 
-fn context() !*openssl.SSL_CTX {
+pub fn context() !*openssl.SSL_CTX {
     try openssl.load(openssl.default_library);
     var tmp = testing.tmpDir(.{});
     defer tmp.cleanup();

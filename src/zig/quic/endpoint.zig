@@ -250,6 +250,9 @@ pub fn Endpoint(comptime Conn: type) type {
 
         pub fn deinit(self: *Self, allocator: std.mem.Allocator) void {
             self.table.deinit(allocator);
+            // The shared keys are zeroed (`undefined` is no write in a release build).
+            std.crypto.secureZero(u8, &self.config.retry_key);
+            std.crypto.secureZero(u8, &self.config.reset_key);
             self.* = undefined;
         }
 
@@ -368,8 +371,11 @@ pub fn Endpoint(comptime Conn: type) type {
             // Only our Retry tokens are read; any other (a NEW_TOKEN of another server) is
             // as good as none (RFC 9000 8.1.3).
             if (h.token.len > 0 and h.token[0] == retry_token.marker) {
-                original_dcid = retry_token.open(h.token, &self.config.retry_key, &path.peer, h.dcid, now_us, self.config.retry_token_lifetime_us) catch
-                    return .dropped_invalid_token;
+                const life = self.config.retry_token_lifetime_us;
+                const key = &self.config.retry_key;
+                const peer = &path.peer;
+                const opened = retry_token.openRotating(h.token, key, peer, h.dcid, now_us, life);
+                original_dcid = opened catch return .dropped_invalid_token;
                 validated = true;
             }
             if (!validated and self.wantsRetry()) return self.answerRetry(h, path, now_us, out);
@@ -399,7 +405,8 @@ pub fn Endpoint(comptime Conn: type) type {
             var tok: [retry_token.len]u8 = undefined;
             var nonce: [retry_token.nonce_len]u8 = undefined;
             self.random().bytes(&nonce);
-            retry_token.seal(&tok, &self.config.retry_key, nonce, &path.peer, scid.slice(), h.dcid, now_us);
+            const key = &self.config.retry_key;
+            retry_token.sealRotating(&tok, key, nonce, &path.peer, scid.slice(), h.dcid, now_us);
             const n = packet.writeRetry(&a.bytes, h.scid, scid.slice(), &tok, h.dcid, self.random().int(u4)) catch unreachable;
             out.commit(n, path.*);
             return .retry;

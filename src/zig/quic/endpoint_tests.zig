@@ -589,7 +589,9 @@ test "endpoint: hostile datagrams (random, and valid ones mutated) never break i
     var seed_lens: [3]usize = undefined;
     seed_lens[0] = initial(&seeds[0], "client-dcid-h", "cs", "", 1200).len;
     var tok: [retry_token.len]u8 = undefined;
-    retry_token.seal(&tok, &config(.auto).retry_key, [_]u8{1} ** retry_token.nonce_len, &peer4(1, 1), "retry-id", "odcid-odcid", 0);
+    const nonce = [_]u8{1} ** retry_token.nonce_len;
+    const key = &config(.auto).retry_key;
+    retry_token.sealRotating(&tok, key, nonce, &peer4(1, 1), "retry-id", "odcid-odcid", 0);
     seed_lens[1] = initial(&seeds[1], "retry-id", "cs", &tok, 1250).len;
     seed_lens[2] = shortHeader(&seeds[2], &.{ worker, 9, 9, 9, 9, 9, 9, 9 }, 60).len;
     var buf: [1500]u8 = undefined;

@@ -12,6 +12,16 @@
 //! the destination connection ID of the Initial that must carry it (the Retry's source ID):
 //! a token copied to another address or another ID fails to open. A token is good for
 //! `lifetime_us` after it was issued. Sans-IO: the time and the nonce come from the caller.
+//!
+//! Rotation (`sealRotating`, `openRotating`, what the endpoint uses): the key shared by the
+//! workers is never used to seal. Time is cut into periods of `rotation_period_us` (5
+//! minutes, counted on CLOCK_MONOTONIC, which every worker of a host reads alike), and
+//! each period's key is HKDF-Expand(shared key, "zigcorn retry key" | period number): a
+//! token is sealed with the current period's key and opens with it or the previous
+//! period's, so a token issued just before a rotation still validates after it (its
+//! 10-second lifetime ends long before a second rotation). Each period key seals at most
+//! 5 minutes of Retries (random 96-bit nonces stay far from colliding), is derived when
+//! used and zeroed right after; a period key that leaked is good for 10 minutes at most.
 const std = @import("std");
 const assert = std.debug.assert;
 const suite = @import("suite.zig");
@@ -29,6 +39,54 @@ pub const len = 1 + nonce_len + sealed_len + suite.tag_len;
 pub const lifetime_us_default: u64 = 10 * std.time.us_per_s;
 
 pub const Key = [key_len]u8;
+
+/// How long one period key seals tokens (see the file's comment).
+pub const rotation_period_us: u64 = 5 * 60 * std.time.us_per_s;
+
+/// The key of period `period` (now_us / rotation_period_us) under the shared key.
+pub fn periodKey(shared: *const Key, period: u64) Key {
+    var info: [17 + 8]u8 = undefined;
+    info[0..17].* = "zigcorn retry key".*;
+    std.mem.writeInt(u64, info[17..25], period, .big);
+    var out: Key = undefined;
+    std.crypto.kdf.hkdf.HkdfSha256.expand(&out, &info, shared.*);
+    return out;
+}
+
+/// `seal` with the key of `now_us`'s period.
+pub fn sealRotating(
+    out: *[len]u8,
+    shared: *const Key,
+    nonce: [nonce_len]u8,
+    peer: *const Peer,
+    retry_scid: []const u8,
+    odcid: []const u8,
+    now_us: u64,
+) void {
+    var key = periodKey(shared, now_us / rotation_period_us);
+    defer std.crypto.secureZero(u8, &key);
+    seal(out, &key, nonce, peer, retry_scid, odcid, now_us);
+}
+
+/// `open` with the key of `now_us`'s period, then the previous period's: a token outlives
+/// one rotation, not two.
+pub fn openRotating(
+    token: []const u8,
+    shared: *const Key,
+    peer: *const Peer,
+    dcid: []const u8,
+    now_us: u64,
+    lifetime_us: u64,
+) OpenError!Cid {
+    const period = now_us / rotation_period_us;
+    var key = periodKey(shared, period);
+    defer std.crypto.secureZero(u8, &key);
+    if (open(token, &key, peer, dcid, now_us, lifetime_us)) |odcid| return odcid else |e| {
+        if (e == error.Expired or period == 0) return e;
+    }
+    key = periodKey(shared, period - 1);
+    return open(token, &key, peer, dcid, now_us, lifetime_us);
+}
 
 fn aead(key: *const Key, nonce: *const [nonce_len]u8) suite.Aead {
     var a: suite.Aead = .{ .suite = .chacha20_poly1305_sha256 };
@@ -141,4 +199,43 @@ test "retry token: an IPv4 peer's undefined address tail is not part of it" {
     var tok: [len]u8 = undefined;
     seal(&tok, &key, [_]u8{0x22} ** nonce_len, &first, "retry-id", "original-dcid", 1_000_000);
     try testing.expectEqualStrings("original-dcid", (try open(&tok, &key, &second, "retry-id", 1_000_000, lifetime_us_default)).slice());
+}
+
+test "retry token rotation: one rotation keeps a token valid, two do not; period keys differ" {
+    const shared = [_]u8{0x33} ** key_len;
+    const peer = peerAt(9, 443);
+    const period = rotation_period_us;
+    const never_expires = std.math.maxInt(u64);
+    var tok: [len]u8 = undefined;
+    const issued = 7 * period - 1; // the last microsecond of period 6
+    sealRotating(&tok, &shared, [_]u8{0x44} ** nonce_len, &peer, "rid", "odcid", issued);
+    const ok = try openRotating(&tok, &shared, &peer, "rid", issued, lifetime_us_default);
+    try testing.expectEqualStrings("odcid", ok.slice());
+    // After one rotation: the previous period's key still opens it.
+    const after_one = try openRotating(&tok, &shared, &peer, "rid", 7 * period, never_expires);
+    try testing.expectEqualStrings("odcid", after_one.slice());
+    const late_one = 8 * period - 1;
+    const still = try openRotating(&tok, &shared, &peer, "rid", late_one, never_expires);
+    try testing.expectEqualStrings("odcid", still.slice());
+    // After two: its key is gone (expiry aside).
+    const two = 8 * period;
+    const after_two = openRotating(&tok, &shared, &peer, "rid", two, never_expires);
+    try testing.expectError(error.Invalid, after_two);
+    // Within the normal lifetime across a rotation: valid; the lifetime still applies.
+    const soon = 7 * period + 1000;
+    _ = try openRotating(&tok, &shared, &peer, "rid", soon, lifetime_us_default);
+    const late = issued + lifetime_us_default + 1;
+    const expired = openRotating(&tok, &shared, &peer, "rid", late, lifetime_us_default);
+    try testing.expectError(error.Expired, expired);
+    // The token is not sealed with the shared key itself, and each period has its own key.
+    const plain = open(&tok, &shared, &peer, "rid", issued, lifetime_us_default);
+    try testing.expectError(error.Invalid, plain);
+    try testing.expect(!std.mem.eql(u8, &periodKey(&shared, 6), &periodKey(&shared, 7)));
+    try testing.expect(!std.mem.eql(u8, &periodKey(&shared, 6), &shared));
+    const other = [_]u8{0x34} ** key_len;
+    try testing.expect(!std.mem.eql(u8, &periodKey(&shared, 6), &periodKey(&other, 6)));
+    // Period 0 has no previous period: a token of another key is refused, not wrapped.
+    sealRotating(&tok, &other, [_]u8{1} ** nonce_len, &peer, "rid", "odcid", 5);
+    const foreign = openRotating(&tok, &shared, &peer, "rid", 6, never_expires);
+    try testing.expectError(error.Invalid, foreign);
 }

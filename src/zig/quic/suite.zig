@@ -74,6 +74,12 @@ pub const Secret = struct {
         s.expand("quic ku", "", n.bytes[0..s.suite.secretLen()]);
         return n;
     }
+
+    /// Overwrites the secret's bytes with zeros (the suite stays), in a way the compiler
+    /// keeps: every copy of a secret that is dropped is wiped first.
+    pub fn wipe(s: *Secret) void {
+        std.crypto.secureZero(u8, &s.bytes);
+    }
 };
 
 /// Which labels derive the key and IV: QUIC packet protection or a TLS 1.3 record.
@@ -84,6 +90,12 @@ pub const Aead = struct {
     suite: Suite,
     key: [max_key_len]u8 = [_]u8{0} ** max_key_len,
     iv: [iv_len]u8 = [_]u8{0} ** iv_len,
+
+    /// Overwrites the key and IV with zeros (the suite stays).
+    pub fn wipe(a: *Aead) void {
+        std.crypto.secureZero(u8, &a.key);
+        std.crypto.secureZero(u8, &a.iv);
+    }
 
     pub fn init(secret: *const Secret, use: Use) Aead {
         var a: Aead = .{ .suite = secret.suite };

@@ -165,6 +165,7 @@ pub const Handshake = struct {
     pub fn deinit(hs: *Handshake) void {
         hs.freeSsl();
         hs.summary.deinit(hs.allocator);
+        hs.wipeSecrets();
         for (&hs.out) |*o| o.deinit(hs.allocator);
         if (hs.peer_params) |p| hs.allocator.free(p);
         hs.allocator.free(hs.local_params);
@@ -175,7 +176,13 @@ pub const Handshake = struct {
         if (hs.ssl) |ssl| openssl.functions().SSL_free(ssl);
         hs.ssl = null;
         hs.rbio = null;
+        if (hs.records_in) |*a| a.wipe();
         hs.records_in = null;
+    }
+
+    /// Zeros every traffic secret kept from the keylog (the connection has its own copies).
+    pub fn wipeSecrets(hs: *Handshake) void {
+        for (&hs.secrets) |*pair| for (pair) |*slot| if (slot.*) |*s| s.wipe();
     }
 
     /// The client's CRYPTO data at `level`, in order and without gaps (the caller
@@ -284,6 +291,12 @@ pub const Handshake = struct {
         return hs.secrets[@intFromEnum(level)][@intFromEnum(direction)];
     }
 
+    /// `secret` in place: keys derived from it leave no copy of the secret behind.
+    pub fn secretRef(hs: *const Handshake, level: Level, dir: Direction) ?*const suite.Secret {
+        const slot = &hs.secrets[@intFromEnum(level)][@intFromEnum(dir)];
+        return if (slot.*) |*s| s else null;
+    }
+
     /// The client's transport parameters (encoded), once its ClientHello was read.
     pub fn peerTransportParams(hs: *const Handshake) ?[]const u8 {
         return hs.peer_params;
@@ -350,6 +363,7 @@ pub const Handshake = struct {
         if (hs.suite != null and hs.suite.? != s) return hs.raise(internal_error);
         hs.suite = s;
         var bytes: [suite.max_secret_len]u8 = undefined;
+        defer std.crypto.secureZero(u8, &bytes);
         if (hex.len != 2 * s.secretLen()) return hs.raise(internal_error);
         _ = std.fmt.hexToBytes(bytes[0..s.secretLen()], hex) catch return hs.raise(internal_error);
         const entry = &hs.secrets[@intFromEnum(slot.level)][@intFromEnum(slot.direction)];

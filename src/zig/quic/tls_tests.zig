@@ -8,6 +8,7 @@ const openssl = @import("../transport/openssl.zig");
 const suite = @import("suite.zig");
 const tls = @import("tls.zig");
 const tls_context = @import("tls_context.zig");
+const Scan = @import("scan_allocator.zig").Scan;
 
 const testing = std.testing;
 const SSL = openssl.SSL;
@@ -603,4 +604,42 @@ test "nothing is accepted after the handshake is done" {
 
 test "a ClientHello without ALPN fails with no_application_protocol (0x178)" {
     try expectFailure(.{ .alpn = "" }, 0x178);
+}
+
+test "the shim's traffic secrets and its record key are zero when it is freed" {
+    for ([_][:0]const u8{ "TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384" }) |cs| {
+        var p: Pair = undefined;
+        try p.init(.{ .cert = .ecdsa, .ciphersuites = cs });
+        defer p.deinit();
+        // The same handshake, its shim on an allocator that checks what is given back.
+        var scan: Scan = .{ .child = testing.allocator };
+        p.hs.deinit();
+        p.hs = tls.Handshake.init(scan.allocator(), p.ctx, server_params) orelse
+            return error.OutOfMemory;
+        try p.pump();
+        try testing.expectEqual(tls.State.done, p.hs.state);
+        try p.expectSameSecrets();
+        var needles: [5][]const u8 = undefined;
+        var n: usize = 0;
+        for ([_]tls.Level{ .handshake, .application }) |level| for (0..2) |d| {
+            needles[n] = p.client.secrets[@intFromEnum(level)][d].?.slice();
+            n += 1;
+        };
+        const read = p.client.secrets[@intFromEnum(tls.Level.handshake)][0].?;
+        const record_key = suite.Aead.init(&read, .tls_record);
+        needles[n] = record_key.key[0..read.suite.keyLen()];
+        scan.needles = &needles;
+        // The check sees a secret left in a block.
+        const probe = try scan.allocator().create([64]u8);
+        @memcpy(probe[0..needles[3].len], needles[3]);
+        scan.allocator().destroy(probe);
+        try testing.expectEqual(@as(usize, 1), scan.hits);
+        scan.hits = 0;
+        // Given back zeroed (the Pair's deinit frees a fresh shim put in its place).
+        const done = p.hs;
+        p.hs = tls.Handshake.init(testing.allocator, p.ctx, server_params) orelse
+            return error.OutOfMemory;
+        done.deinit();
+        try testing.expectEqual(@as(usize, 0), scan.hits);
+    }
 }
