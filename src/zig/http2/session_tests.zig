@@ -449,7 +449,7 @@ test "h2 session: RST_STREAM from the client ends an open stream and wakes its a
     try testing.expectEqual(@as(u32, 0), h.session().live);
 }
 
-test "h2 session: DATA after the client's RST_STREAM is STREAM_CLOSED while the app still holds it" {
+test "h2 session: DATA after the client's RST_STREAM is STREAM_CLOSED, its app running or not" {
     // h2spec http2/5.1/8: HEADERS, RST_STREAM and DATA arrive in one read, before the app
     // ran. The stream is still held (not freed), and the DATA must not be dropped quietly
     // as if it were in flight on a stream we reset.
@@ -537,6 +537,31 @@ test "h2 session: a content-length the DATA does not match resets the stream" {
     s = h.sink.seen();
     try testing.expectEqual(code(.protocol), s.rst[3]);
     try h.send(.headers, end_headers, 5, &post5_block);
+    try h.send(.data, end_stream, 5, "abcde");
+    h.pump();
+    s = h.sink.seen();
+    try testing.expectEqual(@as(?u32, null), s.rst[5]);
+}
+
+test "h2 session: a second content-length, its value the same or not, resets the stream unseen" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    // content-length (static index 28, literal without indexing): "5", then "05".
+    const cl5 = [_]u8{ 0x0f, 0x0d, 0x01, '5' };
+    const cl05 = [_]u8{ 0x0f, 0x0d, 0x02, '0', '5' };
+    try h.send(.headers, end_headers, 1, &(post5_block ++ cl5));
+    try h.send(.headers, end_headers, 3, &(post5_block ++ cl05));
+    h.pump();
+    var s = h.sink.seen();
+    try testing.expectEqual(code(.protocol), s.rst[1]);
+    try testing.expectEqual(code(.protocol), s.rst[3]);
+    try testing.expectEqual(@as(?u32, null), s.goaway);
+    // No app saw either request.
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    // One content-length is taken, and the body it names.
+    try h.send(.headers, end_headers, 5, &post5_block);
+    try testing.expectEqual(@as(usize, 1), rec.count);
     try h.send(.data, end_stream, 5, "abcde");
     h.pump();
     s = h.sink.seen();
