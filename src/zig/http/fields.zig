@@ -55,6 +55,33 @@ pub fn connectionHas(value: []const u8, token: []const u8) bool {
     return false;
 }
 
+/// 19 decimal digits always fit in a u64, so a checked parse can never overflow.
+pub const content_length_digits_max = 19;
+
+/// A request's Content-Length field, under the one rule every protocol applies (HTTP/1.1's
+/// parser, HTTP/2's and HTTP/3's request checks): `seen` is the length an earlier
+/// Content-Length field of the same request gave (null: this is the first). Refused: a
+/// second field, even one with the same value, and a value that is not 1 to 19 ASCII
+/// digits (RFC 9110 8.6: 1*DIGIT), so no sign, no space inside, and no list ("5, 5").
+///
+/// RFC 9110 8.6 lets a recipient either refuse several identical values or fold them into
+/// one. Refusing is what llhttp (uvicorn's httptools), gunicorn and nginx do, for a second
+/// field line and for a list alike; h11 (uvicorn's h11, hypercorn) folds byte-identical
+/// values and refuses any difference (5 beside 05). Whatever this rule accepts, each of
+/// them accepts too and reads as the same length, so no hop before or after us can frame
+/// the body otherwise; folding would accept requests most of them refuse.
+pub fn contentLength(seen: ?u64, value: []const u8) error{Refused}!u64 {
+    if (seen != null) return error.Refused;
+    if (value.len == 0 or value.len > content_length_digits_max) return error.Refused;
+    var result: u64 = 0;
+    for (value) |c| {
+        if (c < '0' or c > '9') return error.Refused;
+        // At most 19 digits: below 10^19 < 2^64, no overflow.
+        result = result * 10 + (c - '0');
+    }
+    return result;
+}
+
 const testing = std.testing;
 
 fn expectPercentDecode(expected: []const u8, src: []const u8) !void {
@@ -101,4 +128,22 @@ test "connectionHas" {
     try testing.expect(!connectionHas("", "close"));
     try testing.expect(!connectionHas("close", ""));
     try testing.expect(!connectionHas("keep-alive", "close"));
+}
+
+test "contentLength: one field of 1 to 19 digits; a second field, a list or a sign is refused" {
+    try testing.expectEqual(@as(u64, 5), try contentLength(null, "5"));
+    try testing.expectEqual(@as(u64, 5), try contentLength(null, "05"));
+    try testing.expectEqual(@as(u64, 0), try contentLength(null, "0"));
+    const max = "9999999999999999999";
+    try testing.expectEqual(@as(u64, 9999999999999999999), try contentLength(null, max));
+    // A second field: refused whatever its value, the same one included.
+    try testing.expectError(error.Refused, contentLength(5, "5"));
+    try testing.expectError(error.Refused, contentLength(5, "05"));
+    try testing.expectError(error.Refused, contentLength(0, "0"));
+    const lists = [_][]const u8{ "5, 5", "5,5", "5,", "5 5" };
+    const signs = [_][]const u8{ "+5", "-0", "1_0", " 5", "5 ", "0x5", "5a", "1.0" };
+    const odd = [_][]const u8{ "", "\x00", "١", "1\t" };
+    const long = [_][]const u8{ "99999999999999999999", "18446744073709551616" };
+    for (lists ++ signs ++ odd ++ long) |v|
+        try testing.expectError(error.Refused, contentLength(null, v));
 }

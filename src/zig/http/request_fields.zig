@@ -86,9 +86,9 @@ fn regular(head: *RequestHead, f: Header) Error!void {
         if (!std.mem.eql(u8, f.value, "trailers")) return error.Malformed;
         head.te_trailers = true;
     } else if (std.mem.eql(u8, f.name, "content-length")) {
-        const v = contentLength(f.value) orelse return error.Malformed;
-        if (head.content_length) |prev| if (prev != v) return error.Malformed;
-        head.content_length = v;
+        // A second field or anything but 1*DIGIT: malformed (`fields.contentLength`).
+        const seen = head.content_length;
+        head.content_length = fields.contentLength(seen, f.value) catch return error.Malformed;
     } else if (std.mem.eql(u8, f.name, "host")) {
         if (head.host != null) return error.Malformed;
         head.host = f.value;
@@ -123,19 +123,6 @@ fn checkPseudo(head: *const RequestHead, opts: Options) Error!void {
 
 fn isSpace(ch: u8) bool {
     return ch == ' ' or ch == '\t';
-}
-
-/// A Content-Length value as RFC 9110 8.6 writes it, 1*DIGIT, of at most 19 digits (so
-/// always within a u64), as HTTP/1.1's parser takes it: no sign, no `_` separator, no space
-/// (`std.fmt.parseInt` takes "+5" and "1_0"); null for anything else.
-pub fn contentLength(value: []const u8) ?u64 {
-    if (value.len == 0 or value.len > 19) return null;
-    var v: u64 = 0;
-    for (value) |c| {
-        if (c < '0' or c > '9') return null;
-        v = v * 10 + (c - '0');
-    }
-    return v;
 }
 
 pub fn findField(list: []const Header, name: []const u8) ?usize {
@@ -203,4 +190,23 @@ test "request fields: CONNECT, extended CONNECT only when advertised" {
     _ = try run(&ext, &head, &out, .{ .extended_connect = true });
     try testing.expectEqualStrings("websocket", head.protocol.?);
     try testing.expectError(error.Malformed, run(&ext, &head, &out, .{ .extended_connect = false }));
+}
+
+test "request fields: one content-length of 1*DIGIT; a second one, a list or a sign is malformed" {
+    var head = RequestHead{};
+    var out: [8]Header = undefined;
+    const opts = Options{ .extended_connect = false };
+    const one = get_fields ++ [_]Header{.{ .name = "content-length", .value = "05" }};
+    const got = try run(&one, &head, &out, opts);
+    try testing.expectEqual(@as(?u64, 5), head.content_length);
+    try testing.expectEqualStrings("05", got[1].value);
+    const cl = "content-length";
+    const refused = [_][]const Header{
+        &(get_fields ++ [_]Header{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "5" } }),
+        &(get_fields ++ [_]Header{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "05" } }),
+        &(get_fields ++ [_]Header{.{ .name = cl, .value = "5, 5" }}),
+        &(get_fields ++ [_]Header{.{ .name = cl, .value = "+5" }}),
+        &(get_fields ++ [_]Header{.{ .name = cl, .value = "1_0" }}),
+    };
+    for (refused) |list| try testing.expectError(error.Malformed, run(list, &head, &out, opts));
 }

@@ -98,6 +98,7 @@ pub fn onReset(s: *Session, id: u32, code: u32) void {
         if (s.resets_in_window > resets_per_second_max) return connError(s, .enhance_your_calm);
     }
     st.remote_closed = true;
+    st.peer_reset = true;
     resetLocal(s, st);
 }
 

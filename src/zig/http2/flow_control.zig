@@ -94,6 +94,10 @@ pub fn dataEnd(s: *Session, fh: FrameHeader) void {
     };
     if (st.remote_closed) {
         creditConnection(s, unbuffered);
+        // The client reset the stream and still sends on it: the same connection error as
+        // once the stream is freed (above), whether or not its app still holds it. Only
+        // DATA in flight on a stream we reset is dropped quietly.
+        if (st.peer_reset) return connError(s, .stream_closed);
         if (st.base.reset) return;
         return streamError(s, st, .stream_closed);
     }

@@ -3,7 +3,6 @@
 //! but for the cookie scratch (one engine thread: valid until the next request).
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const request_fields = @import("../http/request_fields.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const scratch = @import("../http/scratch.zig");
@@ -54,9 +53,10 @@ pub fn checkRequest(fields: []const hpack.Header, head: *RequestHead, out: []htt
             if (!std.mem.eql(u8, f.value, "trailers")) return error.Malformed;
             head.te_trailers = true;
         } else if (std.mem.eql(u8, f.name, "content-length")) {
-            const v = request_fields.contentLength(f.value) orelse return error.Malformed;
-            if (head.content_length) |prev| if (prev != v) return error.Malformed;
-            head.content_length = v;
+            // A second field or anything but 1*DIGIT: malformed (`http_fields.contentLength`).
+            const seen = head.content_length;
+            head.content_length = http_fields.contentLength(seen, f.value) catch
+                return error.Malformed;
         } else if (std.mem.eql(u8, f.name, "host")) {
             head.host_seen = true;
         }
@@ -172,6 +172,7 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
     var head = RequestHead{};
     var out: [8]http_fields.Header = undefined;
     const H = hpack.Header;
+    const cl = "content-length";
     const cases = [_][]const H{
         // a pseudo-header after a regular field
         &.{ get_fields[0], get_fields[1], .{ .name = "accept", .value = "x" }, get_fields[2] },
@@ -192,9 +193,15 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
         &(get_fields ++ [_]H{.{ .name = "x", .value = "tab\t" }}),
         &(get_fields ++ [_]H{.{ .name = "x", .value = "a\r\nb" }}),
         &(get_fields ++ [_]H{.{ .name = "x", .value = "nul\x00" }}),
-        // content-length: not a number, or two that differ
+        // content-length: not 1*DIGIT (std.fmt.parseInt took "+5" and "1_0"), a list, or a
+        // second field whatever its value (`http_fields.contentLength`)
         &(get_fields ++ [_]H{.{ .name = "content-length", .value = "1x" }}),
+        &(get_fields ++ [_]H{.{ .name = "content-length", .value = "+5" }}),
+        &(get_fields ++ [_]H{.{ .name = "content-length", .value = "1_0" }}),
+        &(get_fields ++ [_]H{.{ .name = "content-length", .value = "5, 5" }}),
         &(get_fields ++ [_]H{ .{ .name = "content-length", .value = "1" }, .{ .name = "content-length", .value = "2" } }),
+        &(get_fields ++ [_]H{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "5" } }),
+        &(get_fields ++ [_]H{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "05" } }),
         // missing or empty pseudo-headers
         &.{ get_fields[1], get_fields[2], get_fields[3] },
         &.{ get_fields[0], get_fields[2], get_fields[3] },
@@ -214,13 +221,17 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
     }
 }
 
-test "te: trailers, equal content-lengths and an extended CONNECT are accepted" {
+test "te: trailers, one content-length and an extended CONNECT are accepted" {
     var head = RequestHead{};
     var out: [8]http_fields.Header = undefined;
     const H = hpack.Header;
-    _ = try check(&(get_fields ++ [_]H{ .{ .name = "te", .value = "trailers" }, .{ .name = "content-length", .value = "5" }, .{ .name = "content-length", .value = "5" } }), &head, &out, false);
+    const te = H{ .name = "te", .value = "trailers" };
+    const te_cl = [_]H{ te, .{ .name = "content-length", .value = "05" } };
+    const got = try check(&(get_fields ++ te_cl), &head, &out, false);
     try std.testing.expect(head.te_trailers);
     try std.testing.expectEqual(@as(?u64, 5), head.content_length);
+    // The app sees the one field as sent.
+    try std.testing.expectEqualStrings("05", got[2].value);
     const connect = [_]H{ .{ .name = ":method", .value = "CONNECT" }, .{ .name = ":protocol", .value = "websocket" }, get_fields[1], .{ .name = ":path", .value = "/chat" }, get_fields[3] };
     _ = try check(&connect, &head, &out, true);
     try std.testing.expectEqualStrings("websocket", head.protocol.?);

@@ -449,6 +449,38 @@ test "h2 session: RST_STREAM from the client ends an open stream and wakes its a
     try testing.expectEqual(@as(u32, 0), h.session().live);
 }
 
+test "h2 session: DATA after the client's RST_STREAM is STREAM_CLOSED, its app running or not" {
+    // h2spec http2/5.1/8: HEADERS, RST_STREAM and DATA arrive in one read, before the app
+    // ran. The stream is still held (not freed), and the DATA must not be dropped quietly
+    // as if it were in flight on a stream we reset.
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try openPost(&h, 1);
+    try h.send(.rst_stream, 0, 1, &be32(@intFromEnum(ErrorCode.cancel)));
+    try testing.expect(h.request(0).reset);
+    try testing.expectEqual(@as(u32, 1), h.session().held);
+    try h.send(.data, end_stream, 1, "test");
+    try expectGoaway(&h, .stream_closed);
+}
+
+test "h2 session: DATA in flight on a stream we reset, its app still running, is dropped" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    try h.send(.headers, end_headers, 1, &post5_block);
+    // Past the content-length: we reset the stream (PROTOCOL_ERROR); the app holds it.
+    try h.send(.data, 0, 1, "abcdef");
+    h.pump();
+    try testing.expectEqual(code(.protocol), h.sink.seen().rst[1]);
+    try testing.expectEqual(@as(u32, 1), h.session().held);
+    try h.send(.data, end_stream, 1, "more");
+    h.pump();
+    const s = h.sink.seen();
+    try testing.expectEqual(@as(?u32, null), s.goaway);
+    try testing.expectEqual(@as(?u32, null), s.rst[1]);
+}
+
 test "h2 session: RST_STREAM on an idle stream, on stream 0, or not 4 bytes long is a connection error" {
     const cases = [_]struct { id: u32, payload: []const u8, want: ErrorCode }{
         .{ .id = 9, .payload = &be32(0), .want = .protocol },
@@ -505,6 +537,31 @@ test "h2 session: a content-length the DATA does not match resets the stream" {
     s = h.sink.seen();
     try testing.expectEqual(code(.protocol), s.rst[3]);
     try h.send(.headers, end_headers, 5, &post5_block);
+    try h.send(.data, end_stream, 5, "abcde");
+    h.pump();
+    s = h.sink.seen();
+    try testing.expectEqual(@as(?u32, null), s.rst[5]);
+}
+
+test "h2 session: a second content-length, its value the same or not, resets the stream unseen" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    // content-length (static index 28, literal without indexing): "5", then "05".
+    const cl5 = [_]u8{ 0x0f, 0x0d, 0x01, '5' };
+    const cl05 = [_]u8{ 0x0f, 0x0d, 0x02, '0', '5' };
+    try h.send(.headers, end_headers, 1, &(post5_block ++ cl5));
+    try h.send(.headers, end_headers, 3, &(post5_block ++ cl05));
+    h.pump();
+    var s = h.sink.seen();
+    try testing.expectEqual(code(.protocol), s.rst[1]);
+    try testing.expectEqual(code(.protocol), s.rst[3]);
+    try testing.expectEqual(@as(?u32, null), s.goaway);
+    // No app saw either request.
+    try testing.expectEqual(@as(usize, 0), rec.count);
+    // One content-length is taken, and the body it names.
+    try h.send(.headers, end_headers, 5, &post5_block);
+    try testing.expectEqual(@as(usize, 1), rec.count);
     try h.send(.data, end_stream, 5, "abcde");
     h.pump();
     s = h.sink.seen();

@@ -48,6 +48,9 @@ pub const H2Stream = struct {
     /// END_STREAM received / sent (queued into the connection's output).
     remote_closed: bool = false,
     local_closed: bool = false,
+    /// The client reset it (RST_STREAM): any frame but PRIORITY on it from now on is the
+    /// client's error (RFC 9113 5.1), unlike frames in flight on a stream we reset.
+    peer_reset: bool = false,
     /// The peer may send this much more body; we may send this much more DATA.
     recv_window: i64 = stream_window,
     send_window: i64,
