@@ -28,8 +28,18 @@ export fn LLVMFuzzerInitialize(argc: *c_int, argv: *[*][*:0]u8) c_int {
     }
     fuzz.verbose = std.posix.getenv("ZIGCORN_FUZZ_VERBOSE") != null;
     fuzz.strict = std.posix.getenv("ZIGCORN_FUZZ_STRICT") != null;
+    if (std.posix.getenv("ZIGCORN_FUZZ_QUIC_MODE")) |m| {
+        fuzz.mode = std.meta.stringToEnum(fuzz.Mode, m) orelse {
+            std.debug.print("fuzz: ZIGCORN_FUZZ_QUIC_MODE is either, real or skipped\n", .{});
+            std.process.exit(2);
+        };
+    }
     fuzz.setup() catch |err| {
         std.debug.print("fuzz: setup failed: {s}\n", .{@errorName(err)});
+        std.process.exit(1);
+    };
+    fuzz.selfCheck() catch |err| {
+        std.debug.print("fuzz: the harness's own handshake fails: {s}\n", .{@errorName(err)});
         std.process.exit(1);
     };
     return 0;
