@@ -438,3 +438,9 @@ pub const seeds = [_][]const u8{
     "\x02" ++ get ++ "\x0b\x02\x00\x00\x00" ++ "\x09\x00\x00\x33\x00\x0c\x02\x05",
     "\x03" ++ control ++ get ++ get ++ "\x08\x00\x00\x01",
 };
+
+test "fuzz: h3_session: the seeds and the committed corpus run clean" {
+    for (seeds) |input| try checkOne(input);
+    const n = try support.runCorpus("src/zig/testing/fuzz_corpus/h3_session", checkOne);
+    try std.testing.expect(n >= seeds.len);
+}

@@ -909,3 +909,10 @@ pub const seeds = [_][]const u8{
     seed(0x03, "", "\x04"),
     seed(0x01, seed_params, "\x04"),
 };
+
+test "fuzz: quic_conn: a real handshake completes; the seeds and the committed corpus run clean" {
+    try selfCheck();
+    for (seeds) |input| try checkOne(input);
+    const n = try support.runCorpus("src/zig/testing/fuzz_corpus/quic_conn", checkOne);
+    try std.testing.expect(n >= seeds.len);
+}

@@ -150,3 +150,24 @@ pub fn writeSeeds(dir_path: []const u8, prefix: []const u8, seeds: []const []con
         try dir.writeFile(.{ .sub_path = path, .data = seed });
     }
 }
+
+/// Every file of a committed corpus folder (relative to the repository's root, the unit
+/// tests' working folder) through `check`; their names are printed when one fails.
+pub fn runCorpus(dir_path: []const u8, check: *const fn ([]const u8) anyerror!void) !usize {
+    var dir = try std.fs.cwd().openDir(dir_path, .{ .iterate = true });
+    defer dir.close();
+    var it = dir.iterate();
+    var buf: [64 * 1024]u8 = undefined;
+    var count: usize = 0;
+    while (try it.next()) |entry| {
+        if (entry.kind != .file) continue;
+        const bytes = try dir.readFile(entry.name, &buf);
+        check(bytes) catch |err| {
+            const name = entry.name;
+            std.debug.print("fuzz: {s}/{s} fails: {s}\n", .{ dir_path, name, @errorName(err) });
+            return err;
+        };
+        count += 1;
+    }
+    return count;
+}
