@@ -188,7 +188,7 @@ def test_fuzz_coverage_guided_bounded(name, tmp_path, tmp_path_factory):
     command = [str(exe), f"-max_total_time={seconds}", "-timeout=20", "-rss_limit_mb=2048",
                "-print_final_stats=1", f"-artifact_prefix={tmp_path}/", str(corpus)]
     if "ZIGCORN_FUZZ_SEED" in os.environ:
-        command.append(f"-seed={os.environ['ZIGCORN_FUZZ_SEED']}")
+        command.append(f"-seed={int(os.environ['ZIGCORN_FUZZ_SEED'], 0) % 2**31}")  # libFuzzer's is 32-bit
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 300)
     output = result.stdout + result.stderr
     print(output[-4000:])
