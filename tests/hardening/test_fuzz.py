@@ -10,15 +10,24 @@
   and the QPACK decoder), bounded the same way.
 - The QUIC wire layer's fuzzer (src/zig/fuzz_quic_main.zig, testing/fuzz_quic.zig): datagrams,
   frames and transport parameters, bounded the same way; its seeds run in the Zig unit tests.
+- The coverage-guided fuzzers (docs/FUZZING.md): the QUIC connection (a real handshake, then
+  frame sequences, timers, transport parameters: src/zig/fuzz_quic_conn_main.zig) and the
+  HTTP/3 session (src/zig/fuzz_h3_session_main.zig), objects built with Zig's -ffuzz and
+  linked with clang's libFuzzer, run from their committed corpora
+  (src/zig/testing/fuzz_corpus/quic_conn, h3_session) for ZIGCORN_LIBFUZZER_SECONDS (default
+  20) each. ZIGCORN_FUZZ_SEED pins libFuzzer's seed.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
 
+import pytest
+
 from tests.support.harness import ROOT, zigcorn_only
-from tests.support.tools import require_module
+from tests.support.tools import require_module, require_tool, skip_or_fail
 
 require_module("ziglang", "the ziglang wheel is not installed")
 
@@ -142,3 +151,48 @@ def test_fuzz_quic_bounded(tmp_path, tmp_path_factory):
         detail = f"\ncrashing input ({crash}): {crash.read_bytes()!r}"
     assert result.returncode == 0, output + detail
     assert "iterations/s" in output
+
+
+LIBFUZZER_TARGETS = ["quic_conn", "h3_session"]
+
+
+def build_libfuzzer(name, tmp_path, cache):
+    """fuzz_<name>_main.zig as an object with Zig's coverage instrumentation (-ffuzz),
+    linked by clang with libFuzzer (its main drives the object's entry points)."""
+    clang = require_tool("clang", reason="the coverage-guided fuzzers link with clang's libFuzzer")
+    obj = tmp_path / f"fuzz_{name}.o"
+    exe = tmp_path / f"fuzz_{name}"
+    build = zig("build-obj", "-OReleaseSafe", "-ffuzz", "-fPIC", "-lc", "-fno-stack-check",
+                "-fcompiler-rt", "--cache-dir", str(cache), f"-femit-bin={obj}",
+                str(ZIG_DIR / f"fuzz_{name}_main.zig"), cwd=tmp_path, timeout=900)
+    assert build.returncode == 0, build.stdout + build.stderr
+    link = subprocess.run([clang, "-fsanitize=fuzzer", str(obj), "-o", str(exe)],
+                          capture_output=True, text=True, timeout=300)
+    if link.returncode != 0 and "libclang_rt.fuzzer" in link.stderr:
+        skip_or_fail(f"clang has no libFuzzer runtime (libclang-rt-dev): {link.stderr[-300:]}")
+    assert link.returncode == 0, link.stdout + link.stderr
+    return exe
+
+
+@zigcorn_only
+@pytest.mark.parametrize("name", LIBFUZZER_TARGETS)
+def test_fuzz_coverage_guided_bounded(name, tmp_path, tmp_path_factory):
+    """A coverage-guided fuzzer from its committed corpus for ZIGCORN_LIBFUZZER_SECONDS: any
+    panic (ReleaseSafe) or invariant violation is a crash libFuzzer reports, with the input
+    saved. The corpus is copied: new inputs stay in tmp_path, the committed one is seeds."""
+    seconds = int(float(os.environ.get("ZIGCORN_LIBFUZZER_SECONDS", "20")))
+    cache = tmp_path_factory.getbasetemp() / "zig-cache"
+    exe = build_libfuzzer(name, tmp_path, cache)
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ZIG_DIR / "testing" / "fuzz_corpus" / name, corpus)
+    command = [str(exe), f"-max_total_time={seconds}", "-timeout=20", "-rss_limit_mb=2048",
+               "-print_final_stats=1", f"-artifact_prefix={tmp_path}/", str(corpus)]
+    if "ZIGCORN_FUZZ_SEED" in os.environ:
+        command.append(f"-seed={int(os.environ['ZIGCORN_FUZZ_SEED'], 0) % 2**31}")  # libFuzzer's is 32-bit
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 300)
+    output = result.stdout + result.stderr
+    print(output[-4000:])
+    crashes = [p for p in tmp_path.iterdir() if p.name.startswith(("crash-", "leak-", "timeout-", "oom-"))]
+    detail = "".join(f"\n{p.name}: {p.read_bytes()!r}" for p in crashes)
+    assert result.returncode == 0 and not crashes, output[-6000:] + detail
+    assert "stat::number_of_executed_units" in output

@@ -90,6 +90,17 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     return b.pos;
 }
 
+/// Whether nothing can be sent until more comes from the peer: the anti-amplification budget
+/// (RFC 9000 8.1) or a new address's (8.2) has no room for the smallest packet. A deadline
+/// that would only send (an ACK owed) is then no deadline: kept, it would be due at once
+/// for as long as the budget is spent, and the timer would fire without end.
+pub fn sendBlocked(c: *const Connection) bool {
+    const smallest = 1 + c.peer_cid.slice().len + pn_len + packet_room_min + tag_len;
+    if (!c.address_validated and amplificationAllowance(c) < smallest) return true;
+    const k = c.path_check orelse return false;
+    return k.allowance() < smallest;
+}
+
 fn amplificationAllowance(c: *const Connection) usize {
     const allowed = 3 *| c.bytes_received;
     return @intCast(@min(allowed -| c.bytes_sent, std.math.maxInt(u32)));

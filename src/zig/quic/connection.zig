@@ -372,7 +372,9 @@ pub const Connection = struct {
         }
         var d = c.idle_deadline_us;
         if (c.state == .handshaking) d = @min(d, c.handshake_deadline_us);
-        if (c.recovery.nextDeadline()) |r| d = @min(d, r);
+        if (conn_send.sendBlocked(c)) {
+            d = @min(d, c.recovery.loss_timer_us); // only what does not wait to send
+        } else if (c.recovery.nextDeadline()) |r| d = @min(d, r);
         if (c.path_check) |k| d = @min(d, k.deadline());
         if (c.one_rtt) |k| if (k.previousDeadline()) |p| {
             d = @min(d, p);

@@ -1,0 +1,37 @@
+//! libFuzzer's entry points for the HTTP/3 session fuzzer (`testing/fuzz_h3_session.zig`):
+//! http3/session.zig's Session over a fake QUIC transport, fuzzed control, QPACK and
+//! request stream bytes and the application's answers. Built as the QUIC connection
+//! fuzzer is (`fuzz_quic_conn_main.zig`, docs/FUZZING.md):
+//!
+//!   python -m ziglang build-obj -OReleaseSafe -ffuzz -fPIC -lc -fno-stack-check \
+//!       -fcompiler-rt src/zig/fuzz_h3_session_main.zig -femit-bin=fuzz_h3_session.o
+//!   clang -fsanitize=fuzzer fuzz_h3_session.o -o fuzz_h3_session
+//!   ./fuzz_h3_session -max_total_time=60 corpus/ src/zig/testing/fuzz_corpus/h3_session
+//!
+//! A panic aborts (libFuzzer saves the input); an invariant violation panics with
+//! `last_failure`. ZIGCORN_FUZZ_WRITE_SEEDS=DIR writes the built-in seeds and exits.
+const std = @import("std");
+const fuzz = @import("testing/fuzz_h3_session.zig");
+const support = @import("testing/fuzz_support.zig");
+
+export fn LLVMFuzzerInitialize(argc: *c_int, argv: *[*][*:0]u8) c_int {
+    _ = argc;
+    _ = argv;
+    support.registerCoverage();
+    if (std.posix.getenv("ZIGCORN_FUZZ_WRITE_SEEDS")) |dir| {
+        support.writeSeeds(dir, "h3_session", &fuzz.seeds) catch |err| {
+            std.debug.print("fuzz: writing seeds to {s}: {s}\n", .{ dir, @errorName(err) });
+            std.process.exit(1);
+        };
+        std.process.exit(0);
+    }
+    return 0;
+}
+
+export fn LLVMFuzzerTestOneInput(data: [*]const u8, len: usize) c_int {
+    fuzz.checkOne(data[0..len]) catch |err| switch (err) {
+        error.Invariant => std.debug.panic("fuzz: invariant violated: {s}", .{fuzz.last_failure}),
+        else => std.debug.panic("fuzz: harness failed: {s}", .{@errorName(err)}),
+    };
+    return 0;
+}
