@@ -109,7 +109,7 @@ test {
     _ = @import("testing/fuzz_http2.zig");
     _ = @import("testing/fuzz_http3.zig");
     _ = @import("testing/fuzz_quic.zig");
-    _ = @import("testing/quic_error_paths_tests.zig");
+    _ = @import("quic/error_paths_tests.zig");
     _ = @import("testing/fuzz_quic_conn.zig");
     _ = @import("testing/fuzz_h3_session.zig");
 }

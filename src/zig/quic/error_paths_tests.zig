@@ -1,79 +1,41 @@
-//! The QUIC connection's error paths that once ended in `catch {}` (src/zig/quic/
-//! conn_receive.zig, conn_send.zig), driven as quic/connection_tests.zig drives a
-//! connection: hand-built client packets, 1-RTT keys from fixed secrets, no handshake.
+//! The QUIC connection's error paths that once ended in `catch {}` (conn_receive.zig,
+//! conn_send.zig), driven through `connection_tests.zig`'s harness: hand-built client
+//! packets, 1-RTT keys from fixed secrets, no handshake.
 const std = @import("std");
 const testing = std.testing;
-const openssl = @import("../transport/openssl.zig");
-const tls_context = @import("../quic/tls_context.zig");
-const connection = @import("../quic/connection.zig");
-const Connection = connection.Connection;
-const frames = @import("../quic/frames.zig");
-const packet = @import("../quic/packet.zig");
-const protection = @import("../quic/protection.zig");
-const suite = @import("../quic/suite.zig");
-const recovery_mod = @import("../quic/recovery.zig");
-const varint = @import("../quic/varint.zig");
-
-const odcid = "\x83\x94\xc8\xf0\x3e\x51\x57\x08";
-const client_cid = "client01";
-const our_cid = "server01";
+const connection = @import("connection.zig");
+const frames = @import("frames.zig");
+const packet = @import("packet.zig");
+const protection = @import("protection.zig");
+const recovery_mod = @import("recovery.zig");
+const varint = @import("varint.zig");
+const harness = @import("connection_tests.zig");
+const client_cid = harness.client_cid;
 const TE = frames.TransportError;
 
+/// The harness's connection, past its handshake, with packets fed by number and our
+/// datagrams read at a size the test picks.
 const T = struct {
-    ctx: *openssl.SSL_CTX,
-    c: *Connection,
-    config: connection.Config = .{},
-    client_1rtt: ?protection.OneRtt = null,
-    now_us: u64 = 1_000_000,
-    buf: [2048]u8 = undefined,
+    h: harness.T,
+    c: *connection.Connection = undefined,
+    now_us: u64 = 0,
     out: [2048]u8 = undefined,
 
-    /// A connection past its handshake: 1-RTT keys on both sides, the client's limits set.
     fn init(t: *T) !void {
-        const ctx = try context();
-        t.* = .{ .ctx = ctx, .c = undefined };
-        const gpa = testing.allocator;
-        const now = t.now_us;
-        t.c = Connection.init(
-            gpa,
-            &t.config,
-            null,
-            ctx,
-            odcid,
-            client_cid,
-            our_cid,
-            now,
-            null,
-        ) orelse return error.OutOfMemory;
-        const client_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{1} ** 32));
-        const server_secret = suite.Secret.init(.aes_128_gcm_sha256, &([_]u8{2} ** 32));
-        const k = try testing.allocator.create(protection.OneRtt);
-        k.* = protection.OneRtt.init(&client_secret, &server_secret);
-        t.c.one_rtt = k;
-        t.client_1rtt = protection.OneRtt.init(&server_secret, &client_secret);
-        t.c.freeHandshake();
-        t.c.state = .established;
-        t.c.address_validated = true;
-        t.c.recovery.onHandshakeConfirmed();
-        t.c.flow.send_max = 1 << 20;
-        t.c.flow.peer_window_bidi = 1 << 16;
-        t.c.flow.uni_limit = 3;
-        t.c.flow.peer_window_uni = 1 << 16;
+        try t.h.init(.{});
+        t.h.establish();
+        t.c = t.h.c;
+        t.now_us = t.h.now_us;
     }
 
     fn deinit(t: *T) void {
-        if (t.client_1rtt) |*k| k.deinit(testing.allocator);
-        t.c.deinit();
-        openssl.freeContext(t.ctx);
+        t.h.deinit();
     }
 
     /// The client's 1-RTT packet `pn` with `payload`, fed to the connection.
     fn feed(t: *T, pn: u64, payload: []const u8) void {
-        const built = packet.writeShortHeader(&t.buf, our_cid, pn, 4, 0, false) catch unreachable;
-        @memcpy(t.buf[built.header_len..][0..payload.len], payload);
-        const len = built.header_len + payload.len + protection.tag_len;
-        t.client_1rtt.?.protect(t.buf[0..len], built.pn_offset, pn);
-        t.c.receive(t.buf[0..len], t.now_us);
+        t.h.now_us = t.now_us;
+        t.h.feed(t.h.oneRtt(pn, payload));
     }
 
     /// Our next datagram (at most `room` bytes): its 1-RTT packet's number and frames.
@@ -82,37 +44,11 @@ const T = struct {
         if (n == 0) return null;
         const d = t.out[0..n];
         const h = try packet.parse(d, client_cid.len);
-        const k = &t.client_1rtt.?;
+        const k = &t.h.client_1rtt.?;
         const hdr = try protection.unprotectHeader(&k.hp_rx, d[0..h.len], h.pn_offset, null);
         return .{ .pn = hdr.pn, .payload = try k.open(testing.allocator, d[0..h.len], &hdr) };
     }
 };
-
-fn context() !*openssl.SSL_CTX {
-    try openssl.load(openssl.default_library);
-    var tmp = testing.tmpDir(.{});
-    defer tmp.cleanup();
-    const cert = @embedFile("../quic/testdata/ecdsa_cert.pem");
-    const key = @embedFile("../quic/testdata/ecdsa_key.pem");
-    try tmp.dir.writeFile(.{ .sub_path = "c.pem", .data = cert });
-    try tmp.dir.writeFile(.{ .sub_path = "k.pem", .data = key });
-    var dir_buf: [std.fs.max_path_bytes]u8 = undefined;
-    const dir = try tmp.dir.realpath(".", &dir_buf);
-    var cb: [std.fs.max_path_bytes]u8 = undefined;
-    var kb: [std.fs.max_path_bytes]u8 = undefined;
-    var err: openssl.ContextError = .{};
-    return tls_context.newContext(.{
-        .certfile = try std.fmt.bufPrintZ(&cb, "{s}/c.pem", .{dir}),
-        .keyfile = try std.fmt.bufPrintZ(&kb, "{s}/k.pem", .{dir}),
-        .password = null,
-        .min_version = openssl.TLS1_3_VERSION,
-        .max_version = openssl.TLS1_3_VERSION,
-        .ciphers = null,
-        .cert_reqs = 0,
-        .ca_certs = null,
-        .http2 = false,
-    }, &err) orelse error.Context;
-}
 
 fn frameOf(payload: []u8, want: frames.Type) !?frames.Frame {
     var it = frames.Iterator.init(payload, .one_rtt, .server);
