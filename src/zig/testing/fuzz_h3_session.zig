@@ -35,15 +35,10 @@ fn fail(comptime why: []const u8) error{Invariant} {
 
 // ---- the fake transport ------------------------------------------------------------------
 
-pub const StreamError = error{ UnknownStream, StreamClosed, StreamLimit };
-pub const Event = union(enum) {
-    readable: u64,
-    writable: u64,
-    reset: struct { id: u64, code: u64, final_size: u64 },
-    stop_sending: struct { id: u64, code: u64 },
-    handshake_done,
-    closed: struct { code: u64, app: bool },
-};
+// The agreed interface's types, as the session's unit tests' fake has them.
+const session_fake = @import("../http3/session_tests.zig");
+pub const StreamError = session_fake.StreamError;
+pub const Event = session_fake.Event;
 
 const FakeStream = struct {
     in: std.ArrayListUnmanaged(u8) = .empty,
