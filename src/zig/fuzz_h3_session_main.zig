@@ -1,5 +1,6 @@
 //! libFuzzer's entry points for the HTTP/3 session fuzzer (`testing/fuzz_h3_session.zig`):
-//! http3/session.zig's Session over a fake QUIC transport, fuzzed control, QPACK and
+//! http3/session.zig's Session over a fake QUIC transport or a real QUIC Connection (byte
+//! 0's bit 3, or ZIGCORN_FUZZ_H3_TRANSPORT=fake or real), fuzzed control, QPACK and
 //! request stream bytes and the application's answers. Built as the QUIC connection
 //! fuzzer is (`fuzz_quic_conn_main.zig`, docs/FUZZING.md):
 //!
@@ -25,6 +26,17 @@ export fn LLVMFuzzerInitialize(argc: *c_int, argv: *[*][*:0]u8) c_int {
         };
         std.process.exit(0);
     }
+    if (std.posix.getenv("ZIGCORN_FUZZ_H3_TRANSPORT")) |m| {
+        fuzz.mode = std.meta.stringToEnum(fuzz.Mode, m) orelse {
+            std.debug.print("fuzz: ZIGCORN_FUZZ_H3_TRANSPORT is either, fake or real\n", .{});
+            std.process.exit(2);
+        };
+    }
+    fuzz.selfCheck() catch |err| {
+        const why = @errorName(err);
+        std.debug.print("fuzz: no request reaches the session over QUIC: {s}\n", .{why});
+        std.process.exit(1);
+    };
     return 0;
 }
 

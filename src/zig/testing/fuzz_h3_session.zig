@@ -7,6 +7,12 @@
 //! application's answers (respond, early hints, body, trailers, abort, pause and resume),
 //! GOAWAY, time, the connection's end.
 //!
+//! Or, with byte 0's bit 3 (or ZIGCORN_FUZZ_H3_TRANSPORT=real), the same steps over a real
+//! server QUIC Connection (`RealLink`): opened by the QUIC connection fuzzer's harness from
+//! the input's next bytes (the client's transport parameters among them, so they reach
+//! `applyParams`), the client's acts sent as frames in sealed 1-RTT packets, the session
+//! driven by the connection's events as `http3/worker.zig`'s `drive` does.
+//!
 //! Checked (a violation is `error.Invariant`, `last_failure` says which): no panic
 //! (ReleaseSafe), `run` ends (the fake's events are finite: one that loops would spin on
 //! the watchdog's count), no write past the room the transport offered or after a stream
@@ -18,6 +24,9 @@ const frames = @import("../http3/frames.zig");
 const qpack = @import("../http3/qpack.zig");
 const qpack_encoder = @import("../http3/qpack_encoder.zig");
 const support = @import("fuzz_support.zig");
+const quic_fuzz = @import("fuzz_quic_conn.zig");
+const connection = @import("../quic/connection.zig");
+const qvarint = @import("../quic/varint.zig");
 
 const Header = qpack.Header;
 const Reader = support.Reader;
@@ -167,6 +176,182 @@ const Fake = struct {
     }
 };
 
+/// The fake as the harness's link: the client's acts become queued events.
+const FakeLink = struct {
+    pub const Transport = Fake;
+    fake: Fake = .{},
+
+    fn transport(l: *FakeLink) *Fake {
+        return &l.fake;
+    }
+    fn deinit(l: *FakeLink) void {
+        l.fake.deinit();
+    }
+    fn send(l: *FakeLink, id: u64, bytes: []const u8, fin: bool) !void {
+        try l.fake.send(id, bytes, fin);
+    }
+    fn reset(l: *FakeLink, id: u64, code: u64, final_size: u64) !void {
+        try l.fake.push(.{ .reset = .{ .id = id, .code = code, .final_size = final_size } });
+    }
+    fn stopSending(l: *FakeLink, id: u64, code: u64) !void {
+        try l.fake.push(.{ .stop_sending = .{ .id = id, .code = code } });
+    }
+    /// The transport's backpressure and read sizes; then a writable event.
+    fn room(l: *FakeLink, r: *Reader, owner: *const Owner) !void {
+        const b = r.byte();
+        const unbounded = std.math.maxInt(usize);
+        l.fake.write_room = if (b & 0x80 != 0) unbounded else @as(usize, b) * 16;
+        l.fake.read_chunk = if (r.byte() & 1 != 0) unbounded else 1 + @as(usize, r.byte());
+        try l.fake.push(.{ .writable = owner.pick(r) });
+    }
+    fn handshakeDone(l: *FakeLink, r: *Reader) !void {
+        _ = r;
+        try l.fake.push(.handshake_done);
+    }
+    fn peerClose(l: *FakeLink, code: u64, app: bool) !void {
+        try l.fake.push(.{ .closed = .{ .code = code, .app = app } });
+    }
+    fn advance(l: *FakeLink, ms: u64) !void {
+        _ = l;
+        _ = ms;
+    }
+    fn armAllocator(l: *FakeLink, n: usize) void {
+        _ = l;
+        _ = n;
+    }
+    fn drive(l: *FakeLink, s: anytype) !void {
+        const f = &l.fake;
+        f.handed = 0;
+        s.run();
+        if (f.handed > events_per_run_max) return fail("run handled events without end");
+        if (f.wrote_after_end) return fail("a write on a stream after its end or reset");
+        if (f.control_id) |id| {
+            const st = f.streams.getPtr(id).?;
+            if (st.out_len >= 2 and (st.out_head[0] != 0x00 or st.out_head[1] != 0x04))
+                return fail("our control stream does not open with SETTINGS");
+        }
+    }
+};
+
+// ---- the real transport: a QUIC connection, opened as the QUIC connection fuzzer does ---
+
+/// The client's acts as frames in sealed 1-RTT packets to a real server Connection
+/// (`fuzz_quic_conn.zig`'s harness: its handshake or `establish`, its checks of what the
+/// server sends), the session driven by the connection's events as `http3/worker.zig`'s
+/// `drive` does (`nextEvent`, `handle`).
+const RealLink = struct {
+    pub const Transport = connection.Connection;
+    q: *quic_fuzz.Conn,
+    /// The next offset of each client stream the harness sent on.
+    offsets: std.AutoHashMapUnmanaged(u64, u64) = .empty,
+
+    fn transport(l: *RealLink) *connection.Connection {
+        return l.q.c;
+    }
+    fn deinit(l: *RealLink) void {
+        l.offsets.deinit(gpa);
+    }
+    /// A QUIC harness call's result; its failure becomes ours.
+    fn quic(result: anyerror!void) !void {
+        result catch |err| {
+            if (err == error.Invariant) last_failure = quic_fuzz.last_failure;
+            return err;
+        };
+    }
+    fn packet(l: *RealLink, w: *qvarint.Writer) !void {
+        try quic(l.q.oneRtt(w.written(), null, false));
+    }
+    /// `bytes` as STREAM frames (with offset and length), at most 1000 bytes a packet.
+    fn send(l: *RealLink, id: u64, bytes: []const u8, fin: bool) !void {
+        const gop = try l.offsets.getOrPut(gpa, id);
+        if (!gop.found_existing) gop.value_ptr.* = 0;
+        var rest = bytes;
+        while (true) {
+            const n = @min(rest.len, 1000);
+            const last = n == rest.len;
+            var payload: [1100]u8 = undefined;
+            var w: qvarint.Writer = .{ .buf = &payload };
+            try w.varint(0x0e | @as(u64, @intFromBool(fin and last)));
+            try w.varint(id);
+            try w.varint(gop.value_ptr.*);
+            try w.varint(n);
+            try w.bytes(rest[0..n]);
+            try l.packet(&w);
+            gop.value_ptr.* += n;
+            rest = rest[n..];
+            if (last) return;
+        }
+    }
+    /// RESET_STREAM; a final size of 0 is the offset the harness reached (a valid one).
+    fn reset(l: *RealLink, id: u64, code: u64, final_size: u64) !void {
+        const sent = l.offsets.get(id) orelse 0;
+        var payload: [32]u8 = undefined;
+        var w: qvarint.Writer = .{ .buf = &payload };
+        try w.varint(0x04);
+        try w.varint(id);
+        try w.varint(code);
+        try w.varint(if (final_size == 0) sent else final_size);
+        try l.packet(&w);
+    }
+    fn stopSending(l: *RealLink, id: u64, code: u64) !void {
+        var payload: [32]u8 = undefined;
+        var w: qvarint.Writer = .{ .buf = &payload };
+        try w.varint(0x05);
+        try w.varint(id);
+        try w.varint(code);
+        try l.packet(&w);
+    }
+    /// The client's ACK of what the server sent (its congestion window opens), or
+    /// MAX_DATA and MAX_STREAM_DATA (the server's flow control); maybe time moves.
+    fn room(l: *RealLink, r: *Reader, owner: *const Owner) !void {
+        const b = r.byte();
+        if (b & 1 != 0) try quic(l.q.ackAll(r)) else {
+            var payload: [64]u8 = undefined;
+            var w: qvarint.Writer = .{ .buf = &payload };
+            try w.varint(0x10);
+            try w.varint(r.value());
+            try w.varint(0x11);
+            try w.varint(owner.pick(r));
+            try w.varint(r.value());
+            try l.packet(&w);
+        }
+        if (b & 2 != 0) try quic(l.q.advance(r));
+    }
+    fn handshakeDone(l: *RealLink, r: *Reader) !void {
+        try quic(l.q.ackAll(r));
+    }
+    /// The client's CONNECTION_CLOSE (application or transport).
+    fn peerClose(l: *RealLink, code: u64, app: bool) !void {
+        var payload: [32]u8 = undefined;
+        var w: qvarint.Writer = .{ .buf = &payload };
+        try w.varint(if (app) 0x1d else 0x1c);
+        try w.varint(code);
+        if (!app) try w.varint(0);
+        try w.varint(0);
+        try l.packet(&w);
+    }
+    fn advance(l: *RealLink, ms: u64) !void {
+        l.q.now_us +|= ms * 1000;
+        try quic(l.q.fireTimers());
+    }
+    fn armAllocator(l: *RealLink, n: usize) void {
+        l.q.counting.arm(n);
+    }
+    /// The connection's events into the session (bounded), what the server sends to the
+    /// client, due timers; twice, for the events those made.
+    fn drive(l: *RealLink, s: anytype) !void {
+        for (0..2) |_| {
+            var handed: usize = 0;
+            while (l.q.c.nextEvent()) |ev| : (handed += 1) {
+                if (handed >= events_per_run_max) return fail("nextEvent without end");
+                s.handle(ev);
+            }
+            try quic(l.q.drain());
+            try quic(l.q.fireTimers());
+        }
+    }
+};
+
 // ---- the owner: notes the requests the session reports ------------------------------------
 
 const Owner = struct {
@@ -210,8 +395,6 @@ const Owner = struct {
         return clientStream(r.byte());
     }
 };
-
-const Session = session_mod.Session(Fake, Owner);
 
 // ---- building the client's bytes -----------------------------------------------------------
 
@@ -268,120 +451,151 @@ fn anyFrame(buf: []u8, r: *Reader) ![]u8 {
 
 // ---- the harness ---------------------------------------------------------------------------
 
-const H = struct {
-    counting: support.Counting = .{},
-    fake: Fake = .{},
-    owner: Owner = .{},
-    config: session_mod.Config = .{},
-    s: *Session = undefined,
-    now_ms: u64 = 0,
+/// The harness over a link: the fake transport (`FakeLink`) or a real QUIC connection
+/// (`RealLink`).
+fn Harness(comptime Link: type) type {
+    return struct {
+        const H = @This();
+        const Session = session_mod.Session(Link.Transport, Owner);
 
-    fn run(h: *H) !void {
-        h.fake.handed = 0;
-        h.s.run();
-        if (h.fake.handed > events_per_run_max) return fail("run handled events without end");
-        if (h.fake.wrote_after_end) return fail("a write on a stream after its end or reset");
-        if (h.fake.control_id) |id| {
-            const st = h.fake.streams.getPtr(id).?;
-            if (st.out_len >= 2 and (st.out_head[0] != 0x00 or st.out_head[1] != 0x04))
-                return fail("our control stream does not open with SETTINGS");
+        counting: support.Counting = .{},
+        link: Link,
+        owner: Owner = .{},
+        config: session_mod.Config = .{},
+        s: *Session = undefined,
+        now_ms: u64 = 0,
+
+        fn run(h: *H) !void {
+            try h.link.drive(h.s);
         }
-    }
 
-    fn step(h: *H, r: *Reader) !void {
-        const op = r.byte();
-        var buf: [4096]u8 = undefined;
-        switch (op % 14) {
-            // Raw bytes on any client stream.
-            0, 1 => try h.fake.send(clientStream(r.byte()), r.take(r.byte()), r.byte() & 1 != 0),
-            // A request's HEADERS, maybe a DATA and the end.
-            2, 3 => {
-                const id = clientStream(r.byte() & 0xfc);
-                try h.fake.send(id, try headersFrame(&buf, r), false);
-                const more = r.byte();
-                if (more & 1 != 0) try h.fake.send(id, try anyFrame(&buf, r), false);
-                if (more & 2 != 0) try h.fake.send(id, "", true);
-            },
-            // A unidirectional stream's type, or any frame, on a client stream.
-            4 => {
-                const types = [_]u8{ 0x00, 0x01, 0x02, 0x03, 0x21, 0x3f };
-                const b = r.byte();
-                const t = types[r.byte() % types.len];
-                try h.fake.send(clientStream((b & 0xfc) | 2), &.{t}, false);
-            },
-            5, 6 => {
-                const id = clientStream(r.byte());
-                try h.fake.send(id, try anyFrame(&buf, r), r.byte() == 0xff);
-            },
-            7 => {
-                const id = clientStream(r.byte());
-                const code = r.value();
-                try h.fake.push(.{ .reset = .{ .id = id, .code = code, .final_size = r.value() } });
-            },
-            8 => {
-                const id = h.owner.pick(r);
-                try h.fake.push(.{ .stop_sending = .{ .id = id, .code = r.value() } });
-            },
-            9, 10 => try h.answer(r),
-            11 => {
-                const b = r.byte();
-                const unbounded = std.math.maxInt(usize);
-                h.fake.write_room = if (b & 0x80 != 0) unbounded else @as(usize, b) * 16;
-                h.fake.read_chunk = if (r.byte() & 1 != 0) unbounded else 1 + @as(usize, r.byte());
-                try h.fake.push(.{ .writable = h.owner.pick(r) });
-            },
-            12 => switch (r.byte() % 5) {
-                0 => h.s.goaway(),
-                1 => h.s.releaseIdle(),
-                2 => {
-                    h.now_ms += @as(u64, r.byte()) * 10;
-                    h.s.setNow(h.now_ms);
+        /// The session over the link, the steps, then the session destroyed and its
+        /// allocations counted (a real link is the caller's to free).
+        fn runInput(h: *H, r: *Reader, handshake_first: bool) !void {
+            const a = h.counting.allocator();
+            h.s = try Session.create(a, h.link.transport(), &h.owner, &h.config);
+            const result: anyerror!void = blk: {
+                if (handshake_first) {
+                    h.link.handshakeDone(r) catch |err| break :blk err;
+                }
+                h.run() catch |err| break :blk err;
+                var steps: usize = 0;
+                while (!r.done() and steps < steps_max) : (steps += 1) {
+                    h.step(r) catch |err| break :blk err;
+                }
+                break :blk {};
+            };
+            h.counting.arm(0);
+            h.link.armAllocator(0);
+            h.s.destroy();
+            h.link.deinit();
+            requests_seen = h.owner.count;
+            try result;
+            if (h.counting.live != 0) return fail("memory left allocated after destroy (a leak)");
+        }
+
+        fn step(h: *H, r: *Reader) !void {
+            const op = r.byte();
+            var buf: [4096]u8 = undefined;
+            switch (op % 14) {
+                // Raw bytes on any client stream.
+                0, 1 => {
+                    const id = clientStream(r.byte());
+                    try h.link.send(id, r.take(r.byte()), r.byte() & 1 != 0);
                 },
-                3 => try h.fake.push(.handshake_done),
-                else => try h.fake.push(.{ .closed = .{ .code = r.value(), .app = r.boolean() } }),
-            },
-            else => h.counting.arm(1 + r.byte() % 16),
+                // A request's HEADERS, maybe a DATA and the end.
+                2, 3 => {
+                    const id = clientStream(r.byte() & 0xfc);
+                    try h.link.send(id, try headersFrame(&buf, r), false);
+                    const more = r.byte();
+                    if (more & 1 != 0) try h.link.send(id, try anyFrame(&buf, r), false);
+                    if (more & 2 != 0) try h.link.send(id, "", true);
+                },
+                // A unidirectional stream's type, or any frame, on a client stream.
+                4 => {
+                    const types = [_]u8{ 0x00, 0x01, 0x02, 0x03, 0x21, 0x3f };
+                    const b = r.byte();
+                    const t = types[r.byte() % types.len];
+                    try h.link.send(clientStream((b & 0xfc) | 2), &.{t}, false);
+                },
+                5, 6 => {
+                    const id = clientStream(r.byte());
+                    try h.link.send(id, try anyFrame(&buf, r), r.byte() == 0xff);
+                },
+                7 => {
+                    const id = clientStream(r.byte());
+                    const code = r.value();
+                    try h.link.reset(id, code, r.value());
+                },
+                8 => {
+                    const id = h.owner.pick(r);
+                    try h.link.stopSending(id, r.value());
+                },
+                9, 10 => try h.answer(r),
+                11 => try h.link.room(r, &h.owner),
+                12 => switch (r.byte() % 5) {
+                    0 => h.s.goaway(),
+                    1 => h.s.releaseIdle(),
+                    2 => {
+                        const ms = @as(u64, r.byte()) * 10;
+                        h.now_ms += ms;
+                        h.s.setNow(h.now_ms);
+                        try h.link.advance(ms);
+                    },
+                    3 => try h.link.handshakeDone(r),
+                    else => try h.link.peerClose(r.value(), r.boolean()),
+                },
+                else => {
+                    const b = r.byte();
+                    // The connection's allocations (the real link) or the session's.
+                    if (b & 0x80 != 0)
+                        h.link.armAllocator(1 + b % 32)
+                    else
+                        h.counting.arm(1 + b % 16);
+                },
+            }
+            try h.run();
         }
-        try h.run();
-    }
 
-    /// The application's side of a request.
-    fn answer(h: *H, r: *Reader) !void {
-        const s = h.s;
-        const id = h.owner.pick(r);
-        const fields = [_]Header{
-            .{ .name = "content-type", .value = "text/plain" },
-            .{ .name = "x-a", .value = "b" },
-            .{ .name = "Bad", .value = "x" },
-            .{ .name = "x-b", .value = "\r\n" },
-        };
-        const nf = r.byte() % (fields.len + 1);
-        const body = [_]u8{'y'} ** 2048;
-        const result = switch (r.byte() % 8) {
-            0 => s.respond(id, @as(u16, r.byte()) * 4, fields[0..nf]),
-            1 => s.earlyHint(id, fields[0..nf]),
-            2, 3 => blk: {
-                const n = @as(usize, r.byte()) * 8;
-                _ = s.writeBody(id, body[0..n], r.boolean()) catch |err| break :blk err;
-            },
-            4 => s.writeTrailers(id, fields[0..nf]),
-            5 => s.abort(id, if (r.boolean()) .internal else .cancelled),
-            6 => {
-                s.pauseReading(id);
-                return;
-            },
-            else => {
-                s.resumeReading(id);
-                return;
-            },
-        };
-        result catch |err| switch (err) {
-            error.UnknownStream, error.Closed, error.AlreadyStarted, error.NotStarted => {},
-            error.AlreadyComplete, error.InvalidHeader, error.HeadTooLarge, error.FrameOpen => {},
-            error.OutOfMemory => {},
-        };
-    }
-};
+        /// The application's side of a request.
+        fn answer(h: *H, r: *Reader) !void {
+            const s = h.s;
+            const id = h.owner.pick(r);
+            const fields = [_]Header{
+                .{ .name = "content-type", .value = "text/plain" },
+                .{ .name = "x-a", .value = "b" },
+                .{ .name = "Bad", .value = "x" },
+                .{ .name = "x-b", .value = "\r\n" },
+            };
+            const nf = r.byte() % (fields.len + 1);
+            const body = [_]u8{'y'} ** 2048;
+            const result = switch (r.byte() % 8) {
+                0 => s.respond(id, @as(u16, r.byte()) * 4, fields[0..nf]),
+                1 => s.earlyHint(id, fields[0..nf]),
+                2, 3 => blk: {
+                    const n = @as(usize, r.byte()) * 8;
+                    _ = s.writeBody(id, body[0..n], r.boolean()) catch |err| break :blk err;
+                },
+                4 => s.writeTrailers(id, fields[0..nf]),
+                5 => s.abort(id, if (r.boolean()) .internal else .cancelled),
+                6 => {
+                    s.pauseReading(id);
+                    return;
+                },
+                else => {
+                    s.resumeReading(id);
+                    return;
+                },
+            };
+            result catch |err| switch (err) {
+                error.UnknownStream, error.Closed, error.AlreadyStarted, error.NotStarted => {},
+                error.AlreadyComplete, error.InvalidHeader, error.HeadTooLarge => {},
+                error.FrameOpen => {},
+                error.OutOfMemory => {},
+            };
+        }
+    };
+}
 
 const configs = [4]session_mod.Config{
     .{},
@@ -390,32 +604,65 @@ const configs = [4]session_mod.Config{
     .{ .streams_max = 2, .resets_per_second_max = 2, .empty_frames_per_second_max = 3 },
 };
 
-/// One input, one session (see the file's comment). Byte 0 picks the configuration and
-/// whether the handshake event comes first; the rest are steps.
+/// Which transport: as byte 0's bit 3 says, or always one (ZIGCORN_FUZZ_H3_TRANSPORT=fake
+/// or real).
+pub const Mode = enum { either, fake, real };
+pub var mode: Mode = .either;
+
+/// The requests the last input's session reported (the self-check: the real transport
+/// carries a request to the session).
+pub var requests_seen: usize = 0;
+
+/// Over the real transport, the first two real seeds' requests reach the session (one
+/// seed per way to `established`): a harness that cannot would fuzz no request. Run
+/// before fuzzing starts.
+pub fn selfCheck() !void {
+    const saved = mode;
+    defer mode = saved;
+    mode = .either;
+    for (seeds[seeds.len - 3 ..][0..2]) |input| {
+        requests_seen = 0;
+        try checkOne(input);
+        if (requests_seen == 0) return error.NoRequestOverQuic;
+    }
+}
+
+/// One input, one session (see the file's comment). Byte 0 picks the configuration (bits
+/// 0-1), whether the handshake event comes first (bit 2, the fake only) and the transport
+/// (bit 3: the real one). Over the real one, the next bytes open the QUIC connection as
+/// the QUIC connection fuzzer's input does (flags, the length of the client's transport
+/// parameters, those bytes: `fuzz_quic_conn.open`, so they reach `applyParams`); the rest
+/// are steps.
 pub fn checkOne(input: []const u8) !void {
     var r: Reader = .{ .bytes = input };
     const flags = r.byte();
-    const h = try std.heap.page_allocator.create(H);
-    defer std.heap.page_allocator.destroy(h);
-    h.* = .{ .config = configs[flags & 3] };
-    h.s = try Session.create(h.counting.allocator(), &h.fake, &h.owner, &h.config);
-    const result: anyerror!void = blk: {
-        if (flags & 4 == 0) {
-            h.fake.push(.handshake_done) catch |err| break :blk err;
-            h.run() catch |err| break :blk err;
-        }
-        var steps: usize = 0;
-        while (!r.done() and steps < steps_max) : (steps += 1) {
-            h.step(&r) catch |err| break :blk err;
-        }
-        h.counting.arm(0);
-        break :blk {};
+    const real = switch (mode) {
+        .either => flags & 8 != 0,
+        .fake => false,
+        .real => true,
     };
-    h.counting.arm(0);
-    h.s.destroy();
-    h.fake.deinit();
-    try result;
-    if (h.counting.live != 0) return fail("memory left allocated after destroy (a leak)");
+    if (!real) {
+        const h = try std.heap.page_allocator.create(Harness(FakeLink));
+        defer std.heap.page_allocator.destroy(h);
+        h.* = .{ .link = .{}, .config = configs[flags & 3] };
+        return h.runInput(&r, flags & 4 == 0);
+    }
+    const q = try std.heap.page_allocator.create(quic_fuzz.Conn);
+    defer std.heap.page_allocator.destroy(q);
+    _ = try quic_fuzz.open(q, &r);
+    const h = std.heap.page_allocator.create(Harness(RealLink)) catch |err| {
+        try quic_fuzz.close(q, err);
+        unreachable;
+    };
+    defer std.heap.page_allocator.destroy(h);
+    h.* = .{ .link = .{ .q = q }, .config = configs[flags & 3] };
+    const result = h.runInput(&r, false);
+    if (result) |_| {
+        quic_fuzz.close(q, {}) catch |err| {
+            last_failure = quic_fuzz.last_failure;
+            return err;
+        };
+    } else |err| try quic_fuzz.close(q, err);
 }
 
 // ---- seeds ---------------------------------------------------------------------------------
@@ -432,10 +679,24 @@ pub const seeds = [_][]const u8{
         "\x07\x04\x10\x00\x00" ++ "\x0c\x00",
     "\x02" ++ get ++ "\x0b\x02\x00\x00\x00" ++ "\x09\x00\x00\x33\x00\x0c\x02\x05",
     "\x03" ++ control ++ get ++ get ++ "\x08\x00\x00\x01",
+    // Over a real QUIC connection: established by `applyParams` (skipped handshake), then
+    // by a real handshake; the client's transport parameters are the QUIC fuzzer's seed's.
+    overQuic(0x08, 0x02) ++ control ++ get ++ "\x09\x00\x00\x33\x00" ++ "\x0b\x01\x00\x0c\x02\x05",
+    overQuic(0x09, 0x03) ++ control ++ get ++ "\x0a\x00\x00\x02\x04\x01" ++ "\x07\x00\x00\x00",
+    overQuic(0x0b, 0x02) ++ "\x05\x02\x00\x07\x05\x00\x00\x01\x00\x00\x00" ++ "\x0c\x04\x01\x00",
 };
 
+/// The start of an input over the real transport: our flags, the QUIC harness's flags and
+/// the client's transport parameters.
+fn overQuic(comptime flags: u8, comptime quic_flags: u8) []const u8 {
+    const params = quic_fuzz.seed_params;
+    return [_]u8{ flags, quic_flags, params.len } ++ params;
+}
+
 test "fuzz: h3_session: the seeds and the committed corpus run clean" {
+    try selfCheck();
     for (seeds) |input| try checkOne(input);
-    const n = try support.runCorpus("src/zig/testing/fuzz_corpus/h3_session", checkOne, &last_failure);
+    const dir = "src/zig/testing/fuzz_corpus/h3_session";
+    const n = try support.runCorpus(dir, checkOne, &last_failure);
     try std.testing.expect(n >= seeds.len);
 }

@@ -334,7 +334,7 @@ const configs = [4]connection.Config{
     .{ .max_idle_timeout_ms = 0, .initial_max_streams_uni = 1 },
 };
 
-const H = struct {
+pub const H = struct {
     counting: support.Counting = .{},
     config: connection.Config = .{},
     c: *Connection = undefined,
@@ -410,7 +410,7 @@ const H = struct {
 
     /// A 1-RTT packet with `payload` (padded to open), received from the current address
     /// or, with `other`, from a new one.
-    fn oneRtt(h: *H, payload: []const u8, corrupt: ?u8, other: bool) !void {
+    pub fn oneRtt(h: *H, payload: []const u8, corrupt: ?u8, other: bool) !void {
         const k = &(h.one_rtt orelse return);
         var body: [1400]u8 = undefined;
         const n = @min(payload.len, 1200);
@@ -440,7 +440,7 @@ const H = struct {
 
     /// The server's datagrams until it has none (bounded), each opened as far as the
     /// client has keys: CRYPTO to the client, the largest 1-RTT packet number noted.
-    fn drain(h: *H) !void {
+    pub fn drain(h: *H) !void {
         var n: usize = 0;
         while (true) : (n += 1) {
             if (n >= datagrams_per_drain_max)
@@ -574,7 +574,7 @@ const H = struct {
     }
 
     /// Time moves by an amount the input picks; due timers fire, the server sends.
-    fn advance(h: *H, r: *Reader) !void {
+    pub fn advance(h: *H, r: *Reader) !void {
         const sel = r.byte();
         const step: u64 = switch (sel >> 6) {
             0 => @as(u64, sel & 0x3f) * 100,
@@ -586,7 +586,7 @@ const H = struct {
         try h.fireTimers();
     }
 
-    fn fireTimers(h: *H) !void {
+    pub fn fireTimers(h: *H) !void {
         var rounds: usize = 0;
         while (h.c.nextDeadline()) |d| {
             if (d > h.now_us) break;
@@ -602,7 +602,7 @@ const H = struct {
     }
 
     /// The client's ACK of every 1-RTT packet of the server's it opened.
-    fn ackAll(h: *H, r: *Reader) !void {
+    pub fn ackAll(h: *H, r: *Reader) !void {
         const largest = h.server_largest orelse return;
         var payload: [64]u8 = undefined;
         var w: varint.Writer = .{ .buf = &payload };
@@ -815,16 +815,42 @@ pub var reached: ?connection.State = null;
 /// One input, one connection (see the file's comment). Errors: `error.Invariant` (see
 /// `last_failure`); anything else is the harness's own trouble (no memory, OpenSSL).
 pub fn checkOne(input: []const u8) !void {
-    try setup();
     var r: Reader = .{ .bytes = input };
+    const h = try std.heap.page_allocator.create(H);
+    defer std.heap.page_allocator.destroy(h);
+    const real = try open(h, &r);
+    const state_after_handshake = h.c.state;
+    const run_result = h.run(&r);
+    if (verbose) {
+        std.debug.print("fuzz: {s} handshake: {s}, client done {}, 1-RTT keys {}; ", .{
+            if (real) "real" else "skipped", @tagName(state_after_handshake),
+            h.client.done(),                 h.one_rtt != null,
+        });
+        std.debug.print("at the end {s} (0x{x}), server's largest {?d}, {d} B live\n", .{
+            @tagName(h.c.state), h.c.closed_code, h.server_largest, h.counting.live_bytes,
+        });
+    }
+    try close(h, run_result);
+}
+
+/// The harness's connection, for other harnesses (the HTTP/3 session fuzzer's real
+/// transport): `open`, then frames with `oneRtt`, `drain`, `fireTimers`, `ackAll`,
+/// `advance`, then `close`.
+pub const Conn = H;
+
+/// Opens `h`'s connection from the input's first bytes (flags, the length of the client's
+/// transport parameters, those bytes; see the file's comment) and takes it to
+/// `established`, by a real handshake or by `establish` (`applyParams`), as `mode` and the
+/// flags say. Returns whether the handshake was real. On an error nothing is left open;
+/// otherwise `close` ends it.
+pub fn open(h: *H, r: *Reader) !bool {
+    try setup();
     const flags = r.byte();
     const real = switch (mode) {
         .either => flags & 1 != 0,
         .real => true,
         .skipped => false,
     };
-    const h = try std.heap.page_allocator.create(H);
-    defer std.heap.page_allocator.destroy(h);
     h.* = .{ .config = configs[(flags >> 2) & 3] };
     const plen = r.byte();
     const given = r.take(plen);
@@ -847,24 +873,20 @@ pub fn checkOne(input: []const u8) !void {
     const now = h.now_us;
     h.c = Connection.init(a, &h.config, token, ctx, odcid, client_cid, our_cid, now, null) orelse
         return error.OutOfMemory;
-    const result: anyerror!void = blk: {
-        if (real) {
-            h.handshake() catch |err| break :blk err;
-        } else h.establish(h.client.params[0..h.client.params_len]);
-        const state_after_handshake = h.c.state;
-        reached = state_after_handshake;
-        const run_result = h.run(&r);
-        if (verbose) {
-            std.debug.print("fuzz: {s} handshake: {s}, client done {}, 1-RTT keys {}; ", .{
-                if (real) "real" else "skipped", @tagName(state_after_handshake),
-                h.client.done(),                 h.one_rtt != null,
-            });
-            std.debug.print("at the end {s} (0x{x}), server's largest {?d}, {d} B live\n", .{
-                @tagName(h.c.state), h.c.closed_code, h.server_largest, h.counting.live_bytes,
-            });
-        }
-        break :blk run_result;
-    };
+    if (real) {
+        h.handshake() catch |err| {
+            try close(h, err);
+            unreachable;
+        };
+    } else h.establish(h.client.params[0..h.client.params_len]);
+    reached = h.c.state;
+    return real;
+}
+
+/// Frees `h`'s connection and its client; returns `result`, or else a leak as
+/// `error.Invariant`.
+pub fn close(h: *H, result: anyerror!void) !void {
+    h.counting.arm(0);
     h.deinitOneRtt();
     h.client.deinit();
     h.c.deinit();
@@ -876,7 +898,7 @@ pub fn checkOne(input: []const u8) !void {
 
 /// Client transport parameters: every integer one as an 8-byte varint (so a mutated high
 /// byte reaches the largest values), then a reset-token-free tail.
-const seed_params = "\x01\x08\xc0\x00\x00\x00\x00\x00\x75\x30" ++ // max_idle_timeout 30000
+pub const seed_params = "\x01\x08\xc0\x00\x00\x00\x00\x00\x75\x30" ++ // max_idle_timeout 30000
     "\x04\x08\xc0\x00\x00\x00\x00\x10\x00\x00" ++ // initial_max_data
     "\x05\x04\x80\x01\x00\x00" ++ // initial_max_stream_data_bidi_local
     "\x06\x04\x80\x01\x00\x00" ++ "\x07\x04\x80\x01\x00\x00" ++
@@ -904,6 +926,7 @@ pub const seeds = [_][]const u8{
 test "fuzz: quic_conn: a real handshake completes; the seeds and the committed corpus run clean" {
     try selfCheck();
     for (seeds) |input| try checkOne(input);
-    const n = try support.runCorpus("src/zig/testing/fuzz_corpus/quic_conn", checkOne, &last_failure);
+    const dir = "src/zig/testing/fuzz_corpus/quic_conn";
+    const n = try support.runCorpus(dir, checkOne, &last_failure);
     try std.testing.expect(n >= seeds.len);
 }
