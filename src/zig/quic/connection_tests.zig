@@ -245,7 +245,7 @@ test "connection: closing answers further packets with the close, a bounded numb
     try testing.expect(t.c.isClosed());
 }
 
-test "connection: a close the anti-amplification limit keeps in still ends after its closing period" {
+test "connection: a close the amplification limit keeps in still ends after 3 PTOs" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();
@@ -264,7 +264,7 @@ test "connection: a close the anti-amplification limit keeps in still ends after
     try testing.expect(t.c.isClosed());
 }
 
-test "connection: a handshake not done within the handshake timeout ends silently, well before the idle timeout" {
+test "connection: a handshake past its timeout ends silently, before the idle timeout" {
     var t: T = undefined;
     try t.init(.{ .max_idle_timeout_ms = 30_000, .handshake_timeout_ms = 10_000 });
     defer t.deinit();
@@ -278,7 +278,8 @@ test "connection: a handshake not done within the handshake timeout ends silentl
     }
     try testing.expect(t.c.isClosed());
     try testing.expectEqual(start + 10_000_000, t.now_us);
-    try testing.expectEqual(connection.Event{ .closed = .{ .code = 0, .app = false } }, t.c.nextEvent().?);
+    const silent: connection.Event = .{ .closed = .{ .code = 0, .app = false } };
+    try testing.expectEqual(silent, t.c.nextEvent().?);
 }
 
 test "connection: idle timeout closes silently" {
@@ -294,7 +295,7 @@ test "connection: idle timeout closes silently" {
     try testing.expectEqual(connection.Event{ .closed = .{ .code = 0, .app = false } }, t.c.nextEvent().?);
 }
 
-test "connection: every integer parameter at 2^62 - 1 is applied without overflow; a huge idle timeout saturates" {
+test "connection: every integer parameter at 2^62 - 1 applied; a huge idle timeout saturates" {
     const transport_params = @import("transport_params.zig");
     const conn_receive = @import("conn_receive.zig");
     const max = varint.max;
@@ -320,7 +321,8 @@ test "connection: every integer parameter at 2^62 - 1 is applied without overflo
             .active_connection_id_limit = max,
         };
         conn_receive.applyParams(t.c, &p);
-        try testing.expectEqual(if (ours_ms == 0) std.math.maxInt(u64) else ours_ms * 1000, t.c.idle_timeout_us);
+        const want_us = if (ours_ms == 0) std.math.maxInt(u64) else ours_ms * 1000;
+        try testing.expectEqual(want_us, t.c.idle_timeout_us);
         try testing.expectEqual(@as(u32, 65527), t.c.peer_max_udp_payload);
         // Spare IDs: as many as the peer takes, 4 at most (ours_max).
         try testing.expectEqual(@as(u8, connection.conn_cids.ours_max), t.c.cids.peer_limit);
@@ -766,7 +768,7 @@ test "migration: no echo by the give-up time fails the check; a port-only move k
     try t.c.startPathValidation(t.now_us, 1200, false);
 }
 
-test "migration: an ACK owed while the new address's allowance is spent sets no deadline in the past" {
+test "migration: an ACK owed while the new path's budget is spent is no deadline in the past" {
     var t: T = undefined;
     try t.init(.{});
     defer t.deinit();

@@ -169,7 +169,8 @@ pub fn runCorpus(
         check(bytes) catch |err| {
             const name = entry.name;
             const what = if (why) |w| w.* else "";
-            std.debug.print("fuzz: {s}/{s} fails: {s} {s}\n", .{ dir_path, name, @errorName(err), what });
+            const e = @errorName(err);
+            std.debug.print("fuzz: {s}/{s} fails: {s} {s}\n", .{ dir_path, name, e, what });
             return err;
         };
         count += 1;
