@@ -16,7 +16,7 @@ import pytest
 from hyperframe.frame import DataFrame, HeadersFrame, RstStreamFrame
 
 from tests.support.h2raw import H2Conn
-from tests.support.harness import Server, zigcorn_only
+from tests.support.harness import zigcorn_only
 from tests.support.rawhttp import RawConn
 
 pytestmark = zigcorn_only
@@ -31,14 +31,8 @@ REFUSED = {
 }
 
 
-@pytest.fixture(scope="module")
-def echo():
-    """tests/apps/echo_all.py: reads the body, answers the request's headers and body as JSON."""
-    server = Server("echo_all:app")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.kill()
+# tests/apps/echo_all.py, one server for the module: reads the body, echoes the request.
+from tests.hardening.test_hardening_parse import echo  # noqa: E402,F401 (the fixture)
 
 
 def http1(port: int, lengths: list[bytes]):
