@@ -408,6 +408,24 @@ def _logged(log: Path, before: int) -> list[str]:
 # ---------------------------------------------------------------------------------------
 # A whole run: a front end before its own zigcorn, every attempt in turn.
 
+def _start_front(front: str, upstream: int, proxy_protocol: bool, started: list) -> Front:
+    """Start a front end on fresh ports. A port free_port() found free can be taken
+    before the front binds it (another front's upstream connection gets it as its
+    ephemeral source port: CI saw apache fail so), so a bind failure tries new ports,
+    three times at most."""
+    for tries_left in (2, 1, 0):
+        proxy = FRONTS[front](front, upstream, proxy_protocol)
+        started.append(proxy)
+        try:
+            return proxy.wait_ready()
+        except RuntimeError as exc:
+            if tries_left == 0 or "in use" not in str(exc):
+                raise
+            proxy.stop()
+            started.remove(proxy)
+    raise AssertionError("unreachable")
+
+
 def run_front(front: str, proxy_protocol: bool = False, names: list[str] | None = None) -> list[Attempt]:
     log = Path(tempfile.mkdtemp(prefix="diff-applog-")) / "app.log"
     log.touch()
@@ -415,9 +433,7 @@ def run_front(front: str, proxy_protocol: bool = False, names: list[str] | None 
     started = [app]
     try:
         app.wait_ready()
-        proxy = FRONTS[front](front, app.port, proxy_protocol)
-        started.append(proxy)
-        proxy.wait_ready()
+        proxy = _start_front(front, app.port, proxy_protocol, started)
         out = []
         for i, (name, data) in enumerate(DESYNC.items()):
             if names is None or name in names:
