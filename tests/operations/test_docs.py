@@ -1,6 +1,8 @@
 """The docs name what the tree holds: every Zig file and Python module in
-docs/ARCHITECTURE.md's map, nothing there that does not exist, and every README
-section in its Contents line. Reads files only: no server, no engine.
+docs/ARCHITECTURE.md's map, nothing there that does not exist, every README section in
+its Contents line, every docs page linked from the README, and the engine's numbers as
+the HTTP/3 page states them. Reads files only: no server, no engine (the site's build is
+test_docs_site.py).
 """
 
 import re
@@ -12,6 +14,7 @@ ZIG = ROOT / "src" / "zig"
 PY = ROOT / "src" / "zigcorn"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 # Build and cache folders that are not the source (zig's cache, a local build's output).
 SKIPPED_DIRS = {".zig-cache", "zig-cache", "zig-out", "__pycache__"}
@@ -172,19 +175,16 @@ def _zig_number(path: str, pattern: str) -> int:
     return value
 
 
-def _readme_section(title: str) -> str:
-    """A README section's text (its heading to the next of the same level), whitespace
-    folded to single spaces so a number and its words may wrap."""
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return " ".join(text[start:end].split())
+def _page_text(name: str) -> str:
+    """A docs page's text, whitespace folded to single spaces so a number and its words
+    may wrap."""
+    return " ".join((DOCS / name).read_text().split())
 
 
 def test_the_http3_sections_numbers_are_the_engines():
-    """Each fixed number the README's HTTP/3 section states is read from the engine's own
-    declaration, so a changed limit fails here until the text says it too."""
-    section = _readme_section("HTTP/3")
+    """Each fixed number the HTTP/3 page (docs/http3.md) states is read from the engine's
+    own declaration, so a changed limit fails here until the text says it too."""
+    section = _page_text("http3.md")
     from zigcorn.config import HTTP3_IDLE_TIMEOUT_MS
 
     stated = {
@@ -207,6 +207,19 @@ def test_the_http3_sections_numbers_are_the_engines():
                            "per {} ms"),
     }
     wrong = {name: phrase.format(value) for name, (value, phrase) in stated.items() if phrase.format(value) not in section}
-    assert not wrong, f"the README's HTTP/3 section should say: {wrong}"
+    assert not wrong, f"docs/http3.md should say: {wrong}"
     # Packet protection is the engine's (std.crypto); OpenSSL runs the TLS handshake only.
     assert "`std.crypto`" in section and "libcrypto's primitives" not in section
+
+
+def readme_links_into_docs() -> set[str]:
+    """The docs pages the README links to (`docs/NAME.md`, an anchor left off)."""
+    return set(re.findall(r"\]\(docs/([\w.-]+\.md)(?:#[^)]*)?\)", README.read_text()))
+
+
+def test_the_readme_links_to_every_docs_page_and_only_to_pages_that_exist():
+    """The README is the front door: each page of the site is one link away from it."""
+    pages = {path.name for path in DOCS.glob("*.md")}
+    linked = readme_links_into_docs()
+    assert sorted(linked - pages) == [], "the README links to docs pages that do not exist"
+    assert sorted(pages - linked) == [], "docs pages the README does not link to"
