@@ -5,8 +5,8 @@ PROTOCOL_ERROR over HTTP/2 (H3_MESSAGE_ERROR over HTTP/3, in the Zig unit tests)
 never sees such a request; a single field reaches it once, as sent.
 
 The rule, and why it refuses rather than folds identical values (RFC 9110 8.6 allows
-both), is `fields.contentLength` in src/zig/http/fields.zig and the parsing policy in the
-README."""
+both), is `fields.contentLength` in src/zig/http/fields.zig and the parsing policy in
+docs/security.md."""
 
 import json
 

@@ -1,5 +1,5 @@
 """`pip install .` with a Debian-packaged CPython and no C compiler anywhere: the README
-says a Python and libc are all the build needs.
+(and docs/getting-started.md) says a Python and libc are all the build needs.
 
 Debian's and Ubuntu's pyconfig.h is a wrapper that includes
 ``<x86_64-linux-gnu/python3.X/pyconfig.h>``, a folder next to the include folder. Zig

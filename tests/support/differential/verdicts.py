@@ -46,7 +46,7 @@ _add("http10-keep-alive-pipelined http10-keep-alive", "looser",
 _S = {
     "bare-lf-everywhere bare-lf-field-lines bare-lf-head-end bare-lf-request-line leading-bare-lf chunk-end-bare-lf "
     "chunk-trailer-bare-lf chunk-size-bare-lf chunk-data-bare-lf":
-        "RFC 9112 2.2: a recipient MAY accept a bare LF; zigcorn does not (a smuggling lever, README Parsing policy)",
+        "RFC 9112 2.2: a recipient MAY accept a bare LF; zigcorn does not (a smuggling lever, docs/security.md, Parsing policy)",
     "obs-fold obs-fold-tab chunk-trailer-obs-fold te-obs-fold":
         "RFC 9112 5.2: a server MUST either reject obs-fold with 400 or replace it; zigcorn rejects",
     "ctl-in-value del-in-value vtab-in-value formfeed-in-value nul-in-value chunk-ext-ctl pipelined-after-bad":
@@ -83,10 +83,10 @@ _S = {
     "long-method":
         "no RFC length; zigcorn caps methods at 32 bytes (longer than any registered method)",
     "long-target-20k long-value-70k many-fields-120 many-fields-300":
-        "RFC 9110 15.5.15 / RFC 6585 5: the server's limits (414, 431), configurable (README Limits)",
+        "RFC 9110 15.5.15 / RFC 6585 5: the server's limits (414, 431), configurable (docs/http1.md, Limits and timeouts)",
     "version-1.2 version-2.0 version-0.9 version-9.9":
         "RFC 9110 6.2: 505 for a version the server does not serve; zigcorn serves exactly HTTP/1.0 and 1.1 "
-        "(RFC 9110 2.5 would have it read 1.2 as 1.1: a deliberate choice, README Parsing policy)",
+        "(RFC 9110 2.5 would have it read 1.2 as 1.1: a deliberate choice, docs/security.md, Parsing policy)",
     "upgrade-websocket-incomplete":
         "RFC 6455 4.2.1: a WebSocket upgrade without Sec-WebSocket-Key/Version is refused with 400",
     "underscore-in-name":
