@@ -28,7 +28,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 #: Bytes a path shows as they are; any other is percent-encoded (a WSGI path is decoded).
 _UNSAFE = re.compile(rb"[^A-Za-z0-9/\-._~!$&'()*+,;=:@]")
 
-# gunicorn's atoms and what each means (the README's table comes from the same words).
+# gunicorn's atoms and what each means (docs/operations.md's table comes from the same words).
 ATOMS = {
     "h": "remote address",
     "l": "'-'",
