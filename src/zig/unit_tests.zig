@@ -34,6 +34,7 @@ test {
     _ = @import("http/compression.zig");
     _ = @import("http/decompression.zig");
     _ = @import("http/huffman.zig");
+    _ = @import("http/prefix_int.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http1/scan.zig");
