@@ -180,6 +180,18 @@ test "request fields: pseudo-headers into the head, host from :authority first, 
     try testing.expectError(error.TooMany, run(&(get_fields ++ [_]Header{ .{ .name = "a", .value = "1" }, .{ .name = "b", .value = "2" }, .{ .name = "c", .value = "3" } }), &head, &small, .{ .extended_connect = false }));
 }
 
+test "request fields: split cookies joined in the scratch, the last join extended in place" {
+    var buf: [16]u8 = undefined;
+    var len: usize = 0;
+    const ab = try joinCookie(&buf, &len, "a=1", "b=2");
+    try testing.expectEqualStrings("a=1; b=2", ab);
+    const abc = try joinCookie(&buf, &len, ab, "c=3");
+    try testing.expectEqualStrings("a=1; b=2; c=3", abc);
+    try testing.expectEqual(ab.ptr, abc.ptr);
+    try testing.expectEqual(@as(usize, 13), len);
+    try testing.expectError(error.NoSpace, joinCookie(&buf, &len, abc, "d=4"));
+}
+
 test "request fields: CONNECT, extended CONNECT only when advertised" {
     var head = RequestHead{};
     var out: [8]Header = undefined;

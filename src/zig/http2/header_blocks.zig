@@ -114,7 +114,6 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     const conn = s.conn;
     const srv = conn.server;
     var head = request.RequestHead{};
-    request.cookie_len = 0;
     const headers = request.checkRequest(fields, &head, srv.headers_storage[0..srv.opts.limits.headers_count_max], srv.opts.ws_enabled) catch |err| switch (err) {
         error.Malformed => return streamErrorId(s, id, .protocol),
         error.TooMany, error.NoSpace => {
@@ -150,7 +149,7 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
         .method = head.method.?,
         .path = if (q) |i| full[0..i] else full,
         .query = if (q) |i| full[i + 1 ..] else "",
-        .authority = head.authority orelse (if (request.findField(headers, "host")) |i| headers[i].value else null),
+        .authority = head.authority orelse head.host,
         .scheme = head.scheme,
         .headers = headers,
         .version = .http2,

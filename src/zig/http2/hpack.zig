@@ -24,7 +24,8 @@ else if (builtin.is_test)
 else
     std.heap.page_allocator;
 
-pub const Header = struct { name: []const u8, value: []const u8 };
+/// The shared field type: a decoded list goes to `http/request_fields.zig` as it is.
+pub const Header = @import("../http/fields.zig").Header;
 pub const Error = error{ Compression, HeaderListTooLarge, OutOfMemory };
 
 /// RFC 7541 4.1: an entry's size is its name's and value's lengths plus 32.
