@@ -12,6 +12,7 @@ test {
     _ = @import("os/small_pool.zig");
     _ = @import("os/deadlines.zig");
     _ = @import("os/sys.zig");
+    _ = @import("os/zlib.zig");
     _ = @import("os/io_uring.zig");
     _ = @import("os/io_uring_tests.zig");
     // transport: connections, output queues, TLS

@@ -18,7 +18,12 @@
 const std = @import("std");
 const compression = @import("compression.zig");
 const Encoding = compression.Encoding;
-const ZStream = compression.ZStream;
+/// zlib (gzip) is shared with response compression and WebSocket deflate: `os/zlib.zig`
+/// loads it; brotli's and zstd's decoders are this file's own.
+const zlib_lib = @import("../os/zlib.zig");
+const dynlib = @import("../os/dynlib.zig");
+const ZStream = zlib_lib.ZStream;
+const zlib = &zlib_lib.api;
 
 /// Decoded bytes held ahead of the app at most.
 pub const window_bytes = 64 * 1024;
@@ -93,14 +98,6 @@ pub fn availableText(buf: *[24]u8) []const u8 {
 // ---------------------------------------------------------------------------
 // The libraries
 
-const ZlibApi = struct {
-    zlibVersion: *const fn () callconv(.c) [*:0]const u8,
-    inflateInit2_: *const fn (*ZStream, c_int, [*:0]const u8, c_int) callconv(.c) c_int,
-    inflate: *const fn (*ZStream, c_int) callconv(.c) c_int,
-    inflateReset: *const fn (*ZStream) callconv(.c) c_int,
-    inflateEnd: *const fn (*ZStream) callconv(.c) c_int,
-};
-
 const AllocFn = *const fn (?*anyopaque, usize) callconv(.c) ?*anyopaque;
 const FreeFn = *const fn (?*anyopaque, ?*anyopaque) callconv(.c) void;
 
@@ -121,7 +118,6 @@ const ZstdApi = struct {
 const ZstdOut = extern struct { dst: [*]u8, size: usize, pos: usize };
 const ZstdIn = extern struct { src: [*]const u8, size: usize, pos: usize };
 
-var zlib: ZlibApi = undefined;
 var brotli: BrotliApi = undefined;
 var zstd: ZstdApi = undefined;
 var loaded_set = [_]bool{ false, false, false };
@@ -129,7 +125,7 @@ var loaded_set = [_]bool{ false, false, false };
 /// The shared library a decoder needs.
 pub fn libraryName(e: Encoding) [:0]const u8 {
     return switch (e) {
-        .gzip => "libz.so.1",
+        .gzip => zlib_lib.library_name,
         .br => "libbrotlidec.so.1",
         .zstd => "libzstd.so.1",
     };
@@ -140,9 +136,9 @@ pub fn load(e: Encoding) bool {
     const i = @intFromEnum(e);
     if (loaded_set[i]) return true;
     const ok = switch (e) {
-        .gzip => compression.loadApi(ZlibApi, &zlib, libraryName(e)),
-        .br => compression.loadApi(BrotliApi, &brotli, libraryName(e)),
-        .zstd => compression.loadApi(ZstdApi, &zstd, libraryName(e)),
+        .gzip => zlib_lib.load(),
+        .br => dynlib.loadApi(BrotliApi, &brotli, libraryName(e)),
+        .zstd => dynlib.loadApi(ZstdApi, &zstd, libraryName(e)),
     };
     loaded_set[i] = ok;
     return ok;
