@@ -114,3 +114,25 @@ def test_test_only_files_are_named_as_the_rule_says():
     assert is_test_only(ZIG_DIR / "fuzz_http2_main.zig")
     assert not is_test_only(ZIG_DIR / "http3" / "session.zig")
     assert not is_test_only(ZIG_DIR / "fuzz_http2.zig")
+
+
+# Zig lines of 100 columns or fewer (CONTRIBUTING's habit; `zig fmt` does not wrap). The
+# engine predates the rule: the lines still over it are counted, and the count may only
+# go down. Lower LONG_LINES_MAX with every change that wraps some; 0 is the goal, and from
+# then on the rule holds outright.
+COLUMNS_MAX = 100
+LONG_LINES_MAX = 1878
+
+
+def long_lines() -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{n}" for path in sorted(ZIG_DIR.rglob("*.zig"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if len(line) > COLUMNS_MAX]
+
+
+def test_zig_lines_over_100_columns_only_decrease():
+    found = long_lines()
+    assert len(found) <= LONG_LINES_MAX, (
+        f"{len(found)} Zig lines over {COLUMNS_MAX} columns, more than the {LONG_LINES_MAX} "
+        "left from before the rule: wrap the new ones by hand")
+    if len(found) < LONG_LINES_MAX:
+        print(f"{len(found)} long lines now: LONG_LINES_MAX may come down to it")

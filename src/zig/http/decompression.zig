@@ -102,9 +102,20 @@ const AllocFn = *const fn (?*anyopaque, usize) callconv(.c) ?*anyopaque;
 const FreeFn = *const fn (?*anyopaque, ?*anyopaque) callconv(.c) void;
 
 const BrotliApi = struct {
-    BrotliDecoderCreateInstance: *const fn (?AllocFn, ?FreeFn, ?*anyopaque) callconv(.c) ?*anyopaque,
+    BrotliDecoderCreateInstance: *const fn (
+        ?AllocFn,
+        ?FreeFn,
+        ?*anyopaque,
+    ) callconv(.c) ?*anyopaque,
     BrotliDecoderDestroyInstance: *const fn (*anyopaque) callconv(.c) void,
-    BrotliDecoderDecompressStream: *const fn (*anyopaque, *usize, *[*]const u8, *usize, *[*]u8, ?*usize) callconv(.c) c_int,
+    BrotliDecoderDecompressStream: *const fn (
+        *anyopaque,
+        *usize,
+        *[*]const u8,
+        *usize,
+        *[*]u8,
+        ?*usize,
+    ) callconv(.c) c_int,
 };
 
 const ZstdApi = struct {
@@ -189,7 +200,12 @@ pub const Decoder = struct {
         self.* = .{ .enc = e, .out = out };
         const ok = switch (e) {
             // windowBits 15 + 16: a gzip wrapper only (x-gzip is the same).
-            .gzip => zlib.inflateInit2_(&self.z, 15 + 16, zlib.zlibVersion(), @sizeOf(ZStream)) == 0,
+            .gzip => zlib.inflateInit2_(
+                &self.z,
+                15 + 16,
+                zlib.zlibVersion(),
+                @sizeOf(ZStream),
+            ) == 0,
             .br => blk: {
                 self.state = brotli.BrotliDecoderCreateInstance(&brotliAlloc, &brotliFree, self);
                 break :blk self.state != null;
@@ -198,7 +214,9 @@ pub const Decoder = struct {
                 const dctx = zstd.ZSTD_createDCtx() orelse break :blk false;
                 self.state = dctx;
                 // ZSTD_d_windowLogMax (100): a frame asking for a larger window fails.
-                break :blk zstd.ZSTD_isError(zstd.ZSTD_DCtx_setParameter(dctx, 100, window_log_max)) == 0;
+                break :blk zstd.ZSTD_isError(
+                    zstd.ZSTD_DCtx_setParameter(dctx, 100, window_log_max),
+                ) == 0;
             },
         };
         if (!ok) {
@@ -339,7 +357,14 @@ pub const Decoder = struct {
         var avail_out = dst.len;
         var next_out: [*]u8 = dst.ptr;
         self.open = true;
-        const r = brotli.BrotliDecoderDecompressStream(self.state.?, &avail_in, &next_in, &avail_out, &next_out, null);
+        const r = brotli.BrotliDecoderDecompressStream(
+            self.state.?,
+            &avail_in,
+            &next_in,
+            &avail_out,
+            &next_out,
+            null,
+        );
         self.in_off += input.len - avail_in;
         self.out_end += dst.len - avail_out;
         switch (r) {
@@ -382,7 +407,13 @@ const testing = std.testing;
 
 /// Decodes `encoded`, handed over `piece` bytes at a time, taking every decoded byte
 /// as the app would; the decoded bytes are appended to `got`.
-fn decodeAll(e: Encoding, encoded: []const u8, piece: usize, limit: u64, got: *std.ArrayListUnmanaged(u8)) Error!void {
+fn decodeAll(
+    e: Encoding,
+    encoded: []const u8,
+    piece: usize,
+    limit: u64,
+    got: *std.ArrayListUnmanaged(u8),
+) Error!void {
     const d = Decoder.create(e) orelse return error.OutOfMemory;
     defer d.destroy();
     var at: usize = 0;
@@ -417,7 +448,10 @@ test "codingOf: one known coding, identity, unknown and stacked" {
         try testing.expectEqual(Coding.gzip, codingOf(&with_identity));
         const stacked = [_]H{.{ .name = "content-encoding", .value = "gzip, gzip" }};
         try testing.expectEqual(Coding.unsupported, codingOf(&stacked));
-        const two_fields = [_]H{ .{ .name = "content-encoding", .value = "gzip" }, .{ .name = "content-encoding", .value = "br" } };
+        const two_fields = [_]H{
+            .{ .name = "content-encoding", .value = "gzip" },
+            .{ .name = "content-encoding", .value = "br" },
+        };
         try testing.expectEqual(Coding.unsupported, codingOf(&two_fields));
     }
     const unknown = [_]H{.{ .name = "content-encoding", .value = "deflate" }};
@@ -495,6 +529,9 @@ test "brotli and zstd decoders round-trip the encoders' output" {
         got.clearRetainingCapacity();
         try testing.expectError(error.TooLarge, decodeAll(e, coded, 11, text.len - 1, &got));
         got.clearRetainingCapacity();
-        try testing.expectError(error.Corrupt, decodeAll(e, coded[0 .. coded.len - 2], 11, text.len, &got));
+        try testing.expectError(
+            error.Corrupt,
+            decodeAll(e, coded[0 .. coded.len - 2], 11, text.len, &got),
+        );
     };
 }

@@ -54,7 +54,12 @@ const get_fields = [_]hpack.Header{
 test "a request: pseudo-header fields into the head, :authority becomes host, first" {
     var head = RequestHead{};
     var out: [8]http_fields.Header = undefined;
-    const got = try checkRequest(&(get_fields ++ [_]hpack.Header{.{ .name = "accept", .value = "*/*" }}), &head, &out, false);
+    const got = try checkRequest(
+        &(get_fields ++ [_]hpack.Header{.{ .name = "accept", .value = "*/*" }}),
+        &head,
+        &out,
+        false,
+    );
     try std.testing.expectEqualStrings("GET", head.method.?);
     try std.testing.expectEqualStrings("https", head.scheme.?);
     try std.testing.expectEqualStrings("/a?b=1", head.path.?);
@@ -100,7 +105,10 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
         &(get_fields ++ [_]H{.{ .name = "content-length", .value = "+5" }}),
         &(get_fields ++ [_]H{.{ .name = "content-length", .value = "1_0" }}),
         &(get_fields ++ [_]H{.{ .name = "content-length", .value = "5, 5" }}),
-        &(get_fields ++ [_]H{ .{ .name = "content-length", .value = "1" }, .{ .name = "content-length", .value = "2" } }),
+        &(get_fields ++ [_]H{
+            .{ .name = "content-length", .value = "1" },
+            .{ .name = "content-length", .value = "2" },
+        }),
         &(get_fields ++ [_]H{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "5" } }),
         &(get_fields ++ [_]H{ .{ .name = cl, .value = "5" }, .{ .name = cl, .value = "05" } }),
         // missing or empty pseudo-headers
@@ -111,7 +119,10 @@ test "malformed requests (RFC 9113 8.2, 8.3) are refused: every case of the list
         // :protocol belongs to extended CONNECT only
         &(get_fields ++ [_]H{.{ .name = ":protocol", .value = "websocket" }}),
         // two host fields, or a host other than :authority (RFC 9113 8.3.1)
-        &(get_fields ++ [_]H{ .{ .name = "host", .value = "a" }, .{ .name = "host", .value = "a" } }),
+        &(get_fields ++ [_]H{
+            .{ .name = "host", .value = "a" },
+            .{ .name = "host", .value = "a" },
+        }),
         &(get_fields ++ [_]H{.{ .name = "host", .value = "other.test" }}),
         // http(s) with neither :authority nor host
         &.{ get_fields[0], get_fields[1], get_fields[2] },
@@ -138,7 +149,13 @@ test "te: trailers, one content-length and an extended CONNECT are accepted" {
     try std.testing.expectEqual(@as(?u64, 5), head.content_length);
     // The app sees the one field as sent.
     try std.testing.expectEqualStrings("05", got[2].value);
-    const connect = [_]H{ .{ .name = ":method", .value = "CONNECT" }, .{ .name = ":protocol", .value = "websocket" }, get_fields[1], .{ .name = ":path", .value = "/chat" }, get_fields[3] };
+    const connect = [_]H{
+        .{ .name = ":method", .value = "CONNECT" },
+        .{ .name = ":protocol", .value = "websocket" },
+        get_fields[1],
+        .{ .name = ":path", .value = "/chat" },
+        get_fields[3],
+    };
     _ = try checkRequest(&connect, &head, &out, true);
     try std.testing.expectEqualStrings("websocket", head.protocol.?);
     // Without WebSocket support the extended CONNECT is malformed.
@@ -149,10 +166,31 @@ test "cookies split over fields reach the app as one; too many fields is its own
     var head = RequestHead{};
     var out: [3]http_fields.Header = undefined;
     const H = hpack.Header;
-    const got = try checkRequest(&(get_fields ++ [_]H{ .{ .name = "cookie", .value = "a=1" }, .{ .name = "cookie", .value = "b=2" }, .{ .name = "cookie", .value = "c=3" } }), &head, &out, false);
+    const got = try checkRequest(
+        &(get_fields ++ [_]H{
+            .{ .name = "cookie", .value = "a=1" },
+            .{ .name = "cookie", .value = "b=2" },
+            .{ .name = "cookie", .value = "c=3" },
+        }),
+        &head,
+        &out,
+        false,
+    );
     try std.testing.expectEqual(@as(usize, 2), got.len);
     try std.testing.expectEqualStrings("cookie", got[1].name);
     try std.testing.expectEqualStrings("a=1; b=2; c=3", got[1].value);
     // Three fields fit, the host made from :authority would be the fourth.
-    try std.testing.expectError(error.TooMany, checkRequest(&(get_fields ++ [_]H{ .{ .name = "a", .value = "1" }, .{ .name = "b", .value = "2" }, .{ .name = "c", .value = "3" } }), &head, &out, false));
+    try std.testing.expectError(
+        error.TooMany,
+        checkRequest(
+            &(get_fields ++ [_]H{
+                .{ .name = "a", .value = "1" },
+                .{ .name = "b", .value = "2" },
+                .{ .name = "c", .value = "3" },
+            }),
+            &head,
+            &out,
+            false,
+        ),
+    );
 }

@@ -56,7 +56,11 @@ pub fn readRawString(bytes: []const u8, pos: *usize, comptime prefix: u4) IntErr
 /// The decoded string: a plain one as it stands, a Huffman one decoded into
 /// `scratch[used.*..]`. error.NoSpace when scratch is too small, error.Compression for a
 /// bad Huffman code.
-pub fn decodeString(raw: RawString, scratch: []u8, used: *usize) error{ Compression, NoSpace }![]const u8 {
+pub fn decodeString(
+    raw: RawString,
+    scratch: []u8,
+    used: *usize,
+) error{ Compression, NoSpace }![]const u8 {
     if (!raw.huffman) return raw.bytes;
     const dst = scratch[used.*..];
     const n = try huffman.decode(dst, raw.bytes);
@@ -73,7 +77,13 @@ pub fn rawLenMax(decoded_max: u64) u64 {
 
 /// Writes `s` as a string literal at `buf[pos]` with an N-bit length prefix, `flags`
 /// above the H bit; Huffman-coded when that is shorter. Returns the position after it.
-pub fn writeString(buf: []u8, pos: usize, flags: u8, comptime prefix: u4, s: []const u8) error{NoSpace}!usize {
+pub fn writeString(
+    buf: []u8,
+    pos: usize,
+    flags: u8,
+    comptime prefix: u4,
+    s: []const u8,
+) error{NoSpace}!usize {
     const h_bit: u8 = @as(u8, 1) << prefix;
     std.debug.assert(flags & (h_bit | (h_bit - 1)) == 0);
     const hlen = huffman.encodedLen(s);
@@ -151,7 +161,10 @@ pub const static_table = [99]Header{
     .{ .name = "range", .value = "bytes=0-" },
     .{ .name = "strict-transport-security", .value = "max-age=31536000" },
     .{ .name = "strict-transport-security", .value = "max-age=31536000; includesubdomains" },
-    .{ .name = "strict-transport-security", .value = "max-age=31536000; includesubdomains; preload" },
+    .{
+        .name = "strict-transport-security",
+        .value = "max-age=31536000; includesubdomains; preload",
+    },
     .{ .name = "vary", .value = "accept-encoding" },
     .{ .name = "vary", .value = "origin" },
     .{ .name = "x-content-type-options", .value = "nosniff" },
@@ -178,7 +191,10 @@ pub const static_table = [99]Header{
     .{ .name = "access-control-request-method", .value = "post" },
     .{ .name = "alt-svc", .value = "clear" },
     .{ .name = "authorization", .value = "" },
-    .{ .name = "content-security-policy", .value = "script-src 'none'; object-src 'none'; base-uri 'none'" },
+    .{
+        .name = "content-security-policy",
+        .value = "script-src 'none'; object-src 'none'; base-uri 'none'",
+    },
     .{ .name = "early-data", .value = "1" },
     .{ .name = "expect-ct", .value = "" },
     .{ .name = "forwarded", .value = "" },
@@ -225,13 +241,22 @@ test "strings: plain and Huffman round-trip; truncated and bad codes" {
         var used: usize = 0;
         try testing.expectEqualStrings(s, try decodeString(raw, &scratch, &used));
         pos = 0;
-        if (n > 1) try testing.expectError(error.Truncated, readRawString(buf[0 .. n - 1], &pos, 5));
+        if (n > 1) try testing.expectError(
+            error.Truncated,
+            readRawString(buf[0 .. n - 1], &pos, 5),
+        );
     }
     // www.example.com is shorter coded: the H bit (0x20 for a 5-bit prefix) is set.
     _ = try writeString(&buf, 0, 0, 5, "www.example.com");
     try testing.expect(buf[0] & 0x20 != 0);
     // A Huffman string of one 0x00 byte: a prefix of a longer code, padding not all ones.
     var used: usize = 0;
-    try testing.expectError(error.Compression, decodeString(.{ .bytes = &.{0x00}, .huffman = true }, &scratch, &used));
-    try testing.expectError(error.NoSpace, decodeString(.{ .bytes = &.{ 0x1f, 0xff }, .huffman = true }, scratch[0..0], &used));
+    try testing.expectError(
+        error.Compression,
+        decodeString(.{ .bytes = &.{0x00}, .huffman = true }, &scratch, &used),
+    );
+    try testing.expectError(
+        error.NoSpace,
+        decodeString(.{ .bytes = &.{ 0x1f, 0xff }, .huffman = true }, scratch[0..0], &used),
+    );
 }

@@ -56,12 +56,22 @@ pub const Inflater = struct {
     /// Inflates one message's compressed bytes, appending to `out`. More than
     /// `limit` bytes of output is `TooBig` (a deflate bomb stops there, at most
     /// `limit` + one step of output allocated).
-    pub fn message(self: *Inflater, input: []const u8, out: *std.ArrayListUnmanaged(u8), limit: usize) Error!void {
+    pub fn message(
+        self: *Inflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+        limit: usize,
+    ) Error!void {
         try self.feed(input, out, limit);
         try self.feed(&sync_tail, out, limit);
     }
 
-    fn feed(self: *Inflater, input: []const u8, out: *std.ArrayListUnmanaged(u8), limit: usize) Error!void {
+    fn feed(
+        self: *Inflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+        limit: usize,
+    ) Error!void {
         var in = input;
         while (true) {
             const chunk: usize = @min(in.len, std.math.maxInt(c_uint));
@@ -110,7 +120,16 @@ pub const Deflater = struct {
         const self = allocator.create(Deflater) catch return null;
         self.* = .{};
         const bits: c_int = -@as(c_int, @max(window_bits, 9));
-        if (api.deflateInit2_(&self.z, compression_level, zlib.Z_DEFLATED, bits, mem_level, zlib.Z_DEFAULT_STRATEGY, api.zlibVersion(), @sizeOf(ZStream)) != zlib.Z_OK) {
+        if (api.deflateInit2_(
+            &self.z,
+            compression_level,
+            zlib.Z_DEFLATED,
+            bits,
+            mem_level,
+            zlib.Z_DEFAULT_STRATEGY,
+            api.zlibVersion(),
+            @sizeOf(ZStream),
+        ) != zlib.Z_OK) {
             allocator.destroy(self);
             return null;
         }
@@ -124,7 +143,11 @@ pub const Deflater = struct {
 
     /// Compresses one message into `out` (replacing its contents), without the
     /// trailing 00 00 ff ff, starting from an empty context.
-    pub fn message(self: *Deflater, input: []const u8, out: *std.ArrayListUnmanaged(u8)) Error!void {
+    pub fn message(
+        self: *Deflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+    ) Error!void {
         _ = api.deflateReset(&self.z);
         out.clearRetainingCapacity();
         if (input.len > std.math.maxInt(c_uint)) return error.TooBig;
@@ -154,7 +177,8 @@ pub const Shared = struct {
     scratch: std.ArrayListUnmanaged(u8) = .{},
 
     pub fn deflater(self: *Shared, window_bits: u4) ?*Deflater {
-        if (self.deflaters[window_bits] == null) self.deflaters[window_bits] = Deflater.create(window_bits);
+        const slot = &self.deflaters[window_bits];
+        if (slot.* == null) slot.* = Deflater.create(window_bits);
         return self.deflaters[window_bits];
     }
 
@@ -209,7 +233,10 @@ test "deflate round trip and bomb limit" {
     // Garbage is refused, not a crash.
     out.clearRetainingCapacity();
     inf.reset();
-    try std.testing.expectError(error.Corrupt, inf.message(&.{ 0xff, 0xff, 0xff, 0xff, 0xff }, &out, 100));
+    try std.testing.expectError(
+        error.Corrupt,
+        inf.message(&.{ 0xff, 0xff, 0xff, 0xff, 0xff }, &out, 100),
+    );
     // Empty message.
     try shared.deflater(9).?.message("", &shared.scratch);
     out.clearRetainingCapacity();
