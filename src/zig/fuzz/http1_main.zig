@@ -1,84 +1,52 @@
 //! Time-bounded mutation fuzzer for the HTTP/1.1 parser (`testing/fuzz_http1.zig`); the CI runner.
 //!
-//!   python -m ziglang build-exe -OReleaseSafe src/zig/fuzz_http1_main.zig -femit-bin=fuzz_http1
+//!   python -m ziglang build-exe -OReleaseSafe ... (docs/FUZZING.md) -femit-bin=fuzz_http1
 //!   ./fuzz_http1 --seconds 60 [--seed S] [--out fuzz-crash.bin] [--max-len 4096]
 //!
 //! Starts from the checked-in corpus (`fuzz_corpus/`), applies stacked mutations, and runs
 //! `fuzz.checkOne` (the same checks as the `std.testing.fuzz` target). Inputs that set a
-//! behavioural feature bit not seen before (`fuzz.features`) join the pool. ReleaseSafe keeps every safety check, so an
-//! overflow, out-of-bounds index or `unreachable` in the parser panics: the panic handler
-//! below writes the input being checked to `--out` first. An invariant violation is saved
-//! the same way. Exit status: 0 clean, 1 invariant violated, abort/signal on panic.
+//! behavioural feature bit not seen before (`fuzz.features`) join the pool
+//! (`runner.runPool`). ReleaseSafe keeps every safety check, so an overflow, out-of-bounds
+//! index or `unreachable` in the parser panics: the panic handler (`runner.zig`) writes the
+//! input being checked to `--out` first. An invariant violation is saved the same way.
+//! Exit status: 0 clean, 1 invariant violated, abort/signal on panic.
 //!
 //! (Zig 0.15's coverage-guided `zig build --fuzz` runs until interrupted behind a web UI,
 //! so it is not used for time-bounded CI runs.)
 
 const std = @import("std");
-const fuzz = @import("testing/fuzz_http1.zig");
+const fuzz = @import("engine").fuzz_http1;
+const runner = @import("runner.zig");
 
-pub const panic = std.debug.FullPanic(onPanic);
-pub const std_options: std.Options = .{ .enable_segfault_handler = false };
-
-/// The input under test, for the panic / signal handlers.
-var current_input: []const u8 = &.{};
-var crash_path: []const u8 = "fuzz-crash.bin";
-var saving = false;
-
-fn saveCrash(reason: []const u8) void {
-    if (saving) return; // A panic while saving: give up on the file, keep the report.
-    saving = true;
-    std.fs.cwd().writeFile(.{ .sub_path = crash_path, .data = current_input }) catch |err| {
-        std.debug.print("fuzz: could not write {s}: {s}\n", .{ crash_path, @errorName(err) });
-    };
-    const shown = current_input[0..@min(current_input.len, 4096)];
-    std.debug.print(
-        "\nfuzz: FOUND {s}\nfuzz: input ({d} bytes) written to {s}\nfuzz: input = \"{f}\"{s}\n",
-        .{ reason, current_input.len, crash_path, std.zig.fmtString(shown), if (shown.len < current_input.len) " (truncated)" else "" },
-    );
-}
-
-fn onPanic(msg: []const u8, first_trace_addr: ?usize) noreturn {
-    saveCrash("a panic");
-    std.debug.defaultPanic(msg, first_trace_addr);
-}
-
-fn onSignal(sig: i32, info: *const std.posix.siginfo_t, ctx: ?*anyopaque) callconv(.c) void {
-    _ = info;
-    _ = ctx;
-    saveCrash(if (sig == std.posix.SIG.SEGV) "a segmentation fault" else "a fatal signal");
-    // Returning re-executes the faulting instruction; std's handler then prints the trace.
-    std.debug.attachSegfaultHandler();
-}
-
-fn installSignalHandlers() void {
-    const act = std.posix.Sigaction{
-        .handler = .{ .sigaction = onSignal },
-        .mask = std.posix.sigemptyset(),
-        .flags = std.posix.SA.SIGINFO | std.posix.SA.RESETHAND,
-    };
-    std.debug.updateSegfaultHandler(&act);
-}
+pub const panic = runner.panic;
+pub const std_options = runner.std_options;
 
 // ---------------------------------------------------------------------------------------
 // Mutations.
 
-const interesting_bytes = "\r\n \t:,;=\"\\/?%#*@0123456789abcdefABCDEFxX-+\x00\x01\x0b\x0c\x7f\x80\xff";
+const interesting_bytes = "\r\n \t:,;=\"\\/?%#*@0123456789abcdefABCDEFxX-+" ++
+    "\x00\x01\x0b\x0c\x7f\x80\xff";
 
 const dictionary = [_][]const u8{
-    "\r\n",                           "\r\n\r\n",               "\n",                      "\r",
-    " ",                              "\t",                     ":",                       ", ",
-    "Transfer-Encoding: chunked\r\n", "Content-Length: 5\r\n",  "Host: h\r\n",             "Connection: close\r\n",
-    "Transfer-Encoding",              "Content-Length",         "chunked",                 "Chunked",
-    "identity",                       "gzip",                   "keep-alive",              "upgrade",
-    "Expect: 100-continue\r\n",       "Upgrade: websocket\r\n", "Connection: upgrade\r\n", "GET / HTTP/1.1\r\n",
-    "POST / HTTP/1.1\r\n",            "HTTP/1.1",               "HTTP/1.0",                "HTTP/2.0",
-    "CONNECT h:1 ",                   "OPTIONS * ",             "http://h",                "https://",
-    "0\r\n\r\n",                      "5\r\nhello\r\n",         "ffffffffffffffff",        "fffffffffffffffff",
-    "18446744073709551615",           "18446744073709551616",   "9999999999999999999",     "00000000000000000000",
-    "-1",                             "+1",                     "0x",                      ";ext=\"v\"",
-    ";",                              "\r\n ",                  "\r\n\t",                  "%",
-    "%zz",                            "%2F",                    "%C3%A9",                  "\x0b",
-    "\x00",                           "\x7f",                   "\xff",
+    "\r\n",                   "\r\n\r\n",                "\n",
+    "\r",                     " ",                       "\t",
+    ":",                      ", ",                      "Transfer-Encoding: chunked\r\n",
+    "Content-Length: 5\r\n",  "Host: h\r\n",             "Connection: close\r\n",
+    "Transfer-Encoding",      "Content-Length",          "chunked",
+    "Chunked",                "identity",                "gzip",
+    "keep-alive",             "upgrade",                 "Expect: 100-continue\r\n",
+    "Upgrade: websocket\r\n", "Connection: upgrade\r\n", "GET / HTTP/1.1\r\n",
+    "POST / HTTP/1.1\r\n",    "HTTP/1.1",                "HTTP/1.0",
+    "HTTP/2.0",               "CONNECT h:1 ",            "OPTIONS * ",
+    "http://h",               "https://",                "0\r\n\r\n",
+    "5\r\nhello\r\n",         "ffffffffffffffff",        "fffffffffffffffff",
+    "18446744073709551615",   "18446744073709551616",    "9999999999999999999",
+    "00000000000000000000",   "-1",                      "+1",
+    "0x",                     ";ext=\"v\"",              ";",
+    "\r\n ",                  "\r\n\t",                  "%",
+    "%zz",                    "%2F",                     "%C3%A9",
+    "\x0b",                   "\x00",                    "\x7f",
+    "\xff",
 };
 
 const Mutator = struct {
@@ -108,7 +76,8 @@ const Mutator = struct {
 
     fn smallLen(m: *Mutator) usize {
         // Mostly short, sometimes long.
-        return if (m.random.uintLessThan(u8, 8) == 0) 1 + m.random.uintLessThan(usize, 256) else 1 + m.random.uintLessThan(usize, 8);
+        const most: usize = if (m.random.uintLessThan(u8, 8) == 0) 256 else 8;
+        return 1 + m.random.uintLessThan(usize, most);
     }
 
     fn mutate(m: *Mutator, pool: []const []const u8) void {
@@ -127,10 +96,16 @@ const Mutator = struct {
                 m.buf[m.pos(false)] = m.random.int(u8);
             },
             2 => if (m.len > 0) {
-                m.buf[m.pos(false)] = interesting_bytes[m.random.uintLessThan(usize, interesting_bytes.len)];
+                m.buf[m.pos(false)] = interesting_bytes[
+                    m.random.uintLessThan(
+                        usize,
+                        interesting_bytes.len,
+                    )
+                ];
             },
             3 => {
-                const byte = if (m.random.boolean()) m.random.int(u8) else interesting_bytes[m.random.uintLessThan(usize, interesting_bytes.len)];
+                const pick = m.random.uintLessThan(usize, interesting_bytes.len);
+                const byte = if (m.random.boolean()) m.random.int(u8) else interesting_bytes[pick];
                 m.insert(m.pos(true), &.{byte});
             },
             4 => if (m.len > 0) {
@@ -169,11 +144,30 @@ const Mutator = struct {
             },
             11 => if (m.len > 0) { // Replace a digit run by an interesting number.
                 const at = m.pos(false);
-                const start = std.mem.indexOfAnyPos(u8, m.buf[0..m.len], at, "0123456789abcdefABCDEF") orelse return;
+                const start = std.mem.indexOfAnyPos(
+                    u8,
+                    m.buf[0..m.len],
+                    at,
+                    "0123456789abcdefABCDEF",
+                ) orelse return;
                 var end = start;
                 while (end < m.len and std.ascii.isHex(m.buf[end])) end += 1;
                 m.remove(start, end - start);
-                const numbers = [_][]const u8{ "0", "1", "00", "7fffffffffffffff", "ffffffffffffffff", "10000000000000000", "18446744073709551615", "18446744073709551616", "99999999999999999999", "-0", "+0", "1e3", "0x10" };
+                const numbers = [_][]const u8{
+                    "0",
+                    "1",
+                    "00",
+                    "7fffffffffffffff",
+                    "ffffffffffffffff",
+                    "10000000000000000",
+                    "18446744073709551615",
+                    "18446744073709551616",
+                    "99999999999999999999",
+                    "-0",
+                    "+0",
+                    "1e3",
+                    "0x10",
+                };
                 m.insert(start, numbers[m.random.uintLessThan(usize, numbers.len)]);
             },
             12 => if (m.len > 0) { // Flip the case of a letter (header names, "chunked", ...).
@@ -188,105 +182,16 @@ const Mutator = struct {
 // ---------------------------------------------------------------------------------------
 // Driver.
 
-const Args = struct {
-    seconds: f64 = 10,
-    seed: ?u64 = null,
-    out: []const u8 = "fuzz-crash.bin",
-    max_len: usize = 4096,
-    pool_max: usize = 4096,
-};
-
-fn usage() noreturn {
-    std.debug.print("usage: fuzz_http1 [--seconds N] [--seed S] [--out PATH] [--max-len N]\n", .{});
-    std.process.exit(2);
+fn check(input: []const u8) void {
+    fuzz.checkOne(input, .sampled) catch runner.violated(fuzz.last_failure);
 }
 
-fn parseArgs(argv: []const [:0]u8) Args {
-    var args = Args{};
-    var index: usize = 1;
-    while (index < argv.len) : (index += 1) {
-        const name = argv[index];
-        if (index + 1 >= argv.len) usage();
-        index += 1;
-        const value = argv[index];
-        if (std.mem.eql(u8, name, "--seconds")) {
-            args.seconds = std.fmt.parseFloat(f64, value) catch usage();
-        } else if (std.mem.eql(u8, name, "--seed")) {
-            args.seed = std.fmt.parseInt(u64, value, 0) catch usage();
-        } else if (std.mem.eql(u8, name, "--out")) {
-            args.out = value;
-        } else if (std.mem.eql(u8, name, "--max-len")) {
-            args.max_len = std.fmt.parseInt(usize, value, 0) catch usage();
-            args.max_len = @max(1, @min(args.max_len, fuzz.max_input_bytes));
-        } else usage();
-    }
-    return args;
-}
-
-fn runOne(input: []const u8) void {
-    current_input = input;
-    fuzz.checkOne(input, .sampled) catch {
-        saveCrash("an invariant violation");
-        std.debug.print("fuzz: violated: {s}\n", .{fuzz.last_failure});
-        std.process.exit(1);
-    };
+fn mutate(random: std.Random, buf: []u8, len: usize, pool: []const []const u8) usize {
+    var mutator = Mutator{ .random = random, .buf = buf, .len = len, .max_len = buf.len };
+    mutator.mutate(pool);
+    return mutator.len;
 }
 
 pub fn main() !void {
-    installSignalHandlers();
-    var arena_state = std.heap.ArenaAllocator.init(std.heap.page_allocator);
-    defer arena_state.deinit();
-    const arena = arena_state.allocator();
-
-    const args = parseArgs(try std.process.argsAlloc(arena));
-    crash_path = args.out;
-    const seed = args.seed orelse @as(u64, @truncate(@as(u128, @bitCast(std.time.nanoTimestamp()))));
-    std.debug.print("fuzz: seed {d}, {d} corpus inputs, {d:.1}s, max input {d} bytes\n", .{ seed, fuzz.corpus.len, args.seconds, args.max_len });
-
-    var prng = std.Random.DefaultPrng.init(seed);
-    const random = prng.random();
-
-    var pool: std.ArrayList([]const u8) = .empty;
-    var seen = fuzz.Features.initEmpty();
-    var timer = try std.time.Timer.start();
-
-    // The corpus itself first: any failure there is a regression.
-    for (fuzz.corpus) |input| {
-        runOne(input);
-        try pool.append(arena, input);
-        seen.setUnion(fuzz.features);
-    }
-    const corpus_len = pool.items.len;
-
-    const buf = try arena.alloc(u8, args.max_len);
-    var mutator = Mutator{ .random = random, .buf = buf, .max_len = args.max_len };
-    const budget_ns: u64 = @intFromFloat(@max(args.seconds, 0) * std.time.ns_per_s);
-    var iterations: u64 = 0;
-    var added: u64 = 0;
-    while (true) : (iterations += 1) {
-        if (iterations % 64 == 0 and timer.read() >= budget_ns) break;
-        const parent = pool.items[random.uintLessThan(usize, pool.items.len)];
-        mutator.len = @min(parent.len, args.max_len);
-        @memcpy(buf[0..mutator.len], parent[0..mutator.len]);
-        mutator.mutate(pool.items);
-        const input = buf[0..mutator.len];
-        runOne(input);
-
-        if (!fuzz.features.differenceWith(seen).eql(fuzz.Features.initEmpty())) {
-            seen.setUnion(fuzz.features);
-            const copy = try arena.dupe(u8, input);
-            added += 1;
-            if (pool.items.len < args.pool_max) {
-                try pool.append(arena, copy);
-            } else {
-                // Keep the corpus; replace a random discovered input.
-                pool.items[corpus_len + random.uintLessThan(usize, pool.items.len - corpus_len)] = copy;
-            }
-        }
-    }
-    const elapsed_s = @as(f64, @floatFromInt(timer.read())) / std.time.ns_per_s;
-    std.debug.print(
-        "fuzz: OK: {d} iterations in {d:.1}s ({d:.0} iterations/s), {d} feature bits, {d} inputs kept, {d} in pool\n",
-        .{ iterations, elapsed_s, @as(f64, @floatFromInt(iterations)) / elapsed_s, seen.count(), added, pool.items.len },
-    );
+    try runner.poolMain(fuzz, "fuzz_http1", .{ .max_len = 4096 }, 64, check, mutate);
 }
