@@ -49,135 +49,106 @@ const dictionary = [_][]const u8{
     "\xff",
 };
 
-const Mutator = struct {
-    random: std.Random,
-    buf: []u8,
-    len: usize = 0,
-    max_len: usize,
+const Mutator = runner.Mutator;
 
-    fn pos(m: *Mutator, inclusive_end: bool) usize {
-        const n = m.len + @intFromBool(inclusive_end);
-        return if (n == 0) 0 else m.random.uintLessThan(usize, n);
-    }
+fn smallLen(m: *Mutator) usize {
+    // Mostly short, sometimes long.
+    const most: usize = if (m.random.uintLessThan(u8, 8) == 0) 256 else 8;
+    return 1 + m.random.uintLessThan(usize, most);
+}
 
-    fn insert(m: *Mutator, at: usize, bytes: []const u8) void {
-        const take = @min(bytes.len, m.max_len - m.len);
-        if (take == 0) return;
-        std.mem.copyBackwards(u8, m.buf[at + take .. m.len + take], m.buf[at..m.len]);
-        @memcpy(m.buf[at..][0..take], bytes[0..take]);
-        m.len += take;
+/// One mutation, picked at random: long because it is one switch over every kind
+/// (flips, splices, inserted tokens...), each a few lines, best read side by side.
+fn mutateOnce(m: *Mutator, pool: []const []const u8) void {
+    switch (m.random.uintLessThan(u8, 13)) {
+        0 => if (m.len > 0) {
+            m.buf[m.pos(false)] ^= @as(u8, 1) << m.random.int(u3);
+        },
+        1 => if (m.len > 0) {
+            m.buf[m.pos(false)] = m.random.int(u8);
+        },
+        2 => if (m.len > 0) {
+            m.buf[m.pos(false)] = interesting_bytes[
+                m.random.uintLessThan(
+                    usize,
+                    interesting_bytes.len,
+                )
+            ];
+        },
+        3 => {
+            const pick = m.random.uintLessThan(usize, interesting_bytes.len);
+            const byte = if (m.random.boolean()) m.random.int(u8) else interesting_bytes[pick];
+            m.insert(m.pos(true), &.{byte});
+        },
+        4 => if (m.len > 0) {
+            const at = m.pos(false);
+            m.remove(at, smallLen(m));
+        },
+        5 => m.insert(m.pos(true), dictionary[m.random.uintLessThan(usize, dictionary.len)]),
+        6 => if (m.len > 0) { // Repeat a chunk of the input.
+            const start = m.pos(false);
+            const count = @min(smallLen(m), m.len - start);
+            var chunk: [256]u8 = undefined;
+            @memcpy(chunk[0..count], m.buf[start..][0..count]);
+            const times = 1 + m.random.uintLessThan(usize, if (m.random.boolean()) 2 else 64);
+            for (0..times) |_| m.insert(start, chunk[0..count]);
+        },
+        7, 8 => { // Splice: a piece of another input, inserted or overwriting the tail.
+            const other = pool[m.random.uintLessThan(usize, pool.len)];
+            if (other.len == 0) return;
+            const start = m.random.uintLessThan(usize, other.len);
+            const count = @min(other.len - start, 1 + m.random.uintLessThan(usize, 512));
+            const at = m.pos(true);
+            if (m.random.boolean()) m.len = at;
+            m.insert(at, other[start..][0..count]);
+        },
+        9 => if (m.len > 0) { // Truncate.
+            m.len = m.pos(false);
+        },
+        10 => { // Swap CRLF for a bare CR or LF, or vice versa.
+            if (m.len < 2) return;
+            const at = m.pos(false);
+            if (std.mem.indexOfPos(u8, m.buf[0..m.len], at, "\r\n")) |crlf| {
+                m.remove(crlf + @intFromBool(m.random.boolean()), 1);
+            } else if (std.mem.indexOfAnyPos(u8, m.buf[0..m.len], at, "\r\n")) |lone| {
+                m.insert(lone, if (m.buf[lone] == '\n') "\r" else "\n");
+            }
+        },
+        11 => if (m.len > 0) { // Replace a digit run by an interesting number.
+            const at = m.pos(false);
+            const start = std.mem.indexOfAnyPos(
+                u8,
+                m.buf[0..m.len],
+                at,
+                "0123456789abcdefABCDEF",
+            ) orelse return;
+            var end = start;
+            while (end < m.len and std.ascii.isHex(m.buf[end])) end += 1;
+            m.remove(start, end - start);
+            const numbers = [_][]const u8{
+                "0",
+                "1",
+                "00",
+                "7fffffffffffffff",
+                "ffffffffffffffff",
+                "10000000000000000",
+                "18446744073709551615",
+                "18446744073709551616",
+                "99999999999999999999",
+                "-0",
+                "+0",
+                "1e3",
+                "0x10",
+            };
+            m.insert(start, numbers[m.random.uintLessThan(usize, numbers.len)]);
+        },
+        12 => if (m.len > 0) { // Flip the case of a letter (header names, "chunked", ...).
+            const at = m.pos(false);
+            if (std.ascii.isAlphabetic(m.buf[at])) m.buf[at] ^= 0x20;
+        },
+        else => unreachable,
     }
-
-    fn remove(m: *Mutator, at: usize, count: usize) void {
-        const n = @min(count, m.len - at);
-        std.mem.copyForwards(u8, m.buf[at .. m.len - n], m.buf[at + n .. m.len]);
-        m.len -= n;
-    }
-
-    fn smallLen(m: *Mutator) usize {
-        // Mostly short, sometimes long.
-        const most: usize = if (m.random.uintLessThan(u8, 8) == 0) 256 else 8;
-        return 1 + m.random.uintLessThan(usize, most);
-    }
-
-    fn mutate(m: *Mutator, pool: []const []const u8) void {
-        const rounds = 1 + m.random.uintLessThan(usize, if (m.random.boolean()) 2 else 8);
-        for (0..rounds) |_| m.mutateOnce(pool);
-    }
-
-    /// One mutation, picked at random: long because it is one switch over every kind
-    /// (flips, splices, inserted tokens...), each a few lines, best read side by side.
-    fn mutateOnce(m: *Mutator, pool: []const []const u8) void {
-        switch (m.random.uintLessThan(u8, 13)) {
-            0 => if (m.len > 0) {
-                m.buf[m.pos(false)] ^= @as(u8, 1) << m.random.int(u3);
-            },
-            1 => if (m.len > 0) {
-                m.buf[m.pos(false)] = m.random.int(u8);
-            },
-            2 => if (m.len > 0) {
-                m.buf[m.pos(false)] = interesting_bytes[
-                    m.random.uintLessThan(
-                        usize,
-                        interesting_bytes.len,
-                    )
-                ];
-            },
-            3 => {
-                const pick = m.random.uintLessThan(usize, interesting_bytes.len);
-                const byte = if (m.random.boolean()) m.random.int(u8) else interesting_bytes[pick];
-                m.insert(m.pos(true), &.{byte});
-            },
-            4 => if (m.len > 0) {
-                const at = m.pos(false);
-                m.remove(at, m.smallLen());
-            },
-            5 => m.insert(m.pos(true), dictionary[m.random.uintLessThan(usize, dictionary.len)]),
-            6 => if (m.len > 0) { // Repeat a chunk of the input.
-                const start = m.pos(false);
-                const count = @min(m.smallLen(), m.len - start);
-                var chunk: [256]u8 = undefined;
-                @memcpy(chunk[0..count], m.buf[start..][0..count]);
-                const times = 1 + m.random.uintLessThan(usize, if (m.random.boolean()) 2 else 64);
-                for (0..times) |_| m.insert(start, chunk[0..count]);
-            },
-            7, 8 => { // Splice: a piece of another input, inserted or overwriting the tail.
-                const other = pool[m.random.uintLessThan(usize, pool.len)];
-                if (other.len == 0) return;
-                const start = m.random.uintLessThan(usize, other.len);
-                const count = @min(other.len - start, 1 + m.random.uintLessThan(usize, 512));
-                const at = m.pos(true);
-                if (m.random.boolean()) m.len = at;
-                m.insert(at, other[start..][0..count]);
-            },
-            9 => if (m.len > 0) { // Truncate.
-                m.len = m.pos(false);
-            },
-            10 => { // Swap CRLF for a bare CR or LF, or vice versa.
-                if (m.len < 2) return;
-                const at = m.pos(false);
-                if (std.mem.indexOfPos(u8, m.buf[0..m.len], at, "\r\n")) |crlf| {
-                    m.remove(crlf + @intFromBool(m.random.boolean()), 1);
-                } else if (std.mem.indexOfAnyPos(u8, m.buf[0..m.len], at, "\r\n")) |lone| {
-                    m.insert(lone, if (m.buf[lone] == '\n') "\r" else "\n");
-                }
-            },
-            11 => if (m.len > 0) { // Replace a digit run by an interesting number.
-                const at = m.pos(false);
-                const start = std.mem.indexOfAnyPos(
-                    u8,
-                    m.buf[0..m.len],
-                    at,
-                    "0123456789abcdefABCDEF",
-                ) orelse return;
-                var end = start;
-                while (end < m.len and std.ascii.isHex(m.buf[end])) end += 1;
-                m.remove(start, end - start);
-                const numbers = [_][]const u8{
-                    "0",
-                    "1",
-                    "00",
-                    "7fffffffffffffff",
-                    "ffffffffffffffff",
-                    "10000000000000000",
-                    "18446744073709551615",
-                    "18446744073709551616",
-                    "99999999999999999999",
-                    "-0",
-                    "+0",
-                    "1e3",
-                    "0x10",
-                };
-                m.insert(start, numbers[m.random.uintLessThan(usize, numbers.len)]);
-            },
-            12 => if (m.len > 0) { // Flip the case of a letter (header names, "chunked", ...).
-                const at = m.pos(false);
-                if (std.ascii.isAlphabetic(m.buf[at])) m.buf[at] ^= 0x20;
-            },
-            else => unreachable,
-        }
-    }
-};
+}
 
 // ---------------------------------------------------------------------------------------
 // Driver.
@@ -187,9 +158,7 @@ fn check(input: []const u8) void {
 }
 
 fn mutate(random: std.Random, buf: []u8, len: usize, pool: []const []const u8) usize {
-    var mutator = Mutator{ .random = random, .buf = buf, .len = len, .max_len = buf.len };
-    mutator.mutate(pool);
-    return mutator.len;
+    return runner.stacked(random, buf, len, pool, mutateOnce);
 }
 
 pub fn main() !void {

@@ -64,78 +64,49 @@ const dictionary = [_][]const u8{
     "\x8c\xf1\xe3\xc2\xe5\xf2\x3a\x6b\xa0\xab\x90\xf4\xff",
 };
 
-const Mutator = struct {
-    random: std.Random,
-    buf: []u8,
-    len: usize = 0,
-    max_len: usize,
+const Mutator = runner.Mutator;
 
-    fn pos(m: *Mutator, inclusive_end: bool) usize {
-        const n = m.len + @intFromBool(inclusive_end);
-        return if (n == 0) 0 else m.random.uintLessThan(usize, n);
+/// One mutation, picked at random: one switch over every kind, each a few lines.
+fn mutateOnce(m: *Mutator, pool: []const []const u8) void {
+    switch (m.random.uintLessThan(u8, 9)) {
+        0 => if (m.len > 0) {
+            m.buf[m.pos(false)] ^= @as(u8, 1) << m.random.int(u3);
+        },
+        1 => if (m.len > 0) {
+            m.buf[m.pos(false)] = m.random.int(u8);
+        },
+        2 => m.insert(m.pos(true), &.{m.random.int(u8)}),
+        3 => if (m.len > 0) {
+            const at = m.pos(false);
+            m.remove(at, 1 + m.random.uintLessThan(usize, 8));
+        },
+        4 => m.insert(m.pos(true), dictionary[m.random.uintLessThan(usize, dictionary.len)]),
+        5 => if (m.len > 0) { // Repeat a chunk of the input.
+            const start = m.pos(false);
+            const count = @min(1 + m.random.uintLessThan(usize, 32), m.len - start);
+            var chunk: [32]u8 = undefined;
+            @memcpy(chunk[0..count], m.buf[start..][0..count]);
+            for (0..1 + m.random.uintLessThan(usize, 16)) |_| m.insert(start, chunk[0..count]);
+        },
+        6 => { // Splice: a piece of another input, inserted or overwriting the tail.
+            const other = pool[m.random.uintLessThan(usize, pool.len)];
+            if (other.len == 0) return;
+            const start = m.random.uintLessThan(usize, other.len);
+            const count = @min(other.len - start, 1 + m.random.uintLessThan(usize, 256));
+            const at = m.pos(true);
+            if (m.random.boolean()) m.len = at;
+            m.insert(at, other[start..][0..count]);
+        },
+        7 => if (m.len > 0) { // Truncate.
+            m.len = m.pos(false);
+        },
+        8 => if (m.len > 0) { // A small increment or decrement (lengths, indexes).
+            const at = m.pos(false);
+            m.buf[at] +%= if (m.random.boolean()) 1 else 0xff;
+        },
+        else => unreachable,
     }
-
-    fn insert(m: *Mutator, at: usize, bytes: []const u8) void {
-        const take = @min(bytes.len, m.max_len - m.len);
-        if (take == 0) return;
-        std.mem.copyBackwards(u8, m.buf[at + take .. m.len + take], m.buf[at..m.len]);
-        @memcpy(m.buf[at..][0..take], bytes[0..take]);
-        m.len += take;
-    }
-
-    fn remove(m: *Mutator, at: usize, count: usize) void {
-        const n = @min(count, m.len - at);
-        std.mem.copyForwards(u8, m.buf[at .. m.len - n], m.buf[at + n .. m.len]);
-        m.len -= n;
-    }
-
-    fn mutate(m: *Mutator, pool: []const []const u8) void {
-        const rounds = 1 + m.random.uintLessThan(usize, if (m.random.boolean()) 2 else 8);
-        for (0..rounds) |_| m.mutateOnce(pool);
-    }
-
-    /// One mutation, picked at random: one switch over every kind, each a few lines.
-    fn mutateOnce(m: *Mutator, pool: []const []const u8) void {
-        switch (m.random.uintLessThan(u8, 9)) {
-            0 => if (m.len > 0) {
-                m.buf[m.pos(false)] ^= @as(u8, 1) << m.random.int(u3);
-            },
-            1 => if (m.len > 0) {
-                m.buf[m.pos(false)] = m.random.int(u8);
-            },
-            2 => m.insert(m.pos(true), &.{m.random.int(u8)}),
-            3 => if (m.len > 0) {
-                const at = m.pos(false);
-                m.remove(at, 1 + m.random.uintLessThan(usize, 8));
-            },
-            4 => m.insert(m.pos(true), dictionary[m.random.uintLessThan(usize, dictionary.len)]),
-            5 => if (m.len > 0) { // Repeat a chunk of the input.
-                const start = m.pos(false);
-                const count = @min(1 + m.random.uintLessThan(usize, 32), m.len - start);
-                var chunk: [32]u8 = undefined;
-                @memcpy(chunk[0..count], m.buf[start..][0..count]);
-                for (0..1 + m.random.uintLessThan(usize, 16)) |_| m.insert(start, chunk[0..count]);
-            },
-            6 => { // Splice: a piece of another input, inserted or overwriting the tail.
-                const other = pool[m.random.uintLessThan(usize, pool.len)];
-                if (other.len == 0) return;
-                const start = m.random.uintLessThan(usize, other.len);
-                const count = @min(other.len - start, 1 + m.random.uintLessThan(usize, 256));
-                const at = m.pos(true);
-                if (m.random.boolean()) m.len = at;
-                m.insert(at, other[start..][0..count]);
-            },
-            7 => if (m.len > 0) { // Truncate.
-                m.len = m.pos(false);
-            },
-            8 => if (m.len > 0) { // A small increment or decrement (lengths, indexes).
-                const at = m.pos(false);
-                m.buf[at] +%= if (m.random.boolean()) 1 else 0xff;
-            },
-            else => unreachable,
-        }
-    }
-};
+}
 
 // ---------------------------------------------------------------------------------------
 // Driver.
@@ -145,9 +116,7 @@ fn check(input: []const u8) void {
 }
 
 fn mutate(random: std.Random, buf: []u8, len: usize, pool: []const []const u8) usize {
-    var mutator = Mutator{ .random = random, .buf = buf, .len = len, .max_len = buf.len };
-    mutator.mutate(pool);
-    return mutator.len;
+    return runner.stacked(random, buf, len, pool, mutateOnce);
 }
 
 pub fn main() !void {

@@ -264,3 +264,46 @@ pub fn poolMain(
         .clock_every = clock_every,
     }, check, mutate);
 }
+
+/// An input being mutated in place: the edits the mutation fuzzers' own kinds are made of.
+pub const Mutator = struct {
+    random: std.Random,
+    buf: []u8,
+    len: usize = 0,
+    max_len: usize,
+
+    /// A position in the input (`inclusive_end`: the end too, to insert there).
+    pub fn pos(m: *Mutator, inclusive_end: bool) usize {
+        const n = m.len + @intFromBool(inclusive_end);
+        return if (n == 0) 0 else m.random.uintLessThan(usize, n);
+    }
+
+    /// Inserts what fits of `bytes` at `at`.
+    pub fn insert(m: *Mutator, at: usize, bytes: []const u8) void {
+        const take = @min(bytes.len, m.max_len - m.len);
+        if (take == 0) return;
+        std.mem.copyBackwards(u8, m.buf[at + take .. m.len + take], m.buf[at..m.len]);
+        @memcpy(m.buf[at..][0..take], bytes[0..take]);
+        m.len += take;
+    }
+
+    pub fn remove(m: *Mutator, at: usize, count: usize) void {
+        const n = @min(count, m.len - at);
+        std.mem.copyForwards(u8, m.buf[at .. m.len - n], m.buf[at + n .. m.len]);
+        m.len -= n;
+    }
+};
+
+/// 1 to 8 mutations by `once` stacked on `buf[0..len]` (mostly 1 or 2); the new length.
+pub fn stacked(
+    random: std.Random,
+    buf: []u8,
+    len: usize,
+    pool: []const []const u8,
+    comptime once: fn (*Mutator, []const []const u8) void,
+) usize {
+    var m = Mutator{ .random = random, .buf = buf, .len = len, .max_len = buf.len };
+    const rounds = 1 + random.uintLessThan(usize, if (random.boolean()) 2 else 8);
+    for (0..rounds) |_| once(&m, pool);
+    return m.len;
+}
