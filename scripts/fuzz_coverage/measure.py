@@ -2,8 +2,8 @@
 
     python scripts/fuzz_coverage/measure.py --seconds 60 [--work /tmp/fuzzcov] [--seed 1]
 
-For each pair (QUIC: fuzz_quic_main.zig against fuzz_quic_conn_main.zig; HTTP/3:
-fuzz_http3_main.zig against fuzz_h3_session_main.zig) every fuzzer is built with Zig's
+For each pair (QUIC: fuzz/quic_main.zig against fuzz/quic_conn_main.zig; HTTP/3:
+fuzz/http3_main.zig against fuzz/h3_session_main.zig) every fuzzer is built with Zig's
 -ffuzz instrumentation: the old runners linked with counters.c (no libFuzzer), run for the
 budget from their built-in seeds; the new ones linked with libFuzzer, run for the budget
 from their built-in seeds only (not the committed corpus), then their corpus replayed by a
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ZIG_DIR = ROOT / "src" / "zig"
 HERE = Path(__file__).resolve().parent
 PAIRS = [
-    ("quic", "fuzz_quic_main.zig", "fuzz_quic_conn_main.zig", "quic_conn"),
-    ("http3", "fuzz_http3_main.zig", "fuzz_h3_session_main.zig", "h3_session"),
+    ("quic", "quic_main.zig", "quic_conn_main.zig", "quic_conn"),
+    ("http3", "http3_main.zig", "h3_session_main.zig", "h3_session"),
 ]
 ZIG_FLAGS = ["-OReleaseSafe", "-ffuzz", "-fno-stack-check"]
 
@@ -37,17 +37,24 @@ def zig(*args: str, cwd: Path) -> None:
     subprocess.run([sys.executable, "-m", "ziglang", *args], cwd=cwd, check=True)
 
 
+def with_engine(root: str, flags: list[str], sources: tuple[str, ...] = ()) -> list[str]:
+    """The root (in src/zig/fuzz/, with C `sources`) and the engine as its named module
+    `engine`; per-module flags go before each -M (docs/ARCHITECTURE.md)."""
+    return [*flags, *sources, "--dep", "engine", f"-Mroot={ZIG_DIR / 'fuzz' / root}",
+            *flags, f"-Mengine={ZIG_DIR / 'engine.zig'}"]
+
+
 def build_old(root: str, work: Path, counters: Path) -> Path:
     exe = work / f"old_{root[:-4]}"
-    zig("build-exe", *ZIG_FLAGS, "-fno-PIE", "-lc", str(ZIG_DIR / root), str(counters),
-        f"-femit-bin={exe}", cwd=work)
+    zig("build-exe", "-fno-PIE", "-lc", f"-femit-bin={exe}",
+        *with_engine(root, ZIG_FLAGS, (str(counters),)), cwd=work)
     return exe
 
 
 def build_new(root: str, work: Path, replay: Path) -> tuple[Path, Path]:
     obj = work / f"{root[:-4]}.o"
-    zig("build-obj", *ZIG_FLAGS, "-fPIC", "-lc", "-fcompiler-rt", str(ZIG_DIR / root),
-        f"-femit-bin={obj}", cwd=work)
+    zig("build-obj", "-lc", "-fcompiler-rt", f"-femit-bin={obj}",
+        *with_engine(root, [*ZIG_FLAGS, "-fPIC"]), cwd=work)
     fuzzer = work / root[:-4]
     counting = work / f"{root[:-4]}_replay"
     subprocess.run(["clang", "-fsanitize=fuzzer", str(obj), "-o", str(fuzzer)], check=True)

@@ -12,6 +12,7 @@ test {
     _ = @import("os/small_pool.zig");
     _ = @import("os/deadlines.zig");
     _ = @import("os/sys.zig");
+    _ = @import("os/zlib.zig");
     _ = @import("os/io_uring.zig");
     _ = @import("os/io_uring_tests.zig");
     // transport: connections, output queues, TLS
@@ -34,6 +35,7 @@ test {
     _ = @import("http/compression.zig");
     _ = @import("http/decompression.zig");
     _ = @import("http/huffman.zig");
+    _ = @import("http/prefix_int.zig");
     // the protocols
     _ = @import("http1/parser.zig");
     _ = @import("http1/scan.zig");

@@ -3,8 +3,8 @@
 No swallowed error: ``catch {}`` (any whitespace between the braces) drops an error without
 a word. Engine code handles each error (the connection closes, the caller is told), makes
 the call unable to fail, or writes ``catch unreachable`` under a comment that proves it.
-Test code may ignore errors on purpose: files named ``*_tests.zig``, ``*_testlib.zig``,
-``fuzz_*_main.zig``, the ``testing/`` folder, and ``test`` blocks anywhere.
+Test code may ignore errors on purpose: files named ``*_tests.zig``, the ``testing/``,
+``fuzz/`` and ``testlib/`` folders, and ``test`` blocks anywhere.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ TEST_BLOCK = re.compile(r"\btest\b\s*(?:\"[^\"\n]*\"\s*|[A-Za-z_][A-Za-z0-9_]*\s
 def is_test_only(path: Path) -> bool:
     rel = path.relative_to(ZIG_DIR)
     name = rel.name
-    return (rel.parts[0] == "testing" or name.endswith("_tests.zig") or name.endswith("_testlib.zig")
-            or (name.startswith("fuzz_") and name.endswith("_main.zig")))
+    return rel.parts[0] in ("testing", "fuzz", "testlib") or name.endswith("_tests.zig")
 
 
 def blank_literals(text: str) -> str:
@@ -110,7 +109,30 @@ def test_no_catch_swallows_an_error_in_engine_code():
 def test_test_only_files_are_named_as_the_rule_says():
     assert is_test_only(ZIG_DIR / "testing" / "fuzz_http3.zig")
     assert is_test_only(ZIG_DIR / "http3" / "session_tests.zig")
-    assert is_test_only(ZIG_DIR / "quic_conn_testlib.zig")
-    assert is_test_only(ZIG_DIR / "fuzz_http2_main.zig")
+    assert is_test_only(ZIG_DIR / "testlib" / "quic_conn_testlib.zig")
+    assert is_test_only(ZIG_DIR / "fuzz" / "http2_main.zig")
+    assert is_test_only(ZIG_DIR / "fuzz" / "runner.zig")
     assert not is_test_only(ZIG_DIR / "http3" / "session.zig")
     assert not is_test_only(ZIG_DIR / "fuzz_http2.zig")
+
+
+# Zig lines of 100 columns or fewer (CONTRIBUTING's habit; `zig fmt` does not wrap). The
+# engine predates the rule: the lines still over it are counted, and the count may only
+# go down. Lower LONG_LINES_MAX with every change that wraps some; 0 is the goal, and from
+# then on the rule holds outright.
+COLUMNS_MAX = 100
+LONG_LINES_MAX = 1816
+
+
+def long_lines() -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{n}" for path in sorted(ZIG_DIR.rglob("*.zig"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if len(line) > COLUMNS_MAX]
+
+
+def test_zig_lines_over_100_columns_only_decrease():
+    found = long_lines()
+    assert len(found) <= LONG_LINES_MAX, (
+        f"{len(found)} Zig lines over {COLUMNS_MAX} columns, more than the {LONG_LINES_MAX} "
+        "left from before the rule: wrap the new ones by hand")
+    if len(found) < LONG_LINES_MAX:
+        print(f"{len(found)} long lines now: LONG_LINES_MAX may come down to it")

@@ -2,17 +2,17 @@
 
 - The checked-in corpus (src/zig/testing/fuzz_corpus/*.http) as a regression test:
   `python -m ziglang test -lc src/zig/unit_tests.zig --test-filter fuzz:`.
-- A time-bounded mutation fuzzer (src/zig/fuzz_http1_main.zig, built ReleaseSafe so any overflow
+- A time-bounded mutation fuzzer (src/zig/fuzz/http1_main.zig, built ReleaseSafe so any overflow
   or out-of-bounds access panics). ZIGCORN_FUZZ_SECONDS (default 20) bounds the run;
   ZIGCORN_FUZZ_SEED pins the seed (otherwise a fresh one, printed, per run).
-- The HTTP/2 session fuzzer (src/zig/fuzz_http2_main.zig, testing/fuzz_http2.zig), bounded the same way.
-- The HTTP/3 wire-layer fuzzer (src/zig/fuzz_http3_main.zig, testing/fuzz_http3.zig: the frame reader
+- The HTTP/2 session fuzzer (src/zig/fuzz/http2_main.zig, testing/fuzz_http2.zig), bounded the same way.
+- The HTTP/3 wire-layer fuzzer (src/zig/fuzz/http3_main.zig, testing/fuzz_http3.zig: the frame reader
   and the QPACK decoder), bounded the same way.
-- The QUIC wire layer's fuzzer (src/zig/fuzz_quic_main.zig, testing/fuzz_quic.zig): datagrams,
+- The QUIC wire layer's fuzzer (src/zig/fuzz/quic_main.zig, testing/fuzz_quic.zig): datagrams,
   frames and transport parameters, bounded the same way; its seeds run in the Zig unit tests.
 - The coverage-guided fuzzers (docs/FUZZING.md): the QUIC connection (a real handshake, then
-  frame sequences, timers, transport parameters: src/zig/fuzz_quic_conn_main.zig) and the
-  HTTP/3 session (src/zig/fuzz_h3_session_main.zig), objects built with Zig's -ffuzz and
+  frame sequences, timers, transport parameters: src/zig/fuzz/quic_conn_main.zig) and the
+  HTTP/3 session (src/zig/fuzz/h3_session_main.zig), objects built with Zig's -ffuzz and
   linked with clang's libFuzzer, run from their committed corpora
   (src/zig/testing/fuzz_corpus/quic_conn, h3_session) for ZIGCORN_LIBFUZZER_SECONDS (default
   20) each. ZIGCORN_FUZZ_SEED pins libFuzzer's seed.
@@ -27,11 +27,12 @@ import sysconfig
 import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
-from tests.support.tools import require_module, require_tool, skip_or_fail
+from tests.support.tools import require_module, require_tool, skip_or_fail, zig_root_with_engine
 
 require_module("ziglang", "the ziglang wheel is not installed")
 
 ZIG_DIR = ROOT / "src" / "zig"
+FUZZ_DIR = ZIG_DIR / "fuzz"
 
 
 def zig(*args, cwd, timeout):
@@ -53,8 +54,8 @@ def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http1"
-    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_http1_main.zig"), cwd=tmp_path, timeout=600)
+    build = zig("build-exe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                *zig_root_with_engine(FUZZ_DIR / "http1_main.zig", "-OReleaseSafe"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     crash = tmp_path / "fuzz-crash.bin"
@@ -73,7 +74,7 @@ def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
 
 @zigcorn_only
 def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
-    """The HTTP/2 session fuzzer (src/zig/fuzz_http2_main.zig): frame sequences against a real
+    """The HTTP/2 session fuzzer (src/zig/fuzz/http2_main.zig): frame sequences against a real
     server, its output checked as a strict client would (flow control, frame states, the
     app's bytes), for ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed;
     ZIGCORN_FUZZ_TOLERATE_KNOWN=1 lets the HTTP/2 bugs it reported pass (see
@@ -81,8 +82,8 @@ def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http2"
-    build = zig("build-exe", "-OReleaseSafe", "-lc", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_http2_main.zig"), cwd=tmp_path, timeout=600)
+    build = zig("build-exe", "-lc", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                *zig_root_with_engine(FUZZ_DIR / "http2_main.zig", "-OReleaseSafe"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     report = tmp_path / "fuzz_h2-failure.txt"
@@ -101,15 +102,15 @@ def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
 
 @zigcorn_only
 def test_fuzz_h3_wire_bounded(tmp_path, tmp_path_factory):
-    """The HTTP/3 wire-layer fuzzer (src/zig/fuzz_http3_main.zig): mutated frame streams and
+    """The HTTP/3 wire-layer fuzzer (src/zig/fuzz/http3_main.zig): mutated frame streams and
     QPACK encoder-stream/section chunks against the frame reader and the QPACK decoder, their
     invariants checked (split-invariance, table bounds, no leak, re-encoding round trip), for
     ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http3"
-    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_http3_main.zig"), cwd=tmp_path, timeout=600)
+    build = zig("build-exe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                *zig_root_with_engine(FUZZ_DIR / "http3_main.zig", "-OReleaseSafe"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     crash = tmp_path / "fuzz-crash.bin"
@@ -128,15 +129,15 @@ def test_fuzz_h3_wire_bounded(tmp_path, tmp_path_factory):
 
 @zigcorn_only
 def test_fuzz_quic_bounded(tmp_path, tmp_path_factory):
-    """The QUIC wire layer's fuzzer (src/zig/fuzz_quic_main.zig): hostile datagrams (header
+    """The QUIC wire layer's fuzzer (src/zig/fuzz/quic_main.zig): hostile datagrams (header
     parse, unprotect with Initial keys, protect back), frame payloads (parsed, written again,
     parsed back) and the client's transport parameters, for ZIGCORN_FUZZ_SECONDS.
     ZIGCORN_FUZZ_SEED pins the seed."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_quic"
-    build = zig("build-exe", "-OReleaseSafe", "--cache-dir", str(cache), f"-femit-bin={exe}",
-                str(ZIG_DIR / "fuzz_quic_main.zig"), cwd=tmp_path, timeout=600)
+    build = zig("build-exe", "--cache-dir", str(cache), f"-femit-bin={exe}",
+                *zig_root_with_engine(FUZZ_DIR / "quic_main.zig", "-OReleaseSafe"), cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
     crash = tmp_path / "fuzz-crash.bin"
@@ -157,14 +158,15 @@ LIBFUZZER_TARGETS = ["quic_conn", "h3_session"]
 
 
 def build_libfuzzer(name, tmp_path, cache):
-    """fuzz_<name>_main.zig as an object with Zig's coverage instrumentation (-ffuzz),
+    """fuzz/<name>_main.zig as an object with Zig's coverage instrumentation (-ffuzz),
     linked by clang with libFuzzer (its main drives the object's entry points)."""
     clang = require_tool("clang", reason="the coverage-guided fuzzers link with clang's libFuzzer")
     obj = tmp_path / f"fuzz_{name}.o"
     exe = tmp_path / f"fuzz_{name}"
-    build = zig("build-obj", "-OReleaseSafe", "-ffuzz", "-fPIC", "-lc", "-fno-stack-check",
-                "-fcompiler-rt", "--cache-dir", str(cache), f"-femit-bin={obj}",
-                str(ZIG_DIR / f"fuzz_{name}_main.zig"), cwd=tmp_path, timeout=900)
+    module_flags = ("-OReleaseSafe", "-ffuzz", "-fPIC", "-fno-stack-check")
+    build = zig("build-obj", "-lc", "-fcompiler-rt", "--name", f"fuzz_{name}", "--cache-dir", str(cache),
+                f"-femit-bin={obj}", *zig_root_with_engine(FUZZ_DIR / f"{name}_main.zig", *module_flags),
+                cwd=tmp_path, timeout=900)
     assert build.returncode == 0, build.stdout + build.stderr
     link = subprocess.run([clang, "-fsanitize=fuzzer", str(obj), "-o", str(exe)],
                           capture_output=True, text=True, timeout=300)

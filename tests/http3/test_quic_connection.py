@@ -1,6 +1,6 @@
 """QUIC's server connection (src/zig/quic/connection.zig) against an independent client:
 aioquic's sans-IO ``QuicConnection``, datagrams pumped both ways in memory with a simulated
-clock. Our side runs in a test-only shared library (src/zig/quic_conn_testlib.zig) built
+clock. Our side runs in a test-only shared library (src/zig/testlib/quic_conn_testlib.zig) built
 with ``python -m ziglang build-lib -dynamic`` and driven with ctypes; the `_core` extension
 carries no test hooks. The server's application is an echo: what it reads on a stream
 (through nextEvent/streamRead) it writes back (streamWrite) with FIN.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.interop_support import certs  # noqa: F401  (the fixture)
-from tests.support.tools import require_module
+from tests.support.tools import require_module, zig_root_with_engine
 
 aioquic_connection = require_module("aioquic.quic.connection")
 aioquic_configuration = require_module("aioquic.quic.configuration")
@@ -25,7 +25,7 @@ aioquic_events = require_module("aioquic.quic.events")
 aioquic_tls = require_module("aioquic.tls")
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTLIB = ROOT / "src" / "zig" / "quic_conn_testlib.zig"
+TESTLIB = ROOT / "src" / "zig" / "testlib" / "quic_conn_testlib.zig"
 ADDR = ("127.0.0.1", 4433)
 EV_READABLE, EV_WRITABLE, EV_RESET, EV_STOP, EV_HANDSHAKE_DONE, EV_CLOSED = range(1, 7)
 ESTABLISHED, CLOSED = 1, 4
@@ -38,8 +38,9 @@ def lib(tmp_path_factory) -> ctypes.CDLL:
     out = tmp_path_factory.mktemp("quic_conn") / "libzc.so"
     cache = tmp_path_factory.mktemp("zig-cache")
     build = subprocess.run(
-        [sys.executable, "-m", "ziglang", "build-lib", "-dynamic", "-lc", "-O", "ReleaseSafe",
-         "--cache-dir", str(cache), f"-femit-bin={out}", str(TESTLIB)],
+        [sys.executable, "-m", "ziglang", "build-lib", "-dynamic", "-lc", "--name", "zc",
+         "--cache-dir", str(cache), f"-femit-bin={out}",
+         *zig_root_with_engine(TESTLIB, "-OReleaseSafe")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, build.stderr
     so = ctypes.CDLL(str(out))

@@ -3,8 +3,8 @@ pure-Python TLS 1.3 state machine (``aioquic.tls.Context``), exchanging CRYPTO b
 encryption level with our `Handshake`. Both sides must derive the same traffic secret at
 each level and direction and agree on ALPN and on each other's transport parameters.
 
-Our side runs in a test-only shared library (src/zig/quic_tls_testlib.zig) that this module
-builds with ``python -m ziglang build-lib -dynamic`` and loads with ctypes: the `_core`
+Our side runs in a test-only shared library (src/zig/testlib/quic_tls_testlib.zig) that
+this module builds with ``python -m ziglang build-lib -dynamic`` and loads with ctypes: the `_core`
 extension carries no test hooks. The certificates are the interop suite's (trustme: a CA and
 an RSA and an ECDSA certificate for localhost), which aioquic verifies.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.interop_support import certs  # noqa: F401  (the fixture)
-from tests.support.tools import require_module
+from tests.support.tools import require_module, zig_root_with_engine
 
 aioquic_tls = require_module("aioquic.tls")
 aioquic_buffer = require_module("aioquic.buffer")
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTLIB = ROOT / "src" / "zig" / "quic_tls_testlib.zig"
+TESTLIB = ROOT / "src" / "zig" / "testlib" / "quic_tls_testlib.zig"
 
 TRANSPORT_PARAMETERS = 0x39
 CLIENT_PARAMS = bytes.fromhex("0104800075300404801000000f08") + b"cid-test"
@@ -44,8 +44,9 @@ def lib(tmp_path_factory) -> ctypes.CDLL:
     out = tmp_path_factory.mktemp("quic_tls") / "libzq.so"
     cache = tmp_path_factory.mktemp("zig-cache")
     build = subprocess.run(
-        [sys.executable, "-m", "ziglang", "build-lib", "-dynamic", "-lc", "-O", "ReleaseSafe",
-         "--cache-dir", str(cache), f"-femit-bin={out}", str(TESTLIB)],
+        [sys.executable, "-m", "ziglang", "build-lib", "-dynamic", "-lc", "--name", "zq",
+         "--cache-dir", str(cache), f"-femit-bin={out}",
+         *zig_root_with_engine(TESTLIB, "-OReleaseSafe")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
     so = ctypes.CDLL(str(out))

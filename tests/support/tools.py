@@ -78,3 +78,15 @@ def require_module(name: str, reason: str | None = None) -> ModuleType:
                         f"{sys.version_info.minor} (listed in {UNINSTALLABLE})", allow_module_level=True)
         skip_or_fail(why)
         raise  # unreachable: skip_or_fail raised
+
+
+ENGINE_MODULE = Path(__file__).resolve().parents[2] / "src" / "zig" / "engine.zig"
+
+
+def zig_root_with_engine(root: Path, *module_flags: str) -> list[str]:
+    """The zig arguments that build `root` (a fuzzer in src/zig/fuzz/ or a test library in
+    src/zig/testlib/) with the engine as the named module `engine` (src/zig/engine.zig):
+    Zig 0.15 lets a root import only files below its own folder. Per-module flags (-O,
+    -ffuzz, -fPIC, -fno-stack-check) reset after each -M, so both modules get them."""
+    return [*module_flags, "--dep", "engine", f"-Mroot={root}",
+            *module_flags, f"-Mengine={ENGINE_MODULE}"]

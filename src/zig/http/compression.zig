@@ -348,31 +348,12 @@ fn varyHasAcceptEncoding(value: []const u8) bool {
 // ---------------------------------------------------------------------------
 // Codecs, loaded with dlopen
 
-pub const ZStream = extern struct {
-    next_in: ?[*]const u8 = null,
-    avail_in: c_uint = 0,
-    total_in: c_ulong = 0,
-    next_out: ?[*]u8 = null,
-    avail_out: c_uint = 0,
-    total_out: c_ulong = 0,
-    msg: ?[*:0]const u8 = null,
-    state: ?*anyopaque = null,
-    zalloc: ?*anyopaque = null,
-    zfree: ?*anyopaque = null,
-    @"opaque": ?*anyopaque = null,
-    data_type: c_int = 0,
-    adler: c_ulong = 0,
-    reserved: c_ulong = 0,
-};
-
-const ZlibApi = struct {
-    zlibVersion: *const fn () callconv(.c) [*:0]const u8,
-    deflateInit2_: *const fn (*ZStream, c_int, c_int, c_int, c_int, c_int, [*:0]const u8, c_int) callconv(.c) c_int,
-    deflate: *const fn (*ZStream, c_int) callconv(.c) c_int,
-    deflateEnd: *const fn (*ZStream) callconv(.c) c_int,
-    deflateBound: *const fn (*ZStream, c_ulong) callconv(.c) c_ulong,
-    deflateReset: *const fn (*ZStream) callconv(.c) c_int,
-};
+/// zlib (gzip) is the one shared with request decompression and WebSocket deflate:
+/// `os/zlib.zig` loads it; brotli's and zstd's encoders are this file's own.
+const zlib_lib = @import("../os/zlib.zig");
+const dynlib = @import("../os/dynlib.zig");
+pub const ZStream = zlib_lib.ZStream;
+const zlib = &zlib_lib.api;
 
 const BrotliApi = struct {
     BrotliEncoderCompress: *const fn (c_int, c_int, c_int, usize, [*]const u8, *usize, [*]u8) callconv(.c) c_int,
@@ -397,24 +378,14 @@ const ZstdApi = struct {
 const ZstdOut = extern struct { dst: [*]u8, size: usize, pos: usize };
 const ZstdIn = extern struct { src: [*]const u8, size: usize, pos: usize };
 
-var zlib: ZlibApi = undefined;
 var brotli: BrotliApi = undefined;
 var zstd: ZstdApi = undefined;
 var loaded_set = [_]bool{ false, false, false };
 
-pub fn loadApi(comptime Api: type, api: *Api, name: [:0]const u8) bool {
-    const handle = std.c.dlopen(name, .{ .NOW = true }) orelse return false;
-    inline for (@typeInfo(Api).@"struct".fields) |f| {
-        const sym = std.c.dlsym(handle, f.name ++ "") orelse return false;
-        @field(api, f.name) = @ptrCast(@alignCast(sym));
-    }
-    return true;
-}
-
 /// The shared library an encoding needs.
 pub fn libraryName(e: Encoding) [:0]const u8 {
     return switch (e) {
-        .gzip => "libz.so.1",
+        .gzip => zlib_lib.library_name,
         .br => "libbrotlienc.so.1",
         .zstd => "libzstd.so.1",
     };
@@ -425,9 +396,9 @@ pub fn load(e: Encoding) bool {
     const i = @intFromEnum(e);
     if (loaded_set[i]) return true;
     const ok = switch (e) {
-        .gzip => loadApi(ZlibApi, &zlib, libraryName(e)),
-        .br => loadApi(BrotliApi, &brotli, libraryName(e)),
-        .zstd => loadApi(ZstdApi, &zstd, libraryName(e)),
+        .gzip => zlib_lib.load(),
+        .br => dynlib.loadApi(BrotliApi, &brotli, libraryName(e)),
+        .zstd => dynlib.loadApi(ZstdApi, &zstd, libraryName(e)),
     };
     loaded_set[i] = ok;
     return ok;

@@ -18,7 +18,12 @@
 const std = @import("std");
 const compression = @import("compression.zig");
 const Encoding = compression.Encoding;
-const ZStream = compression.ZStream;
+/// zlib (gzip) is shared with response compression and WebSocket deflate: `os/zlib.zig`
+/// loads it; brotli's and zstd's decoders are this file's own.
+const zlib_lib = @import("../os/zlib.zig");
+const dynlib = @import("../os/dynlib.zig");
+const ZStream = zlib_lib.ZStream;
+const zlib = &zlib_lib.api;
 
 /// Decoded bytes held ahead of the app at most.
 pub const window_bytes = 64 * 1024;
@@ -93,21 +98,24 @@ pub fn availableText(buf: *[24]u8) []const u8 {
 // ---------------------------------------------------------------------------
 // The libraries
 
-const ZlibApi = struct {
-    zlibVersion: *const fn () callconv(.c) [*:0]const u8,
-    inflateInit2_: *const fn (*ZStream, c_int, [*:0]const u8, c_int) callconv(.c) c_int,
-    inflate: *const fn (*ZStream, c_int) callconv(.c) c_int,
-    inflateReset: *const fn (*ZStream) callconv(.c) c_int,
-    inflateEnd: *const fn (*ZStream) callconv(.c) c_int,
-};
-
 const AllocFn = *const fn (?*anyopaque, usize) callconv(.c) ?*anyopaque;
 const FreeFn = *const fn (?*anyopaque, ?*anyopaque) callconv(.c) void;
 
 const BrotliApi = struct {
-    BrotliDecoderCreateInstance: *const fn (?AllocFn, ?FreeFn, ?*anyopaque) callconv(.c) ?*anyopaque,
+    BrotliDecoderCreateInstance: *const fn (
+        ?AllocFn,
+        ?FreeFn,
+        ?*anyopaque,
+    ) callconv(.c) ?*anyopaque,
     BrotliDecoderDestroyInstance: *const fn (*anyopaque) callconv(.c) void,
-    BrotliDecoderDecompressStream: *const fn (*anyopaque, *usize, *[*]const u8, *usize, *[*]u8, ?*usize) callconv(.c) c_int,
+    BrotliDecoderDecompressStream: *const fn (
+        *anyopaque,
+        *usize,
+        *[*]const u8,
+        *usize,
+        *[*]u8,
+        ?*usize,
+    ) callconv(.c) c_int,
 };
 
 const ZstdApi = struct {
@@ -121,7 +129,6 @@ const ZstdApi = struct {
 const ZstdOut = extern struct { dst: [*]u8, size: usize, pos: usize };
 const ZstdIn = extern struct { src: [*]const u8, size: usize, pos: usize };
 
-var zlib: ZlibApi = undefined;
 var brotli: BrotliApi = undefined;
 var zstd: ZstdApi = undefined;
 var loaded_set = [_]bool{ false, false, false };
@@ -129,7 +136,7 @@ var loaded_set = [_]bool{ false, false, false };
 /// The shared library a decoder needs.
 pub fn libraryName(e: Encoding) [:0]const u8 {
     return switch (e) {
-        .gzip => "libz.so.1",
+        .gzip => zlib_lib.library_name,
         .br => "libbrotlidec.so.1",
         .zstd => "libzstd.so.1",
     };
@@ -140,9 +147,9 @@ pub fn load(e: Encoding) bool {
     const i = @intFromEnum(e);
     if (loaded_set[i]) return true;
     const ok = switch (e) {
-        .gzip => compression.loadApi(ZlibApi, &zlib, libraryName(e)),
-        .br => compression.loadApi(BrotliApi, &brotli, libraryName(e)),
-        .zstd => compression.loadApi(ZstdApi, &zstd, libraryName(e)),
+        .gzip => zlib_lib.load(),
+        .br => dynlib.loadApi(BrotliApi, &brotli, libraryName(e)),
+        .zstd => dynlib.loadApi(ZstdApi, &zstd, libraryName(e)),
     };
     loaded_set[i] = ok;
     return ok;
@@ -193,7 +200,12 @@ pub const Decoder = struct {
         self.* = .{ .enc = e, .out = out };
         const ok = switch (e) {
             // windowBits 15 + 16: a gzip wrapper only (x-gzip is the same).
-            .gzip => zlib.inflateInit2_(&self.z, 15 + 16, zlib.zlibVersion(), @sizeOf(ZStream)) == 0,
+            .gzip => zlib.inflateInit2_(
+                &self.z,
+                15 + 16,
+                zlib.zlibVersion(),
+                @sizeOf(ZStream),
+            ) == 0,
             .br => blk: {
                 self.state = brotli.BrotliDecoderCreateInstance(&brotliAlloc, &brotliFree, self);
                 break :blk self.state != null;
@@ -202,7 +214,9 @@ pub const Decoder = struct {
                 const dctx = zstd.ZSTD_createDCtx() orelse break :blk false;
                 self.state = dctx;
                 // ZSTD_d_windowLogMax (100): a frame asking for a larger window fails.
-                break :blk zstd.ZSTD_isError(zstd.ZSTD_DCtx_setParameter(dctx, 100, window_log_max)) == 0;
+                break :blk zstd.ZSTD_isError(
+                    zstd.ZSTD_DCtx_setParameter(dctx, 100, window_log_max),
+                ) == 0;
             },
         };
         if (!ok) {
@@ -343,7 +357,14 @@ pub const Decoder = struct {
         var avail_out = dst.len;
         var next_out: [*]u8 = dst.ptr;
         self.open = true;
-        const r = brotli.BrotliDecoderDecompressStream(self.state.?, &avail_in, &next_in, &avail_out, &next_out, null);
+        const r = brotli.BrotliDecoderDecompressStream(
+            self.state.?,
+            &avail_in,
+            &next_in,
+            &avail_out,
+            &next_out,
+            null,
+        );
         self.in_off += input.len - avail_in;
         self.out_end += dst.len - avail_out;
         switch (r) {
@@ -386,7 +407,13 @@ const testing = std.testing;
 
 /// Decodes `encoded`, handed over `piece` bytes at a time, taking every decoded byte
 /// as the app would; the decoded bytes are appended to `got`.
-fn decodeAll(e: Encoding, encoded: []const u8, piece: usize, limit: u64, got: *std.ArrayListUnmanaged(u8)) Error!void {
+fn decodeAll(
+    e: Encoding,
+    encoded: []const u8,
+    piece: usize,
+    limit: u64,
+    got: *std.ArrayListUnmanaged(u8),
+) Error!void {
     const d = Decoder.create(e) orelse return error.OutOfMemory;
     defer d.destroy();
     var at: usize = 0;
@@ -421,7 +448,10 @@ test "codingOf: one known coding, identity, unknown and stacked" {
         try testing.expectEqual(Coding.gzip, codingOf(&with_identity));
         const stacked = [_]H{.{ .name = "content-encoding", .value = "gzip, gzip" }};
         try testing.expectEqual(Coding.unsupported, codingOf(&stacked));
-        const two_fields = [_]H{ .{ .name = "content-encoding", .value = "gzip" }, .{ .name = "content-encoding", .value = "br" } };
+        const two_fields = [_]H{
+            .{ .name = "content-encoding", .value = "gzip" },
+            .{ .name = "content-encoding", .value = "br" },
+        };
         try testing.expectEqual(Coding.unsupported, codingOf(&two_fields));
     }
     const unknown = [_]H{.{ .name = "content-encoding", .value = "deflate" }};
@@ -499,6 +529,9 @@ test "brotli and zstd decoders round-trip the encoders' output" {
         got.clearRetainingCapacity();
         try testing.expectError(error.TooLarge, decodeAll(e, coded, 11, text.len - 1, &got));
         got.clearRetainingCapacity();
-        try testing.expectError(error.Corrupt, decodeAll(e, coded[0 .. coded.len - 2], 11, text.len, &got));
+        try testing.expectError(
+            error.Corrupt,
+            decodeAll(e, coded[0 .. coded.len - 2], 11, text.len, &got),
+        );
     };
 }

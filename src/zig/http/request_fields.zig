@@ -32,12 +32,24 @@ pub const Options = struct {
 /// NoSpace: the request is well-formed but larger than the room given (431).
 pub const Error = error{ Malformed, TooMany, NoSpace };
 
-pub const connection_specific = [_][]const u8{ "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade" };
+pub const connection_specific = [_][]const u8{
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+};
 
 /// Checks a request's decoded fields into `head`; returns the header list the app sees
 /// (in `out`): regular fields in order, split cookies joined into `cookie_scratch`,
 /// and `host` first from `:authority` when the request carried none.
-pub fn check(decoded: []const Header, head: *RequestHead, out: []Header, cookie_scratch: []u8, opts: Options) Error![]Header {
+pub fn check(
+    decoded: []const Header,
+    head: *RequestHead,
+    out: []Header,
+    cookie_scratch: []u8,
+    opts: Options,
+) Error![]Header {
     head.* = .{};
     var n: usize = 0;
     var cookie_len: usize = 0;
@@ -46,7 +58,9 @@ pub fn check(decoded: []const Header, head: *RequestHead, out: []Header, cookie_
         if (f.name.len == 0) return error.Malformed;
         for (f.name) |ch| if (ch >= 'A' and ch <= 'Z') return error.Malformed;
         if (!response.validValue(f.value)) return error.Malformed;
-        if (f.value.len > 0 and (isSpace(f.value[0]) or isSpace(f.value[f.value.len - 1]))) return error.Malformed;
+        if (f.value.len > 0 and (isSpace(f.value[0]) or isSpace(
+            f.value[f.value.len - 1],
+        ))) return error.Malformed;
         if (f.name[0] == ':') {
             if (regular_seen) return error.Malformed;
             try pseudo(head, f);
@@ -74,7 +88,27 @@ pub fn check(decoded: []const Header, head: *RequestHead, out: []Header, cookie_
 }
 
 fn pseudo(head: *RequestHead, f: Header) Error!void {
-    const slot: *?[]const u8 = if (std.mem.eql(u8, f.name, ":method")) &head.method else if (std.mem.eql(u8, f.name, ":scheme")) &head.scheme else if (std.mem.eql(u8, f.name, ":path")) &head.path else if (std.mem.eql(u8, f.name, ":authority")) &head.authority else if (std.mem.eql(u8, f.name, ":protocol")) &head.protocol else return error.Malformed;
+    const slot: *?[]const u8 = if (std.mem.eql(
+        u8,
+        f.name,
+        ":method",
+    )) &head.method else if (std.mem.eql(
+        u8,
+        f.name,
+        ":scheme",
+    )) &head.scheme else if (std.mem.eql(
+        u8,
+        f.name,
+        ":path",
+    )) &head.path else if (std.mem.eql(
+        u8,
+        f.name,
+        ":authority",
+    )) &head.authority else if (std.mem.eql(
+        u8,
+        f.name,
+        ":protocol",
+    )) &head.protocol else return error.Malformed;
     if (slot.* != null) return error.Malformed;
     slot.* = f.value;
 }
@@ -101,12 +135,14 @@ fn checkPseudo(head: *const RequestHead, opts: Options) Error!void {
     if (std.mem.eql(u8, method, "CONNECT")) {
         if (head.protocol == null) {
             // A tunnel: :authority alone names it; :scheme and :path are not sent.
-            if (head.scheme != null or head.path != null or head.authority == null) return error.Malformed;
+            if (head.scheme != null or head.path != null) return error.Malformed;
+            if (head.authority == null) return error.Malformed;
             if (!opts.plain_connect) return error.Malformed;
             return;
         }
         if (!opts.extended_connect) return error.Malformed;
-        if (head.scheme == null or head.path == null or head.authority == null) return error.Malformed;
+        if (head.scheme == null or head.path == null) return error.Malformed;
+        if (head.authority == null) return error.Malformed;
         return;
     }
     if (head.protocol != null) return error.Malformed;
@@ -117,7 +153,11 @@ fn checkPseudo(head: *const RequestHead, opts: Options) Error!void {
     if (std.mem.eql(u8, scheme, "http") or std.mem.eql(u8, scheme, "https")) {
         if (head.authority == null and head.host == null) return error.Malformed;
         if (head.authority) |a| if (a.len == 0) return error.Malformed;
-        if (head.authority != null and head.host != null and !std.mem.eql(u8, head.authority.?, head.host.?)) return error.Malformed;
+        if (head.authority != null and head.host != null and !std.mem.eql(
+            u8,
+            head.authority.?,
+            head.host.?,
+        )) return error.Malformed;
     }
 }
 
@@ -133,8 +173,10 @@ pub fn findField(list: []const Header, name: []const u8) ?usize {
 /// Joins `b` after `a` with "; " in `buf[len.*..]`; `a` may be the last join (extended
 /// in place).
 fn joinCookie(buf: []u8, len: *usize, a: []const u8, b: []const u8) error{NoSpace}![]const u8 {
-    const in_buf = buf.len > 0 and @intFromPtr(a.ptr) >= @intFromPtr(buf.ptr) and @intFromPtr(a.ptr) < @intFromPtr(buf.ptr) + buf.len;
-    const start = if (in_buf) @intFromPtr(a.ptr) - @intFromPtr(buf.ptr) else len.*;
+    const at = @intFromPtr(a.ptr);
+    const base = @intFromPtr(buf.ptr);
+    const in_buf = buf.len > 0 and at >= base and at < base + buf.len;
+    const start = if (in_buf) at - base else len.*;
     const need = a.len + 2 + b.len;
     if (start + need > buf.len) return error.NoSpace;
     if (!in_buf) @memcpy(buf[start..][0..a.len], a);
@@ -165,7 +207,17 @@ fn run(decoded: []const Header, head: *RequestHead, out: []Header, opts: Options
 test "request fields: pseudo-headers into the head, host from :authority first, cookies joined" {
     var head = RequestHead{};
     var out: [8]Header = undefined;
-    const got = try run(&(get_fields ++ [_]Header{ .{ .name = "cookie", .value = "a=1" }, .{ .name = "accept", .value = "*/*" }, .{ .name = "cookie", .value = "b=2" }, .{ .name = "cookie", .value = "c=3" } }), &head, &out, .{ .extended_connect = false });
+    const got = try run(
+        &(get_fields ++ [_]Header{
+            .{ .name = "cookie", .value = "a=1" },
+            .{ .name = "accept", .value = "*/*" },
+            .{ .name = "cookie", .value = "b=2" },
+            .{ .name = "cookie", .value = "c=3" },
+        }),
+        &head,
+        &out,
+        .{ .extended_connect = false },
+    );
     try testing.expectEqualStrings("GET", head.method.?);
     try testing.expectEqualStrings("/a?b=1", head.path.?);
     try testing.expectEqual(@as(usize, 3), got.len);
@@ -173,23 +225,69 @@ test "request fields: pseudo-headers into the head, host from :authority first, 
     try testing.expectEqualStrings("example.test", got[0].value);
     try testing.expectEqualStrings("a=1; b=2; c=3", got[1].value);
     // A host alone serves as the authority; equal to :authority is fine too.
-    _ = try run(&.{ get_fields[0], get_fields[1], get_fields[2], .{ .name = "host", .value = "h" } }, &head, &out, .{ .extended_connect = false });
-    _ = try run(&(get_fields ++ [_]Header{.{ .name = "host", .value = "example.test" }}), &head, &out, .{ .extended_connect = false });
+    _ = try run(
+        &.{ get_fields[0], get_fields[1], get_fields[2], .{ .name = "host", .value = "h" } },
+        &head,
+        &out,
+        .{ .extended_connect = false },
+    );
+    _ = try run(
+        &(get_fields ++ [_]Header{.{ .name = "host", .value = "example.test" }}),
+        &head,
+        &out,
+        .{ .extended_connect = false },
+    );
     // Room: three fields fit, the host made from :authority would be the fourth.
     var small: [3]Header = undefined;
-    try testing.expectError(error.TooMany, run(&(get_fields ++ [_]Header{ .{ .name = "a", .value = "1" }, .{ .name = "b", .value = "2" }, .{ .name = "c", .value = "3" } }), &head, &small, .{ .extended_connect = false }));
+    try testing.expectError(
+        error.TooMany,
+        run(
+            &(get_fields ++ [_]Header{
+                .{ .name = "a", .value = "1" },
+                .{ .name = "b", .value = "2" },
+                .{ .name = "c", .value = "3" },
+            }),
+            &head,
+            &small,
+            .{ .extended_connect = false },
+        ),
+    );
+}
+
+test "request fields: split cookies joined in the scratch, the last join extended in place" {
+    var buf: [16]u8 = undefined;
+    var len: usize = 0;
+    const ab = try joinCookie(&buf, &len, "a=1", "b=2");
+    try testing.expectEqualStrings("a=1; b=2", ab);
+    const abc = try joinCookie(&buf, &len, ab, "c=3");
+    try testing.expectEqualStrings("a=1; b=2; c=3", abc);
+    try testing.expectEqual(ab.ptr, abc.ptr);
+    try testing.expectEqual(@as(usize, 13), len);
+    try testing.expectError(error.NoSpace, joinCookie(&buf, &len, abc, "d=4"));
 }
 
 test "request fields: CONNECT, extended CONNECT only when advertised" {
     var head = RequestHead{};
     var out: [8]Header = undefined;
     const tunnel = [_]Header{ .{ .name = ":method", .value = "CONNECT" }, get_fields[3] };
-    try testing.expectError(error.Malformed, run(&tunnel, &head, &out, .{ .extended_connect = true }));
+    try testing.expectError(
+        error.Malformed,
+        run(&tunnel, &head, &out, .{ .extended_connect = true }),
+    );
     _ = try run(&tunnel, &head, &out, .{ .extended_connect = false, .plain_connect = true });
-    const ext = [_]Header{ .{ .name = ":method", .value = "CONNECT" }, .{ .name = ":protocol", .value = "websocket" }, get_fields[1], get_fields[2], get_fields[3] };
+    const ext = [_]Header{
+        .{ .name = ":method", .value = "CONNECT" },
+        .{ .name = ":protocol", .value = "websocket" },
+        get_fields[1],
+        get_fields[2],
+        get_fields[3],
+    };
     _ = try run(&ext, &head, &out, .{ .extended_connect = true });
     try testing.expectEqualStrings("websocket", head.protocol.?);
-    try testing.expectError(error.Malformed, run(&ext, &head, &out, .{ .extended_connect = false }));
+    try testing.expectError(
+        error.Malformed,
+        run(&ext, &head, &out, .{ .extended_connect = false }),
+    );
 }
 
 test "request fields: one content-length of 1*DIGIT; a second one, a list or a sign is malformed" {

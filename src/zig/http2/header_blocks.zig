@@ -4,7 +4,8 @@ const std = @import("std");
 const hpack = @import("hpack.zig");
 const stream_mod = @import("../server/stream.zig");
 const answers = @import("../http/answers.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+// RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../server/protocol.zig");
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_end_stream = frames.flag_end_stream;
@@ -32,7 +33,11 @@ const remoteEnded = streams.remoteEnded;
 /// single engine thread serialise every use; valid during `on_request` only).
 pub var decoded_bytes: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
 
-pub var decoded_fields: [@import("../server/server.zig").request_fields_max + 8]hpack.Header = undefined;
+pub var decoded_fields: [
+    @import(
+        "../server/server.zig",
+    ).request_fields_max + 8
+]hpack.Header = undefined;
 
 pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
     s.block.clearRetainingCapacity();
@@ -60,7 +65,11 @@ pub fn headerBlockDone(s: *Session) void {
     const id = s.block_stream;
     const limit = s.conn.server.opts.limits.head_bytes_max;
     scratch.claim();
-    const fields = s.decoder.decode(s.block.items, decoded_bytes[0..limit], &decoded_fields) catch |err| {
+    const fields = s.decoder.decode(
+        s.block.items,
+        decoded_bytes[0..limit],
+        &decoded_fields,
+    ) catch |err| {
         // The decoder's table is out of step with the client's: the connection cannot go on.
         return switch (err) {
             error.Compression => connError(s, .compression),
@@ -104,7 +113,8 @@ pub fn trailersDone(s: *Session, id: u32, fields: []const hpack.Header) void {
     if (st.base.reset) return;
     if (!s.block_end_stream) return streamError(s, st, .protocol);
     for (fields) |f| if (f.name.len > 0 and f.name[0] == ':') return streamError(s, st, .protocol);
-    if (st.content_length) |cl| if (st.base.body_received != cl) return streamError(s, st, .protocol);
+    const cl = st.content_length orelse st.base.body_received;
+    if (st.base.body_received != cl) return streamError(s, st, .protocol);
     // ASGI has no request trailers: they end the body and are dropped.
     remoteEnded(s, st);
     if (find(s, id)) |still| if (still.held) s.sink.wakeRead(&still.base);
@@ -114,8 +124,12 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     const conn = s.conn;
     const srv = conn.server;
     var head = request.RequestHead{};
-    request.cookie_len = 0;
-    const headers = request.checkRequest(fields, &head, srv.headers_storage[0..srv.opts.limits.headers_count_max], srv.opts.ws_enabled) catch |err| switch (err) {
+    const headers = request.checkRequest(
+        fields,
+        &head,
+        srv.headers_storage[0..srv.opts.limits.headers_count_max],
+        srv.opts.ws_enabled,
+    ) catch |err| switch (err) {
         error.Malformed => return streamErrorId(s, id, .protocol),
         error.TooMany, error.NoSpace => {
             const st = newStream(s, id) orelse return;
@@ -150,7 +164,7 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
         .method = head.method.?,
         .path = if (q) |i| full[0..i] else full,
         .query = if (q) |i| full[i + 1 ..] else "",
-        .authority = head.authority orelse (if (request.findField(headers, "host")) |i| headers[i].value else null),
+        .authority = head.authority orelse head.host,
         .scheme = head.scheme,
         .headers = headers,
         .version = .http2,

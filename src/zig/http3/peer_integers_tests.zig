@@ -6,6 +6,7 @@ const std = @import("std");
 const testing = std.testing;
 const frames = @import("frames.zig");
 const qpack = @import("qpack.zig");
+const prefix_int = @import("../http/prefix_int.zig");
 const qpack_encoder = @import("qpack_encoder.zig");
 const st = @import("session_tests.zig");
 const Harness = st.Harness;
@@ -36,16 +37,8 @@ fn qint(buf: []u8, flags: u8, comptime prefix: u4, value: u64, tail: []const u8)
 
 /// A QPACK prefix integer written without `encodeInt`'s bound (2^62 and up can be sent).
 fn rawInt(buf: []u8, flags: u8, comptime prefix: u4, value: u64) []u8 {
-    const first: u8 = (1 << prefix) - 1;
-    buf[0] = flags | first;
-    var v = value - first;
-    var n: usize = 1;
-    while (v >= 0x80) : (v >>= 7) {
-        buf[n] = @as(u8, @truncate(v)) | 0x80;
-        n += 1;
-    }
-    buf[n] = @intCast(v);
-    return buf[0 .. n + 1];
+    const n = prefix_int.encode(buf, 0, flags, prefix, value) catch unreachable;
+    return buf[0..n];
 }
 
 /// The `get` request's field lines, static only, after no prefix.

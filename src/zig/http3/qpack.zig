@@ -4,6 +4,7 @@
 const std = @import("std");
 const fields = @import("../http/fields.zig");
 const huffman = @import("../http/huffman.zig");
+const prefix_int = @import("../http/prefix_int.zig");
 
 /// The engine's header field: decoded fields come out in this shape, as HTTP/2's do.
 pub const Header = fields.Header;
@@ -14,71 +15,25 @@ pub const entry_overhead = 32;
 /// RFC 9204 4.1.1: integers of up to 62 bits must decode; anything larger is refused.
 pub const int_value_max: u64 = (1 << 62) - 1;
 
-/// A prefix of at least 3 bits, then 7 bits per continuation byte: 9 of them carry 63
-/// bits, so a tenth can only be an over-long encoding.
-const int_continuations_max = 9;
+pub const IntError = prefix_int.Error;
 
-pub const IntError = error{ Truncated, Overflow };
-
-/// Reads an integer with an N-bit prefix at `pos.*` (the bits above the prefix are
-/// ignored). error.Truncated when the input ends inside it (an incremental reader waits
-/// for more); error.Overflow beyond 62 bits or for an over-long encoding. `pos.*` moves
-/// only on success.
+/// Reads an integer with an N-bit prefix at `pos.*` (`prefix_int.decode`, bounded at
+/// 62 bits). error.Truncated lets an incremental reader wait for more.
 pub fn decodeInt(bytes: []const u8, pos: *usize, comptime prefix: u4) IntError!u64 {
-    comptime std.debug.assert(prefix >= 1 and prefix <= 8);
-    const max_prefix: u8 = @intCast((@as(u16, 1) << prefix) - 1);
-    var p = pos.*;
-    if (p >= bytes.len) return error.Truncated;
-    const first = bytes[p] & max_prefix;
-    p += 1;
-    if (first < max_prefix) {
-        pos.* = p;
-        return first;
-    }
-    var value: u64 = first;
-    var shift: u6 = 0;
-    var k: usize = 0;
-    while (k < int_continuations_max) : (k += 1) {
-        if (p >= bytes.len) return error.Truncated;
-        const b = bytes[p];
-        p += 1;
-        const bits: u64 = b & 0x7f;
-        // Checked before shifting: bits shifted past 62 would be lost, not refused.
-        if (bits != 0 and (shift > 56 or bits > (int_value_max - value) >> shift)) return error.Overflow;
-        value += bits << shift;
-        if (b & 0x80 == 0) {
-            pos.* = p;
-            return value;
-        }
-        shift += 7;
-    }
-    return error.Overflow;
+    return prefix_int.decode(bytes, pos, prefix, int_value_max);
 }
 
-/// Writes `value` with an N-bit prefix at `buf[pos]`, `flags` in the bits above the
-/// prefix. Returns the position after it.
-pub fn encodeInt(buf: []u8, pos: usize, flags: u8, comptime prefix: u4, value: u64) error{NoSpace}!usize {
-    comptime std.debug.assert(prefix >= 1 and prefix <= 8);
-    const max_prefix: u8 = @intCast((@as(u16, 1) << prefix) - 1);
-    // The flags stay above the prefix: they never overwrite the integer's bits.
-    std.debug.assert(flags & max_prefix == 0);
+/// Writes `value` (at most 62 bits) with an N-bit prefix at `buf[pos]`, `flags` in the
+/// bits above the prefix. Returns the position after it.
+pub fn encodeInt(
+    buf: []u8,
+    pos: usize,
+    flags: u8,
+    comptime prefix: u4,
+    value: u64,
+) error{NoSpace}!usize {
     std.debug.assert(value <= int_value_max);
-    if (pos >= buf.len) return error.NoSpace;
-    if (value < max_prefix) {
-        buf[pos] = flags | @as(u8, @intCast(value));
-        return pos + 1;
-    }
-    buf[pos] = flags | max_prefix;
-    var p = pos + 1;
-    var v = value - max_prefix;
-    while (v >= 0x80) : (v >>= 7) {
-        if (p >= buf.len) return error.NoSpace;
-        buf[p] = @as(u8, @intCast(v & 0x7f)) | 0x80;
-        p += 1;
-    }
-    if (p >= buf.len) return error.NoSpace;
-    buf[p] = @intCast(v);
-    return p + 1;
+    return prefix_int.encode(buf, pos, flags, prefix, value);
 }
 
 /// A string literal's raw form (RFC 9204 4.1.2): where its bytes are and whether they
@@ -101,7 +56,11 @@ pub fn readRawString(bytes: []const u8, pos: *usize, comptime prefix: u4) IntErr
 /// The decoded string: a plain one as it stands, a Huffman one decoded into
 /// `scratch[used.*..]`. error.NoSpace when scratch is too small, error.Compression for a
 /// bad Huffman code.
-pub fn decodeString(raw: RawString, scratch: []u8, used: *usize) error{ Compression, NoSpace }![]const u8 {
+pub fn decodeString(
+    raw: RawString,
+    scratch: []u8,
+    used: *usize,
+) error{ Compression, NoSpace }![]const u8 {
     if (!raw.huffman) return raw.bytes;
     const dst = scratch[used.*..];
     const n = try huffman.decode(dst, raw.bytes);
@@ -118,7 +77,13 @@ pub fn rawLenMax(decoded_max: u64) u64 {
 
 /// Writes `s` as a string literal at `buf[pos]` with an N-bit length prefix, `flags`
 /// above the H bit; Huffman-coded when that is shorter. Returns the position after it.
-pub fn writeString(buf: []u8, pos: usize, flags: u8, comptime prefix: u4, s: []const u8) error{NoSpace}!usize {
+pub fn writeString(
+    buf: []u8,
+    pos: usize,
+    flags: u8,
+    comptime prefix: u4,
+    s: []const u8,
+) error{NoSpace}!usize {
     const h_bit: u8 = @as(u8, 1) << prefix;
     std.debug.assert(flags & (h_bit | (h_bit - 1)) == 0);
     const hlen = huffman.encodedLen(s);
@@ -196,7 +161,10 @@ pub const static_table = [99]Header{
     .{ .name = "range", .value = "bytes=0-" },
     .{ .name = "strict-transport-security", .value = "max-age=31536000" },
     .{ .name = "strict-transport-security", .value = "max-age=31536000; includesubdomains" },
-    .{ .name = "strict-transport-security", .value = "max-age=31536000; includesubdomains; preload" },
+    .{
+        .name = "strict-transport-security",
+        .value = "max-age=31536000; includesubdomains; preload",
+    },
     .{ .name = "vary", .value = "accept-encoding" },
     .{ .name = "vary", .value = "origin" },
     .{ .name = "x-content-type-options", .value = "nosniff" },
@@ -223,7 +191,10 @@ pub const static_table = [99]Header{
     .{ .name = "access-control-request-method", .value = "post" },
     .{ .name = "alt-svc", .value = "clear" },
     .{ .name = "authorization", .value = "" },
-    .{ .name = "content-security-policy", .value = "script-src 'none'; object-src 'none'; base-uri 'none'" },
+    .{
+        .name = "content-security-policy",
+        .value = "script-src 'none'; object-src 'none'; base-uri 'none'",
+    },
     .{ .name = "early-data", .value = "1" },
     .{ .name = "expect-ct", .value = "" },
     .{ .name = "forwarded", .value = "" },
@@ -259,56 +230,6 @@ test "static table: 99 entries, first, last and the :status runs of Appendix A" 
     }
 }
 
-test "prefix integers: RFC 7541 C.1 values and every prefix's boundaries" {
-    var buf: [16]u8 = undefined;
-    try testing.expectEqual(@as(usize, 3), try encodeInt(&buf, 0, 0, 5, 1337));
-    try testing.expectEqualSlices(u8, &.{ 0x1f, 0x9a, 0x0a }, buf[0..3]);
-    inline for (.{ 3, 4, 5, 6, 7, 8 }) |prefix| {
-        const max_prefix: u64 = (1 << prefix) - 1;
-        // 0, one below the prefix's maximum (one byte), the maximum itself (two bytes),
-        // and the 62-bit maximum all round-trip with the length they must have.
-        for ([_]u64{ 0, max_prefix - 1, max_prefix, max_prefix + 127, max_prefix + 128, int_value_max }) |v| {
-            const n = try encodeInt(&buf, 0, 0, prefix, v);
-            if (v < max_prefix) try testing.expectEqual(@as(usize, 1), n);
-            if (v == max_prefix) try testing.expectEqual(@as(usize, 2), n);
-            var pos: usize = 0;
-            try testing.expectEqual(v, try decodeInt(buf[0..n], &pos, prefix));
-            try testing.expectEqual(n, pos);
-            // Every truncation waits for more and leaves the position alone.
-            for (0..n) |cut| {
-                pos = 0;
-                try testing.expectError(error.Truncated, decodeInt(buf[0..cut], &pos, prefix));
-                try testing.expectEqual(@as(usize, 0), pos);
-            }
-        }
-    }
-}
-
-test "prefix integers: 2^62 and over-long encodings are refused" {
-    // 2^62 with a 7-bit prefix: 127 then 2^62 - 127 in continuation bytes.
-    var buf: [16]u8 = undefined;
-    buf[0] = 0x7f;
-    var v: u64 = (1 << 62) - 127;
-    var n: usize = 1;
-    while (v >= 0x80) : (v >>= 7) {
-        buf[n] = @as(u8, @intCast(v & 0x7f)) | 0x80;
-        n += 1;
-    }
-    buf[n] = @intCast(v);
-    n += 1;
-    var pos: usize = 0;
-    try testing.expectError(error.Overflow, decodeInt(buf[0..n], &pos, 7));
-    // Zero-valued continuation bytes forever: refused after the ninth, not a spin.
-    const padded = [_]u8{ 0x7f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00 };
-    pos = 0;
-    try testing.expectError(error.Overflow, decodeInt(&padded, &pos, 7));
-    // 2^62 in the last byte's high bit (0x40 << 56) is refused, not dropped.
-    const shifted = [_]u8{ 0x7f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40 };
-    pos = 0;
-    try testing.expectError(error.Overflow, decodeInt(&shifted, &pos, 7));
-    try testing.expectError(error.NoSpace, encodeInt(buf[0..2], 0, 0, 5, 1337));
-}
-
 test "strings: plain and Huffman round-trip; truncated and bad codes" {
     var buf: [64]u8 = undefined;
     var scratch: [64]u8 = undefined;
@@ -320,13 +241,22 @@ test "strings: plain and Huffman round-trip; truncated and bad codes" {
         var used: usize = 0;
         try testing.expectEqualStrings(s, try decodeString(raw, &scratch, &used));
         pos = 0;
-        if (n > 1) try testing.expectError(error.Truncated, readRawString(buf[0 .. n - 1], &pos, 5));
+        if (n > 1) try testing.expectError(
+            error.Truncated,
+            readRawString(buf[0 .. n - 1], &pos, 5),
+        );
     }
     // www.example.com is shorter coded: the H bit (0x20 for a 5-bit prefix) is set.
     _ = try writeString(&buf, 0, 0, 5, "www.example.com");
     try testing.expect(buf[0] & 0x20 != 0);
     // A Huffman string of one 0x00 byte: a prefix of a longer code, padding not all ones.
     var used: usize = 0;
-    try testing.expectError(error.Compression, decodeString(.{ .bytes = &.{0x00}, .huffman = true }, &scratch, &used));
-    try testing.expectError(error.NoSpace, decodeString(.{ .bytes = &.{ 0x1f, 0xff }, .huffman = true }, scratch[0..0], &used));
+    try testing.expectError(
+        error.Compression,
+        decodeString(.{ .bytes = &.{0x00}, .huffman = true }, &scratch, &used),
+    );
+    try testing.expectError(
+        error.NoSpace,
+        decodeString(.{ .bytes = &.{ 0x1f, 0xff }, .huffman = true }, scratch[0..0], &used),
+    );
 }

@@ -76,15 +76,32 @@ pub const QuicConn = struct {
     /// connection goes back if the check fails (RFC 9000 9.3.2). On the heap only then.
     fallback: ?*endpoint_mod.Path = null,
 
+    /// Null when the QUIC connection cannot be made or memory runs out: the packet is
+    /// then dropped and the client retries.
     pub fn open(w: *Worker, acc: *const endpoint_mod.Accept) ?*QuicConn {
+        return make(w, acc) catch null;
+    }
+
+    fn make(w: *Worker, acc: *const endpoint_mod.Accept) error{ QuicInit, OutOfMemory }!*QuicConn {
         const gpa = w.gpa;
         const now = sys.monotonicUs();
-        const retry: ?connection.RetryInfo = if (acc.retry_scid) |*r| .{ .retry_scid = r.slice() } else null;
-        const q = connection.Connection.init(gpa, &w.quic_config, acc.reset_token, w.ssl_ctx, acc.original_dcid.slice(), acc.client_scid.slice(), acc.scid.slice(), now, retry) orelse return null;
-        const self = gpa.create(QuicConn) catch {
-            q.deinit();
-            return null;
-        };
+        const retry: ?connection.RetryInfo = if (acc.retry_scid) |*r| .{
+            .retry_scid = r.slice(),
+        } else null;
+        const q = connection.Connection.init(
+            gpa,
+            &w.quic_config,
+            acc.reset_token,
+            w.ssl_ctx,
+            acc.original_dcid.slice(),
+            acc.client_scid.slice(),
+            acc.scid.slice(),
+            now,
+            retry,
+        ) orelse return error.QuicInit;
+        errdefer q.deinit();
+        const self = try gpa.create(QuicConn);
+        errdefer gpa.destroy(self);
         self.* = .{
             .worker = w,
             .quic = q,
@@ -95,18 +112,20 @@ pub const QuicConn = struct {
         // Not a TCP phase: any state but `.closed` (which `Stream.gone` reads).
         self.carrier.state = .request;
         std.debug.assert(w.quic_config.initial_max_streams_uni <= session_mod.uni_streams_max);
-        self.session = Session.createShared(gpa, q, self, &w.h3_config, &w.buffers) catch {
-            q.deinit();
-            gpa.destroy(self);
-            return null;
-        };
+        self.session = Session.createShared(gpa, q, self, &w.h3_config, &w.buffers) catch
+            return error.OutOfMemory;
         w.link(self);
         return self;
     }
 
     /// A datagram naming one of this connection's IDs. The endpoint hands over the
     /// worker's receive buffer, which the connection opens in place.
-    pub fn receive(self: *QuicConn, datagram: []const u8, path: *const endpoint_mod.Path, now_us: u64) void {
+    pub fn receive(
+        self: *QuicConn,
+        datagram: []const u8,
+        path: *const endpoint_mod.Path,
+        now_us: u64,
+    ) void {
         // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
         if (self.quic.isClosed()) return;
         if (path.peer.eql(&self.carrier.peer)) {
@@ -120,7 +139,12 @@ pub const QuicConn = struct {
     /// The client moved (RFC 9000 9.3): its packets go to the new address from now on,
     /// validated first unless it is the address last validated; a check already under way
     /// keeps that address to go back to.
-    fn migrate(self: *QuicConn, path: *const endpoint_mod.Path, datagram_len: usize, now_us: u64) void {
+    fn migrate(
+        self: *QuicConn,
+        path: *const endpoint_mod.Path,
+        datagram_len: usize,
+        now_us: u64,
+    ) void {
         const gpa = self.worker.gpa;
         self.settlePath(); // a check that ended in this pass: its outcome first
         if (self.fallback) |back| if (back.peer.eql(&path.peer)) {
@@ -175,7 +199,8 @@ pub const QuicConn = struct {
         if (self.quic.isClosed()) self.over = true;
         if (self.over) self.connectionOver() else self.syncCids();
         // No request left: the maps give back their room (nothing iterates them here).
-        if (self.streams.count() == 0 and self.streams.capacity() > 0) self.streams.clearAndFree(self.worker.gpa);
+        const idle = self.streams.count() == 0 and self.streams.capacity() > 0;
+        if (idle) self.streams.clearAndFree(self.worker.gpa);
         self.session.releaseIdle();
     }
 
@@ -361,7 +386,11 @@ pub const Worker = struct {
         if (w.out_len == udp.batch_len_max) w.sendQueued();
         const n = @min(bytes.len, udp.datagram_len_max);
         @memcpy(w.out_bufs[w.out_len][0..n], bytes[0..n]);
-        w.out[w.out_len] = .{ .bytes = w.out_bufs[w.out_len][0..n], .peer = path.peer, .local = path.local };
+        w.out[w.out_len] = .{
+            .bytes = w.out_bufs[w.out_len][0..n],
+            .peer = path.peer,
+            .local = path.local,
+        };
         w.out_len += 1;
     }
 
@@ -399,7 +428,10 @@ pub const Worker = struct {
         const at = @max(earliest, 1);
         const spec: linux.itimerspec = .{
             .it_interval = .{ .sec = 0, .nsec = 0 },
-            .it_value = .{ .sec = @intCast(at / std.time.us_per_s), .nsec = @intCast((at % std.time.us_per_s) * std.time.ns_per_us) },
+            .it_value = .{
+                .sec = @intCast(at / std.time.us_per_s),
+                .nsec = @intCast((at % std.time.us_per_s) * std.time.ns_per_us),
+            },
         };
         _ = linux.timerfd_settime(w.timer_fd, .{ .ABSTIME = true }, &spec, null);
     }
@@ -409,7 +441,9 @@ pub const Worker = struct {
         // No new connection from here on: a new client's Initial gets CONNECTION_REFUSED, or,
         // when only this worker retires, a Retry that steers it to the next worker.
         const h3 = w.server.opts.http3.?;
-        const other: ?u8 = if (w.server.retiring and h3.workers > 1) @intCast((@as(u16, h3.worker_index) + 1) % h3.workers) else null;
+        const other: ?u8 = if (w.server.retiring and h3.workers > 1) @intCast(
+            (@as(u16, h3.worker_index) + 1) % h3.workers,
+        ) else null;
         w.endpoint.refuseNew(other);
         var it = w.live;
         while (it) |c| : (it = c.next) {
@@ -454,49 +488,65 @@ pub const Worker = struct {
 
 const plug_verbs = server_stream.verbs;
 
-/// Makes the worker for `server.opts.http3` and plugs it into the server; it owns
-/// `ssl_ctx` from here on (freed with it, also on failure).
 pub const StartError = error{ OutOfMemory, TimerCreateFailed, RegisterFailed, SocketOptionsFailed };
 
+/// Makes the worker for `server.opts.http3` and plugs it into the server; it owns
+/// `ssl_ctx` from here on (freed with it, also on failure).
 pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
+    const w = try createWorker(server, ssl_ctx);
+    // Plugged or not, the worker owns everything from here: on failure `deinitPlug`
+    // frees it all (the context included), as the server would at its end.
+    if (!server.plugQuic(.{
+        .ctx = w,
+        .udp_fd = server.opts.http3.?.fd,
+        .timer_fd = w.timer_fd,
+        .on_readable = Worker.onReadable,
+        .on_timer = Worker.onTimer,
+        .flush = Worker.flush,
+        .drain = Worker.drainPlug,
+        .deinit = Worker.deinitPlug,
+        .connections = Worker.connectionsPlug,
+        .verbs = &plug_verbs,
+    })) {
+        Worker.deinitPlug(w);
+        return error.RegisterFailed;
+    }
+}
+
+/// The worker, made whole, or every piece made so far freed again (`ssl_ctx` included).
+fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
+    errdefer openssl.freeContext(ssl_ctx);
     const h3 = server.opts.http3.?;
     const gpa = std.heap.c_allocator;
     // The master bound the socket: the options that make each datagram say where it came
     // in (so that every answer leaves from that address, on a wildcard bind) are set here.
     const sock = switch (udp.Socket.adopt(h3.fd)) {
         .ok => |s| s,
-        .err => {
-            openssl.freeContext(ssl_ctx);
-            return error.SocketOptionsFailed;
-        },
+        .err => return error.SocketOptionsFailed,
     };
-    const w = gpa.create(Worker) catch {
-        openssl.freeContext(ssl_ctx);
-        return error.OutOfMemory;
-    };
+    const w = try gpa.create(Worker);
+    errdefer gpa.destroy(w);
     const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
-    if (sys.E.init(tfd_rc) != .SUCCESS) {
-        gpa.destroy(w);
-        openssl.freeContext(ssl_ctx);
-        return error.TimerCreateFailed;
-    }
+    if (sys.E.init(tfd_rc) != .SUCCESS) return error.TimerCreateFailed;
+    const timer_fd: i32 = @intCast(tfd_rc);
+    errdefer sys.close(timer_fd);
     w.* = .{
         .gpa = undefined,
         .pool = SmallPool.init(gpa),
         .server = server,
         .ssl_ctx = ssl_ctx,
         .sock = sock,
-        .timer_fd = @intCast(tfd_rc),
+        .timer_fd = timer_fd,
         .idle_timeout_ms = h3.idle_timeout_ms,
-        .quic_config = .{ .max_idle_timeout_ms = h3.idle_timeout_ms, .initial_max_streams_bidi = 128 },
+        .quic_config = .{
+            .max_idle_timeout_ms = h3.idle_timeout_ms,
+            .initial_max_streams_bidi = 128,
+        },
     };
     w.gpa = w.pool.allocator();
-    w.buffers = Session.Buffers.init(w.gpa, .{}) catch {
-        sys.close(w.timer_fd);
-        gpa.destroy(w);
-        openssl.freeContext(ssl_ctx);
-        return error.OutOfMemory;
-    };
+    errdefer w.pool.deinit();
+    w.buffers = Session.Buffers.init(w.gpa, .{}) catch return error.OutOfMemory;
+    errdefer w.buffers.deinit(w.gpa);
     var seed: [32]u8 = undefined;
     std.crypto.random.bytes(&seed);
     var table_key: [16]u8 = undefined;
@@ -514,27 +564,6 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
         },
         .connections_max = connections_max,
         .handshakes_max = handshakes_max,
-    }, w) catch {
-        w.buffers.deinit(w.gpa);
-        w.pool.deinit();
-        sys.close(w.timer_fd);
-        gpa.destroy(w);
-        openssl.freeContext(ssl_ctx);
-        return error.OutOfMemory;
-    };
-    if (!server.plugQuic(.{
-        .ctx = w,
-        .udp_fd = h3.fd,
-        .timer_fd = w.timer_fd,
-        .on_readable = Worker.onReadable,
-        .on_timer = Worker.onTimer,
-        .flush = Worker.flush,
-        .drain = Worker.drainPlug,
-        .deinit = Worker.deinitPlug,
-        .connections = Worker.connectionsPlug,
-        .verbs = &plug_verbs,
-    })) {
-        Worker.deinitPlug(w);
-        return error.RegisterFailed;
-    }
+    }, w) catch return error.OutOfMemory;
+    return w;
 }

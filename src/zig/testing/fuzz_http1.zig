@@ -9,7 +9,7 @@
 //!   - `zig test src/zig/unit_tests.zig`: runs every file of `fuzz_corpus/` once (regression),
 //!     through `std.testing.fuzz` (also usable with `zig build --fuzz` if a build.zig ever
 //!     wires it up), and checks each file's expected first outcome.
-//!   - `fuzz_http1_main.zig`: a time-bounded mutation fuzzer for CI.
+//!   - `fuzz/http1_main.zig`: a time-bounded mutation fuzzer for CI.
 
 const std = @import("std");
 const builtin = @import("builtin");

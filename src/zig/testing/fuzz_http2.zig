@@ -24,7 +24,7 @@
 //! come), the bound is the largest value it may be using.
 //!
 //! Runners: the `test` below (a fixed seed, a fixed number of cases) and
-//! `fuzz_http2_main.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
+//! `fuzz/http2_main.zig` (time-bounded, ReleaseSafe, reports the seed of a failing case).
 //!
 //! The players live apart: `fuzz_h2_client.zig`, `fuzz_h2_oracle.zig`, `fuzz_h2_app.zig`;
 //! this file keeps the limits, the failures, the case and the tests.

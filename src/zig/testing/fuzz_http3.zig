@@ -14,7 +14,7 @@
 //!     static encoder decodes to the same fields.
 //!
 //! Runners: the tests below (the corpus, then a fixed number of seeded mutations) and
-//! `fuzz_http3_main.zig` (time-bounded, ReleaseSafe).
+//! `fuzz/http3_main.zig` (time-bounded, ReleaseSafe).
 const std = @import("std");
 const builtin = @import("builtin");
 const frames = @import("../http3/frames.zig");

@@ -14,7 +14,7 @@
 //!     `encodeServer` and decodes back equal.
 //!
 //! Runners: the tests below (the seed corpus, then a fixed number of mutated inputs) and
-//! `fuzz_quic_main.zig` (time-bounded, ReleaseSafe, for CI).
+//! `fuzz/quic_main.zig` (time-bounded, ReleaseSafe, for CI).
 const std = @import("std");
 const builtin = @import("builtin");
 const varint = @import("../quic/varint.zig");
@@ -348,7 +348,7 @@ test "fuzz: quic, a fixed run of mutated inputs" {
 }
 
 /// A few kinds of mutation (flips, set bytes, varint-shaped values, truncation, inserted
-/// and removed runs), shared by the test run and `fuzz_quic_main.zig`.
+/// and removed runs), shared by the test run and `fuzz/quic_main.zig`.
 pub fn mutate(random: std.Random, buf: []u8, len: usize) usize {
     var n = len;
     switch (random.uintLessThan(u8, 7)) {

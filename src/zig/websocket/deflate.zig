@@ -1,6 +1,6 @@
-//! permessage-deflate (RFC 7692) on the system's zlib, loaded with dlopen the first
-//! time a connection negotiates the extension: the engine does not link zlib, and a
-//! server whose clients never ask for compression never maps it.
+//! permessage-deflate (RFC 7692) on the system's zlib (`os/zlib.zig`), loaded with
+//! dlopen the first time a connection negotiates the extension: the engine does not
+//! link zlib, and a server whose clients never ask for compression never maps it.
 //!
 //! Compression always resets per message (we answer `server_no_context_takeover`),
 //! so one compressor per window size serves every connection. Decompression keeps a
@@ -8,30 +8,10 @@
 //! otherwise one shared decompressor is reset after each message.
 const std = @import("std");
 
-const ZStream = extern struct {
-    next_in: ?[*]const u8 = null,
-    avail_in: c_uint = 0,
-    total_in: c_ulong = 0,
-    next_out: ?[*]u8 = null,
-    avail_out: c_uint = 0,
-    total_out: c_ulong = 0,
-    msg: ?[*:0]const u8 = null,
-    state: ?*anyopaque = null,
-    zalloc: ?*anyopaque = null,
-    zfree: ?*anyopaque = null,
-    @"opaque": ?*anyopaque = null,
-    data_type: c_int = 0,
-    adler: c_ulong = 0,
-    reserved: c_ulong = 0,
-};
+const zlib = @import("../os/zlib.zig");
+const ZStream = zlib.ZStream;
+const api = &zlib.api;
 
-const Z_OK = 0;
-const Z_STREAM_END = 1;
-const Z_BUF_ERROR = -5;
-const Z_NO_FLUSH = 0;
-const Z_SYNC_FLUSH = 2;
-const Z_DEFLATED = 8;
-const Z_DEFAULT_STRATEGY = 0;
 /// zlib's own default level: a fair trade of CPU for bytes.
 const compression_level = 6;
 /// 8 is zlib's default; the memory is one shared compressor per window size.
@@ -39,42 +19,10 @@ const mem_level = 8;
 /// RFC 7692 7.2.1: every compressed message ends with these bytes, removed on the wire.
 const sync_tail = [4]u8{ 0x00, 0x00, 0xff, 0xff };
 
-const Api = struct {
-    zlibVersion: *const fn () callconv(.c) [*:0]const u8,
-    inflateInit2_: *const fn (*ZStream, c_int, [*:0]const u8, c_int) callconv(.c) c_int,
-    inflate: *const fn (*ZStream, c_int) callconv(.c) c_int,
-    inflateReset: *const fn (*ZStream) callconv(.c) c_int,
-    inflateEnd: *const fn (*ZStream) callconv(.c) c_int,
-    deflateInit2_: *const fn (*ZStream, c_int, c_int, c_int, c_int, c_int, [*:0]const u8, c_int) callconv(.c) c_int,
-    deflate: *const fn (*ZStream, c_int) callconv(.c) c_int,
-    deflateReset: *const fn (*ZStream) callconv(.c) c_int,
-    deflateEnd: *const fn (*ZStream) callconv(.c) c_int,
-    deflateBound: *const fn (*ZStream, c_ulong) callconv(.c) c_ulong,
-};
-
-var api: Api = undefined;
-var load_state: enum { not_tried, loaded, failed } = .not_tried;
-
-/// Loads zlib once. False when the system has none: the extension is then declined.
-pub fn load() bool {
-    switch (load_state) {
-        .loaded => return true,
-        .failed => return false,
-        .not_tried => {},
-    }
-    load_state = .failed;
-    const handle = std.c.dlopen("libz.so.1", .{ .NOW = true }) orelse return false;
-    inline for (@typeInfo(Api).@"struct".fields) |f| {
-        const sym = std.c.dlsym(handle, f.name ++ "") orelse return false;
-        @field(api, f.name) = @ptrCast(@alignCast(sym));
-    }
-    load_state = .loaded;
-    return true;
-}
-
-pub fn loaded() bool {
-    return load_state == .loaded;
-}
+/// zlib is loaded once for the whole engine (`os/zlib.zig`): false when the system has
+/// none, and the extension is then declined.
+pub const load = zlib.load;
+pub const loaded = zlib.loaded;
 
 pub const Error = error{ TooBig, Corrupt, OutOfMemory };
 
@@ -89,7 +37,7 @@ pub const Inflater = struct {
         const self = allocator.create(Inflater) catch return null;
         self.* = .{};
         // Raw deflate (negative bits) with the largest window: fits any client window.
-        if (api.inflateInit2_(&self.z, -15, api.zlibVersion(), @sizeOf(ZStream)) != Z_OK) {
+        if (api.inflateInit2_(&self.z, -15, api.zlibVersion(), @sizeOf(ZStream)) != zlib.Z_OK) {
             allocator.destroy(self);
             return null;
         }
@@ -108,12 +56,22 @@ pub const Inflater = struct {
     /// Inflates one message's compressed bytes, appending to `out`. More than
     /// `limit` bytes of output is `TooBig` (a deflate bomb stops there, at most
     /// `limit` + one step of output allocated).
-    pub fn message(self: *Inflater, input: []const u8, out: *std.ArrayListUnmanaged(u8), limit: usize) Error!void {
+    pub fn message(
+        self: *Inflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+        limit: usize,
+    ) Error!void {
         try self.feed(input, out, limit);
         try self.feed(&sync_tail, out, limit);
     }
 
-    fn feed(self: *Inflater, input: []const u8, out: *std.ArrayListUnmanaged(u8), limit: usize) Error!void {
+    fn feed(
+        self: *Inflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+        limit: usize,
+    ) Error!void {
         var in = input;
         while (true) {
             const chunk: usize = @min(in.len, std.math.maxInt(c_uint));
@@ -128,7 +86,7 @@ pub const Inflater = struct {
             const room_len: usize = @min(room.len, std.math.maxInt(c_uint));
             self.z.next_out = room.ptr;
             self.z.avail_out = @intCast(room_len);
-            const rc = api.inflate(&self.z, Z_SYNC_FLUSH);
+            const rc = api.inflate(&self.z, zlib.Z_SYNC_FLUSH);
             const consumed = chunk - self.z.avail_in;
             const produced = room_len - self.z.avail_out;
             // zlib reads and writes within what it was given.
@@ -137,14 +95,14 @@ pub const Inflater = struct {
             in = in[consumed..];
             if (out.items.len > limit) return error.TooBig;
             switch (rc) {
-                Z_OK => {},
+                zlib.Z_OK => {},
                 // A final block: the stream starts afresh for the next message.
-                Z_STREAM_END => {
+                zlib.Z_STREAM_END => {
                     self.reset();
                     if (in.len != 0) return error.Corrupt;
                     return;
                 },
-                Z_BUF_ERROR => if (in.len == 0) return,
+                zlib.Z_BUF_ERROR => if (in.len == 0) return,
                 else => return error.Corrupt,
             }
             if (in.len == 0 and self.z.avail_out != 0) return;
@@ -162,7 +120,16 @@ pub const Deflater = struct {
         const self = allocator.create(Deflater) catch return null;
         self.* = .{};
         const bits: c_int = -@as(c_int, @max(window_bits, 9));
-        if (api.deflateInit2_(&self.z, compression_level, Z_DEFLATED, bits, mem_level, Z_DEFAULT_STRATEGY, api.zlibVersion(), @sizeOf(ZStream)) != Z_OK) {
+        if (api.deflateInit2_(
+            &self.z,
+            compression_level,
+            zlib.Z_DEFLATED,
+            bits,
+            mem_level,
+            zlib.Z_DEFAULT_STRATEGY,
+            api.zlibVersion(),
+            @sizeOf(ZStream),
+        ) != zlib.Z_OK) {
             allocator.destroy(self);
             return null;
         }
@@ -176,7 +143,11 @@ pub const Deflater = struct {
 
     /// Compresses one message into `out` (replacing its contents), without the
     /// trailing 00 00 ff ff, starting from an empty context.
-    pub fn message(self: *Deflater, input: []const u8, out: *std.ArrayListUnmanaged(u8)) Error!void {
+    pub fn message(
+        self: *Deflater,
+        input: []const u8,
+        out: *std.ArrayListUnmanaged(u8),
+    ) Error!void {
         _ = api.deflateReset(&self.z);
         out.clearRetainingCapacity();
         if (input.len > std.math.maxInt(c_uint)) return error.TooBig;
@@ -189,9 +160,9 @@ pub const Deflater = struct {
             const room_len: usize = @min(room.len, std.math.maxInt(c_uint));
             self.z.next_out = room.ptr;
             self.z.avail_out = @intCast(room_len);
-            const rc = api.deflate(&self.z, Z_SYNC_FLUSH);
+            const rc = api.deflate(&self.z, zlib.Z_SYNC_FLUSH);
             out.items.len += room_len - self.z.avail_out;
-            if (rc != Z_OK and rc != Z_BUF_ERROR) return error.Corrupt;
+            if (rc != zlib.Z_OK and rc != zlib.Z_BUF_ERROR) return error.Corrupt;
             if (self.z.avail_out != 0) break;
             try out.ensureUnusedCapacity(allocator, 4096);
         }
@@ -206,7 +177,8 @@ pub const Shared = struct {
     scratch: std.ArrayListUnmanaged(u8) = .{},
 
     pub fn deflater(self: *Shared, window_bits: u4) ?*Deflater {
-        if (self.deflaters[window_bits] == null) self.deflaters[window_bits] = Deflater.create(window_bits);
+        const slot = &self.deflaters[window_bits];
+        if (slot.* == null) slot.* = Deflater.create(window_bits);
         return self.deflaters[window_bits];
     }
 
@@ -261,7 +233,10 @@ test "deflate round trip and bomb limit" {
     // Garbage is refused, not a crash.
     out.clearRetainingCapacity();
     inf.reset();
-    try std.testing.expectError(error.Corrupt, inf.message(&.{ 0xff, 0xff, 0xff, 0xff, 0xff }, &out, 100));
+    try std.testing.expectError(
+        error.Corrupt,
+        inf.message(&.{ 0xff, 0xff, 0xff, 0xff, 0xff }, &out, 100),
+    );
     // Empty message.
     try shared.deflater(9).?.message("", &shared.scratch);
     out.clearRetainingCapacity();

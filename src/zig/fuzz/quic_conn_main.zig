@@ -3,8 +3,9 @@
 //! one server Connection per input. Built as an object with Zig's coverage instrumentation
 //! and linked with clang's libFuzzer (docs/FUZZING.md):
 //!
-//!   python -m ziglang build-obj -OReleaseSafe -ffuzz -fPIC -lc -fno-stack-check \
-//!       -fcompiler-rt src/zig/fuzz_quic_conn_main.zig -femit-bin=fuzz_quic_conn.o
+//!   python -m ziglang build-obj -lc -fcompiler-rt -femit-bin=fuzz_quic_conn.o \
+//!       $F --dep engine -Mroot=src/zig/fuzz/quic_conn_main.zig $F -Mengine=src/zig/engine.zig
+//!   (F: -OReleaseSafe -ffuzz -fPIC -fno-stack-check, per module; docs/FUZZING.md)
 //!   clang -fsanitize=fuzzer fuzz_quic_conn.o -o fuzz_quic_conn
 //!   ./fuzz_quic_conn -max_total_time=60 corpus/ src/zig/testing/fuzz_corpus/quic_conn
 //!
@@ -12,8 +13,9 @@
 //! invariant violation panics with `last_failure`. ZIGCORN_FUZZ_WRITE_SEEDS=DIR writes the
 //! built-in seeds to DIR and exits.
 const std = @import("std");
-const fuzz = @import("testing/fuzz_quic_conn.zig");
-const support = @import("testing/fuzz_support.zig");
+const engine = @import("engine");
+const fuzz = engine.fuzz_quic_conn;
+const support = engine.fuzz_support;
 
 export fn LLVMFuzzerInitialize(argc: *c_int, argv: *[*][*:0]u8) c_int {
     _ = argc;

@@ -1,11 +1,13 @@
 //! Test-only: quic/tls.zig's `Handshake` as C functions, built into a shared library by
 //! tests/http3/test_quic_tls.py (`python -m ziglang build-lib -dynamic`) and driven with
-//! ctypes against aioquic's TLS client. Never part of the `_core` extension. Its root sits
-//! here, not in quic/ or testing/, because Zig refuses imports outside the root's folder.
+//! ctypes against aioquic's TLS client. Never part of the `_core` extension. It reaches the
+//! engine as the named module `engine` (src/zig/engine.zig): Zig refuses imports outside
+//! the root's folder.
 const std = @import("std");
-const openssl = @import("transport/openssl.zig");
-const tls = @import("quic/tls.zig");
-const tls_context = @import("quic/tls_context.zig");
+const engine = @import("engine");
+const openssl = engine.openssl;
+const tls = engine.quic_tls;
+const tls_context = engine.quic_tls_context;
 
 const allocator = std.heap.c_allocator;
 
@@ -16,7 +18,12 @@ export fn zq_load() c_int {
 }
 
 /// QUIC's context from PEM files; null with the reason in `err_buf` (NUL-terminated).
-export fn zq_context_new(certfile: [*:0]const u8, keyfile: [*:0]const u8, err_buf: [*]u8, err_cap: usize) ?*openssl.SSL_CTX {
+export fn zq_context_new(
+    certfile: [*:0]const u8,
+    keyfile: [*:0]const u8,
+    err_buf: [*]u8,
+    err_cap: usize,
+) ?*openssl.SSL_CTX {
     var err: openssl.ContextError = .{};
     const ctx = tls_context.newContext(.{
         .certfile = certfile,
@@ -78,7 +85,13 @@ export fn zq_take_output(hs: *tls.Handshake, lvl: c_int, buf: [*]u8, cap: usize)
 
 /// The secret of `lvl` and `direction` (0 read: the client's, 1 write: ours) into `buf`;
 /// its length, or -1 while there is none.
-export fn zq_secret(hs: *tls.Handshake, lvl: c_int, direction: c_int, buf: [*]u8, cap: usize) isize {
+export fn zq_secret(
+    hs: *tls.Handshake,
+    lvl: c_int,
+    direction: c_int,
+    buf: [*]u8,
+    cap: usize,
+) isize {
     const l = level(lvl) orelse return -2;
     const d: tls.Direction = if (direction == 0) .read else .write;
     const s = hs.secret(l, d) orelse return -1;

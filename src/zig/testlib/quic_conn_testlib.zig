@@ -1,11 +1,13 @@
 //! Test-only: quic/connection.zig's `Connection` as C functions, built into a shared library
 //! by tests/http3/test_quic_connection.py (`python -m ziglang build-lib -dynamic`) and driven
 //! with ctypes against aioquic's QuicConnection. Never part of the `_core` extension. The
-//! allocator counts the bytes it holds, so the test can read what a connection costs.
+//! allocator counts the bytes it holds, so the test can read what a connection costs. It
+//! reaches the engine as the named module `engine` (src/zig/engine.zig).
 const std = @import("std");
-const openssl = @import("transport/openssl.zig");
-const tls_context = @import("quic/tls_context.zig");
-const connection = @import("quic/connection.zig");
+const engine = @import("engine");
+const openssl = engine.openssl;
+const tls_context = engine.quic_tls_context;
+const connection = engine.quic_connection;
 const Connection = connection.Connection;
 
 var live_bytes: usize = 0;
@@ -23,14 +25,38 @@ fn countAlloc(_: *anyopaque, len: usize, alignment: std.mem.Alignment, ra: usize
     return p;
 }
 
-fn countResize(_: *anyopaque, memory: []u8, alignment: std.mem.Alignment, new_len: usize, ra: usize) bool {
-    if (!std.heap.c_allocator.vtable.resize(undefined, memory, alignment, new_len, ra)) return false;
+fn countResize(
+    _: *anyopaque,
+    memory: []u8,
+    alignment: std.mem.Alignment,
+    new_len: usize,
+    ra: usize,
+) bool {
+    if (!std.heap.c_allocator.vtable.resize(
+        undefined,
+        memory,
+        alignment,
+        new_len,
+        ra,
+    )) return false;
     live_bytes = live_bytes - memory.len + new_len;
     return true;
 }
 
-fn countRemap(_: *anyopaque, memory: []u8, alignment: std.mem.Alignment, new_len: usize, ra: usize) ?[*]u8 {
-    const p = std.heap.c_allocator.vtable.remap(undefined, memory, alignment, new_len, ra) orelse return null;
+fn countRemap(
+    _: *anyopaque,
+    memory: []u8,
+    alignment: std.mem.Alignment,
+    new_len: usize,
+    ra: usize,
+) ?[*]u8 {
+    const p = std.heap.c_allocator.vtable.remap(
+        undefined,
+        memory,
+        alignment,
+        new_len,
+        ra,
+    ) orelse return null;
     live_bytes = live_bytes - memory.len + new_len;
     return p;
 }
@@ -65,14 +91,36 @@ export fn zc_context_free(ctx: *openssl.SSL_CTX) void {
 }
 
 /// Limits in the order of `connection.Config`; 0 keeps the default.
-export fn zc_conn_new(ctx: *openssl.SSL_CTX, dcid: [*]const u8, dcid_len: usize, scid: [*]const u8, scid_len: usize, ours: [*]const u8, ours_len: usize, now_us: u64, idle_ms: u64, max_data: u64, max_stream_data: u64) ?*Connection {
+export fn zc_conn_new(
+    ctx: *openssl.SSL_CTX,
+    dcid: [*]const u8,
+    dcid_len: usize,
+    scid: [*]const u8,
+    scid_len: usize,
+    ours: [*]const u8,
+    ours_len: usize,
+    now_us: u64,
+    idle_ms: u64,
+    max_data: u64,
+    max_stream_data: u64,
+) ?*Connection {
     // The limits live as long as the connection (freed by `zc_conn_free`), outside the count.
     const config = std.heap.c_allocator.create(connection.Config) catch return null;
     config.* = .{};
     if (idle_ms != 0) config.max_idle_timeout_ms = idle_ms;
     if (max_data != 0) config.initial_max_data = max_data;
     if (max_stream_data != 0) config.initial_max_stream_data = max_stream_data;
-    const c = Connection.init(counting, config, null, ctx, dcid[0..dcid_len], scid[0..scid_len], ours[0..ours_len], now_us, null) orelse {
+    const c = Connection.init(
+        counting,
+        config,
+        null,
+        ctx,
+        dcid[0..dcid_len],
+        scid[0..scid_len],
+        ours[0..ours_len],
+        now_us,
+        null,
+    ) orelse {
         std.heap.c_allocator.destroy(config);
         return null;
     };
@@ -134,7 +182,13 @@ export fn zc_stream_read(c: *Connection, id: u64, buf: [*]u8, cap: usize, fin: *
     return @intCast(r.n);
 }
 
-export fn zc_stream_write(c: *Connection, id: u64, data: [*]const u8, len: usize, fin: c_int) isize {
+export fn zc_stream_write(
+    c: *Connection,
+    id: u64,
+    data: [*]const u8,
+    len: usize,
+    fin: c_int,
+) isize {
     const n = c.streamWrite(id, data[0..len], fin != 0) catch |e| return errCode(e);
     return @intCast(n);
 }
@@ -208,7 +262,16 @@ export fn zc_holdings(c: *Connection, out: *[8]usize) void {
 /// Handshake ACK, Application ACK, pacer, idle, probes owed, PTO count].
 export fn zc_timers(c: *Connection, out: *[8]u64) void {
     const r = &c.recovery;
-    out.* = .{ r.loss_timer_us, if (r.earlyAcks(.initial)) |a| a.ack_deadline_us else std.math.maxInt(u64), if (r.earlyAcks(.handshake)) |a| a.ack_deadline_us else std.math.maxInt(u64), r.application_acks.ack_deadline_us, c.pace_until_us, c.idle_deadline_us, r.probes_owed, r.pto_count };
+    out.* = .{
+        r.loss_timer_us,
+        if (r.earlyAcks(.initial)) |a| a.ack_deadline_us else std.math.maxInt(u64),
+        if (r.earlyAcks(.handshake)) |a| a.ack_deadline_us else std.math.maxInt(u64),
+        r.application_acks.ack_deadline_us,
+        c.pace_until_us,
+        c.idle_deadline_us,
+        r.probes_owed,
+        r.pto_count,
+    };
 }
 
 /// One stream's state by table index, for a test's diagnosis: [id, read offset, highest
@@ -217,6 +280,25 @@ export fn zc_timers(c: *Connection, out: *[8]u64) void {
 export fn zc_stream_state(c: *Connection, index: usize, out: *[12]u64) c_int {
     if (index >= c.stream_table.items.len) return -1;
     const s = c.stream_table.items[index];
-    out.* = .{ s.id, s.recv().data.read_offset, s.recv().data.highest(), s.recv().finalSize() orelse std.math.maxInt(u64), @intFromBool(s.recv().finished), s.send().write_offset, s.send().acked_offset, s.send().sent_offset, s.send().lost.count, @as(u64, @intFromBool(s.send().fin)) | @as(u64, @intFromBool(s.send().fin_sent)) << 1 | @as(u64, @intFromBool(s.send().fin_acked)) << 2, s.send_max, s.recv().max_offset };
+    out.* = .{
+        s.id,
+        s.recv().data.read_offset,
+        s.recv().data.highest(),
+        s.recv().finalSize() orelse std.math.maxInt(u64),
+        @intFromBool(s.recv().finished),
+        s.send().write_offset,
+        s.send().acked_offset,
+        s.send().sent_offset,
+        s.send().lost.count,
+        @as(
+            u64,
+            @intFromBool(s.send().fin),
+        ) | @as(
+            u64,
+            @intFromBool(s.send().fin_sent),
+        ) << 1 | @as(u64, @intFromBool(s.send().fin_acked)) << 2,
+        s.send_max,
+        s.recv().max_offset,
+    };
     return 0;
 }

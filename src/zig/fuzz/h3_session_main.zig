@@ -2,18 +2,20 @@
 //! http3/session.zig's Session over a fake QUIC transport or a real QUIC Connection (byte
 //! 0's bit 3, or ZIGCORN_FUZZ_H3_TRANSPORT=fake or real), fuzzed control, QPACK and
 //! request stream bytes and the application's answers. Built as the QUIC connection
-//! fuzzer is (`fuzz_quic_conn_main.zig`, docs/FUZZING.md):
+//! fuzzer is (`quic_conn_main.zig`, docs/FUZZING.md):
 //!
-//!   python -m ziglang build-obj -OReleaseSafe -ffuzz -fPIC -lc -fno-stack-check \
-//!       -fcompiler-rt src/zig/fuzz_h3_session_main.zig -femit-bin=fuzz_h3_session.o
+//!   python -m ziglang build-obj -lc -fcompiler-rt -femit-bin=fuzz_h3_session.o \
+//!       $F --dep engine -Mroot=src/zig/fuzz/h3_session_main.zig $F -Mengine=src/zig/engine.zig
+//!   (F: -OReleaseSafe -ffuzz -fPIC -fno-stack-check, per module; docs/FUZZING.md)
 //!   clang -fsanitize=fuzzer fuzz_h3_session.o -o fuzz_h3_session
 //!   ./fuzz_h3_session -max_total_time=60 corpus/ src/zig/testing/fuzz_corpus/h3_session
 //!
 //! A panic aborts (libFuzzer saves the input); an invariant violation panics with
 //! `last_failure`. ZIGCORN_FUZZ_WRITE_SEEDS=DIR writes the built-in seeds and exits.
 const std = @import("std");
-const fuzz = @import("testing/fuzz_h3_session.zig");
-const support = @import("testing/fuzz_support.zig");
+const engine = @import("engine");
+const fuzz = engine.fuzz_h3_session;
+const support = engine.fuzz_support;
 
 export fn LLVMFuzzerInitialize(argc: *c_int, argv: *[*][*:0]u8) c_int {
     _ = argc;
