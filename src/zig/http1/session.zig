@@ -6,7 +6,7 @@
 //! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
 //! transport is `server/connection.zig`; the stream (`server/stream.zig`) is what the app side drives.
 const std = @import("std");
-const answers = @import("../http/answers.zig");
+const answers = @import("../features/answers.zig");
 const OpsAnswer = answers.OpsAnswer;
 const opsAnswer = answers.opsAnswer;
 const tooManyRequests = answers.tooManyRequests;

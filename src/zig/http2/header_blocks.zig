@@ -3,7 +3,7 @@
 const std = @import("std");
 const hpack = @import("hpack.zig");
 const stream_mod = @import("../server/stream.zig");
-const answers = @import("../http/answers.zig");
+const answers = @import("../features/answers.zig");
 const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;

@@ -43,7 +43,7 @@ pub const EngineObjectCore = struct {
     close_requested: bool = false,
     /// Attached to zigcorn's own loop: `settle` runs at the end of its pass, not via call_soon.
     loop_driven: bool = false,
-    trust: @import("../http/forwarded.zig").Trust = .{},
+    trust: @import("../features/forwarded.zig").Trust = .{},
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
     health_path: ?*Object = null,

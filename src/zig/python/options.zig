@@ -7,13 +7,13 @@ const Object = py.Object;
 const server_mod = @import("../server/server.zig");
 const scope = @import("scope.zig");
 const response = @import("../http/response.zig");
-const compression = @import("../http/compression.zig");
-const decompression = @import("../http/decompression.zig");
-const metrics = @import("../http/metrics.zig");
+const compression = @import("../features/compression.zig");
+const decompression = @import("../features/decompression.zig");
+const metrics = @import("../features/metrics.zig");
 const static_files = @import("../server/static_files.zig");
 const io = @import("../os/io.zig");
 const uring = @import("../os/io_uring.zig");
-const forwarded = @import("../http/forwarded.zig");
+const forwarded = @import("../features/forwarded.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
 
 const allocator = std.heap.c_allocator;

@@ -6,9 +6,9 @@ const http_fields = @import("../http/fields.zig");
 const py = @import("capi.zig");
 const Request = @import("../server/stream.zig").Request;
 const Peer = @import("../server/connection.zig").Peer;
-const proxy = @import("../http/forwarded.zig");
+const proxy = @import("../features/forwarded.zig");
 const tls = @import("../transport/openssl.zig");
-const tracing = @import("../http/tracing.zig");
+const tracing = @import("../features/tracing.zig");
 const Object = py.Object;
 const c = py.c;
 

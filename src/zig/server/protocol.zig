@@ -7,7 +7,7 @@
 //! is one `Session`, in its `Active`: the transport holds no HTTP state beside it.
 //!
 //! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
-//! `transport/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
+//! `features/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
 //! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
 //! HTTP/2 (`http2/session.zig`, called through `Http2Verbs`, the table the server holds:
 //! importing it would pull HTTP/2's files into the server's import cycle). Protocols

@@ -5,11 +5,11 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const per_ip = @import("../transport/per_ip.zig");
-const proxy_protocol = @import("../transport/proxy_protocol.zig");
-const lifetime = @import("../transport/lifetime.zig");
-const rate_limit = @import("../http/rate_limit.zig"); // the server owns the request-rate table the protocols consult
-const metrics = @import("../http/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
+const per_ip = @import("../features/per_ip.zig");
+const proxy_protocol = @import("../features/proxy_protocol.zig");
+const lifetime = @import("../transport/connection_age.zig");
+const rate_limit = @import("../features/rate_limit.zig"); // the server owns the request-rate table the protocols consult
+const metrics = @import("../features/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const io = @import("../os/io.zig");
@@ -26,7 +26,7 @@ const tls = @import("../transport/openssl.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
 const options = @import("options.zig");
 const hooks_mod = @import("hooks.zig");
-const offload_mod = @import("offload.zig"); // the writer thread's `auto` measure and the busy poll
+const offload_mod = @import("thread_load.zig"); // the writer thread's `auto` measure and the busy poll
 
 pub const Options = options.Options;
 pub const TcpOptions = options.TcpOptions;

@@ -13,9 +13,9 @@ const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const stream_mod = @import("stream.zig"); // the engine answers on the protocol-neutral stream, as the app would
 const Stream = stream_mod.Stream;
-const tracing = @import("../http/tracing.zig");
-const paths = @import("static_paths.zig");
-const fields_mod = @import("static_fields.zig");
+const tracing = @import("../features/tracing.zig");
+const paths = @import("../features/static_paths.zig");
+const fields_mod = @import("../features/static_fields.zig");
 
 pub const Mount = paths.Mount;
 pub const Config = paths.Config;

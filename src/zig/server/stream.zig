@@ -11,16 +11,16 @@
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const compression = @import("../http/compression.zig"); // `prepare` reads accept-encoding once for every protocol
-const decompression = @import("../http/decompression.zig"); // request bodies are decoded here, once for every protocol
+const compression = @import("../features/compression.zig"); // `prepare` reads accept-encoding once for every protocol
+const decompression = @import("../features/decompression.zig"); // request bodies are decoded here, once for every protocol
 const response = @import("../http/response.zig");
 const http1 = @import("../http1/parser.zig"); // HTTP/1.1's chunked-body decoder, kept in the stream
 const seam = @import("protocol.zig");
 const wsconn = seam.websocket;
 const Conn = @import("connection.zig").Conn;
 const outq = @import("../transport/output_queue.zig");
-const tracing = @import("../http/tracing.zig"); // `prepare` and `startResponse` decide what every protocol adds for operators, once
-const metrics = @import("../http/metrics.zig"); // the method label, noted once for every protocol
+const tracing = @import("../features/tracing.zig"); // `prepare` and `startResponse` decide what every protocol adds for operators, once
+const metrics = @import("../features/metrics.zig"); // the method label, noted once for every protocol
 const sys = @import("../os/sys.zig");
 
 pub const Header = http_fields.Header;
