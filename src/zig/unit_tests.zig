@@ -26,7 +26,7 @@ test {
     _ = @import("features/forwarded.zig");
     _ = @import("features/metrics.zig");
     _ = @import("http/response.zig");
-    _ = @import("server/static_files.zig");
+    _ = @import("core/static_files.zig");
     _ = @import("features/static_paths.zig");
     _ = @import("features/static_fields.zig");
     _ = @import("features/tracing.zig");
@@ -35,9 +35,9 @@ test {
     _ = @import("features/decompression.zig");
     _ = @import("http/huffman.zig");
     // the protocols
-    _ = @import("http1/parser.zig");
-    _ = @import("http1/scan.zig");
-    _ = @import("http1/chunked.zig");
+    _ = @import("http/http1_parser.zig");
+    _ = @import("http/http1_scan.zig");
+    _ = @import("http/http1_chunked.zig");
     _ = @import("http/fields.zig");
     _ = @import("features/answers.zig");
     _ = @import("http/request_fields.zig");
@@ -52,9 +52,10 @@ test {
     _ = @import("http2/session_life_tests.zig");
     _ = @import("http2/peer_integers_tests.zig");
     _ = @import("websocket/codec.zig");
-    _ = @import("websocket/deflate.zig");
+    _ = @import("features/websocket_deflate.zig");
     // the seam: the hand-overs between protocols
-    _ = @import("server/protocol.zig");
+    _ = @import("core/protocol.zig");
+    _ = @import("websocket/session.zig"); // the upgrade's handshake checks on parsed HTTP/1.1 heads
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
     _ = @import("quic/tls.zig");

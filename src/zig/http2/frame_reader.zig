@@ -2,9 +2,9 @@
 //! payload pieces (a frame may be larger than the read buffer), checked against RFC 9113
 //! section 6 as they come, and handed to the file that owns each frame type.
 const std = @import("std");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_ack = frames.flag_ack;
@@ -49,7 +49,7 @@ pub fn process(conn: *Conn) void {
     var it = s.first;
     while (it) |st| {
         it = st.next;
-        if (st.ws) |w| if (w.open and !wsInputEmpty(st)) seam.webSocketProcess(w);
+        if (st.ws) |w| if (seam.webSocketOpen(conn, w) and !wsInputEmpty(st)) seam.webSocketProcess(conn, w);
         if (conn.state != .h2) return;
     }
     while (conn.state == .h2 and !s.dead) {

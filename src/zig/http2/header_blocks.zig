@@ -2,9 +2,9 @@
 //! into a new stream's request (or an open stream's trailers).
 const std = @import("std");
 const hpack = @import("hpack.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const answers = @import("../features/answers.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_end_stream = frames.flag_end_stream;
@@ -30,9 +30,9 @@ const remoteEnded = streams.remoteEnded;
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-pub var decoded_bytes: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
+pub var decoded_bytes: [@import("../core/server.zig").request_head_bytes_max]u8 = undefined;
 
-pub var decoded_fields: [@import("../server/server.zig").request_fields_max + 8]hpack.Header = undefined;
+pub var decoded_fields: [@import("../core/server.zig").request_fields_max + 8]hpack.Header = undefined;
 
 pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
     s.block.clearRetainingCapacity();

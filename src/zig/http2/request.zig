@@ -7,7 +7,7 @@ const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const scratch = @import("../http/scratch.zig");
 
-/// What the h2c upgrade (RFC 7540 3.2) reads of the HTTP/1.1 request: `server/protocol.zig`
+/// What the h2c upgrade (RFC 7540 3.2) reads of the HTTP/1.1 request: `session.zig`
 /// fills it from the parsed head, and HTTP/2's `beginUpgrade` makes it stream 1.
 pub const UpgradeRequest = struct {
     method: []const u8,
@@ -104,7 +104,7 @@ pub fn findField(fields: []const http_fields.Header, name: []const u8) ?usize {
 }
 
 /// Joined cookies live after the decoded fields in the same scratch. A request head fits
-/// one pooled buffer (`server/server.zig` `request_head_bytes_max`), named here from the
+/// one pooled buffer (`core/server.zig` `request_head_bytes_max`), named here from the
 /// pool itself so that this file stays out of the server's knot of imports.
 var cookie_scratch: [@import("../os/buffer_pool.zig").buffer_bytes]u8 = undefined;
 pub var cookie_len: usize = 0;

@@ -5,11 +5,11 @@ const std = @import("std");
 const assert = std.debug.assert;
 const sys = @import("../os/sys.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const windowUse = frames.windowUse;
@@ -143,7 +143,7 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
         st.base.write_blocked = false;
         s.sink.wakeWrite(&st.base);
     }
-    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high) seam.webSocketOutputDrained(w);
+    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high) seam.webSocketOutputDrained(st.base.conn, w);
     if (!st.hasOutput()) {
         st.items.clearRetainingCapacity();
         st.item_head = 0;

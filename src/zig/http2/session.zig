@@ -4,7 +4,7 @@
 //! after ALPN chose "h2" or on a plain port (h2c with prior knowledge). From then on
 //! the connection's bytes are frames, read here as they arrive (a frame may be larger
 //! than the read buffer: payloads are consumed in pieces), and each request is a
-//! `Stream` (`server/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
+//! `Stream` (`core/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
@@ -31,11 +31,11 @@ const sink_mod = @import("sink.zig");
 pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const deadlines = @import("../os/deadlines.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const setting_enable_push = frames.setting_enable_push;
@@ -44,6 +44,7 @@ const setting_initial_window_size = frames.setting_initial_window_size;
 const setting_max_header_list_size = frames.setting_max_header_list_size;
 const setting_enable_connect_protocol = frames.setting_enable_connect_protocol;
 const request = @import("request.zig");
+const h1_parser = @import("../http/http1_parser.zig"); // the h2c upgrade reads the HTTP/1.1 request
 pub const window_max = frames.window_max;
 
 const control = @import("control.zig");
@@ -78,11 +79,12 @@ const freeStream = streams.freeStream;
 const newStream = streams.newStream;
 pub const wsSessionOf = websocket.wsSessionOf;
 
-/// What the seam calls HTTP/2 by (`server/protocol.zig` `Http2Verbs`): the server holds
-/// this table (`Server.http2`), so the seam never imports this file.
+/// What the seam calls HTTP/2 by (`core/protocol.zig` `Http2Verbs`): the server's wiring
+/// hands this table to the server, so the core never imports this file.
 pub const verbs: seam.Http2Verbs = .{
+    .preface = prefaceOf,
     .begin = begin,
-    .beginUpgrade = beginUpgrade,
+    .beginUpgrade = beginUpgradeFrom,
     .destroy = destroyHeld,
     .process = process,
     .timedOut = timedOut,
@@ -142,7 +144,7 @@ fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
 fn carrierAbort(st: *stream_mod.Stream) void {
     websocket.wsAbort(@fieldParentPtr("base", st));
 }
-fn carrierAccept(st: *stream_mod.Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.websocket.AcceptError!void {
+fn carrierAccept(st: *stream_mod.Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.WebSocketAcceptError!void {
     return websocket.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra);
 }
 
@@ -295,6 +297,25 @@ pub fn beginWith(conn: *Conn, gpa: std.mem.Allocator, sink: Sink) void {
 pub const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 
 pub const UpgradeRequest = request.UpgradeRequest;
+
+/// Where `data` stands against the client preface, as the seam names it (HTTP/1.1 asks).
+fn prefaceOf(data: []const u8) seam.Preface {
+    return switch (frames.prefaceState(data)) {
+        .no => .no,
+        .partial => .partial,
+        .yes => .yes,
+    };
+}
+
+comptime {
+    // HTTP/1.1 skips the preface by the seam's count of its bytes.
+    std.debug.assert(frames.preface.len == seam.http2_preface_len);
+}
+
+/// The h2c upgrade as the seam hands it over: what it reads of the HTTP/1.1 request.
+fn beginUpgradeFrom(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
+    beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
+}
 
 /// An HTTP/1.1 request asked to upgrade to h2c (RFC 7540 3.2) and `h1` found it fit
 /// (plain connection, no body, one HTTP2-Settings field: `settings` is its decoded
@@ -532,7 +553,7 @@ pub fn closeWebSockets(conn: *Conn) bool {
         it = st.next;
         if (st.ws) |w| {
             any = true;
-            seam.webSocketGoingAway(w);
+            seam.webSocketGoingAway(conn, w);
         }
     }
     if (conn.state == .h2) conn.flush();

@@ -1,14 +1,14 @@
-//! The stream verbs over HTTP/2, called by `server/stream.zig` for the app: read the
+//! The stream verbs over HTTP/2, called by `core/stream.zig` for the app: read the
 //! request body, start a response, write its body, trailers or a file, finish, abort.
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../server/server.zig").Server;
+const Server = @import("../core/server.zig").Server;
 const answers = @import("../features/answers.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
 
@@ -341,10 +341,10 @@ pub fn finishStream(st: *Stream) void {
         if (s.held == 0) conn.server.retire(conn);
         return;
     }
-    if (h.ws) |w| if (w.open) {
+    if (h.ws) |w| if (seam.webSocketOpen(st.conn, w)) {
         // An accepted WebSocket: closed normally if the app did not; the stream ends
         // once the peer's close (and END_STREAM) arrives.
-        seam.webSocketFinished(w);
+        seam.webSocketFinished(st.conn, w);
         st.resp_complete = true;
     };
     if (!st.resp_complete and !st.reset) {

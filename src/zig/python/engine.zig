@@ -4,8 +4,8 @@ const std = @import("std");
 const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const server_mod = @import("../server/server.zig");
-const h2 = @import("../http2/session.zig"); // HTTP/2's verbs, handed to the server (`protocol.Http2Verbs`)
+const server_mod = @import("../core/server.zig");
+const wiring = @import("../server/protocols.zig"); // each protocol's verbs, handed to the server
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
@@ -51,7 +51,7 @@ pub const EngineObjectCore = struct {
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
     /// --static mounts (python/options.zig `setStatic`), freed after the server.
-    static_cfg: ?*@import("../server/static_files.zig").Config = null,
+    static_cfg: ?*@import("../core/static_files.zig").Config = null,
     /// --hsts's header value (a str), held while the server runs.
     hsts: ?*Object = null,
     /// --compression-types (a str), held while the server runs.
@@ -187,7 +187,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .pass_soon = pystream.hookPassSoon,
         .log = pystream.hookLog,
     };
-    self.server = Server.init(allocator, hooks, opts_full, &h2.verbs) catch {
+    self.server = Server.init(allocator, hooks, opts_full, &wiring.verbs) catch {
         py.decref(obj);
         c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
         return null;
@@ -312,7 +312,7 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     var st: linux.sockaddr.storage = undefined;
     var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
     if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
-    const peer = @import("../server/connection.zig").Peer.fromStorage(&st);
+    const peer = @import("../core/connection.zig").Peer.fromStorage(&st);
     const self = asEngine(obj);
     if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
         // A Unix socket: like uvicorn, the scope's `server` is None.

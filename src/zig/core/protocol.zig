@@ -1,18 +1,18 @@
-//! The protocol seam: the one place where the transport meets the protocols.
+//! The protocol seam: the one place where the core meets the protocols.
 //!
-//! A connection (`server/connection.zig`) and a stream (`server/stream.zig`) call
-//! the verbs below without knowing which protocol serves them; each verb picks the
-//! protocol from the connection's phase (`Conn.state`) or the stream's `protocol`, so
-//! the per-protocol switches are all here. What a protocol keeps on a busy connection
-//! is one `Session`, in its `Active`: the transport holds no HTTP state beside it.
+//! A connection (`core/connection.zig`) and a stream (`core/stream.zig`) call the verbs
+//! below without knowing which protocol serves them; each verb picks the protocol from the
+//! connection's phase (`Conn.state`) or the stream's `protocol`, so the per-protocol
+//! switches are all here. What a protocol keeps on a busy connection is one `Session`, in
+//! its `Active`: the core holds no other HTTP state beside it.
 //!
-//! The protocols: the PROXY header before any HTTP (`Conn.proxyStep` over
-//! `features/proxy_protocol.zig`), HTTP/1.1 (`http1/session.zig`), WebSocket after an
-//! HTTP/1.1 upgrade (`websocket/session.zig`; over HTTP/2 it is HTTP/2's, RFC 8441) and
-//! HTTP/2 (`http2/session.zig`, called through `Http2Verbs`, the table the server holds:
-//! importing it would pull HTTP/2's files into the server's import cycle). Protocols
-//! import the transport, never the other way round: this file's imports of the protocol
-//! sessions are the transport's only ones.
+//! Every protocol is reached one way: through its table of verbs (`Http1Verbs`,
+//! `Http2Verbs`, `WebSocketVerbs`, `Http3Verbs`), which the protocol defines as `verbs` and
+//! the server's wiring (`server/protocols.zig`) hands to `Server.init` (HTTP/3's comes with
+//! the worker's `QuicPlug`). This file imports no protocol: the protocols import it, and
+//! the core below them stays out of their import cycles (docs/ARCHITECTURE.md). The PROXY
+//! header before any HTTP is the core's own (`Conn.proxyStep` over
+//! `features/proxy_protocol.zig`).
 const std = @import("std");
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
@@ -20,15 +20,9 @@ const Active = conn_mod.Active;
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 const timer = @import("../os/deadlines.zig");
-const h1 = @import("../http1/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
-const h2_frames = @import("../http2/frames.zig"); // the hand-overs: the client preface HTTP/1.1 looks for
-const h2_request = @import("../http2/request.zig"); // the hand-overs: what the h2c upgrade reads of an HTTP/1.1 request
-/// The WebSocket verbs a stream offers the app side (`Stream.wsAccept` ...) and their types.
-pub const websocket = @import("../websocket/session.zig"); // the seam: the transport's one way to the protocols (docs/ARCHITECTURE.md)
-const ws_codec = @import("../websocket/codec.zig"); // the hand-overs: WebSocket's handshake checks
-const ws_deflate = @import("../websocket/deflate.zig"); // the hand-overs: zlib, loaded when a client offers compression
-const h1_parser = @import("../http1/parser.zig"); // the hand-overs: what HTTP/2 and WebSocket read of an HTTP/1.1 request
 const http_fields = @import("../http/fields.zig");
+const h1_parser = @import("../http/http1_parser.zig"); // the hand-overs read an HTTP/1.1 request
+const SessionSummary = @import("../transport/openssl.zig").SessionSummary;
 
 /// What the protocol of a busy connection keeps, in its `Active`. The phase
 /// (`Conn.state`) says which protocol reads the connection; this is that protocol's state.
@@ -37,9 +31,26 @@ pub const Session = union(enum) {
     none,
     /// HTTP/1.1: its one stream, the skipping of an unread body, and a WebSocket
     /// upgraded from it (the session runs on the HTTP/1.1 stream, `.websocket` phase).
-    http1: h1.ConnState,
+    http1: Http1State,
     /// HTTP/2: the session (settings, windows, HPACK table, its streams).
     http2: Http2Held,
+};
+
+/// What HTTP/1.1 keeps on a busy connection (`http1/session.zig` `ConnState`). It is kept
+/// here, by value in the `Active`, because the core holds it without naming HTTP/1.1.
+pub const Http1State = struct {
+    /// HTTP/1.1 serves one stream at a time, here; it keeps the last exchange's state
+    /// until the next begins.
+    stream: Stream,
+    /// Between requests: the rest of an unread request body is being skipped.
+    discarding: bool = false,
+    discarded_bytes: u64 = 0,
+    /// A WebSocket upgrade: pending the app's accept, then the open session.
+    ws: ?WebSocketHeld = null,
+
+    pub fn init(conn: *Conn) Http1State {
+        return .{ .stream = Stream.init(conn, .http1) };
+    }
 };
 
 /// HTTP/2's session as the seam holds it: the type is HTTP/2's (`http2/session.zig`
@@ -49,15 +60,84 @@ pub const Session = union(enum) {
 pub const Http2Session = opaque {};
 pub const Http2Held = *align(@alignOf(u64)) Http2Session;
 
-/// HTTP/2's verbs (`http2/session.zig` `verbs`), reached through `Server.http2` rather
-/// than an import, as HTTP/3's are: the seam does not import HTTP/2's session, so HTTP/2's
-/// files stay out of the server's import cycle (docs/ARCHITECTURE.md). The engine (and the
-/// test fixture) hands the table to `Server.init`; each verb here still picks HTTP/2 by a
-/// switch on the connection's phase or the stream's protocol.
+/// A WebSocket session (`websocket/session.zig` `Session`) as the core and the protocols
+/// that start or carry one hold it, held the way HTTP/2's session is.
+pub const WebSocket = opaque {};
+pub const WebSocketHeld = *align(@alignOf(u64)) WebSocket;
+/// What a WebSocket's accept can fail with (`websocket/session.zig` `AcceptError`).
+pub const WebSocketAcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory, NotPending };
+/// Queued bytes past which a carried WebSocket's app waits and its reading pauses.
+pub const websocket_out_bytes_high = 64 * 1024;
+/// Fields of a WebSocket's accept response the engine writes itself.
+pub const websocket_owned_fields = [_][]const u8{ "upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions", "content-length", "transfer-encoding" };
+
+/// Where a new connection's first bytes stand against HTTP/2's client preface (RFC 9113 3.4).
+pub const Preface = enum { no, partial, yes };
+/// The length of HTTP/2's client preface (`http2/frames.zig` `preface`, checked there).
+pub const http2_preface_len = 24;
+
+/// Each protocol's table, as the server's wiring hands them to `Server.init`.
+pub const Protocols = struct {
+    http1: *const Http1Verbs,
+    http2: *const Http2Verbs,
+    websocket: *const WebSocketVerbs,
+};
+
+/// HTTP/1.1's verbs (`http1/session.zig` `verbs`).
+pub const Http1Verbs = struct {
+    // The connection's.
+    process: *const fn (conn: *Conn) void,
+    timedOut: *const fn (conn: *Conn) void,
+    afterFlush: *const fn (conn: *Conn) void,
+    wholeResponseQueued: *const fn (conn: *const Conn) bool,
+    refuse: *const fn (conn: *Conn, status: u16) void,
+    wsSession: *const fn (conn: *const Conn) ?WebSocketHeld,
+    // The stream's.
+    mustWait: *const fn (st: *const Stream) bool,
+    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
+    readBodyDirect: *const fn (st: *Stream, dst: []u8) usize,
+    bodyConsumed: *const fn (st: *Stream) void,
+    awaitBody: *const fn (st: *Stream) void,
+    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
+    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
+    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
+    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
+    finishStream: *const fn (st: *Stream) void,
+};
+
+/// WebSocket's verbs (`websocket/session.zig` `verbs`): over an HTTP/1.1 connection (the
+/// `.websocket` phase), or carried by a stream (RFC 8441), and the upgrades that start one.
+pub const WebSocketVerbs = struct {
+    // Over a connection.
+    process: *const fn (conn: *Conn) void,
+    afterFlush: *const fn (conn: *Conn) void,
+    goingAway: *const fn (conn: *Conn) void,
+    pingDue: *const fn (conn: *Conn) void,
+    pongTimeout: *const fn (conn: *Conn) void,
+    streamFinished: *const fn (conn: *Conn) void,
+    /// An HTTP/1.1 request that asks for the upgrade (RFC 6455 4.1).
+    asksUpgrade: *const fn (req: *const h1_parser.Request) bool,
+    /// The upgrade, checked; null when it began, else the status HTTP/1.1 refuses it with.
+    beginUpgrade: *const fn (conn: *Conn, req: *const h1_parser.Request) ?u16,
+    // A session, wherever it runs.
+    open: *const fn (st: *Stream, fields: []const http_fields.Header) ?WebSocketHeld,
+    isOpen: *const fn (w: WebSocketHeld) bool,
+    wake: *const fn (w: WebSocketHeld) void,
+    processSession: *const fn (w: WebSocketHeld) void,
+    outputDrained: *const fn (w: WebSocketHeld) void,
+    sessionFinished: *const fn (w: WebSocketHeld) void,
+    goingAwaySession: *const fn (w: WebSocketHeld) void,
+    destroy: *const fn (w: WebSocketHeld) void,
+};
+
+/// HTTP/2's verbs (`http2/session.zig` `verbs`).
 pub const Http2Verbs = struct {
     // The connection's.
+    preface: *const fn (data: []const u8) Preface,
     begin: *const fn (conn: *Conn) void,
-    beginUpgrade: *const fn (conn: *Conn, req: h2_request.UpgradeRequest, settings: []const u8) void,
+    beginUpgrade: *const fn (conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void,
     destroy: *const fn (s: Http2Held) void,
     process: *const fn (conn: *Conn) void,
     timedOut: *const fn (conn: *Conn) void,
@@ -81,7 +161,7 @@ pub const Http2Verbs = struct {
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
     abortStream: *const fn (st: *Stream) void,
-    wsSession: *const fn (st: *const Stream) ?*websocket.Session,
+    wsSession: *const fn (st: *const Stream) ?WebSocketHeld,
     // A stream carrying a WebSocket (RFC 8441), for `websocket/carrier.zig`.
     carrierLive: *const fn (st: *const Stream) bool,
     carrierEnded: *const fn (st: *const Stream) bool,
@@ -91,18 +171,45 @@ pub const Http2Verbs = struct {
     carrierQueue: *const fn (st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void,
     carrierEnd: *const fn (st: *Stream) error{OutOfMemory}!void,
     carrierAbort: *const fn (st: *Stream) void,
-    carrierAccept: *const fn (st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void,
+    carrierAccept: *const fn (st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) WebSocketAcceptError!void,
 };
 
+/// HTTP/3's stream verbs (`http3/server_stream.zig` `verbs`), reached through the server's
+/// `QuicPlug`: HTTP/3 sits beside the TCP path (docs/ARCHITECTURE.md).
+pub const Http3Verbs = struct {
+    mustWait: *const fn (st: *const Stream) bool,
+    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
+    bodyConsumed: *const fn (st: *Stream) void,
+    awaitBody: *const fn (st: *Stream) void,
+    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
+    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
+    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
+    finishStream: *const fn (st: *Stream) void,
+    abortStream: *const fn (st: *Stream) void,
+    /// What the stream's QUIC handshake kept for the ASGI tls extension (null before it
+    /// completed).
+    tlsSummary: *const fn (st: *const Stream) ?*const SessionSummary,
+};
+
+inline fn h1(conn: *const Conn) *const Http1Verbs {
+    return conn.server.protocols.http1;
+}
+
 inline fn h2(conn: *const Conn) *const Http2Verbs {
-    return conn.server.http2;
+    return conn.server.protocols.http2;
+}
+
+inline fn ws(conn: *const Conn) *const WebSocketVerbs {
+    return conn.server.protocols.websocket;
 }
 
 /// The session a connection's new `Active` starts with, for the phase it is in.
 pub fn initialSession(conn: *Conn) Session {
     return switch (conn.state) {
         .proxy => .none,
-        else => .{ .http1 = h1.ConnState.init(conn) },
+        else => .{ .http1 = Http1State.init(conn) },
     };
 }
 
@@ -110,7 +217,7 @@ pub fn initialSession(conn: *Conn) Session {
 pub fn release(act: *Active) void {
     switch (act.proto) {
         .none => {},
-        .http1 => |*s| if (s.ws) |w| websocket.destroy(w),
+        .http1 => |*s| if (s.ws) |w| ws(act.conn).destroy(w),
         .http2 => |s| h2(act.conn).destroy(s),
     }
     act.proto = .none;
@@ -122,8 +229,8 @@ pub fn release(act: *Active) void {
 pub fn process(conn: *Conn) void {
     switch (conn.state) {
         .proxy => conn.proxyStep(),
-        .head, .request => h1.process(conn),
-        .websocket => websocket.process(conn),
+        .head, .request => h1(conn).process(conn),
+        .websocket => ws(conn).process(conn),
         .h2 => h2(conn).process(conn),
         .lingering, .closed => {},
     }
@@ -149,7 +256,7 @@ pub fn readsDecrypted(conn: *const Conn) bool {
 /// A deadline of the current phase passed (`Conn.timer`).
 pub fn timedOut(conn: *Conn) void {
     switch (conn.state) {
-        .head, .request => h1.timedOut(conn),
+        .head, .request => h1(conn).timedOut(conn),
         .h2 => h2(conn).timedOut(conn),
         // The peer's close frame (or the rest of a lingering close) did not come in time.
         .proxy, .websocket, .lingering, .closed => conn.close(),
@@ -171,10 +278,10 @@ pub inline fn batchesWrites(conn: *const Conn) bool {
 /// All output is written: the protocol goes on.
 pub fn afterFlush(conn: *Conn) void {
     switch (conn.state) {
-        .websocket => websocket.afterFlush(conn),
+        .websocket => ws(conn).afterFlush(conn),
         .h2 => h2(conn).afterFlush(conn),
         // Lingering or closed: an HTTP/1.1 stream may still wait to be woken.
-        .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1) h1.afterFlush(conn),
+        .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1) h1(conn).afterFlush(conn),
     }
 }
 
@@ -202,7 +309,7 @@ pub fn keepsActive(act: *const Active) bool {
 /// the ring may send (only the first write, nothing blocked yet).
 pub fn wholeResponseQueued(conn: *const Conn) bool {
     if (conn.state != .request) return false;
-    return h1.wholeResponseQueued(conn);
+    return h1(conn).wholeResponseQueued(conn);
 }
 
 /// The drain began: HTTP/2 says a GOAWAY naming no stream yet, and a PING whose answer
@@ -224,7 +331,7 @@ pub fn goingAway(conn: *Conn) void {
 pub fn closeWebSockets(conn: *Conn) bool {
     return switch (conn.state) {
         .websocket => blk: {
-            websocket.goingAway(conn);
+            ws(conn).goingAway(conn);
             break :blk true;
         },
         .h2 => h2(conn).closeWebSockets(conn),
@@ -234,16 +341,18 @@ pub fn closeWebSockets(conn: *Conn) bool {
 
 /// A WebSocket's ping interval passed (the server's ping deadline queue).
 pub fn pingDue(entry: *timer.Entry) void {
-    websocket.pingDue(@fieldParentPtr("timer", entry));
+    const conn: *Conn = @fieldParentPtr("timer", entry);
+    ws(conn).pingDue(conn);
 }
 
 /// A WebSocket's pong did not come in time (the server's pong deadline queue).
 pub fn pongTimeout(entry: *timer.Entry) void {
-    websocket.pongTimeout(@fieldParentPtr("timer", entry));
+    const conn: *Conn = @fieldParentPtr("timer", entry);
+    ws(conn).pongTimeout(conn);
 }
 
 /// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue;
-/// `verbs` is its `Server.http2`).
+/// `verbs` is its `Server.protocols.http2`).
 pub fn lifetimeDue(verbs: *const Http2Verbs, entry: *timer.Entry) void {
     verbs.lifetimeDue(entry);
 }
@@ -251,32 +360,10 @@ pub fn lifetimeDue(verbs: *const Http2Verbs, entry: *timer.Entry) void {
 /// The PROXY header was read (`Conn.proxyStep`): HTTP/1.1 reads what follows.
 pub fn afterProxyHeader(act: *Active) void {
     std.debug.assert(act.conn.state == .head and act.proto == .none);
-    act.proto = .{ .http1 = h1.ConnState.init(act.conn) };
+    act.proto = .{ .http1 = Http1State.init(act.conn) };
 }
 
 // ---- the stream's verbs -------------------------------------------------------------
-
-/// HTTP/3's stream verbs (`http3/stream_verbs_server.zig`), reached through the server's
-/// `QuicPlug` rather than an import: HTTP/3 sits beside the TCP path (docs/ARCHITECTURE.md)
-/// and out of its import cycle.
-const SessionSummary = @import("../transport/openssl.zig").SessionSummary;
-
-pub const Http3Verbs = struct {
-    mustWait: *const fn (st: *const Stream) bool,
-    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
-    bodyConsumed: *const fn (st: *Stream) void,
-    awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
-    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
-    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
-    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
-    finishStream: *const fn (st: *Stream) void,
-    abortStream: *const fn (st: *Stream) void,
-    /// What the stream's QUIC handshake kept for the ASGI tls extension (null before it
-    /// completed).
-    tlsSummary: *const fn (st: *const Stream) ?*const SessionSummary,
-};
 
 inline fn h3(st: *const Stream) *const Http3Verbs {
     return st.conn.server.quic.?.verbs;
@@ -308,7 +395,7 @@ fn h3SendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
 
 pub fn mustWait(st: *const Stream) bool {
     return switch (st.protocol) {
-        .http1 => h1.mustWait(st),
+        .http1 => h1(st.conn).mustWait(st),
         .http2 => h2(st.conn).mustWait(st),
         .http3 => h3(st).mustWait(st),
     };
@@ -316,7 +403,7 @@ pub fn mustWait(st: *const Stream) bool {
 
 pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
     return switch (st.protocol) {
-        .http1 => h1.takeBody(st, segs),
+        .http1 => h1(st.conn).takeBody(st, segs),
         .http2 => h2(st.conn).takeBody(st, segs),
         .http3 => h3(st).takeBody(st, segs),
     };
@@ -324,7 +411,7 @@ pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
 
 pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
     return switch (st.protocol) {
-        .http1 => h1.readBodyDirect(st, dst),
+        .http1 => h1(st.conn).readBodyDirect(st, dst),
         .http2 => 0,
         .http3 => 0,
     };
@@ -332,7 +419,7 @@ pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
 
 pub fn bodyConsumed(st: *Stream) void {
     switch (st.protocol) {
-        .http1 => h1.bodyConsumed(st),
+        .http1 => h1(st.conn).bodyConsumed(st),
         .http2 => h2(st.conn).bodyConsumed(st),
         .http3 => h3(st).bodyConsumed(st),
     }
@@ -340,7 +427,7 @@ pub fn bodyConsumed(st: *Stream) void {
 
 pub fn awaitBody(st: *Stream) void {
     switch (st.protocol) {
-        .http1 => h1.awaitBody(st),
+        .http1 => h1(st.conn).awaitBody(st),
         .http2 => h2(st.conn).awaitBody(st),
         .http3 => h3(st).awaitBody(st),
     }
@@ -348,7 +435,7 @@ pub fn awaitBody(st: *Stream) void {
 
 pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
     return switch (st.protocol) {
-        .http1 => h1.startResponse(st, status, headers, extra, trailers),
+        .http1 => h1(st.conn).startResponse(st, status, headers, extra, trailers),
         .http2 => h2(st.conn).startResponse(st, status, headers, extra, trailers),
         .http3 => h3(st).startResponse(st, status, headers, extra, trailers),
     };
@@ -356,7 +443,7 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
 
 pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!void {
     return switch (st.protocol) {
-        .http1 => h1.earlyHint(st, links),
+        .http1 => h1(st.conn).earlyHint(st, links),
         .http2 => h2(st.conn).earlyHint(st, links),
         .http3 => h3(st).earlyHint(st, links),
     };
@@ -364,7 +451,7 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
 
 pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool {
     return switch (st.protocol) {
-        .http1 => h1.writeTrailers(st, fields, more),
+        .http1 => h1(st.conn).writeTrailers(st, fields, more),
         .http2 => h2(st.conn).writeTrailers(st, fields, more),
         .http3 => h3(st).writeTrailers(st, fields, more),
     };
@@ -372,7 +459,7 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
 
 pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
     return switch (st.protocol) {
-        .http1 => h1.writeBody(st, data, more, owner),
+        .http1 => h1(st.conn).writeBody(st, data, more, owner),
         .http2 => h2(st.conn).writeBody(st, data, more, owner),
         .http3 => h3(st).writeBody(st, data, more, owner),
     };
@@ -380,7 +467,7 @@ pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) 
 
 pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
     return switch (st.protocol) {
-        .http1 => h1.sendFile(st, path),
+        .http1 => h1(st.conn).sendFile(st, path),
         .http2 => h2(st.conn).sendFile(st, path),
         .http3 => h3SendFile(st, path),
     };
@@ -388,7 +475,7 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
 
 pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
     return switch (st.protocol) {
-        .http1 => h1.sendFd(st, fd, offset, len),
+        .http1 => h1(st.conn).sendFd(st, fd, offset, len),
         .http2 => h2(st.conn).sendFd(st, fd, offset, len),
         .http3 => h3(st).sendFd(st, fd, offset, len),
     };
@@ -396,7 +483,7 @@ pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!
 
 pub fn finishStream(st: *Stream) void {
     switch (st.protocol) {
-        .http1 => h1.finishStream(st),
+        .http1 => h1(st.conn).finishStream(st),
         .http2 => h2(st.conn).finishStream(st),
         .http3 => h3(st).finishStream(st),
     }
@@ -419,7 +506,7 @@ pub fn abortStream(st: *Stream) void {
 pub fn refuseRequest(st: *Stream, status: u16) bool {
     switch (st.protocol) {
         .http1 => {
-            h1.refuse(st.conn, status);
+            h1(st.conn).refuse(st.conn, status);
             return true;
         },
         .http2, .http3 => return false,
@@ -427,9 +514,9 @@ pub fn refuseRequest(st: *Stream, status: u16) bool {
 }
 
 /// The stream's WebSocket session, if its request opened one.
-pub fn wsSession(st: *const Stream) ?*websocket.Session {
+pub fn wsSession(st: *const Stream) ?WebSocketHeld {
     return switch (st.protocol) {
-        .http1 => h1.wsSessionOf(st.conn),
+        .http1 => h1(st.conn).wsSession(st.conn),
         .http2 => h2(st.conn).wsSession(st),
         .http3 => null,
     };
@@ -441,17 +528,11 @@ pub fn wsSession(st: *const Stream) ?*websocket.Session {
 // to each other"): where HTTP/1.1 starts HTTP/2 or WebSocket, and where a stream carries
 // a WebSocket, the protocols call these verbs, and only this file knows both sides.
 
-/// A WebSocket session, as the protocols that start or carry one hold it.
-pub const WebSocket = websocket.Session;
-/// Queued bytes past which a carried WebSocket's app waits and its reading pauses.
-pub const websocket_out_bytes_high = websocket.out_bytes_high;
-/// Fields of a WebSocket's accept response the engine writes itself.
-pub const websocket_owned_fields = websocket.owned_fields;
-
 /// HTTP/1.1 to HTTP/2 with prior knowledge: where a new connection's bytes stand
 /// against the client preface (RFC 9113 3.4).
-pub const http2Preface = h2_frames.prefaceState;
-pub const http2_preface_len = h2_frames.preface.len;
+pub fn http2Preface(conn: *const Conn, data: []const u8) Preface {
+    return h2(conn).preface(data);
+}
 
 /// The preface was read: the connection speaks HTTP/2 from now on.
 pub fn startHttp2(conn: *Conn) void {
@@ -461,50 +542,55 @@ pub fn startHttp2(conn: *Conn) void {
 /// The h2c upgrade (RFC 7540 3.2): the HTTP/1.1 request becomes HTTP/2's stream 1.
 /// `settings` is its HTTP2-Settings field, decoded (a whole number of settings).
 pub fn upgradeToHttp2(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
-    h2(conn).beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
+    h2(conn).beginUpgrade(conn, req, settings);
 }
 
 /// An HTTP/1.1 request that asks for the WebSocket upgrade (RFC 6455 4.1).
-pub fn asksWebSocket(req: *const h1_parser.Request) bool {
-    return ws_codec.isUpgrade(req.upgrade);
-}
-
-/// What WebSocket's handshake checks read of an HTTP/1.1 request.
-fn handshakeRequest(req: *const h1_parser.Request) ws_codec.HandshakeRequest {
-    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
+pub fn asksWebSocket(conn: *const Conn, req: *const h1_parser.Request) bool {
+    return ws(conn).asksUpgrade(req);
 }
 
 /// The WebSocket upgrade of an HTTP/1.1 request, checked; the session then waits for the
 /// app's accept. Null when it began; else the status HTTP/1.1 refuses it with.
 pub fn upgradeToWebSocket(conn: *Conn, req: *const h1_parser.Request) ?u16 {
-    var hs = ws_codec.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| return ws_codec.statusFor(err);
-    // zlib is loaded only now, for a client that offers compression; without it we decline.
-    if (hs.deflate != null and !ws_deflate.load()) hs.deflate = null;
-    if (!websocket.begin(conn, hs)) return 500;
-    return null;
+    return ws(conn).beginUpgrade(conn, req);
 }
 
 /// HTTP/1.1's app returned on an upgraded connection: an open WebSocket closes normally.
 pub fn webSocketStreamFinished(conn: *Conn) void {
-    websocket.streamFinished(conn);
+    ws(conn).streamFinished(conn);
 }
 
 /// An extended CONNECT for a WebSocket (RFC 8441 4) with version 13: a session carried by
 /// `st`, waiting for the app's accept; null when out of memory.
-pub fn openWebSocket(st: *Stream, fields: []const http_fields.Header) ?*WebSocket {
-    var hs = ws_codec.Handshake{ .accept = [_]u8{0} ** ws_codec.accept_bytes, .deflate = null };
-    if (st.conn.server.opts.ws_deflate) hs.deflate = ws_codec.negotiateDeflate(fields);
-    if (hs.deflate != null and !ws_deflate.load()) hs.deflate = null;
-    return websocket.create(.{ .stream = st }, hs);
+pub fn openWebSocket(st: *Stream, fields: []const http_fields.Header) ?WebSocketHeld {
+    return ws(st.conn).open(st, fields);
 }
 
-/// A carried WebSocket's verbs for its carrier: parse what arrived, the output drained,
-/// the app returned, the drain's deadline (1001), the stream is freed.
-pub const webSocketProcess = websocket.processSession;
-pub const webSocketOutputDrained = websocket.outputDrained;
-pub const webSocketFinished = websocket.sessionFinished;
-pub const webSocketGoingAway = websocket.goingAwaySession;
-pub const webSocketDestroy = websocket.destroy;
+/// A carried WebSocket's verbs for its carrier (`conn` is the carrier's connection): whether
+/// it is open, its app may go on, parse what arrived, the output drained, the app returned, the drain's
+/// deadline (1001), the stream is freed.
+pub fn webSocketOpen(conn: *const Conn, w: WebSocketHeld) bool {
+    return ws(conn).isOpen(w);
+}
+pub fn webSocketWake(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).wake(w);
+}
+pub fn webSocketProcess(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).processSession(w);
+}
+pub fn webSocketOutputDrained(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).outputDrained(w);
+}
+pub fn webSocketFinished(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).sessionFinished(w);
+}
+pub fn webSocketGoingAway(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).goingAwaySession(w);
+}
+pub fn webSocketDestroy(conn: *const Conn, w: WebSocketHeld) void {
+    ws(conn).destroy(w);
+}
 
 // What `websocket/carrier.zig` asks of a stream that carries a WebSocket, by protocol.
 // HTTP/1.1's one stream never does: its WebSocket is carried by the connection.
@@ -565,48 +651,9 @@ pub fn carrierAbort(st: *Stream) void {
     }
 }
 
-pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) websocket.AcceptError!void {
+pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) WebSocketAcceptError!void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
         .http2 => try h2(st.conn).carrierAccept(st, subprotocol, extension, headers, extra),
     }
-}
-
-// ---- tests: the WebSocket hand-over reads a parsed HTTP/1.1 head ----------------------
-
-const testing = std.testing;
-const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
-
-fn handshake(raw: []const u8, offer_deflate: bool) ws_codec.HandshakeError!ws_codec.Handshake {
-    var storage: [32]http_fields.Header = undefined;
-    var buf: [1024]u8 = undefined;
-    @memcpy(buf[0..raw.len], raw);
-    const head = (h1_parser.parseHead(buf[0..raw.len], &storage, h1_parser.test_limits) catch unreachable).?;
-    return ws_codec.validate(handshakeRequest(&head.request), offer_deflate);
-}
-
-test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
-    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    const hs = try handshake(ok, true);
-    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
-    try testing.expect(hs.deflate == null);
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
-    try testing.expectError(error.VersionNotSupported, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-    try testing.expectError(error.BadRequest, handshake("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
-}
-
-test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
-    var storage: [8]http_fields.Header = undefined;
-    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
-    const r = (try h1_parser.parseHead(&buf, &storage, h1_parser.test_limits)).?;
-    try testing.expect(asksWebSocket(&r.request));
-    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
-    const r2 = (try h1_parser.parseHead(&buf2, &storage, h1_parser.test_limits)).?;
-    try testing.expect(!asksWebSocket(&r2.request));
-    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
-    const r3 = (try h1_parser.parseHead(&buf3, &storage, h1_parser.test_limits)).?;
-    try testing.expect(!asksWebSocket(&r3.request));
 }

@@ -21,7 +21,7 @@ const response = @import("../http/response.zig"); // the server keeps the date c
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
 const protocol = @import("protocol.zig");
-const deflate = @import("../websocket/deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
+const deflate = @import("../features/websocket_deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
 const tls = @import("../transport/openssl.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
 const options = @import("options.zig");
@@ -87,10 +87,10 @@ pub const Server = struct {
     /// `signalWake` asked the loop for a pass (`Hooks.passSoon`); cleared when it comes.
     pass_asked: bool = false,
     hooks: Hooks,
-    /// HTTP/2's verbs (`http2/session.zig` `verbs`), which the seam calls HTTP/2 by: the
-    /// engine hands them over, so neither this file nor the seam imports HTTP/2's session
-    /// (`protocol.Http2Verbs`, docs/ARCHITECTURE.md).
-    http2: *const protocol.Http2Verbs,
+    /// Each protocol's verbs, which the seam (`core/protocol.zig`) calls them by: the
+    /// server's wiring (`server/protocols.zig`) hands them over, so the core imports no
+    /// protocol (docs/ARCHITECTURE.md).
+    protocols: *const protocol.Protocols,
     /// What the server runs with, as given (python/options.zig reads it from Config's dict).
     opts: Options,
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
@@ -189,14 +189,14 @@ pub const Server = struct {
     bytes_in: u64 = 0,
     bytes_out: u64 = 0,
 
-    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options, http2: *const protocol.Http2Verbs) !*Server {
+    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options, protocols: *const protocol.Protocols) !*Server {
         const self = try allocator.create(Server);
         errdefer allocator.destroy(self);
         self.* = .{
             .allocator = allocator,
             .io = try io.Backend.init(opts.io),
             .hooks = hooks,
-            .http2 = http2,
+            .protocols = protocols,
             .opts = opts,
             .metrics = opts.metrics,
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
@@ -511,7 +511,7 @@ pub const Server = struct {
         }
         // The clock itself: `now_ms` may be a little behind the one the deadlines came from.
         while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
-            protocol.lifetimeDue(self.http2, entry);
+            protocol.lifetimeDue(self.protocols.http2, entry);
         }
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {
