@@ -69,7 +69,14 @@ pub const WebSocketAcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory
 /// Queued bytes past which a carried WebSocket's app waits and its reading pauses.
 pub const websocket_out_bytes_high = 64 * 1024;
 /// Fields of a WebSocket's accept response the engine writes itself.
-pub const websocket_owned_fields = [_][]const u8{ "upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions", "content-length", "transfer-encoding" };
+pub const websocket_owned_fields = [_][]const u8{
+    "upgrade",
+    "connection",
+    "sec-websocket-accept",
+    "sec-websocket-extensions",
+    "content-length",
+    "transfer-encoding",
+};
 
 /// Where a new connection's first bytes stand against HTTP/2's client preface (RFC 9113 3.4).
 pub const Preface = enum { no, partial, yes };
@@ -98,10 +105,25 @@ pub const Http1Verbs = struct {
     readBodyDirect: *const fn (st: *Stream, dst: []u8) usize,
     bodyConsumed: *const fn (st: *Stream) void,
     awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    startResponse: *const fn (
+        st: *Stream,
+        status: u16,
+        headers: []const [2][]const u8,
+        extra: []const [2][]const u8,
+        trailers: bool,
+    ) stream_mod.StartError!void,
     earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
-    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    writeTrailers: *const fn (
+        st: *Stream,
+        fields: []const [2][]const u8,
+        more: bool,
+    ) stream_mod.TrailersError!bool,
+    writeBody: *const fn (
+        st: *Stream,
+        data: []const u8,
+        more: bool,
+        owner: ?*anyopaque,
+    ) stream_mod.WriteError!bool,
     sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
@@ -153,10 +175,25 @@ pub const Http2Verbs = struct {
     takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
     bodyConsumed: *const fn (st: *Stream) void,
     awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    startResponse: *const fn (
+        st: *Stream,
+        status: u16,
+        headers: []const [2][]const u8,
+        extra: []const [2][]const u8,
+        trailers: bool,
+    ) stream_mod.StartError!void,
     earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
-    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    writeTrailers: *const fn (
+        st: *Stream,
+        fields: []const [2][]const u8,
+        more: bool,
+    ) stream_mod.TrailersError!bool,
+    writeBody: *const fn (
+        st: *Stream,
+        data: []const u8,
+        more: bool,
+        owner: ?*anyopaque,
+    ) stream_mod.WriteError!bool,
     sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
@@ -168,10 +205,20 @@ pub const Http2Verbs = struct {
     carrierHeld: *const fn (st: *const Stream) bool,
     carrierInput: *const fn (st: *Stream) []u8,
     carrierConsume: *const fn (st: *Stream, n: usize) void,
-    carrierQueue: *const fn (st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void,
+    carrierQueue: *const fn (
+        st: *Stream,
+        head: []const u8,
+        payload: []const u8,
+    ) error{OutOfMemory}!void,
     carrierEnd: *const fn (st: *Stream) error{OutOfMemory}!void,
     carrierAbort: *const fn (st: *Stream) void,
-    carrierAccept: *const fn (st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) WebSocketAcceptError!void,
+    carrierAccept: *const fn (
+        st: *Stream,
+        subprotocol: ?[]const u8,
+        extension: ?[]const u8,
+        headers: []const [2][]const u8,
+        extra: []const [2][]const u8,
+    ) WebSocketAcceptError!void,
 };
 
 /// HTTP/3's stream verbs (`http3/server_stream.zig` `verbs`), reached through the server's
@@ -181,10 +228,25 @@ pub const Http3Verbs = struct {
     takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
     bodyConsumed: *const fn (st: *Stream) void,
     awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void,
+    startResponse: *const fn (
+        st: *Stream,
+        status: u16,
+        headers: []const [2][]const u8,
+        extra: []const [2][]const u8,
+        trailers: bool,
+    ) stream_mod.StartError!void,
     earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool,
-    writeBody: *const fn (st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool,
+    writeTrailers: *const fn (
+        st: *Stream,
+        fields: []const [2][]const u8,
+        more: bool,
+    ) stream_mod.TrailersError!bool,
+    writeBody: *const fn (
+        st: *Stream,
+        data: []const u8,
+        more: bool,
+        owner: ?*anyopaque,
+    ) stream_mod.WriteError!bool,
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
     abortStream: *const fn (st: *Stream) void,
@@ -281,7 +343,8 @@ pub fn afterFlush(conn: *Conn) void {
         .websocket => ws(conn).afterFlush(conn),
         .h2 => h2(conn).afterFlush(conn),
         // Lingering or closed: an HTTP/1.1 stream may still wait to be woken.
-        .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1) h1(conn).afterFlush(conn),
+        .proxy, .head, .request, .lingering, .closed => if (conn.a().proto == .http1)
+            h1(conn).afterFlush(conn),
     }
 }
 
@@ -433,7 +496,13 @@ pub fn awaitBody(st: *Stream) void {
     }
 }
 
-pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
+pub fn startResponse(
+    st: *Stream,
+    status: u16,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+    trailers: bool,
+) stream_mod.StartError!void {
     return switch (st.protocol) {
         .http1 => h1(st.conn).startResponse(st, status, headers, extra, trailers),
         .http2 => h2(st.conn).startResponse(st, status, headers, extra, trailers),
@@ -449,7 +518,11 @@ pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!v
     };
 }
 
-pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) stream_mod.TrailersError!bool {
+pub fn writeTrailers(
+    st: *Stream,
+    fields: []const [2][]const u8,
+    more: bool,
+) stream_mod.TrailersError!bool {
     return switch (st.protocol) {
         .http1 => h1(st.conn).writeTrailers(st, fields, more),
         .http2 => h2(st.conn).writeTrailers(st, fields, more),
@@ -457,7 +530,12 @@ pub fn writeTrailers(st: *Stream, fields: []const [2][]const u8, more: bool) str
     };
 }
 
-pub fn writeBody(st: *Stream, data: []const u8, more: bool, owner: ?*anyopaque) stream_mod.WriteError!bool {
+pub fn writeBody(
+    st: *Stream,
+    data: []const u8,
+    more: bool,
+    owner: ?*anyopaque,
+) stream_mod.WriteError!bool {
     return switch (st.protocol) {
         .http1 => h1(st.conn).writeBody(st, data, more, owner),
         .http2 => h2(st.conn).writeBody(st, data, more, owner),
@@ -567,9 +645,9 @@ pub fn openWebSocket(st: *Stream, fields: []const http_fields.Header) ?WebSocket
     return ws(st.conn).open(st, fields);
 }
 
-/// A carried WebSocket's verbs for its carrier (`conn` is the carrier's connection): whether
-/// it is open, its app may go on, parse what arrived, the output drained, the app returned, the drain's
-/// deadline (1001), the stream is freed.
+/// A carried WebSocket's verbs for its carrier (`conn` is the carrier's connection):
+/// whether it is open, its app may go on, parse what arrived, the output drained, the app
+/// returned, the drain's deadline (1001), the stream is freed.
 pub fn webSocketOpen(conn: *const Conn, w: WebSocketHeld) bool {
     return ws(conn).isOpen(w);
 }
@@ -651,7 +729,13 @@ pub fn carrierAbort(st: *Stream) void {
     }
 }
 
-pub fn carrierAccept(st: *Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) WebSocketAcceptError!void {
+pub fn carrierAccept(
+    st: *Stream,
+    subprotocol: ?[]const u8,
+    extension: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) WebSocketAcceptError!void {
     switch (st.protocol) {
         .http1, .http3 => unreachable,
         .http2 => try h2(st.conn).carrierAccept(st, subprotocol, extension, headers, extra),

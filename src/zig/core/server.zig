@@ -189,7 +189,12 @@ pub const Server = struct {
     bytes_in: u64 = 0,
     bytes_out: u64 = 0,
 
-    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options, protocols: *const protocol.Protocols) !*Server {
+    pub fn init(
+        allocator: std.mem.Allocator,
+        hooks: Hooks,
+        opts: Options,
+        protocols: *const protocol.Protocols,
+    ) !*Server {
         const self = try allocator.create(Server);
         errdefer allocator.destroy(self);
         self.* = .{

@@ -49,7 +49,8 @@ pub fn process(conn: *Conn) void {
     var it = s.first;
     while (it) |st| {
         it = st.next;
-        if (st.ws) |w| if (seam.webSocketOpen(conn, w) and !wsInputEmpty(st)) seam.webSocketProcess(conn, w);
+        if (st.ws) |w| if (seam.webSocketOpen(conn, w) and !wsInputEmpty(st))
+            seam.webSocketProcess(conn, w);
         if (conn.state != .h2) return;
     }
     while (conn.state == .h2 and !s.dead) {

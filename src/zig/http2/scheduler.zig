@@ -143,7 +143,8 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
         st.base.write_blocked = false;
         s.sink.wakeWrite(&st.base);
     }
-    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high) seam.webSocketOutputDrained(st.base.conn, w);
+    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high)
+        seam.webSocketOutputDrained(st.base.conn, w);
     if (!st.hasOutput()) {
         st.items.clearRetainingCapacity();
         st.item_head = 0;

@@ -144,7 +144,13 @@ fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
 fn carrierAbort(st: *stream_mod.Stream) void {
     websocket.wsAbort(@fieldParentPtr("base", st));
 }
-fn carrierAccept(st: *stream_mod.Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.WebSocketAcceptError!void {
+fn carrierAccept(
+    st: *stream_mod.Stream,
+    subprotocol: ?[]const u8,
+    extension: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) seam.WebSocketAcceptError!void {
     return websocket.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra);
 }
 
@@ -314,7 +320,14 @@ comptime {
 
 /// The h2c upgrade as the seam hands it over: what it reads of the HTTP/1.1 request.
 fn beginUpgradeFrom(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
-    beginUpgrade(conn, .{ .method = req.method, .path = req.path, .query = req.query, .host = req.host, .fields = req.headers }, settings);
+    const upgrade: UpgradeRequest = .{
+        .method = req.method,
+        .path = req.path,
+        .query = req.query,
+        .host = req.host,
+        .fields = req.headers,
+    };
+    beginUpgrade(conn, upgrade, settings);
 }
 
 /// An HTTP/1.1 request asked to upgrade to h2c (RFC 7540 3.2) and `h1` found it fit

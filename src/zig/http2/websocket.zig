@@ -93,7 +93,13 @@ pub fn wsAbort(h: *H2Stream) void {
 
 /// The app accepted the WebSocket: a 200 HEADERS (no END_STREAM) with the subprotocol,
 /// the extension and the app's headers. Frames follow as DATA.
-pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.WebSocketAcceptError!void {
+pub fn wsAccept(
+    h: *H2Stream,
+    subprotocol: ?[]const u8,
+    extension: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) seam.WebSocketAcceptError!void {
     const st = &h.base;
     if (st.resp_started) return error.NotPending;
     const srv = st.conn.server;

@@ -561,7 +561,8 @@ fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssiz
     defer py.xdecref(seq);
     const pairs = headerSlices(args[1].?, &seq) orelse return null;
     const st = self.stream orelse return py.none();
-    wsconn.streamAccept(st, sub, pairs, asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+    const extra = asEngine(self.engine).extraHeaders();
+    wsconn.streamAccept(st, sub, pairs, extra) catch |err| return switch (err) {
         error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
         error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
@@ -594,7 +595,8 @@ fn streamWsReceive(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
         defer m.destroy();
         return scope.wsReceiveMessage(m.text, m.data.items);
     }
-    if (!st.isWebSocket() or wsconn.streamFinishedForApp(st)) return scope.wsDisconnectMessage(wsconn.streamCloseCode(st), wsconn.streamCloseReason(st));
+    if (!st.isWebSocket() or wsconn.streamFinishedForApp(st))
+        return scope.wsDisconnectMessage(wsconn.streamCloseCode(st), wsconn.streamCloseReason(st));
     return py.none();
 }
 

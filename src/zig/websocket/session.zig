@@ -23,7 +23,7 @@ const response = @import("../http/response.zig");
 const pool_mod = @import("../os/buffer_pool.zig");
 const Conn = @import("../core/connection.zig").Conn;
 const Stream = @import("../core/stream.zig").Stream;
-const seam = @import("../core/protocol.zig"); // a stream carrier's accept; the core holds a session opaque
+const seam = @import("../core/protocol.zig"); // a carrier's accept; the core holds sessions opaque
 const h1_parser = @import("../http/http1_parser.zig"); // the upgrade reads an HTTP/1.1 request
 const http_fields = @import("../http/fields.zig");
 const carrier_mod = @import("carrier.zig");
@@ -185,7 +185,12 @@ fn sessionOfStream(st: *const Stream) ?*Session {
     return ofHeld(st.wsSession() orelse return null);
 }
 
-pub fn streamAccept(st: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) AcceptError!void {
+pub fn streamAccept(
+    st: *Stream,
+    subprotocol: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) AcceptError!void {
     const s = sessionOfStream(st) orelse return error.NotPending;
     return accept(s, subprotocol, headers, extra);
 }
@@ -230,13 +235,20 @@ fn asksUpgrade(req: *const h1_parser.Request) bool {
 
 /// What the handshake checks read of an HTTP/1.1 request.
 fn handshakeRequest(req: *const h1_parser.Request) ws.HandshakeRequest {
-    return .{ .method = req.method, .http11 = req.version == .http11, .has_body = req.chunked or (req.content_length orelse 0) != 0, .headers = req.headers };
+    const has_body = req.chunked or (req.content_length orelse 0) != 0;
+    return .{
+        .method = req.method,
+        .http11 = req.version == .http11,
+        .has_body = has_body,
+        .headers = req.headers,
+    };
 }
 
 /// The upgrade of an HTTP/1.1 request, checked; the session then waits for the app's
 /// accept. Null when it began; else the status HTTP/1.1 refuses it with.
 fn beginUpgrade(conn: *Conn, req: *const h1_parser.Request) ?u16 {
-    var hs = ws.validate(handshakeRequest(req), conn.server.opts.ws_deflate) catch |err| return ws.statusFor(err);
+    const offered = conn.server.opts.ws_deflate;
+    var hs = ws.validate(handshakeRequest(req), offered) catch |err| return ws.statusFor(err);
     // zlib is loaded only now, for a client that offers compression; without it we decline.
     if (hs.deflate != null and !deflate.load()) hs.deflate = null;
     if (!begin(conn, hs)) return 500;
