@@ -12,7 +12,7 @@ const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
 
 const errors = @import("errors.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const answerOps = errors.answerOps;
 const connError = errors.connError;
@@ -22,7 +22,7 @@ const streamError = errors.streamError;
 const streamErrorId = errors.streamErrorId;
 const sendGoaway = errors.sendGoaway;
 const flushSoon = @import("scheduler.zig").flushSoon;
-const Session = session.Session;
+const Session = state.Session;
 const H2Stream = streams.H2Stream;
 const find = streams.find;
 const newStream = streams.newStream;

@@ -17,12 +17,12 @@ const flag_end_stream = frames.flag_end_stream;
 const flag_end_headers = frames.flag_end_headers;
 
 const errors = @import("errors.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const streamErrorFor = errors.streamErrorFor;
-const Session = session.Session;
-const fill_target = session.fill_target;
-const sessionOf = session.sessionOf;
+const Session = state.Session;
+const fill_target = state.fill_target;
+const sessionOf = state.sessionOf;
 const H2Stream = streams.H2Stream;
 const Item = streams.Item;
 const append = streams.append;

@@ -6,7 +6,6 @@ const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
 const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../core/server.zig").Server;
 const answers = @import("../features/answers.zig");
 const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const request = @import("request.zig");
@@ -16,19 +15,20 @@ const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const header_blocks = @import("header_blocks.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const observe = errors.observe;
 const refuseStream = errors.refuseStream;
 const streamError = errors.streamError;
 const streamErrorFor = errors.streamErrorFor;
+pub const encodeHeadStart = errors.encodeHeadStart;
 const creditStream = flow_control.creditStream;
 const flushSoon = scheduler.flushSoon;
 const mustWait = scheduler.mustWait;
 const pushItem = scheduler.pushItem;
 const releaseItem = scheduler.releaseItem;
-const Session = session.Session;
-const rearm = session.rearm;
+const Session = state.Session;
+const rearm = state.rearm;
 const H2Stream = streams.H2Stream;
 const Item = streams.Item;
 const freeStream = streams.freeStream;
@@ -110,17 +110,6 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     h.head_block = block[0..n];
     h.head_alloc = block.len;
     st.resp_started = true;
-}
-
-/// What every response head begins with: `:status`, then `server` and `date` as configured.
-pub fn encodeHeadStart(block: []u8, srv: *Server, status: u16) error{NoSpace}!usize {
-    var n = try hpack.encodeStatus(block, status);
-    if (srv.opts.server_header) n += try hpack.encodeField(block[n..], "server", "zigcorn");
-    if (srv.opts.date_header) {
-        const line = srv.date.get();
-        n += try hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]);
-    }
-    return n;
 }
 
 /// One response field, lower-cased; HTTP/1.1's connection-specific fields are dropped.

@@ -10,15 +10,15 @@ const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stre
 const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streamErrorId = errors.streamErrorId;
 const creditConnection = flow_control.creditConnection;
 const creditStream = flow_control.creditStream;
 const dropItems = scheduler.dropItems;
-const Session = session.Session;
-const settled = session.settled;
-const connection_window = session.connection_window;
-const stream_window = session.stream_window;
+const Session = state.Session;
+const settled = state.settled;
+const connection_window = state.connection_window;
+const stream_window = state.stream_window;
 
 /// One response item waiting for `fill`: a header block (owned) or body bytes (borrowed
 /// from `owner`, or an owned copy when `owned`).
