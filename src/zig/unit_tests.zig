@@ -26,7 +26,7 @@ test {
     _ = @import("features/forwarded.zig");
     _ = @import("features/metrics.zig");
     _ = @import("http/response.zig");
-    _ = @import("core/static_files.zig");
+    _ = @import("server/static_files.zig");
     _ = @import("features/static_paths.zig");
     _ = @import("features/static_fields.zig");
     _ = @import("features/tracing.zig");

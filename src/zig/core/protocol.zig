@@ -8,7 +8,7 @@
 //!
 //! Every protocol is reached one way: through its table of verbs (`Http1Verbs`,
 //! `Http2Verbs`, `WebSocketVerbs`, `Http3Verbs`), which the protocol defines as `verbs` and
-//! the server's wiring (`server/protocols.zig`) hands to `Server.init` (HTTP/3's comes with
+//! the server's wiring (`server/wiring.zig`) hands to `Server.init` (HTTP/3's comes with
 //! the worker's `QuicPlug`). This file imports no protocol: the protocols import it, and
 //! the core below them stays out of their import cycles (docs/ARCHITECTURE.md). The PROXY
 //! header before any HTTP is the core's own (`Conn.proxyStep` over
@@ -83,11 +83,15 @@ pub const Preface = enum { no, partial, yes };
 /// The length of HTTP/2's client preface (`http2/frames.zig` `preface`, checked there).
 pub const http2_preface_len = 24;
 
-/// Each protocol's table, as the server's wiring hands them to `Server.init`.
-pub const Protocols = struct {
+/// What the server's wiring (`server/wiring.zig`) hands the core at `Server.init`: each
+/// protocol's table, and the engine's own answer before the app (`--static`), all from
+/// above, so the core imports none of them.
+pub const Wiring = struct {
     http1: *const Http1Verbs,
     http2: *const Http2Verbs,
     websocket: *const WebSocketVerbs,
+    /// Answers a request before the app sees it: true when it did (the stream finished).
+    answerFirst: *const fn (st: *Stream, req: *const stream_mod.Request) bool,
 };
 
 /// HTTP/1.1's verbs (`http1/session.zig` `verbs`).
@@ -256,15 +260,15 @@ pub const Http3Verbs = struct {
 };
 
 inline fn h1(conn: *const Conn) *const Http1Verbs {
-    return conn.server.protocols.http1;
+    return conn.server.wiring.http1;
 }
 
 inline fn h2(conn: *const Conn) *const Http2Verbs {
-    return conn.server.protocols.http2;
+    return conn.server.wiring.http2;
 }
 
 inline fn ws(conn: *const Conn) *const WebSocketVerbs {
-    return conn.server.protocols.websocket;
+    return conn.server.wiring.websocket;
 }
 
 /// The session a connection's new `Active` starts with, for the phase it is in.
@@ -415,7 +419,7 @@ pub fn pongTimeout(entry: *timer.Entry) void {
 }
 
 /// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue;
-/// `verbs` is its `Server.protocols.http2`).
+/// `verbs` is its `Server.wiring.http2`).
 pub fn lifetimeDue(verbs: *const Http2Verbs, entry: *timer.Entry) void {
     verbs.lifetimeDue(entry);
 }

@@ -87,10 +87,10 @@ pub const Server = struct {
     /// `signalWake` asked the loop for a pass (`Hooks.passSoon`); cleared when it comes.
     pass_asked: bool = false,
     hooks: Hooks,
-    /// Each protocol's verbs, which the seam (`core/protocol.zig`) calls them by: the
-    /// server's wiring (`server/protocols.zig`) hands them over, so the core imports no
-    /// protocol (docs/ARCHITECTURE.md).
-    protocols: *const protocol.Protocols,
+    /// Each protocol's verbs, which the seam (`core/protocol.zig`) calls them by, and the
+    /// engine's answer before the app: the server's wiring (`server/wiring.zig`) hands them
+    /// over, so the core imports no protocol (docs/ARCHITECTURE.md).
+    wiring: *const protocol.Wiring,
     /// What the server runs with, as given (python/options.zig reads it from Config's dict).
     opts: Options,
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
@@ -193,7 +193,7 @@ pub const Server = struct {
         allocator: std.mem.Allocator,
         hooks: Hooks,
         opts: Options,
-        protocols: *const protocol.Protocols,
+        wiring: *const protocol.Wiring,
     ) !*Server {
         const self = try allocator.create(Server);
         errdefer allocator.destroy(self);
@@ -201,7 +201,7 @@ pub const Server = struct {
             .allocator = allocator,
             .io = try io.Backend.init(opts.io),
             .hooks = hooks,
-            .protocols = protocols,
+            .wiring = wiring,
             .opts = opts,
             .metrics = opts.metrics,
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
@@ -516,7 +516,7 @@ pub const Server = struct {
         }
         // The clock itself: `now_ms` may be a little behind the one the deadlines came from.
         while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
-            protocol.lifetimeDue(self.protocols.http2, entry);
+            protocol.lifetimeDue(self.wiring.http2, entry);
         }
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {

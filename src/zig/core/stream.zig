@@ -389,7 +389,7 @@ pub const Stream = struct {
     }
 
     /// An open file's `len` bytes from `offset` are the whole body (the engine's static
-    /// files, `core/static_files.zig`): the head must carry their content-length. The
+    /// files, `server/static_files.zig`): the head must carry their content-length. The
     /// stream owns `fd` from the call on, whatever it returns.
     pub fn sendFd(self: *Stream, fd: i32, offset: u64, len: u64) FileError!void {
         if (!self.resp_started or self.resp_complete or self.resp_head_sent or self.resp_body_bytes > 0) {

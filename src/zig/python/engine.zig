@@ -5,7 +5,7 @@ const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
 const server_mod = @import("../core/server.zig");
-const wiring = @import("../server/protocols.zig"); // each protocol's verbs, handed to the server
+const wiring = @import("../server/wiring.zig"); // each protocol's verbs, handed to the server
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
@@ -51,7 +51,7 @@ pub const EngineObjectCore = struct {
     /// --request-id-header (a lower-case str), held while the server runs.
     request_id_header: ?*Object = null,
     /// --static mounts (python/options.zig `setStatic`), freed after the server.
-    static_cfg: ?*@import("../core/static_files.zig").Config = null,
+    static_cfg: ?*@import("../server/static_files.zig").Config = null,
     /// --hsts's header value (a str), held while the server runs.
     hsts: ?*Object = null,
     /// --compression-types (a str), held while the server runs.

@@ -7,7 +7,7 @@
 const std = @import("std");
 const linux = std.os.linux;
 const server_mod = @import("../core/server.zig");
-const wiring = @import("../server/protocols.zig"); // each protocol's verbs, handed to the server as the engine does
+const wiring = @import("../server/wiring.zig"); // each protocol's verbs, handed to the server as the engine does
 const Server = server_mod.Server;
 const conn_mod = @import("../core/connection.zig");
 const stream_mod = @import("../core/stream.zig");
