@@ -94,19 +94,11 @@ pub const Wiring = struct {
     answerFirst: *const fn (st: *Stream, req: *const stream_mod.Request) bool,
 };
 
-/// HTTP/1.1's verbs (`http1/session.zig` `verbs`).
-pub const Http1Verbs = struct {
-    // The connection's.
-    process: *const fn (conn: *Conn) void,
-    timedOut: *const fn (conn: *Conn) void,
-    afterFlush: *const fn (conn: *Conn) void,
-    wholeResponseQueued: *const fn (conn: *const Conn) bool,
-    refuse: *const fn (conn: *Conn, status: u16) void,
-    wsSession: *const fn (conn: *const Conn) ?WebSocketHeld,
-    // The stream's.
+/// The verbs every protocol's stream answers alike, as the app side drives them through
+/// `Stream` (`Http1Verbs.stream`, `Http2Verbs.stream`, `Http3Verbs.stream`).
+pub const StreamVerbs = struct {
     mustWait: *const fn (st: *const Stream) bool,
     takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
-    readBodyDirect: *const fn (st: *Stream, dst: []u8) usize,
     bodyConsumed: *const fn (st: *Stream) void,
     awaitBody: *const fn (st: *Stream) void,
     startResponse: *const fn (
@@ -128,9 +120,24 @@ pub const Http1Verbs = struct {
         more: bool,
         owner: ?*anyopaque,
     ) stream_mod.WriteError!bool,
-    sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
     sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
     finishStream: *const fn (st: *Stream) void,
+};
+
+/// HTTP/1.1's verbs (`http1/session.zig` `verbs`).
+pub const Http1Verbs = struct {
+    // The connection's.
+    process: *const fn (conn: *Conn) void,
+    timedOut: *const fn (conn: *Conn) void,
+    afterFlush: *const fn (conn: *Conn) void,
+    wholeResponseQueued: *const fn (conn: *const Conn) bool,
+    refuse: *const fn (conn: *Conn, status: u16) void,
+    wsSession: *const fn (conn: *const Conn) ?WebSocketHeld,
+    // The stream's.
+    /// The verbs every protocol's stream answers alike.
+    stream: StreamVerbs,
+    readBodyDirect: *const fn (st: *Stream, dst: []u8) usize,
+    sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
 };
 
 /// WebSocket's verbs (`websocket/session.zig` `verbs`): over an HTTP/1.1 connection (the
@@ -175,32 +182,9 @@ pub const Http2Verbs = struct {
     closeWebSockets: *const fn (conn: *Conn) bool,
     lifetimeDue: *const fn (entry: *timer.Entry) void,
     // The stream's.
-    mustWait: *const fn (st: *const Stream) bool,
-    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
-    bodyConsumed: *const fn (st: *Stream) void,
-    awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (
-        st: *Stream,
-        status: u16,
-        headers: []const [2][]const u8,
-        extra: []const [2][]const u8,
-        trailers: bool,
-    ) stream_mod.StartError!void,
-    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (
-        st: *Stream,
-        fields: []const [2][]const u8,
-        more: bool,
-    ) stream_mod.TrailersError!bool,
-    writeBody: *const fn (
-        st: *Stream,
-        data: []const u8,
-        more: bool,
-        owner: ?*anyopaque,
-    ) stream_mod.WriteError!bool,
+    /// The verbs every protocol's stream answers alike.
+    stream: StreamVerbs,
     sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
-    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
-    finishStream: *const fn (st: *Stream) void,
     abortStream: *const fn (st: *Stream) void,
     wsSession: *const fn (st: *const Stream) ?WebSocketHeld,
     // A stream carrying a WebSocket (RFC 8441), for `websocket/carrier.zig`.
@@ -228,31 +212,8 @@ pub const Http2Verbs = struct {
 /// HTTP/3's stream verbs (`http3/server_stream.zig` `verbs`), reached through the server's
 /// `QuicPlug`: HTTP/3 sits beside the TCP path (docs/ARCHITECTURE.md).
 pub const Http3Verbs = struct {
-    mustWait: *const fn (st: *const Stream) bool,
-    takeBody: *const fn (st: *Stream, segs: [][]const u8) stream_mod.TakeResult,
-    bodyConsumed: *const fn (st: *Stream) void,
-    awaitBody: *const fn (st: *Stream) void,
-    startResponse: *const fn (
-        st: *Stream,
-        status: u16,
-        headers: []const [2][]const u8,
-        extra: []const [2][]const u8,
-        trailers: bool,
-    ) stream_mod.StartError!void,
-    earlyHint: *const fn (st: *Stream, links: []const []const u8) stream_mod.StartError!void,
-    writeTrailers: *const fn (
-        st: *Stream,
-        fields: []const [2][]const u8,
-        more: bool,
-    ) stream_mod.TrailersError!bool,
-    writeBody: *const fn (
-        st: *Stream,
-        data: []const u8,
-        more: bool,
-        owner: ?*anyopaque,
-    ) stream_mod.WriteError!bool,
-    sendFd: *const fn (st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void,
-    finishStream: *const fn (st: *Stream) void,
+    /// The verbs every protocol's stream answers alike.
+    stream: StreamVerbs,
     abortStream: *const fn (st: *Stream) void,
     /// What the stream's QUIC handshake kept for the ASGI tls extension (null before it
     /// completed).
@@ -432,6 +393,15 @@ pub fn afterProxyHeader(act: *Active) void {
 
 // ---- the stream's verbs -------------------------------------------------------------
 
+/// The stream verbs of `st`'s protocol.
+inline fn streamVerbs(st: *const Stream) *const StreamVerbs {
+    return switch (st.protocol) {
+        .http1 => &h1(st.conn).stream,
+        .http2 => &h2(st.conn).stream,
+        .http3 => &h3(st).stream,
+    };
+}
+
 inline fn h3(st: *const Stream) *const Http3Verbs {
     return st.conn.server.quic.?.verbs;
 }
@@ -457,23 +427,15 @@ fn h3SendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
         h3(st).abortStream(st);
         return;
     }
-    return h3(st).sendFd(st, file.fd, 0, length);
+    return h3(st).stream.sendFd(st, file.fd, 0, length);
 }
 
 pub fn mustWait(st: *const Stream) bool {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).mustWait(st),
-        .http2 => h2(st.conn).mustWait(st),
-        .http3 => h3(st).mustWait(st),
-    };
+    return streamVerbs(st).mustWait(st);
 }
 
 pub fn takeBody(st: *Stream, segs: [][]const u8) stream_mod.TakeResult {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).takeBody(st, segs),
-        .http2 => h2(st.conn).takeBody(st, segs),
-        .http3 => h3(st).takeBody(st, segs),
-    };
+    return streamVerbs(st).takeBody(st, segs);
 }
 
 pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
@@ -485,19 +447,11 @@ pub fn readBodyDirect(st: *Stream, dst: []u8) usize {
 }
 
 pub fn bodyConsumed(st: *Stream) void {
-    switch (st.protocol) {
-        .http1 => h1(st.conn).bodyConsumed(st),
-        .http2 => h2(st.conn).bodyConsumed(st),
-        .http3 => h3(st).bodyConsumed(st),
-    }
+    streamVerbs(st).bodyConsumed(st);
 }
 
 pub fn awaitBody(st: *Stream) void {
-    switch (st.protocol) {
-        .http1 => h1(st.conn).awaitBody(st),
-        .http2 => h2(st.conn).awaitBody(st),
-        .http3 => h3(st).awaitBody(st),
-    }
+    streamVerbs(st).awaitBody(st);
 }
 
 pub fn startResponse(
@@ -507,19 +461,11 @@ pub fn startResponse(
     extra: []const [2][]const u8,
     trailers: bool,
 ) stream_mod.StartError!void {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).startResponse(st, status, headers, extra, trailers),
-        .http2 => h2(st.conn).startResponse(st, status, headers, extra, trailers),
-        .http3 => h3(st).startResponse(st, status, headers, extra, trailers),
-    };
+    return streamVerbs(st).startResponse(st, status, headers, extra, trailers);
 }
 
 pub fn earlyHint(st: *Stream, links: []const []const u8) stream_mod.StartError!void {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).earlyHint(st, links),
-        .http2 => h2(st.conn).earlyHint(st, links),
-        .http3 => h3(st).earlyHint(st, links),
-    };
+    return streamVerbs(st).earlyHint(st, links);
 }
 
 pub fn writeTrailers(
@@ -527,11 +473,7 @@ pub fn writeTrailers(
     fields: []const [2][]const u8,
     more: bool,
 ) stream_mod.TrailersError!bool {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).writeTrailers(st, fields, more),
-        .http2 => h2(st.conn).writeTrailers(st, fields, more),
-        .http3 => h3(st).writeTrailers(st, fields, more),
-    };
+    return streamVerbs(st).writeTrailers(st, fields, more);
 }
 
 pub fn writeBody(
@@ -540,11 +482,7 @@ pub fn writeBody(
     more: bool,
     owner: ?*anyopaque,
 ) stream_mod.WriteError!bool {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).writeBody(st, data, more, owner),
-        .http2 => h2(st.conn).writeBody(st, data, more, owner),
-        .http3 => h3(st).writeBody(st, data, more, owner),
-    };
+    return streamVerbs(st).writeBody(st, data, more, owner);
 }
 
 pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
@@ -556,19 +494,11 @@ pub fn sendFile(st: *Stream, path: [:0]const u8) stream_mod.FileError!void {
 }
 
 pub fn sendFd(st: *Stream, fd: i32, offset: u64, len: u64) stream_mod.FileError!void {
-    return switch (st.protocol) {
-        .http1 => h1(st.conn).sendFd(st, fd, offset, len),
-        .http2 => h2(st.conn).sendFd(st, fd, offset, len),
-        .http3 => h3(st).sendFd(st, fd, offset, len),
-    };
+    return streamVerbs(st).sendFd(st, fd, offset, len);
 }
 
 pub fn finishStream(st: *Stream) void {
-    switch (st.protocol) {
-        .http1 => h1(st.conn).finishStream(st),
-        .http2 => h2(st.conn).finishStream(st),
-        .http3 => h3(st).finishStream(st),
-    }
+    streamVerbs(st).finishStream(st);
 }
 
 /// The app failed after its response started: the exchange cannot be completed.

@@ -279,16 +279,18 @@ fn gone(h: *H3Stream) void {
 // ---- the stream verbs -------------------------------------------------------------------
 
 pub const verbs: seam.Http3Verbs = .{
-    .mustWait = mustWait,
-    .takeBody = takeBody,
-    .bodyConsumed = bodyConsumed,
-    .awaitBody = awaitBody,
-    .startResponse = startResponse,
-    .earlyHint = earlyHint,
-    .writeTrailers = writeTrailers,
-    .writeBody = writeBody,
-    .sendFd = sendFd,
-    .finishStream = finishStream,
+    .stream = .{
+        .mustWait = mustWait,
+        .takeBody = takeBody,
+        .bodyConsumed = bodyConsumed,
+        .awaitBody = awaitBody,
+        .startResponse = startResponse,
+        .earlyHint = earlyHint,
+        .writeTrailers = writeTrailers,
+        .writeBody = writeBody,
+        .sendFd = sendFd,
+        .finishStream = finishStream,
+    },
     .abortStream = abortStream,
     .tlsSummary = tlsSummary,
 };
