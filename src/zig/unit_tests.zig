@@ -18,30 +18,30 @@ test {
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");
     _ = @import("transport/output_queue.zig");
-    _ = @import("transport/per_ip.zig");
-    _ = @import("transport/proxy_protocol.zig");
-    _ = @import("transport/lifetime.zig");
+    _ = @import("features/per_ip.zig");
+    _ = @import("features/proxy_protocol.zig");
+    _ = @import("transport/connection_age.zig");
     _ = @import("transport/udp.zig");
     _ = @import("transport/udp_steering.zig");
     // HTTP shared by the protocols
-    _ = @import("http/forwarded.zig");
-    _ = @import("http/metrics.zig");
+    _ = @import("features/forwarded.zig");
+    _ = @import("features/metrics.zig");
     _ = @import("http/response.zig");
     _ = @import("server/static_files.zig");
-    _ = @import("server/static_paths.zig");
-    _ = @import("server/static_fields.zig");
-    _ = @import("http/tracing.zig");
-    _ = @import("http/rate_limit.zig");
-    _ = @import("http/compression.zig");
-    _ = @import("http/decompression.zig");
+    _ = @import("features/static_paths.zig");
+    _ = @import("features/static_fields.zig");
+    _ = @import("features/tracing.zig");
+    _ = @import("features/rate_limit.zig");
+    _ = @import("features/compression.zig");
+    _ = @import("features/decompression.zig");
     _ = @import("http/huffman.zig");
     _ = @import("http/prefix_int.zig");
     // the protocols
-    _ = @import("http1/parser.zig");
-    _ = @import("http1/scan.zig");
-    _ = @import("http1/chunked.zig");
+    _ = @import("http/http1_parser.zig");
+    _ = @import("http/http1_scan.zig");
+    _ = @import("http/http1_chunked.zig");
     _ = @import("http/fields.zig");
-    _ = @import("http/answers.zig");
+    _ = @import("features/answers.zig");
     _ = @import("http/request_fields.zig");
     _ = @import("python/environ.zig");
     _ = @import("python/scope.zig");
@@ -54,9 +54,10 @@ test {
     _ = @import("http2/session_life_tests.zig");
     _ = @import("http2/peer_integers_tests.zig");
     _ = @import("websocket/codec.zig");
-    _ = @import("websocket/deflate.zig");
+    _ = @import("features/websocket_deflate.zig");
     // the seam: the hand-overs between protocols
-    _ = @import("server/protocol.zig");
+    _ = @import("core/protocol.zig");
+    _ = @import("websocket/session.zig"); // the upgrade's handshake checks on parsed HTTP/1.1 heads
     // QUIC (HTTP/3's transport)
     _ = @import("quic/suite.zig");
     _ = @import("quic/tls.zig");

@@ -1,4 +1,4 @@
-"""Fuzzing of the Zig HTTP/1.1 parser (src/zig/http1/parser.zig).
+"""Fuzzing of the Zig HTTP/1.1 parser (src/zig/http/http1_parser.zig).
 
 - The checked-in corpus (src/zig/testing/fuzz_corpus/*.http) as a regression test:
   `python -m ziglang test -lc src/zig/unit_tests.zig --test-filter fuzz:`.

@@ -3,25 +3,25 @@
 //!
 //! Requests on one connection are served strictly one after another, so pipelined
 //! requests are answered in order; the bytes of the next one wait in the read buffer
-//! until the current response is written. The parser is `http1/parser.zig` (sans-IO); the
-//! transport is `server/connection.zig`; the stream (`server/stream.zig`) is what the app side drives.
+//! until the current response is written. The parser is `http/http1_parser.zig` (sans-IO); the
+//! transport is `core/connection.zig`; the stream (`core/stream.zig`) is what the app side drives.
 const std = @import("std");
-const answers = @import("../http/answers.zig");
+const answers = @import("../features/answers.zig");
 const OpsAnswer = answers.OpsAnswer;
 const opsAnswer = answers.opsAnswer;
 const tooManyRequests = answers.tooManyRequests;
 const trailerAllowed = answers.trailerAllowed;
 const http_fields = @import("../http/fields.zig");
 const sys = @import("../os/sys.zig");
-const http1 = @import("parser.zig");
+const http1 = @import("../http/http1_parser.zig");
 const response = @import("../http/response.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../server/server.zig").Server;
-const seam = @import("../server/protocol.zig"); // the hand-overs: HTTP/2 (preface, h2c upgrade) and WebSocket begin as HTTP/1.1
+const Server = @import("../core/server.zig").Server;
+const seam = @import("../core/protocol.zig"); // the hand-overs: HTTP/2 (preface, h2c upgrade) and WebSocket begin as HTTP/1.1
 const scratch = @import("../http/scratch.zig");
 
 /// Response heads past a pooled buffer move to the heap, up to this size.
@@ -36,19 +36,31 @@ const discard_bytes_max = 1024 * 1024;
 var ops_head_scratch: [512]u8 = undefined;
 
 /// What HTTP/1.1 keeps on a busy connection: `protocol.Session.http1`, in its `Active`.
-pub const ConnState = struct {
-    /// HTTP/1.1 serves one stream at a time, here; it keeps the last exchange's state
-    /// until the next begins.
-    stream: Stream,
-    /// Between requests: the rest of an unread request body is being skipped.
-    discarding: bool = false,
-    discarded_bytes: u64 = 0,
-    /// A WebSocket upgrade: pending the app's accept, then the open session.
-    ws: ?*seam.WebSocket = null,
+pub const ConnState = seam.Http1State;
 
-    pub fn init(conn: *Conn) ConnState {
-        return .{ .stream = Stream.init(conn, .http1) };
-    }
+/// What the seam calls HTTP/1.1 by (`core/protocol.zig` `Http1Verbs`): the server's
+/// wiring hands this table to the server, so the core never imports this file.
+pub const verbs: seam.Http1Verbs = .{
+    .process = process,
+    .timedOut = timedOut,
+    .afterFlush = afterFlush,
+    .wholeResponseQueued = wholeResponseQueued,
+    .refuse = refuse,
+    .wsSession = wsSessionOf,
+    .stream = .{
+        .mustWait = mustWait,
+        .takeBody = takeBody,
+        .bodyConsumed = bodyConsumed,
+        .awaitBody = awaitBody,
+        .startResponse = startResponse,
+        .earlyHint = earlyHint,
+        .writeTrailers = writeTrailers,
+        .writeBody = writeBody,
+        .sendFd = sendFd,
+        .finishStream = finishStream,
+    },
+    .readBodyDirect = readBodyDirect,
+    .sendFile = sendFile,
 };
 
 /// The connection's HTTP/1.1 state (its phase is `.head`, `.request` or `.websocket`).
@@ -61,7 +73,7 @@ fn streamOf(conn: *Conn) *Stream {
 }
 
 /// The WebSocket session upgraded from this connection's request, if any.
-pub fn wsSessionOf(conn: *const Conn) ?*seam.WebSocket {
+pub fn wsSessionOf(conn: *const Conn) ?seam.WebSocketHeld {
     const act = conn.act orelse return null;
     return switch (act.proto) {
         .http1 => |*s| s.ws,
@@ -116,7 +128,7 @@ fn parseHead(conn: *Conn) void {
     if (act.rstart == act.rlen) return;
     const srv = conn.server;
     const data = buf[act.rstart..act.rlen];
-    if (conn.requests_count == 0 and srv.opts.http2) switch (seam.http2Preface(data)) {
+    if (conn.requests_count == 0 and srv.opts.http2) switch (seam.http2Preface(conn, data)) {
         // HTTP/2 with prior knowledge (h2c), or after ALPN chose h2.
         .yes => {
             act.rstart += seam.http2_preface_len;
@@ -151,7 +163,7 @@ fn parseHead(conn: *Conn) void {
         // Refused before any app sees it, and before a 100-continue invites the body.
         return refuse(conn, 413);
     }
-    if (srv.opts.ws_enabled and seam.asksWebSocket(&head.request)) {
+    if (srv.opts.ws_enabled and seam.asksWebSocket(conn, &head.request)) {
         if (!beginUpgrade(conn, &head.request)) return;
     }
     conn.state = .request;

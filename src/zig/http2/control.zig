@@ -13,14 +13,16 @@ const window_max = frames.window_max;
 
 const errors = @import("errors.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const connError = errors.connError;
+/// The per-second budgets live with the connection errors they end in (`errors.zig`).
+pub const useless = errors.useless;
+pub const tick = errors.tick;
 const queueControl = scheduler.queueControl;
-const Session = session.Session;
-const frame_size_max = session.frame_size_max;
-const resets_per_second_max = session.resets_per_second_max;
-const useless_frames_per_second_max = session.useless_frames_per_second_max;
+const Session = state.Session;
+const frame_size_max = state.frame_size_max;
+const resets_per_second_max = state.resets_per_second_max;
 const find = streams.find;
 const resetLocal = streams.resetLocal;
 
@@ -64,7 +66,7 @@ pub fn onPing(s: *Session, fh: FrameHeader) void {
     if (fh.flags & flag_ack != 0) {
         // The drain's PING came back: streams the client sent before our first GOAWAY
         // have arrived, so the final one can name the last of them.
-        if (s.drain_ping_sent and std.mem.eql(u8, s.fixed[0..8], &session.drain_ping_payload)) session.finalGoaway(s);
+        if (s.drain_ping_sent and std.mem.eql(u8, s.fixed[0..8], &state.drain_ping_payload)) errors.finalGoaway(s);
         return;
     }
     std.debug.assert(fh.len == 8 and fh.stream == 0 and s.fixed_len == 8);
@@ -100,20 +102,4 @@ pub fn onReset(s: *Session, id: u32, code: u32) void {
     st.remote_closed = true;
     st.peer_reset = true;
     resetLocal(s, st);
-}
-
-/// Counts a frame that makes us work without carrying a request or response.
-pub fn useless(s: *Session) void {
-    tick(s);
-    s.useless_in_window += 1;
-    if (s.useless_in_window > useless_frames_per_second_max) connError(s, .enhance_your_calm);
-}
-
-pub fn tick(s: *Session) void {
-    const now = s.conn.server.now_ms;
-    if (now -% s.window_start_ms >= 1000) {
-        s.window_start_ms = now;
-        s.resets_in_window = 0;
-        s.useless_in_window = 0;
-    }
 }

@@ -3,21 +3,21 @@
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
-const answers = @import("../http/answers.zig");
+const answers = @import("../features/answers.zig");
 const frames = @import("frames.zig");
 const ErrorCode = frames.ErrorCode;
 const FrameHeader = frames.FrameHeader;
 
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
-const stream_verbs = @import("stream_verbs.zig");
+const state = @import("state.zig");
+const Server = @import("../core/server.zig").Server;
 const streams = @import("streams.zig");
 const dropItems = scheduler.dropItems;
 const pushItem = scheduler.pushItem;
 const queueControl = scheduler.queueControl;
-const Session = session.Session;
-const recent_resets_len = session.recent_resets_len;
-const encodeHeadStart = stream_verbs.encodeHeadStart;
+const Session = state.Session;
+const recent_resets_len = state.recent_resets_len;
+const useless_frames_per_second_max = state.useless_frames_per_second_max;
 const H2Stream = streams.H2Stream;
 const find = streams.find;
 const resetLocal = streams.resetLocal;
@@ -180,4 +180,43 @@ pub fn observe(s: *Session, st: *H2Stream, status: u16) void {
     const now = sys.monotonicUs();
     m.observe(st.base.method_class, status, if (st.base.started_us != 0 and now > st.base.started_us) now - st.base.started_us else 0, st.base.resp_body_bytes);
     st.base.started_us = 0;
+}
+
+/// The drain's final GOAWAY (the drain's PING came back, or accepting stops): it names
+/// the last stream read; the streams in flight finish.
+pub fn finalGoaway(s: *Session) void {
+    if (s.goaway_sent or s.dead) return;
+    sendGoaway(s, .no_error);
+    // Once written, a settled connection closes (`afterFlush`).
+    if (s.conn.state == .h2) s.conn.flush();
+}
+
+// ---- the per-second budgets (Rapid Reset, useless frames): past one, a connection error
+
+/// Counts a frame that makes us work without carrying a request or response.
+pub fn useless(s: *Session) void {
+    tick(s);
+    s.useless_in_window += 1;
+    if (s.useless_in_window > useless_frames_per_second_max) connError(s, .enhance_your_calm);
+}
+pub fn tick(s: *Session) void {
+    const now = s.conn.server.now_ms;
+    if (now -% s.window_start_ms >= 1000) {
+        s.window_start_ms = now;
+        s.resets_in_window = 0;
+        s.useless_in_window = 0;
+    }
+}
+
+// ---- the head of every response, the engine's own answers' and the app's
+
+/// What every response head begins with: `:status`, then `server` and `date` as configured.
+pub fn encodeHeadStart(block: []u8, srv: *Server, status: u16) error{NoSpace}!usize {
+    var n = try hpack.encodeStatus(block, status);
+    if (srv.opts.server_header) n += try hpack.encodeField(block[n..], "server", "zigcorn");
+    if (srv.opts.date_header) {
+        const line = srv.date.get();
+        n += try hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]);
+    }
+    return n;
 }

@@ -11,13 +11,12 @@ const windowUse = frames.windowUse;
 const flag_end_stream = frames.flag_end_stream;
 const flag_padded = frames.flag_padded;
 
-const control = @import("control.zig");
 const errors = @import("errors.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
-const websocket = @import("websocket.zig");
-const useless = control.useless;
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket stream's DATA goes to its session
+const useless = errors.useless;
 const connError = errors.connError;
 const refuseStream = errors.refuseStream;
 const sendReset = errors.sendReset;
@@ -25,16 +24,15 @@ const streamError = errors.streamError;
 const streamErrorFor = errors.streamErrorFor;
 const wasResetByUs = errors.wasResetByUs;
 const queueControl = scheduler.queueControl;
-const Session = session.Session;
-const connection_window = session.connection_window;
-const discard_bytes_max = session.discard_bytes_max;
-const stream_window = session.stream_window;
+const Session = state.Session;
+const connection_window = state.connection_window;
+const discard_bytes_max = state.discard_bytes_max;
+const stream_window = state.stream_window;
 const H2Stream = streams.H2Stream;
 const discarding = streams.discarding;
 const find = streams.find;
 const freeStream = streams.freeStream;
 const remoteEnded = streams.remoteEnded;
-const wsDataEnd = websocket.wsDataEnd;
 
 pub fn onWindowUpdate(s: *Session, id: u32, inc: u32) void {
     if (id == 0) {
@@ -194,4 +192,17 @@ pub fn sendWindowUpdate(s: *Session, id: u32, inc: u32) void {
     (FrameHeader{ .len = 4, .type = .window_update, .flags = 0, .stream = id }).write(buf[0..h]);
     std.mem.writeInt(u32, buf[h..][0..4], inc, .big);
     queueControl(s, &buf) catch return;
+}
+
+/// RFC 8441: a DATA frame of a WebSocket stream, its frames parsed as they come and
+/// credited back as they are parsed.
+pub fn wsDataEnd(s: *Session, st: *H2Stream, ws_session: seam.WebSocketHeld, fh: FrameHeader) void {
+    const padding = fh.len - dataLenOf(fh, s);
+    if (padding > 0) creditStream(s, st, padding);
+    seam.webSocketProcess(s.conn, ws_session);
+    if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
+        // The client's side ended: after its frames, the session is over for the app.
+        remoteEnded(s, still);
+        if (find(s, fh.stream)) |again| if (again.ws) |w| seam.webSocketWake(s.conn, w);
+    };
 }

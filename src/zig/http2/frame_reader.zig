@@ -2,9 +2,9 @@
 //! payload pieces (a frame may be larger than the read buffer), checked against RFC 9113
 //! section 6 as they come, and handed to the file that owns each frame type.
 const std = @import("std");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_ack = frames.flag_ack;
@@ -16,7 +16,7 @@ const control = @import("control.zig");
 const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const header_blocks = @import("header_blocks.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const websocket = @import("websocket.zig");
 const applySetting = control.applySetting;
 const onGoaway = control.onGoaway;
@@ -32,13 +32,13 @@ const dataEnd = flow_control.dataEnd;
 const onWindowUpdate = flow_control.onWindowUpdate;
 const beginHeaders = header_blocks.beginHeaders;
 const headerBlockDone = header_blocks.headerBlockDone;
-const Session = session.Session;
-const frame_size_max = session.frame_size_max;
-const preface = session.preface;
-const prefaceState = session.prefaceState;
-const read_pause_bytes = session.read_pause_bytes;
-const rearm = session.rearm;
-const sessionOf = session.sessionOf;
+const Session = state.Session;
+const frame_size_max = state.frame_size_max;
+const preface = frames.preface;
+const prefaceState = frames.prefaceState;
+const read_pause_bytes = state.read_pause_bytes;
+const rearm = state.rearm;
+const sessionOf = state.sessionOf;
 const wsInputEmpty = websocket.wsInputEmpty;
 
 /// Consumes every complete piece of frame that is buffered.
@@ -49,7 +49,8 @@ pub fn process(conn: *Conn) void {
     var it = s.first;
     while (it) |st| {
         it = st.next;
-        if (st.ws) |w| if (w.open and !wsInputEmpty(st)) seam.webSocketProcess(w);
+        if (st.ws) |w| if (seam.webSocketOpen(conn, w) and !wsInputEmpty(st))
+            seam.webSocketProcess(conn, w);
         if (conn.state != .h2) return;
     }
     while (conn.state == .h2 and !s.dead) {

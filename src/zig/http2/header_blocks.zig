@@ -2,10 +2,10 @@
 //! into a new stream's request (or an open stream's trailers).
 const std = @import("std");
 const hpack = @import("hpack.zig");
-const stream_mod = @import("../server/stream.zig");
-const answers = @import("../http/answers.zig");
+const stream_mod = @import("../core/stream.zig");
+const answers = @import("../features/answers.zig");
 // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
-const seam = @import("../server/protocol.zig");
+const seam = @import("../core/protocol.zig");
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const flag_end_stream = frames.flag_end_stream;
@@ -13,7 +13,7 @@ const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
 
 const errors = @import("errors.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const answerOps = errors.answerOps;
 const connError = errors.connError;
@@ -23,7 +23,7 @@ const streamError = errors.streamError;
 const streamErrorId = errors.streamErrorId;
 const sendGoaway = errors.sendGoaway;
 const flushSoon = @import("scheduler.zig").flushSoon;
-const Session = session.Session;
+const Session = state.Session;
 const H2Stream = streams.H2Stream;
 const find = streams.find;
 const newStream = streams.newStream;
@@ -31,11 +31,11 @@ const remoteEnded = streams.remoteEnded;
 
 /// Module scratch for decoded header blocks and the request view (the GIL and the
 /// single engine thread serialise every use; valid during `on_request` only).
-pub var decoded_bytes: [@import("../server/server.zig").request_head_bytes_max]u8 = undefined;
+pub var decoded_bytes: [@import("../core/server.zig").request_head_bytes_max]u8 = undefined;
 
 pub var decoded_fields: [
     @import(
-        "../server/server.zig",
+        "../core/server.zig",
     ).request_fields_max + 8
 ]hpack.Header = undefined;
 

@@ -7,7 +7,7 @@ const hpack = @import("hpack.zig");
 const request_fields = @import("../http/request_fields.zig");
 const scratch = @import("../http/scratch.zig");
 
-/// What the h2c upgrade (RFC 7540 3.2) reads of the HTTP/1.1 request: `server/protocol.zig`
+/// What the h2c upgrade (RFC 7540 3.2) reads of the HTTP/1.1 request: `session.zig`
 /// fills it from the parsed head, and HTTP/2's `beginUpgrade` makes it stream 1.
 pub const UpgradeRequest = struct {
     method: []const u8,

@@ -5,11 +5,11 @@ const std = @import("std");
 const assert = std.debug.assert;
 const sys = @import("../os/sys.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const windowUse = frames.windowUse;
@@ -17,12 +17,12 @@ const flag_end_stream = frames.flag_end_stream;
 const flag_end_headers = frames.flag_end_headers;
 
 const errors = @import("errors.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const streamErrorFor = errors.streamErrorFor;
-const Session = session.Session;
-const fill_target = session.fill_target;
-const sessionOf = session.sessionOf;
+const Session = state.Session;
+const fill_target = state.fill_target;
+const sessionOf = state.sessionOf;
 const H2Stream = streams.H2Stream;
 const Item = streams.Item;
 const append = streams.append;
@@ -143,7 +143,8 @@ pub fn emitOne(s: *Session, st: *H2Stream) bool {
         st.base.write_blocked = false;
         s.sink.wakeWrite(&st.base);
     }
-    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high) seam.webSocketOutputDrained(w);
+    if (st.ws) |w| if (!st.hasOutput() or st.base.out.queued <= seam.websocket_out_bytes_high)
+        seam.webSocketOutputDrained(st.base.conn, w);
     if (!st.hasOutput()) {
         st.items.clearRetainingCapacity();
         st.item_head = 0;

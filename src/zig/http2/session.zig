@@ -4,7 +4,7 @@
 //! after ALPN chose "h2" or on a plain port (h2c with prior knowledge). From then on
 //! the connection's bytes are frames, read here as they arrive (a frame may be larger
 //! than the read buffer: payloads are consumed in pieces), and each request is a
-//! `Stream` (`server/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
+//! `Stream` (`core/stream.zig`) that the app side drives with the same verbs as HTTP/1.1.
 //!
 //! Output. What a stream sends (its response HEADERS, DATA, trailers) waits in the
 //! stream's own list of items; `fill` moves frames from those lists into the
@@ -31,11 +31,11 @@ const sink_mod = @import("sink.zig");
 pub const Sink = sink_mod.Sink;
 const hpack = @import("hpack.zig");
 const outq = @import("../transport/output_queue.zig");
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const Conn = conn_mod.Conn;
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const deadlines = @import("../os/deadlines.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
 const FrameHeader = frames.FrameHeader;
 const setting_enable_push = frames.setting_enable_push;
@@ -44,6 +44,25 @@ const setting_initial_window_size = frames.setting_initial_window_size;
 const setting_max_header_list_size = frames.setting_max_header_list_size;
 const setting_enable_connect_protocol = frames.setting_enable_connect_protocol;
 const request = @import("request.zig");
+const state = @import("state.zig"); // the session's data and bounds, which the concerns import
+pub const Session = state.Session;
+pub const sessionOf = state.sessionOf;
+const fromHeld = state.fromHeld;
+pub const rearm = state.rearm;
+pub const settled = state.settled;
+pub const frame_size_max = state.frame_size_max;
+pub const header_table_size = state.header_table_size;
+pub const stream_window = state.stream_window;
+pub const connection_window = state.connection_window;
+pub const fill_target = state.fill_target;
+pub const read_pause_bytes = state.read_pause_bytes;
+pub const out_bytes_max = state.out_bytes_max;
+pub const resets_per_second_max = state.resets_per_second_max;
+pub const useless_frames_per_second_max = state.useless_frames_per_second_max;
+pub const discard_bytes_max = state.discard_bytes_max;
+pub const recent_resets_len = state.recent_resets_len;
+pub const drain_ping_payload = state.drain_ping_payload;
+const h1_parser = @import("../http/http1_parser.zig"); // the h2c upgrade reads the HTTP/1.1 request
 pub const window_max = frames.window_max;
 
 const control = @import("control.zig");
@@ -78,11 +97,12 @@ const freeStream = streams.freeStream;
 const newStream = streams.newStream;
 pub const wsSessionOf = websocket.wsSessionOf;
 
-/// What the seam calls HTTP/2 by (`server/protocol.zig` `Http2Verbs`): the server holds
-/// this table (`Server.http2`), so the seam never imports this file.
+/// What the seam calls HTTP/2 by (`core/protocol.zig` `Http2Verbs`): the server's wiring
+/// hands this table to the server, so the core never imports this file.
 pub const verbs: seam.Http2Verbs = .{
+    .preface = prefaceOf,
     .begin = begin,
-    .beginUpgrade = beginUpgrade,
+    .beginUpgrade = beginUpgradeFrom,
     .destroy = destroyHeld,
     .process = process,
     .timedOut = timedOut,
@@ -93,17 +113,19 @@ pub const verbs: seam.Http2Verbs = .{
     .goAway = goAway,
     .closeWebSockets = closeWebSockets,
     .lifetimeDue = lifetimeDue,
-    .mustWait = mustWait,
-    .takeBody = takeBody,
-    .bodyConsumed = bodyConsumed,
-    .awaitBody = awaitBody,
-    .startResponse = startResponse,
-    .earlyHint = earlyHint,
-    .writeTrailers = writeTrailers,
-    .writeBody = writeBody,
+    .stream = .{
+        .mustWait = mustWait,
+        .takeBody = takeBody,
+        .bodyConsumed = bodyConsumed,
+        .awaitBody = awaitBody,
+        .startResponse = startResponse,
+        .earlyHint = earlyHint,
+        .writeTrailers = writeTrailers,
+        .writeBody = writeBody,
+        .sendFd = sendFd,
+        .finishStream = finishStream,
+    },
     .sendFile = sendFile,
-    .sendFd = sendFd,
-    .finishStream = finishStream,
     .abortStream = abortStream,
     .wsSession = wsSessionOf,
     .carrierLive = carrierLive,
@@ -142,7 +164,13 @@ fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
 fn carrierAbort(st: *stream_mod.Stream) void {
     websocket.wsAbort(@fieldParentPtr("base", st));
 }
-fn carrierAccept(st: *stream_mod.Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.websocket.AcceptError!void {
+fn carrierAccept(
+    st: *stream_mod.Stream,
+    subprotocol: ?[]const u8,
+    extension: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) seam.WebSocketAcceptError!void {
     return websocket.wsAccept(@fieldParentPtr("base", st), subprotocol, extension, headers, extra);
 }
 
@@ -152,127 +180,6 @@ const header_bytes = frames.header_bytes;
 
 pub const preface = frames.preface;
 pub const prefaceState = frames.prefaceState;
-
-/// Our SETTINGS_MAX_FRAME_SIZE (the protocol's default; we never ask for more).
-pub const frame_size_max: u32 = frames.frame_size_default;
-
-/// Our SETTINGS_HEADER_TABLE_SIZE: the HPACK dynamic table a client may fill.
-pub const header_table_size: u32 = 4096;
-
-/// The window each request body gets (SETTINGS_INITIAL_WINDOW_SIZE)...
-pub const stream_window: u32 = 256 * 1024;
-
-/// ...and all of a connection's bodies together: the most request body one connection buffers.
-pub const connection_window: u32 = 1024 * 1024;
-
-/// `fill` stops moving frames into the output queue past this many queued bytes.
-pub const fill_target: usize = 64 * 1024;
-
-/// A client that sends frames needing answers (PING, SETTINGS) faster than it reads
-/// them: past this much queued output its frames are not read until the queue drains.
-pub const read_pause_bytes: usize = 256 * 1024;
-
-/// The output queue's buffer never grows past this (a header block plus `fill_target`).
-pub const out_bytes_max = sink_mod.out_bytes_max;
-
-/// Streams the client resets while their app runs, per second, before GOAWAY
-/// ENHANCE_YOUR_CALM (Rapid Reset, CVE-2023-44487).
-pub const resets_per_second_max: u32 = 200;
-
-/// Frames that cost work and carry nothing (PING, SETTINGS, PRIORITY, empty DATA,
-/// unknown types, WINDOW_UPDATE on closed streams), per second, before GOAWAY ENHANCE_YOUR_CALM.
-pub const useless_frames_per_second_max: u32 = 10_000;
-
-/// A request body still arriving after its response was sent is dropped up to this
-/// much; past it the stream is reset (NO_ERROR) so the client stops sending.
-pub const discard_bytes_max: u64 = 64 * 1024;
-
-/// Stream ids we reset recently, whose in-flight frames are dropped without an error.
-pub const recent_resets_len = 16;
-
-pub const Session = struct {
-    conn: *Conn,
-    /// Streams, header blocks, bodies and response items come from it.
-    gpa: std.mem.Allocator,
-    /// Where frames go and wakes are raised (`connSink(conn)` but in unit tests).
-    sink: sink_mod.Sink,
-    decoder: hpack.Decoder,
-    first: ?*H2Stream = null,
-    last: ?*H2Stream = null,
-    /// Streams allocated (the concurrency limit counts these).
-    live: u32 = 0,
-    /// Of those, the ones an app holds.
-    held: u32 = 0,
-    max_streams: u32,
-    /// Highest stream id the client opened.
-    last_stream_id: u32 = 0,
-    /// The final GOAWAY went out: no new stream is taken; the connection closes once settled.
-    goaway_sent: bool = false,
-    /// The last stream id our latest GOAWAY named (none yet: the largest).
-    goaway_last_id: u32 = frames.stream_id_max,
-    /// The drain's first GOAWAY (no stream named) and its PING went out (`drainStarted`).
-    drain_ping_sent: bool = false,
-    /// A connection error was sent: nothing more is read; the connection closes once written.
-    dead: bool = false,
-    preface_settings: bool = false,
-    /// After an h2c upgrade: the client's preface has not arrived yet. Until it does,
-    /// only the 101 and our SETTINGS go out; stream 1's frames wait (see `scheduler.fill`).
-    await_preface: bool = false,
-
-    // The peer's settings.
-    peer_initial_window: i64 = frames.initial_window_default,
-    peer_frame_size: u32 = frames.frame_size_default,
-    peer_connect_protocol: bool = false,
-
-    send_window: i64 = frames.initial_window_default,
-    recv_window: i64 = frames.initial_window_default,
-    recv_unacked: u32 = 0,
-    /// Bytes of the current DATA frame that `dataBytes` put into a stream's body: those are
-    /// credited by whoever reads or frees the body, the rest by `dataEnd`.
-    data_buffered: u32 = 0,
-
-    // The frame being read.
-    frame: ?FrameHeader = null,
-    /// Bytes of the current frame's payload not yet consumed.
-    frame_left: u32 = 0,
-    /// The payload's fixed prefix (pad length, priority, control frames) gathered so far.
-    fixed: [8]u8 = undefined,
-    fixed_len: u8 = 0,
-    fixed_need: u8 = 0,
-    /// Padding at the end of the current DATA/HEADERS frame, skipped.
-    pad_len: u32 = 0,
-
-    // The header block being gathered (HEADERS then CONTINUATION frames).
-    block: std.ArrayListUnmanaged(u8) = .{},
-    block_stream: u32 = 0,
-    block_end_stream: bool = false,
-    block_active: bool = false,
-    /// The block is the trailers of an open stream, not a new request.
-    block_trailers: bool = false,
-    /// Its HEADERS made the stream depend on itself: a stream error once decoded.
-    block_self_dependent: bool = false,
-
-    recent_resets: [recent_resets_len]u32 = [_]u32{0} ** recent_resets_len,
-    recent_reset_at: u8 = 0,
-
-    window_start_ms: u64 = 0,
-    resets_in_window: u32 = 0,
-    useless_in_window: u32 = 0,
-
-    /// `--timeout-connection`: due when the connection is past its age (the server's
-    /// `lifetime_timeouts`; armed only with a limit), for a GOAWAY then (`lifetimeDue`).
-    lifetime_timer: deadlines.Entry = .{},
-};
-
-pub fn sessionOf(conn: *const Conn) *Session {
-    return fromHeld(conn.a().proto.http2);
-}
-
-/// The session from what the connection's `Active` holds (`seam.Http2Session`, aligned as
-/// a `Session` is: the cast is free).
-fn fromHeld(held: seam.Http2Held) *Session {
-    return @ptrCast(held);
-}
 
 fn destroyHeld(held: seam.Http2Held) void {
     destroy(fromHeld(held));
@@ -295,6 +202,32 @@ pub fn beginWith(conn: *Conn, gpa: std.mem.Allocator, sink: Sink) void {
 pub const switching_protocols = "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 
 pub const UpgradeRequest = request.UpgradeRequest;
+
+/// Where `data` stands against the client preface, as the seam names it (HTTP/1.1 asks).
+fn prefaceOf(data: []const u8) seam.Preface {
+    return switch (frames.prefaceState(data)) {
+        .no => .no,
+        .partial => .partial,
+        .yes => .yes,
+    };
+}
+
+comptime {
+    // HTTP/1.1 skips the preface by the seam's count of its bytes.
+    std.debug.assert(frames.preface.len == seam.http2_preface_len);
+}
+
+/// The h2c upgrade as the seam hands it over: what it reads of the HTTP/1.1 request.
+fn beginUpgradeFrom(conn: *Conn, req: *const h1_parser.Request, settings: []const u8) void {
+    const upgrade: UpgradeRequest = .{
+        .method = req.method,
+        .path = req.path,
+        .query = req.query,
+        .host = req.host,
+        .fields = req.headers,
+    };
+    beginUpgrade(conn, upgrade, settings);
+}
 
 /// An HTTP/1.1 request asked to upgrade to h2c (RFC 7540 3.2) and `h1` found it fit
 /// (plain connection, no body, one HTTP2-Settings field: `settings` is its decoded
@@ -437,27 +370,6 @@ pub fn afterFlush(conn: *Conn) void {
     rearm(conn);
 }
 
-/// The connection's one timer: idle (no stream), write (output waits on the peer's
-/// window), body (an app waits for request body bytes), or none.
-pub fn rearm(conn: *Conn) void {
-    if (conn.state != .h2) return;
-    const s = sessionOf(conn);
-    const srv = conn.server;
-    var blocked = false;
-    var awaiting = false;
-    var it = s.first;
-    while (it) |st| : (it = st.next) {
-        if (st.hasOutput()) blocked = true;
-        if (st.awaiting_body) awaiting = true;
-    }
-    // A window stall runs on the connection's own timer (`stall_timeouts`, the write
-    // timeout's length); `write_timeouts` holds the Active's timer for a socket that does not drain.
-    const want: ?*@import("../os/deadlines.zig").Queue = if (s.held == 0 and !blocked) &srv.idle_timeouts else if (blocked and s.sink.outputLen() == 0) &srv.stall_timeouts else if (awaiting) &srv.body_timeouts else null;
-    if (want) |q| {
-        if (!conn.timer.in(q)) q.arm(&conn.timer, srv.now_ms);
-    } else conn.timer.disarm();
-}
-
 /// The connection's timer passed (see `rearm`): the connection ends.
 pub fn timedOut(conn: *Conn) void {
     const s = sessionOf(conn);
@@ -491,9 +403,6 @@ fn drainStartedSession(s: *Session) void {
     s.conn.flush();
 }
 
-/// The opaque data of the drain's PING (RFC 9113 6.7): its ACK sends the final GOAWAY.
-pub const drain_ping_payload = [8]u8{ 'z', 'c', '-', 'd', 'r', 'a', 'i', 'n' };
-
 /// `--timeout-connection` passed (`lifetime_timer`): GOAWAY now, naming the last stream
 /// read; the streams in flight finish (a WebSocket on one too: it is not cut), then the
 /// connection closes (at once when none is open). Without it the GOAWAY waited for a
@@ -512,14 +421,7 @@ pub fn lifetimeDue(entry: *deadlines.Entry) void {
 /// last stream read; streams in flight finish (a WebSocket too, until the deadline),
 /// then the connection closes.
 pub fn goAway(conn: *Conn) void {
-    finalGoaway(sessionOf(conn));
-}
-
-pub fn finalGoaway(s: *Session) void {
-    if (s.goaway_sent or s.dead) return;
-    sendGoaway(s, .no_error);
-    // Once written, a settled connection closes (`afterFlush`).
-    if (s.conn.state == .h2) s.conn.flush();
+    errors.finalGoaway(sessionOf(conn));
 }
 
 /// The drain's deadline: WebSockets on the connection's streams are closed with 1001.
@@ -532,7 +434,7 @@ pub fn closeWebSockets(conn: *Conn) bool {
         it = st.next;
         if (st.ws) |w| {
             any = true;
-            seam.webSocketGoingAway(w);
+            seam.webSocketGoingAway(conn, w);
         }
     }
     if (conn.state == .h2) conn.flush();
@@ -555,12 +457,4 @@ pub fn connClosed(conn: *Conn) void {
         }
     }
     if (s.held == 0) conn.server.retire(conn);
-}
-
-/// No app runs on the connection and nothing waits to be sent: after GOAWAY it may close.
-pub fn settled(s: *const Session) bool {
-    if (s.held != 0) return false;
-    var it = s.first;
-    while (it) |st| : (it = st.next) if (st.hasOutput()) return false;
-    return true;
 }

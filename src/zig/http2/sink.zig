@@ -4,8 +4,8 @@
 //! the wakes it raised, with no socket written.
 const std = @import("std");
 const outq = @import("../transport/output_queue.zig");
-const Conn = @import("../server/connection.zig").Conn;
-const Stream = @import("../server/stream.zig").Stream;
+const Conn = @import("../core/connection.zig").Conn;
+const Stream = @import("../core/stream.zig").Stream;
 
 /// The output queue's buffer never grows past this (a header block plus `fill_target`).
 pub const out_bytes_max: usize = 2 * 1024 * 1024;

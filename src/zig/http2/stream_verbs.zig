@@ -1,14 +1,13 @@
-//! The stream verbs over HTTP/2, called by `server/stream.zig` for the app: read the
+//! The stream verbs over HTTP/2, called by `core/stream.zig` for the app: read the
 //! request body, start a response, write its body, trailers or a file, finish, abort.
 const std = @import("std");
 const sys = @import("../os/sys.zig");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const Server = @import("../server/server.zig").Server;
-const answers = @import("../http/answers.zig");
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const answers = @import("../features/answers.zig");
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const request = @import("request.zig");
 const scratch = @import("../http/scratch.zig");
 
@@ -16,19 +15,20 @@ const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const header_blocks = @import("header_blocks.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streams = @import("streams.zig");
 const observe = errors.observe;
 const refuseStream = errors.refuseStream;
 const streamError = errors.streamError;
 const streamErrorFor = errors.streamErrorFor;
+pub const encodeHeadStart = errors.encodeHeadStart;
 const creditStream = flow_control.creditStream;
 const flushSoon = scheduler.flushSoon;
 const mustWait = scheduler.mustWait;
 const pushItem = scheduler.pushItem;
 const releaseItem = scheduler.releaseItem;
-const Session = session.Session;
-const rearm = session.rearm;
+const Session = state.Session;
+const rearm = state.rearm;
 const H2Stream = streams.H2Stream;
 const Item = streams.Item;
 const freeStream = streams.freeStream;
@@ -110,17 +110,6 @@ pub fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, e
     h.head_block = block[0..n];
     h.head_alloc = block.len;
     st.resp_started = true;
-}
-
-/// What every response head begins with: `:status`, then `server` and `date` as configured.
-pub fn encodeHeadStart(block: []u8, srv: *Server, status: u16) error{NoSpace}!usize {
-    var n = try hpack.encodeStatus(block, status);
-    if (srv.opts.server_header) n += try hpack.encodeField(block[n..], "server", "zigcorn");
-    if (srv.opts.date_header) {
-        const line = srv.date.get();
-        n += try hpack.encodeField(block[n..], "date", line["date: ".len .. line.len - 2]);
-    }
-    return n;
 }
 
 /// One response field, lower-cased; HTTP/1.1's connection-specific fields are dropped.
@@ -341,10 +330,10 @@ pub fn finishStream(st: *Stream) void {
         if (s.held == 0) conn.server.retire(conn);
         return;
     }
-    if (h.ws) |w| if (w.open) {
+    if (h.ws) |w| if (seam.webSocketOpen(st.conn, w)) {
         // An accepted WebSocket: closed normally if the app did not; the stream ends
         // once the peer's close (and END_STREAM) arrives.
-        seam.webSocketFinished(w);
+        seam.webSocketFinished(st.conn, w);
         st.resp_complete = true;
     };
     if (!st.resp_complete and !st.reset) {

@@ -3,22 +3,22 @@
 const std = @import("std");
 const assert = std.debug.assert;
 const builtin = @import("builtin");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 
 const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
+const state = @import("state.zig");
 const streamErrorId = errors.streamErrorId;
 const creditConnection = flow_control.creditConnection;
 const creditStream = flow_control.creditStream;
 const dropItems = scheduler.dropItems;
-const Session = session.Session;
-const settled = session.settled;
-const connection_window = session.connection_window;
-const stream_window = session.stream_window;
+const Session = state.Session;
+const settled = state.settled;
+const connection_window = state.connection_window;
+const stream_window = state.stream_window;
 
 /// One response item waiting for `fill`: a header block (owned) or body bytes (borrowed
 /// from `owner`, or an owned copy when `owned`).
@@ -76,7 +76,7 @@ pub const H2Stream = struct {
     items: std.ArrayListUnmanaged(Item) = .{},
     item_head: usize = 0,
     /// RFC 8441: the WebSocket session this stream carries (its DATA are WebSocket frames).
-    ws: ?*seam.WebSocket = null,
+    ws: ?seam.WebSocketHeld = null,
 
     pub fn of(st: *Stream) *H2Stream {
         return @fieldParentPtr("base", st);
@@ -182,7 +182,7 @@ pub fn freeStream(s: *Session, st: *H2Stream) void {
     assert(!st.held);
     assert(s.live > 0 and s.live > s.held);
     dropItems(s, st);
-    if (st.ws) |w| seam.webSocketDestroy(w);
+    if (st.ws) |w| seam.webSocketDestroy(s.conn, w);
     st.ws = null;
     st.body.deinit(s.gpa);
     unlink(s, st);

@@ -3,31 +3,24 @@
 const std = @import("std");
 const hpack = @import("hpack.zig");
 const response = @import("../http/response.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const seam = @import("../server/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
+const seam = @import("../core/protocol.zig"); // RFC 8441: a WebSocket on a stream, through the seam's hand-over verbs
 const frames = @import("frames.zig");
-const FrameHeader = frames.FrameHeader;
-const flag_end_stream = frames.flag_end_stream;
 
 const errors = @import("errors.zig");
 const flow_control = @import("flow_control.zig");
 const scheduler = @import("scheduler.zig");
-const session = @import("session.zig");
 const stream_verbs = @import("stream_verbs.zig");
 const streams = @import("streams.zig");
 const streamError = errors.streamError;
 const creditStream = flow_control.creditStream;
-const dataLenOf = flow_control.dataLenOf;
 const flushSoon = scheduler.flushSoon;
 const pushItem = scheduler.pushItem;
-const Session = session.Session;
 const encodeResponseField = stream_verbs.encodeResponseField;
 const H2Stream = streams.H2Stream;
-const find = streams.find;
-const remoteEnded = streams.remoteEnded;
 
-pub fn wsSessionOf(st: *const Stream) ?*seam.WebSocket {
+pub fn wsSessionOf(st: *const Stream) ?seam.WebSocketHeld {
     const h: *const H2Stream = @fieldParentPtr("base", st);
     return h.ws;
 }
@@ -93,7 +86,13 @@ pub fn wsAbort(h: *H2Stream) void {
 
 /// The app accepted the WebSocket: a 200 HEADERS (no END_STREAM) with the subprotocol,
 /// the extension and the app's headers. Frames follow as DATA.
-pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) seam.websocket.AcceptError!void {
+pub fn wsAccept(
+    h: *H2Stream,
+    subprotocol: ?[]const u8,
+    extension: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) seam.WebSocketAcceptError!void {
     const st = &h.base;
     if (st.resp_started) return error.NotPending;
     const srv = st.conn.server;
@@ -128,23 +127,10 @@ pub fn wsAccept(h: *H2Stream, subprotocol: ?[]const u8, extension: ?[]const u8, 
     flushSoon(st.conn);
 }
 
-pub fn mapStart(e: stream_mod.StartError) seam.websocket.AcceptError {
+pub fn mapStart(e: stream_mod.StartError) seam.WebSocketAcceptError {
     return switch (e) {
         error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
         error.HeadTooLarge => error.HeadTooLarge,
         error.OutOfMemory => error.OutOfMemory,
-    };
-}
-
-/// RFC 8441: a DATA frame of a WebSocket stream, its frames parsed as they come and
-/// credited back as they are parsed.
-pub fn wsDataEnd(s: *Session, st: *H2Stream, ws_session: *seam.WebSocket, fh: FrameHeader) void {
-    const padding = fh.len - dataLenOf(fh, s);
-    if (padding > 0) creditStream(s, st, padding);
-    seam.webSocketProcess(ws_session);
-    if (fh.flags & flag_end_stream != 0) if (find(s, fh.stream)) |still| {
-        // The client's side ended: after its frames, the session is over for the app.
-        remoteEnded(s, still);
-        if (find(s, fh.stream)) |again| if (again.ws) |w| w.wake();
     };
 }

@@ -1,6 +1,6 @@
-//! HTTP/3's requests as `server/stream.zig` `Stream`s (protocol `.http3`): the owner side of
+//! HTTP/3's requests as `core/stream.zig` `Stream`s (protocol `.http3`): the owner side of
 //! `session.zig` for one QUIC connection (`worker.zig` `QuicConn`), and the stream verbs
-//! the seam (`server/protocol.zig`) reaches through `verbs`, as it reaches
+//! the seam (`core/protocol.zig`) reaches through `verbs`, as it reaches
 //! `http2/stream_verbs.zig`'s.
 //!
 //! Request bodies are kept per stream until the app takes them, at most `body_buffer_max`
@@ -11,9 +11,9 @@
 //! `file_chunk_bytes` piece at a time as it drains.
 const std = @import("std");
 const sys = @import("../os/sys.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
-const seam = @import("../server/protocol.zig");
+const seam = @import("../core/protocol.zig");
 const response = @import("../http/response.zig");
 const session_mod = @import("session.zig");
 const worker = @import("worker.zig");
@@ -279,16 +279,18 @@ fn gone(h: *H3Stream) void {
 // ---- the stream verbs -------------------------------------------------------------------
 
 pub const verbs: seam.Http3Verbs = .{
-    .mustWait = mustWait,
-    .takeBody = takeBody,
-    .bodyConsumed = bodyConsumed,
-    .awaitBody = awaitBody,
-    .startResponse = startResponse,
-    .earlyHint = earlyHint,
-    .writeTrailers = writeTrailers,
-    .writeBody = writeBody,
-    .sendFd = sendFd,
-    .finishStream = finishStream,
+    .stream = .{
+        .mustWait = mustWait,
+        .takeBody = takeBody,
+        .bodyConsumed = bodyConsumed,
+        .awaitBody = awaitBody,
+        .startResponse = startResponse,
+        .earlyHint = earlyHint,
+        .writeTrailers = writeTrailers,
+        .writeBody = writeBody,
+        .sendFd = sendFd,
+        .finishStream = finishStream,
+    },
     .abortStream = abortStream,
     .tlsSummary = tlsSummary,
 };

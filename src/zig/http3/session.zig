@@ -3,7 +3,7 @@
 //! `Session(Transport, Owner)`: the transport is the QUIC connection (`quic/connection.zig`,
 //! reached only through the agreed interface: `nextEvent`, `streamRead`, `streamWrite`,
 //! `streamReset`, `streamStopSending`, `streamReceiveOver`, `openUni`, `closeApplication`), the owner the one
-//! who serves requests (`server/stream.zig` later; a recorder in the tests). The session
+//! who serves requests (`core/stream.zig` later; a recorder in the tests). The session
 //! reads the transport's events (`run`), reads streams, and calls the owner back:
 //!
 //!     onRequest(stream_id, *const Head)   a request's head, checked (RFC 9114 4.3)
@@ -16,7 +16,7 @@
 //!
 //! Every slice handed to the owner borrows the session until the callback returns. The
 //! owner answers with `respond`, `earlyHint`, `writeBody`, `writeTrailers`, `abort`, and
-//! may call them from inside its callbacks. HTTP/2's session hands `server/stream.zig`
+//! may call them from inside its callbacks. HTTP/2's session hands `core/stream.zig`
 //! the same things (a request view with method, path, query, authority, scheme and the
 //! header list; body bytes; resets), so one server adapter can drive both.
 //!
@@ -66,7 +66,7 @@ pub const Config = struct {
     empty_frames_per_second_max: u32 = 10_000,
 };
 
-/// The request as the owner sees it (the shape of `server/stream.zig`'s `Request`).
+/// The request as the owner sees it (the shape of `core/stream.zig`'s `Request`).
 pub const Head = struct {
     method: []const u8,
     /// As sent, before '?'.

@@ -12,8 +12,8 @@
 //! the earliest of them (one-shot, absolute), so an idle worker sleeps until then.
 //!
 //! A `QuicConn` is the owner object of one QUIC connection: the endpoint's `Conn`, the HTTP/3
-//! session's `Owner` (`server_stream.zig` adapts its requests to `server/stream.zig`'s
-//! `Stream`), and the carrier its streams name (`carrier`, a `server/connection.zig` `Conn`
+//! session's `Owner` (`server_stream.zig` adapts its requests to `core/stream.zig`'s
+//! `Stream`), and the carrier its streams name (`carrier`, a `core/connection.zig` `Conn`
 //! with no socket: the server, the options, the client's address; never linked into the
 //! server's lists and never read or written by the TCP path).
 const std = @import("std");
@@ -25,9 +25,9 @@ const openssl = @import("../transport/openssl.zig");
 const endpoint_mod = @import("../quic/endpoint.zig");
 const connection = @import("../quic/connection.zig");
 const session_mod = @import("session.zig");
-const server_mod = @import("../server/server.zig");
+const server_mod = @import("../core/server.zig");
 const Server = server_mod.Server;
-const conn_mod = @import("../server/connection.zig");
+const conn_mod = @import("../core/connection.zig");
 const server_stream = @import("server_stream.zig");
 const SmallPool = @import("../os/small_pool.zig").SmallPool;
 

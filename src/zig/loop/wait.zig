@@ -15,7 +15,7 @@ const engine_mod = @import("../python/engine.zig");
 const core_mod = @import("core.zig");
 const Core = core_mod.Core;
 const events_max = core_mod.events_max;
-const Server = @import("../server/server.zig").Server;
+const Server = @import("../core/server.zig").Server;
 
 /// asyncio's MAXIMUM_SELECT_TIMEOUT: one wait never sleeps longer than a day.
 const select_timeout_s_max: f64 = 24 * 3600;

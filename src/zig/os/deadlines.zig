@@ -20,7 +20,7 @@ pub const Entry = struct {
         /// The `id` of the queue holding the entry; 0 while disarmed.
         queue: u4 = 0,
         /// Not the queue's: arming, expiring and disarming keep it. A connection keeps its
-        /// coarse accept time here (`--timeout-connection`, transport/lifetime.zig): the
+        /// coarse accept time here (`--timeout-connection`, transport/connection_age.zig): the
         /// word had bits to spare, and every byte of an idle connection counts.
         stamp: u16 = 0,
     };

@@ -4,8 +4,8 @@ const std = @import("std");
 const py = @import("capi.zig");
 const c = py.c;
 const Object = py.Object;
-const server_mod = @import("../server/server.zig");
-const h2 = @import("../http2/session.zig"); // HTTP/2's verbs, handed to the server (`protocol.Http2Verbs`)
+const server_mod = @import("../core/server.zig");
+const wiring = @import("../server/wiring.zig"); // each protocol's verbs, handed to the server
 const Server = server_mod.Server;
 const scope = @import("scope.zig");
 const options = @import("options.zig");
@@ -43,7 +43,7 @@ pub const EngineObjectCore = struct {
     close_requested: bool = false,
     /// Attached to zigcorn's own loop: `settle` runs at the end of its pass, not via call_soon.
     loop_driven: bool = false,
-    trust: @import("../http/forwarded.zig").Trust = .{},
+    trust: @import("../features/forwarded.zig").Trust = .{},
     /// str objects whose UTF-8 the server's ops paths point into.
     metrics_path: ?*Object = null,
     health_path: ?*Object = null,
@@ -187,7 +187,7 @@ fn engineNew(tp: ?*c.PyTypeObject, args: ?*Object, kwargs: ?*Object) callconv(.c
         .pass_soon = pystream.hookPassSoon,
         .log = pystream.hookLog,
     };
-    self.server = Server.init(allocator, hooks, opts_full, &h2.verbs) catch {
+    self.server = Server.init(allocator, hooks, opts_full, &wiring.verbs) catch {
         py.decref(obj);
         c.PyErr_SetString(c.PyExc_OSError, "could not create the event source (epoll, timerfd, eventfd)");
         return null;
@@ -312,7 +312,7 @@ fn boundAddress(obj: *Object, server: *Server) ?*Object {
     var st: linux.sockaddr.storage = undefined;
     var len: linux.socklen_t = @sizeOf(linux.sockaddr.storage);
     if (linux.getsockname(server.listen_fd, @ptrCast(&st), &len) != 0) return py.none();
-    const peer = @import("../server/connection.zig").Peer.fromStorage(&st);
+    const peer = @import("../core/connection.zig").Peer.fromStorage(&st);
     const self = asEngine(obj);
     if (peer.family != linux.AF.INET and peer.family != linux.AF.INET6) {
         // A Unix socket: like uvicorn, the scope's `server` is None.

@@ -4,11 +4,11 @@
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
 const py = @import("capi.zig");
-const Request = @import("../server/stream.zig").Request;
-const Peer = @import("../server/connection.zig").Peer;
-const proxy = @import("../http/forwarded.zig");
+const Request = @import("../core/stream.zig").Request;
+const Peer = @import("../core/connection.zig").Peer;
+const proxy = @import("../features/forwarded.zig");
 const tls = @import("../transport/openssl.zig");
-const tracing = @import("../http/tracing.zig");
+const tracing = @import("../features/tracing.zig");
 const Object = py.Object;
 const c = py.c;
 

@@ -8,13 +8,13 @@ const c = py.c;
 const Object = py.Object;
 const scope = @import("scope.zig");
 const environ = @import("environ.zig");
-const stream_mod = @import("../server/stream.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
 const wsconn = @import("../websocket/session.zig");
-const compression = @import("../http/compression.zig");
+const compression = @import("../features/compression.zig");
 const response = @import("../http/response.zig");
 const engine_mod = @import("engine.zig");
-const PassSoon = @import("../server/hooks.zig").PassSoon;
+const PassSoon = @import("../core/hooks.zig").PassSoon;
 const EngineObjectCore = engine_mod.EngineObjectCore;
 const asEngine = engine_mod.asEngine;
 const closeIfDone = engine_mod.closeIfDone;
@@ -561,7 +561,8 @@ fn streamWsAccept(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssiz
     defer py.xdecref(seq);
     const pairs = headerSlices(args[1].?, &seq) orelse return null;
     const st = self.stream orelse return py.none();
-    st.wsAccept(sub, pairs, asEngine(self.engine).extraHeaders()) catch |err| return switch (err) {
+    const extra = asEngine(self.engine).extraHeaders();
+    wsconn.streamAccept(st, sub, pairs, extra) catch |err| return switch (err) {
         error.InvalidHeader => py.runtimeError("Invalid header name or value in websocket.accept."),
         error.HeadTooLarge => py.runtimeError("websocket.accept headers are too large."),
         error.OutOfMemory => py.runtimeError("Out of memory for the handshake response."),
@@ -579,7 +580,7 @@ fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
     const data = if (text) (py.strView(o) orelse return null) else (py.bytesView(o) orelse
         return py.typeError("websocket.send needs 'bytes' (bytes) or 'text' (str)"));
     const st = self.stream orelse return c.PyLong_FromLong(2);
-    const wait = st.wsSend(data, text) catch |err| return switch (err) {
+    const wait = wsconn.streamSend(st, data, text) catch |err| return switch (err) {
         error.Closed => c.PyLong_FromLong(2),
         error.OutOfMemory => py.runtimeError("Out of memory for the message."),
     };
@@ -590,11 +591,12 @@ fn streamWsSend(self_obj: ?*Object, arg: ?*Object) callconv(.c) ?*Object {
 fn streamWsReceive(self_obj: ?*Object, _: ?*Object) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const st = self.stream orelse return scope.wsDisconnectMessage(1006, "");
-    if (st.wsTake()) |m| {
+    if (wsconn.streamTake(st)) |m| {
         defer m.destroy();
         return scope.wsReceiveMessage(m.text, m.data.items);
     }
-    if (!st.isWebSocket() or st.wsFinished()) return scope.wsDisconnectMessage(st.wsCloseCode(), st.wsCloseReason());
+    if (!st.isWebSocket() or wsconn.streamFinishedForApp(st))
+        return scope.wsDisconnectMessage(wsconn.streamCloseCode(st), wsconn.streamCloseReason(st));
     return py.none();
 }
 
@@ -610,14 +612,14 @@ fn streamWsClose(self_obj: ?*Object, args: [*c]const ?*Object, nargs: c.Py_ssize
     }
     const reason = py.strView(args[1].?) orelse return null;
     const st = self.stream orelse return py.none();
-    st.wsClose(@intCast(code), reason);
+    wsconn.streamClose(st, @intCast(code), reason);
     return py.none();
 }
 
 fn streamGetWsFinished(self_obj: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     const self = asStream(self_obj);
     const st = self.stream orelse return py.boolean(true);
-    return py.boolean(st.wsFinished());
+    return py.boolean(wsconn.streamFinishedForApp(st));
 }
 
 // ---- send() without a coroutine ---------------------------------------------
@@ -911,7 +913,7 @@ fn callSoon(engine: *EngineObjectCore, comptime method: [:0]const u8) bool {
 }
 
 /// The engine's own log lines (a connection it dropped, accepting paused) on `zigcorn.error`.
-pub fn hookLog(_: *anyopaque, level: @import("../server/server.zig").LogLevel, message: []const u8) void {
+pub fn hookLog(_: *anyopaque, level: @import("../core/server.zig").LogLevel, message: []const u8) void {
     const logging = c.PyImport_ImportModule("logging") orelse return c.PyErr_WriteUnraisable(null);
     defer py.decref(logging);
     const name: [*:0]const u8 = if (level == .access) "zigcorn.access" else "zigcorn.error";

@@ -8,8 +8,7 @@ const tls = @import("../transport/openssl.zig");
 const scope = @import("scope.zig");
 const options = @import("options.zig");
 const EngineObjectCore = @import("engine.zig").EngineObjectCore;
-const quic_tls = @import("../quic/tls_context.zig");
-const h3_worker = @import("../http3/worker.zig");
+const http3 = @import("../server/http3.zig"); // QUIC's context and the worker, beside TCP
 
 /// A str option as a C string (borrowed from the options dict), or null when absent/None.
 fn optPath(opts: *Object, comptime key: [:0]const u8) error{Invalid}!?[*:0]const u8 {
@@ -68,19 +67,16 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
     self.server.?.useTls(ctx);
     self.info.tls_server_cert = scope.serverCertPem(ctx) orelse return false;
     if (self.server.?.opts.http3 != null) {
-        // QUIC's own context: TLS 1.3 only, ALPN h3, the transport parameters extension.
-        var q = o;
-        q.min_version = tls.TLS1_3_VERSION;
-        q.max_version = tls.TLS1_3_VERSION;
-        q.http2 = false;
         var qerr = tls.ContextError{};
-        const qctx = quic_tls.newContext(q, &qerr) orelse {
-            setErrorText(c.PyExc_ValueError, qerr.text());
-            return false;
-        };
-        h3_worker.start(self.server.?, qctx) catch {
-            _ = py.runtimeError("could not start HTTP/3 (memory, timerfd or the event source)");
-            return false;
+        http3.start(self.server.?, o, &qerr) catch |e| switch (e) {
+            error.ContextFailed => {
+                setErrorText(c.PyExc_ValueError, qerr.text());
+                return false;
+            },
+            else => {
+                _ = py.runtimeError("could not start HTTP/3 (memory, timerfd or the event source)");
+                return false;
+            },
         };
     }
     return true;

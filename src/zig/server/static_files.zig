@@ -11,11 +11,12 @@
 const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
-const stream_mod = @import("stream.zig"); // the engine answers on the protocol-neutral stream, as the app would
+const stream_mod = @import("../core/stream.zig"); // the engine answers on the protocol-neutral stream, as the app would
 const Stream = stream_mod.Stream;
-const tracing = @import("../http/tracing.zig");
-const paths = @import("static_paths.zig");
-const fields_mod = @import("static_fields.zig");
+const hooks = @import("../core/hooks.zig");
+const logAccess = hooks.logAccess; // the line an app's request gets, for the engine's answer
+const paths = @import("../features/static_paths.zig");
+const fields_mod = @import("../features/static_fields.zig");
 
 pub const Mount = paths.Mount;
 pub const Config = paths.Config;
@@ -61,34 +62,6 @@ var aborted = false;
 fn abandon(st: *Stream) void {
     aborted = true;
     st.abort();
-}
-
-/// The access log line the app's requests get (`zigcorn/http.py`), for an engine answer
-/// (also the 415 of `--request-decompression`).
-pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) void {
-    var addr_buf: [64]u8 = undefined;
-    const peer = st.peer();
-    const addr = peer.format(&addr_buf);
-    var line: [1024]u8 = undefined;
-    const version = switch (req.version) {
-        .http10 => "1.0",
-        .http11 => "1.1",
-        .http2 => "2",
-        .http3 => "3",
-    };
-    const path = req.path[0..@min(req.path.len, 600)];
-    const query = req.query[0..@min(req.query.len, 200)];
-    var ids_buf: [160]u8 = undefined;
-    const ids = tracing.logSuffix(st.conn.server.opts.tracing, &req.added, req.headers, &ids_buf);
-    const text = std.fmt.bufPrint(&line, "{s}:{d} - \"{s} {s}{s}{s} HTTP/{s}\" {d} {d} {d}.{d}ms{s}", .{
-        if (addr.len > 0) addr else "-",         peer.port,
-        req.method[0..@min(req.method.len, 32)], path,
-        if (query.len > 0) "?" else "",          query,
-        version,                                 st.status,
-        st.resp_body_bytes,                      elapsed_us / 1000,
-        (elapsed_us % 1000) / 100,               ids,
-    }) catch return;
-    st.conn.server.hooks.log(st.conn.server.hooks.ctx, .access, text);
 }
 
 /// A directory's `index.html`, joined in `path_scratch` after `rel` (which `decodePath`

@@ -6,10 +6,10 @@
 const std = @import("std");
 const linux = std.os.linux;
 const testing = std.testing;
-const server_mod = @import("../server/server.zig");
+const server_mod = @import("../core/server.zig");
 const Server = server_mod.Server;
-const conn_mod = @import("../server/connection.zig");
-const stream_mod = @import("../server/stream.zig");
+const conn_mod = @import("../core/connection.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
 const sys = @import("../os/sys.zig");
 

@@ -1,4 +1,4 @@
-//! Fuzz target for the sans-IO HTTP/1.1 parser (`http1/parser.zig`).
+//! Fuzz target for the sans-IO HTTP/1.1 parser (`http/http1_parser.zig`).
 //!
 //! `checkOne` feeds one hostile input to `parseHead` and `ChunkedDecoder` under several
 //! `Limits` and asserts the parser's contract: no panic (safety checks are on in every
@@ -13,7 +13,7 @@
 
 const std = @import("std");
 const builtin = @import("builtin");
-const http1 = @import("../http1/parser.zig");
+const http1 = @import("../http/http1_parser.zig");
 const http_fields = @import("../http/fields.zig");
 
 const Limits = http1.Limits;

@@ -9,9 +9,9 @@ const h2 = @import("../http2/session.zig");
 const frames = @import("../http2/frames.zig");
 const hpack = @import("../http2/hpack.zig");
 const outq = @import("../transport/output_queue.zig");
-const Conn = @import("../server/connection.zig").Conn;
-const Stream = @import("../server/stream.zig").Stream;
-const server_mod = @import("../server/server.zig");
+const Conn = @import("../core/connection.zig").Conn;
+const Stream = @import("../core/stream.zig").Stream;
+const server_mod = @import("../core/server.zig");
 const test_server = @import("test_server.zig");
 const rec = &test_server.rec;
 

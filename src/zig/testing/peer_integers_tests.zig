@@ -14,7 +14,7 @@ fn startsWith(got: []const u8, prefix: []const u8) bool {
 }
 
 /// The status line the server answered one request with (no app involved), or "".
-fn answer(opts: @import("../server/server.zig").Options, request: []const u8) ![12]u8 {
+fn answer(opts: @import("../core/server.zig").Options, request: []const u8) ![12]u8 {
     var f = try Fixture.initWith(opts);
     defer f.deinit();
     try f.send(request);
@@ -111,7 +111,7 @@ fn wsOpen(f: *Fixture, message_max: usize) !void {
     errdefer f.deinit();
     try f.send(ws_request);
     try testing.expectEqual(@as(usize, 1), rec.count);
-    try rec.requests[0].wsAccept(null, &.{}, &.{});
+    try @import("../websocket/session.zig").streamAccept(rec.requests[0], null, &.{}, &.{});
     var buf: [4096]u8 = undefined;
     try testing.expect(startsWith(try f.receive(&buf), "HTTP/1.1 101"));
 }

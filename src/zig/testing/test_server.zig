@@ -6,11 +6,11 @@
 //! HTTP/2 session fuzzer). Holds no tests itself.
 const std = @import("std");
 const linux = std.os.linux;
-const server_mod = @import("../server/server.zig");
-const h2 = @import("../http2/session.zig"); // HTTP/2's verbs, handed to the server as the engine does
+const server_mod = @import("../core/server.zig");
+const wiring = @import("../server/wiring.zig"); // each protocol's verbs, handed to the server as the engine does
 const Server = server_mod.Server;
-const conn_mod = @import("../server/connection.zig");
-const stream_mod = @import("../server/stream.zig");
+const conn_mod = @import("../core/connection.zig");
+const stream_mod = @import("../core/stream.zig");
 const Stream = stream_mod.Stream;
 const sys = @import("../os/sys.zig");
 
@@ -163,7 +163,7 @@ pub const Fixture = struct {
     /// A fixture whose server runs with `opts` (`testOptions()` with some changed).
     pub fn initWith(opts: server_mod.Options) !Fixture {
         rec = .{};
-        const server = try Server.init(std.heap.c_allocator, hooks(), opts, &h2.verbs);
+        const server = try Server.init(std.heap.c_allocator, hooks(), opts, &wiring.verbs);
         errdefer server.deinit();
         var fds: [2]i32 = undefined;
         const rc = linux.socketpair(linux.AF.UNIX, linux.SOCK.STREAM | linux.SOCK.NONBLOCK | linux.SOCK.CLOEXEC, 0, &fds);

@@ -9,7 +9,7 @@
 //! its reads and writes call back into the connection, which uses the engine's I/O
 //! backend (`os/io.zig`). On epoll that is the socket call, so no bytes are copied between
 //! buffers; a completion-based backend hands over the bytes its completions brought
-//! instead. WANT_READ / WANT_WRITE become the connection's interest in server/connection.zig.
+//! instead. WANT_READ / WANT_WRITE become the connection's interest in core/connection.zig.
 const std = @import("std");
 
 pub const SSL_CTX = opaque {};

@@ -5,15 +5,15 @@
 //!
 //! Two carriers implement it. After an HTTP/1.1 upgrade (RFC 6455) the connection
 //! itself carries the frames: its read buffer and output queue, which this file reads
-//! directly (`server/connection.zig` is below the protocols). Over a stream of a
+//! directly (`core/connection.zig` is below the protocols). Over a stream of a
 //! multiplexed protocol (HTTP/2 extended CONNECT, RFC 8441; HTTP/3's, RFC 9220) the
-//! stream's DATA carries them: the stream verbs of `server/protocol.zig` pick the
+//! stream's DATA carries them: the stream verbs of `core/protocol.zig` pick the
 //! protocol from `Stream.protocol`, so this folder imports no other protocol's. The
 //! choice is a tagged union, not a table of function pointers: each call is one switch.
 const std = @import("std");
-const Conn = @import("../server/connection.zig").Conn;
-const Stream = @import("../server/stream.zig").Stream;
-const seam = @import("../server/protocol.zig"); // a stream carrier's verbs: the seam picks its protocol (docs/ARCHITECTURE.md)
+const Conn = @import("../core/connection.zig").Conn;
+const Stream = @import("../core/stream.zig").Stream;
+const seam = @import("../core/protocol.zig"); // a stream carrier's verbs: the seam picks its protocol (docs/ARCHITECTURE.md)
 
 pub const Carrier = union(enum) {
     /// HTTP/1.1 upgrade: the connection's read buffer and output queue.

@@ -18,11 +18,14 @@
 const std = @import("std");
 const assert = std.debug.assert;
 const ws = @import("codec.zig");
-const deflate = @import("deflate.zig");
+const deflate = @import("../features/websocket_deflate.zig");
 const response = @import("../http/response.zig");
 const pool_mod = @import("../os/buffer_pool.zig");
-const Conn = @import("../server/connection.zig").Conn;
-const seam = @import("../server/protocol.zig"); // a stream carrier's accept: the seam picks its protocol
+const Conn = @import("../core/connection.zig").Conn;
+const Stream = @import("../core/stream.zig").Stream;
+const seam = @import("../core/protocol.zig"); // a carrier's accept; the core holds sessions opaque
+const h1_parser = @import("../http/http1_parser.zig"); // the upgrade reads an HTTP/1.1 request
+const http_fields = @import("../http/fields.zig");
 const carrier_mod = @import("carrier.zig");
 /// What carries a session's frames: the connection after an HTTP/1.1 upgrade, or a stream.
 pub const Carrier = carrier_mod.Carrier;
@@ -30,7 +33,7 @@ pub const Carrier = carrier_mod.Carrier;
 const allocator = std.heap.c_allocator;
 
 /// Queued outbound bytes past which send() waits and reading pauses.
-pub const out_bytes_high = 64 * 1024;
+pub const out_bytes_high = seam.websocket_out_bytes_high;
 /// Why a connection closes when a frame or message cannot be allocated (logged).
 const out_of_memory = "out of memory for a WebSocket frame or message";
 /// The 101 response head fits in one pooled buffer.
@@ -124,10 +127,148 @@ pub const Session = struct {
     }
 };
 
+/// What the seam calls WebSocket by (`core/protocol.zig` `WebSocketVerbs`): the server's
+/// wiring hands this table to the server, so the core never imports this file.
+pub const verbs: seam.WebSocketVerbs = .{
+    .process = process,
+    .afterFlush = afterFlush,
+    .goingAway = goingAway,
+    .pingDue = pingDue,
+    .pongTimeout = pongTimeout,
+    .streamFinished = streamFinished,
+    .asksUpgrade = asksUpgrade,
+    .beginUpgrade = beginUpgrade,
+    .open = open,
+    .isOpen = heldOpen,
+    .wake = heldWake,
+    .processSession = heldProcess,
+    .outputDrained = heldOutputDrained,
+    .sessionFinished = heldFinished,
+    .goingAwaySession = heldGoingAway,
+    .destroy = heldDestroy,
+};
+
+/// A session as the core holds it (`seam.WebSocketHeld`), and back: the held pointer keeps
+/// the session's alignment, so the casts are free.
+pub fn held(s: *Session) seam.WebSocketHeld {
+    return @ptrCast(s);
+}
+pub fn ofHeld(w: seam.WebSocketHeld) *Session {
+    return @ptrCast(w);
+}
+fn heldOpen(w: seam.WebSocketHeld) bool {
+    return ofHeld(w).open;
+}
+fn heldWake(w: seam.WebSocketHeld) void {
+    ofHeld(w).wake();
+}
+fn heldProcess(w: seam.WebSocketHeld) void {
+    processSession(ofHeld(w));
+}
+fn heldOutputDrained(w: seam.WebSocketHeld) void {
+    outputDrained(ofHeld(w));
+}
+fn heldFinished(w: seam.WebSocketHeld) void {
+    sessionFinished(ofHeld(w));
+}
+fn heldGoingAway(w: seam.WebSocketHeld) void {
+    goingAwaySession(ofHeld(w));
+}
+fn heldDestroy(w: seam.WebSocketHeld) void {
+    destroy(ofHeld(w));
+}
+
+// ---- the app side: a stream's session, by the verbs the ASGI bridge drives ------------
+
+/// The session `st`'s request opened, if any (`Stream.wsSession`).
+fn sessionOfStream(st: *const Stream) ?*Session {
+    return ofHeld(st.wsSession() orelse return null);
+}
+
+pub fn streamAccept(
+    st: *Stream,
+    subprotocol: ?[]const u8,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+) AcceptError!void {
+    const s = sessionOfStream(st) orelse return error.NotPending;
+    return accept(s, subprotocol, headers, extra);
+}
+
+pub fn streamSend(st: *Stream, data: []const u8, text: bool) SendError!bool {
+    const s = sessionOfStream(st) orelse return error.Closed;
+    return send(s, data, text);
+}
+
+pub fn streamTake(st: *Stream) ?*Message {
+    const s = sessionOfStream(st) orelse return null;
+    return takeMessage(s);
+}
+
+pub fn streamClose(st: *Stream, code: u16, reason: []const u8) void {
+    const s = sessionOfStream(st) orelse return;
+    closeFromApp(s, code, reason);
+}
+
+/// Whether the session is over for the app, and with which close code and reason.
+pub fn streamFinishedForApp(st: *const Stream) bool {
+    const s = sessionOfStream(st) orelse return true;
+    return finished(s);
+}
+
+pub fn streamCloseCode(st: *const Stream) u16 {
+    const s = sessionOfStream(st) orelse return 1006;
+    return closeCode(s);
+}
+
+pub fn streamCloseReason(st: *const Stream) []const u8 {
+    const s = sessionOfStream(st) orelse return "";
+    return closeReason(s);
+}
+
+// ---- the upgrades: HTTP/1.1's (RFC 6455 4.1) and an extended CONNECT's (RFC 8441 4) ---
+
+/// An HTTP/1.1 request that asks for the WebSocket upgrade.
+fn asksUpgrade(req: *const h1_parser.Request) bool {
+    return ws.isUpgrade(req.upgrade);
+}
+
+/// What the handshake checks read of an HTTP/1.1 request.
+fn handshakeRequest(req: *const h1_parser.Request) ws.HandshakeRequest {
+    const has_body = req.chunked or (req.content_length orelse 0) != 0;
+    return .{
+        .method = req.method,
+        .http11 = req.version == .http11,
+        .has_body = has_body,
+        .headers = req.headers,
+    };
+}
+
+/// The upgrade of an HTTP/1.1 request, checked; the session then waits for the app's
+/// accept. Null when it began; else the status HTTP/1.1 refuses it with.
+fn beginUpgrade(conn: *Conn, req: *const h1_parser.Request) ?u16 {
+    const offered = conn.server.opts.ws_deflate;
+    var hs = ws.validate(handshakeRequest(req), offered) catch |err| return ws.statusFor(err);
+    // zlib is loaded only now, for a client that offers compression; without it we decline.
+    if (hs.deflate != null and !deflate.load()) hs.deflate = null;
+    if (!begin(conn, hs)) return 500;
+    return null;
+}
+
+/// An extended CONNECT with version 13: a session carried by `st`, waiting for the app's
+/// accept; null when out of memory.
+fn open(st: *Stream, fields: []const http_fields.Header) ?seam.WebSocketHeld {
+    var hs = ws.Handshake{ .accept = [_]u8{0} ** ws.accept_bytes, .deflate = null };
+    if (st.conn.server.opts.ws_deflate) hs.deflate = ws.negotiateDeflate(fields);
+    if (hs.deflate != null and !deflate.load()) hs.deflate = null;
+    const s = create(.{ .stream = st }, hs) orelse return null;
+    return held(s);
+}
+
 /// The request is a valid upgrade: the session waits for the app's accept.
 pub fn begin(conn: *Conn, hs: ws.Handshake) bool {
     const s = create(.{ .conn = conn }, hs) orelse return false;
-    conn.a().proto.http1.ws = s;
+    conn.a().proto.http1.ws = held(s);
     return true;
 }
 
@@ -149,10 +290,10 @@ pub fn destroy(s: *Session) void {
 }
 
 fn session(conn: *Conn) *Session {
-    return conn.a().proto.http1.ws.?;
+    return ofHeld(conn.a().proto.http1.ws.?);
 }
 
-pub const AcceptError = error{ InvalidHeader, HeadTooLarge, OutOfMemory, NotPending };
+pub const AcceptError = seam.WebSocketAcceptError;
 
 /// The app accepted: over HTTP/1.1 the 101 with the accept key, the subprotocol, the
 /// extension, and the app's headers (over HTTP/2 a 200 HEADERS without the key); then
@@ -224,7 +365,7 @@ fn writeHead(conn: *Conn, w: *response.HeadWriter, subprotocol: ?[]const u8, hea
 }
 
 /// Fields of the accept response that the engine writes itself: the app's are dropped.
-pub const owned_fields = [_][]const u8{ "upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions", "content-length", "transfer-encoding" };
+pub const owned_fields = seam.websocket_owned_fields;
 
 // ---- reading ------------------------------------------------------------------------
 
@@ -585,4 +726,43 @@ pub fn pongTimeout(conn: *Conn) void {
     sendClose(s, 1011, "keepalive ping timeout") catch return conn.closeFor(out_of_memory);
     conn.flush();
     if (conn.state != .closed) conn.close();
+}
+
+// ---- tests: the WebSocket hand-over reads a parsed HTTP/1.1 head ----------------------
+
+const testing = std.testing;
+const ws_rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn handshakeOf(raw: []const u8, offer_deflate: bool) ws.HandshakeError!ws.Handshake {
+    var storage: [32]http_fields.Header = undefined;
+    var buf: [1024]u8 = undefined;
+    @memcpy(buf[0..raw.len], raw);
+    const head = (h1_parser.parseHead(buf[0..raw.len], &storage, h1_parser.test_limits) catch unreachable).?;
+    return ws.validate(handshakeRequest(&head.request), offer_deflate);
+}
+
+test "WebSocket opening handshake: validation of a parsed HTTP/1.1 head" {
+    const ok = "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    const hs = try handshakeOf(ok, true);
+    try testing.expectEqualStrings("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &hs.accept);
+    try testing.expect(hs.deflate == null);
+    try testing.expectError(error.VersionNotSupported, handshakeOf("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 8\r\n\r\n", false));
+    try testing.expectError(error.VersionNotSupported, handshakeOf("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshakeOf("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshakeOf("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshakeOf("POST / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+    try testing.expectError(error.BadRequest, handshakeOf("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Key: " ++ ws_rfc_key ++ "\r\nSec-WebSocket-Version: 13\r\n\r\n", false));
+}
+
+test "WebSocket opening handshake: the upgrade needs both Connection and Upgrade tokens" {
+    var storage: [8]http_fields.Header = undefined;
+    var buf = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\r\n".*;
+    const r = (try h1_parser.parseHead(&buf, &storage, h1_parser.test_limits)).?;
+    try testing.expect(asksUpgrade(&r.request));
+    var buf2 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".*;
+    const r2 = (try h1_parser.parseHead(&buf2, &storage, h1_parser.test_limits)).?;
+    try testing.expect(!asksUpgrade(&r2.request));
+    var buf3 = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n".*;
+    const r3 = (try h1_parser.parseHead(&buf3, &storage, h1_parser.test_limits)).?;
+    try testing.expect(!asksUpgrade(&r3.request));
 }

@@ -8,7 +8,7 @@
 //! random bits at start, so a client cannot choose addresses that collide.
 const std = @import("std");
 const linux = std.os.linux;
-const Peer = @import("peer.zig").Peer;
+const Peer = @import("../transport/peer.zig").Peer;
 
 /// An address as IPv6 bytes (IPv4 as `::ffff:a.b.c.d`).
 pub const Key = [16]u8;

@@ -4,7 +4,7 @@
 //! final decision, and the tests below hold both to the byte-at-a-time answer at every
 //! vector-width boundary.
 const std = @import("std");
-const parser = @import("parser.zig");
+const parser = @import("http1_parser.zig");
 const testing = std.testing;
 
 /// The count of leading field-value bytes of `chunk`, or null when all of them are.

@@ -1,17 +1,17 @@
 //! HTTP/1.1's chunked transfer coding (RFC 9112 7.1), decoded as it arrives.
 //!
-//! Apart from the head parser (`http1/parser.zig`) because it is its opposite: the head
+//! Apart from the head parser (`http/http1_parser.zig`) because it is its opposite: the head
 //! parser is stateless and re-run on the grown buffer, while `ChunkedDecoder` is stateful
 //! and streaming, so that the caller never has to buffer a whole chunk-size line or
 //! trailer section. Every input byte is hostile: no allocation, no panic, all work
 //! bounded by the head parser's `Limits` (extension and trailer bytes), and a broken
 //! framing is sticky.
 const std = @import("std");
-const parser = @import("parser.zig");
+const parser = @import("http1_parser.zig");
 const Limits = parser.Limits;
 const ParseError = parser.ParseError;
 const test_limits = parser.test_limits;
-const hex_value_table = @import("../http/fields.zig").hex_value;
+const hex_value_table = @import("fields.zig").hex_value;
 const tchar_table = parser.tchar_table;
 const field_value_table = parser.field_value_table;
 

@@ -6,7 +6,7 @@
 //! left: the first hop that is not itself a trusted proxy is the client (uvicorn's
 //! rule). Values that are not IP addresses or known schemes are ignored, never echoed.
 const std = @import("std");
-const Header = @import("fields.zig").Header;
+const Header = @import("../http/fields.zig").Header;
 
 /// A bound on the configuration, like every other list in the engine.
 pub const networks_max = 64;

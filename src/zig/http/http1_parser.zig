@@ -7,20 +7,20 @@
 //!
 //! `parseHead` is stateless: the caller re-invokes it on the grown buffer until it returns
 //! a `Head`. All work is bounded by `head_bytes_max`, so re-parsing stays cheap.
-//! Chunked bodies are decoded apart, in `http1/chunked.zig` (`ChunkedDecoder`, named here
+//! Chunked bodies are decoded apart, in `http/http1_chunked.zig` (`ChunkedDecoder`, named here
 //! too): stateful and streaming, where the head parser is stateless.
 
 const std = @import("std");
-const fields = @import("../http/fields.zig");
+const fields = @import("fields.zig");
 
 pub const Version = enum { http10, http11 };
 pub const Header = fields.Header;
 const connectionHas = fields.connectionHas;
 const trimOws = fields.trimOws;
 /// The chunked-body decoder (RFC 9112 7.1), which shares this file's limits and errors.
-pub const ChunkedDecoder = @import("chunked.zig").ChunkedDecoder;
-const target_forms = @import("target.zig");
-const scan = @import("scan.zig");
+pub const ChunkedDecoder = @import("http1_chunked.zig").ChunkedDecoder;
+const target_forms = @import("http1_target.zig");
+const scan = @import("http1_scan.zig");
 
 pub const Limits = struct {
     /// Whole request head including the request line and final CRLFCRLF -> 431.

@@ -1,6 +1,6 @@
 //! A stream: one request/response exchange on a connection, whichever protocol carries it.
 //!
-//! The connection (`server/connection.zig`) is the transport: socket, TLS, read buffer, output queue,
+//! The connection (`core/connection.zig`) is the transport: socket, TLS, read buffer, output queue,
 //! timers. A protocol drives streams over it: HTTP/1.1 (`http1/session.zig`) one at a time, in
 //! order; HTTP/2 will drive many at once. The side that runs apps (`python/stream_type.zig`)
 //! only ever holds a `*Stream` and calls the verbs below; it never sees the connection.
@@ -11,16 +11,15 @@
 //! output is written (`out.queued == 0`), then frees or reuses it.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const compression = @import("../http/compression.zig"); // `prepare` reads accept-encoding once for every protocol
-const decompression = @import("../http/decompression.zig"); // request bodies are decoded here, once for every protocol
+const compression = @import("../features/compression.zig"); // `prepare` reads accept-encoding once for every protocol
+const decompression = @import("../features/decompression.zig"); // request bodies are decoded here, once for every protocol
 const response = @import("../http/response.zig");
-const http1 = @import("../http1/parser.zig"); // HTTP/1.1's chunked-body decoder, kept in the stream
+const http1 = @import("../http/http1_parser.zig"); // HTTP/1.1's chunked-body decoder, kept in the stream
 const seam = @import("protocol.zig");
-const wsconn = seam.websocket;
 const Conn = @import("connection.zig").Conn;
 const outq = @import("../transport/output_queue.zig");
-const tracing = @import("../http/tracing.zig"); // `prepare` and `startResponse` decide what every protocol adds for operators, once
-const metrics = @import("../http/metrics.zig"); // the method label, noted once for every protocol
+const tracing = @import("../features/tracing.zig"); // `prepare` and `startResponse` decide what every protocol adds for operators, once
+const metrics = @import("../features/metrics.zig"); // the method label, noted once for every protocol
 const sys = @import("../os/sys.zig");
 
 pub const Header = http_fields.Header;
@@ -425,45 +424,10 @@ pub const Stream = struct {
 
     // ---- WebSocket (HTTP/1.1 upgrade, or RFC 8441 over HTTP/2) ----------------------
 
-    /// The stream's WebSocket session, if its request opened one.
-    fn wsSession(self: *const Stream) ?*wsconn.Session {
+    /// The stream's WebSocket session, if its request opened one; the app side drives it
+    /// with WebSocket's own verbs (`websocket/session.zig`).
+    pub fn wsSession(self: *const Stream) ?seam.WebSocketHeld {
         return seam.wsSession(self);
-    }
-
-    pub fn wsAccept(self: *Stream, subprotocol: ?[]const u8, headers: []const [2][]const u8, extra: []const [2][]const u8) wsconn.AcceptError!void {
-        const s = self.wsSession() orelse return error.NotPending;
-        return wsconn.accept(s, subprotocol, headers, extra);
-    }
-
-    pub fn wsSend(self: *Stream, data: []const u8, text: bool) wsconn.SendError!bool {
-        const s = self.wsSession() orelse return error.Closed;
-        return wsconn.send(s, data, text);
-    }
-
-    pub fn wsTake(self: *Stream) ?*wsconn.Message {
-        const s = self.wsSession() orelse return null;
-        return wsconn.takeMessage(s);
-    }
-
-    pub fn wsClose(self: *Stream, code: u16, reason: []const u8) void {
-        const s = self.wsSession() orelse return;
-        wsconn.closeFromApp(s, code, reason);
-    }
-
-    /// Whether the session is over for the app, and with which close code and reason.
-    pub fn wsFinished(self: *const Stream) bool {
-        const s = self.wsSession() orelse return true;
-        return wsconn.finished(s);
-    }
-
-    pub fn wsCloseCode(self: *const Stream) u16 {
-        const s = self.wsSession() orelse return 1006;
-        return wsconn.closeCode(s);
-    }
-
-    pub fn wsCloseReason(self: *const Stream) []const u8 {
-        const s = self.wsSession() orelse return "";
-        return wsconn.closeReason(s);
     }
 
     pub fn isWebSocket(self: *const Stream) bool {

@@ -4,13 +4,13 @@ const std = @import("std");
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const io = @import("../os/io.zig");
-const http1 = @import("../http1/parser.zig"); // the server owns the request-head limits the protocols parse with
-const compression = @import("../http/compression.zig"); // the server holds the --compression settings every protocol reads
-const tracing = @import("../http/tracing.zig"); // the server holds the request-id and trace settings every protocol reads
-const rate_limit = @import("../http/rate_limit.zig");
-const forwarded = @import("../http/forwarded.zig"); // which peers may name the client, for the rate limit
-const metrics = @import("../http/metrics.zig");
-const static_paths = @import("static_paths.zig"); // the --static mounts (their answer is `static_files.zig`)
+const http1 = @import("../http/http1_parser.zig"); // the server owns the request-head limits the protocols parse with
+const compression = @import("../features/compression.zig"); // the server holds the --compression settings every protocol reads
+const tracing = @import("../features/tracing.zig"); // the server holds the request-id and trace settings every protocol reads
+const rate_limit = @import("../features/rate_limit.zig");
+const forwarded = @import("../features/forwarded.zig"); // which peers may name the client, for the rate limit
+const metrics = @import("../features/metrics.zig");
+const static_paths = @import("../features/static_paths.zig"); // the --static mounts (their answer is `static_files.zig`)
 
 /// Everything the server runs with, all given explicitly (python/options.zig reads them from
 /// the dict `Config.engine_options()` builds): the engine keeps no defaults of its own.

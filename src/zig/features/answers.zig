@@ -3,7 +3,7 @@
 //! and which fields a response's trailers may carry. Each protocol frames them its own way.
 const std = @import("std");
 const metrics = @import("metrics.zig");
-const scratch = @import("scratch.zig");
+const scratch = @import("../http/scratch.zig");
 
 /// A metrics body lives here until the next answer (the protocols copy it out at once).
 var ops_body_scratch: [metrics.render_bytes_max]u8 = undefined;

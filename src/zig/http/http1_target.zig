@@ -1,9 +1,9 @@
 //! The request-target's four forms (RFC 9112 3.2), split into path, query and authority
-//! for the head parser (`http1/parser.zig`): origin-form, absolute-form, authority-form
+//! for the head parser (`http/http1_parser.zig`): origin-form, absolute-form, authority-form
 //! (CONNECT only) and asterisk-form (OPTIONS only). Bytes were already checked against
 //! the target's byte class; what is left here is each form's shape.
 const std = @import("std");
-const host_table = @import("parser.zig").host_table;
+const host_table = @import("http1_parser.zig").host_table;
 
 pub const TargetParts = struct { path: []const u8, query: []const u8, authority: ?[]const u8 };
 

@@ -2,10 +2,10 @@
 //! read buffer, its output queue (`transport/output_queue.zig`), its writer-thread job, its timers.
 //!
 //! A connection knows nothing of HTTP framing and nothing of Python. What arrives is
-//! handed through the protocol seam (`server/protocol.zig`) to the protocol that owns
+//! handed through the protocol seam (`core/protocol.zig`) to the protocol that owns
 //! the connection's current phase; what the protocols queue is written here, and when
 //! the queue drains they are told so.
-//! Requests are exchanges on `Stream`s (`server/stream.zig`); the app side holds those, never
+//! Requests are exchanges on `Stream`s (`core/stream.zig`); the app side holds those, never
 //! a connection. Every system call goes through the server's I/O backend (`os/io.zig`).
 const std = @import("std");
 const linux = std.os.linux;
@@ -16,7 +16,7 @@ const timer = @import("../os/deadlines.zig");
 const Server = @import("server.zig").Server;
 const Interest = io.Interest;
 const tls = @import("../transport/openssl.zig");
-const proxy_protocol = @import("../transport/proxy_protocol.zig");
+const proxy_protocol = @import("../features/proxy_protocol.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
 const outq = @import("../transport/output_queue.zig");
 const stream_mod = @import("stream.zig");

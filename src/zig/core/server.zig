@@ -5,11 +5,11 @@
 //! `poll` when it is readable, so the app and the engine share one thread and one loop.
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");
-const per_ip = @import("../transport/per_ip.zig");
-const proxy_protocol = @import("../transport/proxy_protocol.zig");
-const lifetime = @import("../transport/lifetime.zig");
-const rate_limit = @import("../http/rate_limit.zig"); // the server owns the request-rate table the protocols consult
-const metrics = @import("../http/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
+const per_ip = @import("../features/per_ip.zig");
+const proxy_protocol = @import("../features/proxy_protocol.zig");
+const lifetime = @import("../transport/connection_age.zig");
+const rate_limit = @import("../features/rate_limit.zig"); // the server owns the request-rate table the protocols consult
+const metrics = @import("../features/metrics.zig"); // the server keeps the date cache and the metrics slot the protocols use
 const linux = std.os.linux;
 const sys = @import("../os/sys.zig");
 const io = @import("../os/io.zig");
@@ -21,12 +21,12 @@ const response = @import("../http/response.zig"); // the server keeps the date c
 const conn_mod = @import("connection.zig");
 const Conn = conn_mod.Conn;
 const protocol = @import("protocol.zig");
-const deflate = @import("../websocket/deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
+const deflate = @import("../features/websocket_deflate.zig"); // the server owns the zlib library WebSocket sessions share (loaded once)
 const tls = @import("../transport/openssl.zig");
 const writer_mod = @import("../transport/writer_thread.zig");
 const options = @import("options.zig");
 const hooks_mod = @import("hooks.zig");
-const offload_mod = @import("offload.zig"); // the writer thread's `auto` measure and the busy poll
+const offload_mod = @import("thread_load.zig"); // the writer thread's `auto` measure and the busy poll
 
 pub const Options = options.Options;
 pub const TcpOptions = options.TcpOptions;
@@ -87,10 +87,10 @@ pub const Server = struct {
     /// `signalWake` asked the loop for a pass (`Hooks.passSoon`); cleared when it comes.
     pass_asked: bool = false,
     hooks: Hooks,
-    /// HTTP/2's verbs (`http2/session.zig` `verbs`), which the seam calls HTTP/2 by: the
-    /// engine hands them over, so neither this file nor the seam imports HTTP/2's session
-    /// (`protocol.Http2Verbs`, docs/ARCHITECTURE.md).
-    http2: *const protocol.Http2Verbs,
+    /// Each protocol's verbs, which the seam (`core/protocol.zig`) calls them by, and the
+    /// engine's answer before the app: the server's wiring (`server/wiring.zig`) hands them
+    /// over, so the core imports no protocol (docs/ARCHITECTURE.md).
+    wiring: *const protocol.Wiring,
     /// What the server runs with, as given (python/options.zig reads it from Config's dict).
     opts: Options,
     /// Set when the server speaks HTTPS: every accepted connection starts a TLS session.
@@ -189,14 +189,19 @@ pub const Server = struct {
     bytes_in: u64 = 0,
     bytes_out: u64 = 0,
 
-    pub fn init(allocator: std.mem.Allocator, hooks: Hooks, opts: Options, http2: *const protocol.Http2Verbs) !*Server {
+    pub fn init(
+        allocator: std.mem.Allocator,
+        hooks: Hooks,
+        opts: Options,
+        wiring: *const protocol.Wiring,
+    ) !*Server {
         const self = try allocator.create(Server);
         errdefer allocator.destroy(self);
         self.* = .{
             .allocator = allocator,
             .io = try io.Backend.init(opts.io),
             .hooks = hooks,
-            .http2 = http2,
+            .wiring = wiring,
             .opts = opts,
             .metrics = opts.metrics,
             .ws_ping_enabled = opts.ws_ping_interval_ms > 0,
@@ -511,7 +516,7 @@ pub const Server = struct {
         }
         // The clock itself: `now_ms` may be a little behind the one the deadlines came from.
         while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
-            protocol.lifetimeDue(self.http2, entry);
+            protocol.lifetimeDue(self.wiring.http2, entry);
         }
         if (self.io.uring) |u| self.reportRingFailures(u);
         if (self.metrics) |m| {

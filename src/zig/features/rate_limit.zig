@@ -12,8 +12,8 @@ const std = @import("std");
 
 const forwarded = @import("forwarded.zig");
 const Peer = @import("../transport/peer.zig").Peer;
-const per_ip = @import("../transport/per_ip.zig");
-const Header = @import("fields.zig").Header;
+const per_ip = @import("per_ip.zig");
+const Header = @import("../http/fields.zig").Header;
 
 /// A client's address (`per_ip.ipKey`: one key for IPv4 and IPv4-mapped IPv6).
 pub const Key = per_ip.Key;

@@ -1,6 +1,7 @@
 //! What the engine needs from the side that runs apps (`Hooks`: the Python bridge in
 //! `python/`, a recording stub in `testing/`), and the levels of the lines it logs.
-const static_files = @import("static_files.zig"); // --static answers before the app
+const std = @import("std");
+const tracing = @import("../features/tracing.zig"); // an access line's request ids
 const stream_mod = @import("stream.zig");
 const Stream = stream_mod.Stream;
 
@@ -37,12 +38,13 @@ pub const Hooks = struct {
     log: *const fn (ctx: *anyopaque, level: LogLevel, message: []const u8) void,
 
     pub fn onRequest(self: Hooks, st: *Stream, req: *const stream_mod.Request) bool {
-        // --static: the engine answers what falls under a mount, the app the rest.
-        if (static_files.answer(st, req)) return true;
+        // --static: the engine answers what falls under a mount (the server's wiring hands
+        // the answer over: `server/static_files.zig`), the app the rest.
+        if (st.conn.server.wiring.answerFirst(st, req)) return true;
         // --request-decompression: a coding the engine cannot undo never reaches the app.
         if (st.body_coding == .unsupported) {
             if (!st.refuseCoding()) return true;
-            if (st.conn.server.opts.access_log) static_files.logAccess(st, req, 0);
+            if (st.conn.server.opts.access_log) logAccess(st, req, 0);
             st.finish();
             return true;
         }
@@ -75,3 +77,31 @@ pub const Hooks = struct {
         self.log(self.ctx, .warning, message);
     }
 };
+
+/// The access log line the app's requests get (`zigcorn/http.py`), for an engine answer
+/// (also the 415 of `--request-decompression`).
+pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) void {
+    var addr_buf: [64]u8 = undefined;
+    const peer = st.peer();
+    const addr = peer.format(&addr_buf);
+    var line: [1024]u8 = undefined;
+    const version = switch (req.version) {
+        .http10 => "1.0",
+        .http11 => "1.1",
+        .http2 => "2",
+        .http3 => "3",
+    };
+    const path = req.path[0..@min(req.path.len, 600)];
+    const query = req.query[0..@min(req.query.len, 200)];
+    var ids_buf: [160]u8 = undefined;
+    const ids = tracing.logSuffix(st.conn.server.opts.tracing, &req.added, req.headers, &ids_buf);
+    const text = std.fmt.bufPrint(&line, "{s}:{d} - \"{s} {s}{s}{s} HTTP/{s}\" {d} {d} {d}.{d}ms{s}", .{
+        if (addr.len > 0) addr else "-",         peer.port,
+        req.method[0..@min(req.method.len, 32)], path,
+        if (query.len > 0) "?" else "",          query,
+        version,                                 st.status,
+        st.resp_body_bytes,                      elapsed_us / 1000,
+        (elapsed_us % 1000) / 100,               ids,
+    }) catch return;
+    st.conn.server.hooks.log(st.conn.server.hooks.ctx, .access, text);
+}
