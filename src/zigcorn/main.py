@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import zigcorn
-from zigcorn.config import SETTING, SETTINGS, STARTUP_FAILURE, Config, Setting
+from zigcorn.config import STARTUP_FAILURE, Config
+from zigcorn.settings import SETTING, SETTINGS, Setting
 
 logger = logging.getLogger("zigcorn.error")
 
