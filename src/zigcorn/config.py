@@ -94,7 +94,7 @@ class Config:
         self.app = app
         self._check_choices()
         if self.user is not None or self.group is not None:
-            from zigcorn.process import Identity
+            from zigcorn.supervisors.process import Identity
 
             Identity(self.user, self.group)  # an unknown user or group is a configuration error
         if self.workers is None:
@@ -399,7 +399,7 @@ class Config:
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
         """The callable that makes loops: zigcorn's, uvloop's, asyncio's, or a user's ``module:function``."""
         if self.loop in LOOP_CHOICES:
-            from zigcorn.lazyimport import import_asyncio
+            from zigcorn.lazy_asyncio import import_asyncio
 
             # ssl and inspect load only if something uses them (uvloop imports ssl itself).
             asyncio = import_asyncio()

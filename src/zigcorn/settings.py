@@ -39,7 +39,7 @@ IO_BACKEND_CHOICES = ("auto", "epoll", "io_uring")
 # What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (io_uring section): the
 # engine falls back to epoll where the kernel refuses io_uring, and says so at start.
 IO_BACKEND_AUTO = "io_uring"
-# uvicorn's --interface names; "wsgi" is served natively (zigcorn/wsgi.py, python/environ.zig).
+# uvicorn's --interface names; "wsgi" is served natively (zigcorn/protocols/wsgi.py, python/environ.zig).
 INTERFACE_CHOICES = ("auto", "asgi3", "asgi2", "wsgi")
 # uvicorn's --http names, accepted: the engine's own HTTP/1.1 parser serves all of them.
 HTTP_CHOICES = ("auto", "h11", "httptools")

@@ -18,9 +18,9 @@ pytestmark = zigcorn_only
 
 from zigcorn import _core  # noqa: E402
 from zigcorn.config import DEFAULTS, SETTING, SETTINGS, WRITER_MODES, Config  # noqa: E402
-from zigcorn.http import HTTPCycle, wake  # noqa: E402
+from zigcorn.protocols.http import HTTPCycle, wake  # noqa: E402
 from zigcorn.main import build_parser  # noqa: E402
-from zigcorn.websocket import WebSocketCycle  # noqa: E402
+from zigcorn.protocols.websocket import WebSocketCycle  # noqa: E402
 
 # A value other than the default for every option the engine runs with.
 NON_DEFAULT = {

@@ -12,7 +12,7 @@ pytestmark = zigcorn_only
 
 from zigcorn import _core  # noqa: E402
 from zigcorn.config import Config  # noqa: E402
-from zigcorn.http import HTTPCycle, wake  # noqa: E402
+from zigcorn.protocols.http import HTTPCycle, wake  # noqa: E402
 from zigcorn.main import build_parser  # noqa: E402
 from zigcorn.settings import ENGINE_ONLY, SETTINGS, markdown  # noqa: E402
 

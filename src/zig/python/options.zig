@@ -123,28 +123,18 @@ pub fn optInt(opts: *Object, comptime key: [:0]const u8, comptime T: type, low: 
         // Past 64 bits: out of range like any other value, not an OverflowError.
         if (c.PyErr_ExceptionMatches(c.PyExc_OverflowError) == 0) return null;
         c.PyErr_Clear();
-        _ = c.PyErr_Format(
-            c.PyExc_ValueError,
-            "engine option '%s' must be from %lld to %lld, not %R",
-            key.ptr,
-            @as(c_longlong, @intCast(low)),
-            @as(c_longlong, @intCast(high)),
-            v,
-        );
-        return null;
+    } else if (n >= low and n <= high) {
+        return @intCast(n);
     }
-    if (n < low or n > high) {
-        _ = c.PyErr_Format(
-            c.PyExc_ValueError,
-            "engine option '%s' must be from %lld to %lld, not %lld",
-            key.ptr,
-            @as(c_longlong, @intCast(low)),
-            @as(c_longlong, @intCast(high)),
-            n,
-        );
-        return null;
-    }
-    return @intCast(n);
+    _ = c.PyErr_Format(
+        c.PyExc_ValueError,
+        "engine option '%s' must be from %lld to %lld, not %R",
+        key.ptr,
+        @as(c_longlong, @intCast(low)),
+        @as(c_longlong, @intCast(high)),
+        v,
+    );
+    return null;
 }
 
 /// An integer option within its bounds in `limits`.
