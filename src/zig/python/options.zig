@@ -670,12 +670,17 @@ pub fn serverOptions(opts: *Object) ?server_mod.Options {
     return out;
 }
 
-/// A `T` with every field that has an initial value set to it (the others undefined,
-/// which `checkCovered` makes sure `readFields` or the caller sets).
+/// A `T` with every field that has an initial value set to it, in nested structs too
+/// (`limits` keeps the chunk-extension bound it does not take from an option); the others
+/// are undefined, which `checkCovered` makes sure `readFields` or the caller sets.
 fn initial(comptime T: type) T {
     var out: T = undefined;
     inline for (std.meta.fields(T)) |f| {
-        if (f.defaultValue()) |v| @field(out, f.name) = v;
+        if (f.defaultValue()) |v| {
+            @field(out, f.name) = v;
+        } else if (@typeInfo(f.type) == .@"struct") {
+            @field(out, f.name) = initial(f.type);
+        }
     }
     return out;
 }
