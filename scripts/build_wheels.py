@@ -124,8 +124,9 @@ def write_wheel(out_dir: Path, meta: dict, tag: str, engine: Path, engine_name: 
     name, version = meta["name"], meta["version"]
     dist_info = f"{name}-{version}.dist-info"
     files: dict[str, bytes] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        files[f"zigcorn/{path.name}"] = path.read_bytes()
+    # The package and its subpackages (protocols/, supervisors/).
+    for path in sorted(PACKAGE.rglob("*.py")):
+        files[f"zigcorn/{path.relative_to(PACKAGE).as_posix()}"] = path.read_bytes()
     files[f"zigcorn/{engine_name}"] = engine.read_bytes()
     files[f"{dist_info}/METADATA"] = metadata(meta).encode()
     files[f"{dist_info}/WHEEL"] = (

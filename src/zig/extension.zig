@@ -222,16 +222,24 @@ fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
     return 0;
 }
 
-/// `LIMITS`, {name: (low, high)}, and `MAXIMA`, {name: most}: the engine's own bounds
-/// of its options (`python/options.zig` `limits` and `maxima`, which its checks read),
-/// which `Config` takes its bounds from, so the two can never disagree.
+/// `LIMITS`, {name: (low, high)}, `MAXIMA`, {name: most}, and `OPTIONS`, {name: when}:
+/// the engine's own bounds of its options and every option it reads (`python/options.zig`
+/// `specs` and `maxima`, which its checks read), which `Config` takes its bounds from and
+/// the settings table is checked against, so the two can never disagree.
 fn addLimits(m: *Object) bool {
     const limits = c.PyDict_New() orelse return false;
-    for (options.limits) |l| {
-        const t = c.Py_BuildValue("(LL)", @as(c_longlong, l.low), @as(c_longlong, l.high));
-        if (!setItemSteal(limits, l.name, t)) return false;
+    const known = c.PyDict_New() orelse return dropDict(limits);
+    for (options.specs) |s| {
+        if (!setItemSteal(known, s.name, py.str(@tagName(s.when)))) return dropDict(limits);
+        if (s.when == .plumbing or (s.low == 0 and s.high == 0)) continue;
+        const t = c.Py_BuildValue("(LL)", @as(c_longlong, s.low), @as(c_longlong, s.high));
+        if (!setItemSteal(limits, s.name, t)) return dropDict(known);
     }
-    if (c.PyModule_AddObject(m, "LIMITS", limits) != 0) return dropDict(limits);
+    if (c.PyModule_AddObject(m, "LIMITS", limits) != 0) {
+        _ = dropDict(known);
+        return dropDict(limits);
+    }
+    if (c.PyModule_AddObject(m, "OPTIONS", known) != 0) return dropDict(known);
     const maxima = c.PyDict_New() orelse return false;
     for (options.maxima) |x| {
         if (!setItemSteal(maxima, x.name, c.PyLong_FromLongLong(x.most))) return false;

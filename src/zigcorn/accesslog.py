@@ -8,7 +8,7 @@ ASGI scope) or `EnvironRequest` (a WSGI environ), so both interfaces share every
 A format is compiled once, at configuration: the atoms it names (gunicorn's, e.g.
 ``%(h)s %(r)s %(s)s %(b)s %(D)s %({user-agent}i)s``) become a list of small functions,
 and a request's line computes only those. Nothing here runs unless the access log is on
-and its logger enabled (see `zigcorn.http.HTTPCycle.run`).
+and its logger enabled (see `zigcorn.protocols.http.HTTPCycle.run`).
 """
 
 from __future__ import annotations

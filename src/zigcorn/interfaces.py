@@ -1,6 +1,6 @@
 """The app interfaces zigcorn serves, each adapted to the ASGI 3 callable the engine calls:
 ASGI 3 as is and ASGI 2 (``app(scope)`` then ``instance(receive, send)``); a WSGI app is
-left as it is, for ``zigcorn.wsgi``. ``--interface auto`` tells ASGI 2 from 3 as uvicorn does.
+left as it is, for ``zigcorn.protocols.wsgi``. ``--interface auto`` tells ASGI 2 from 3 as uvicorn does.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def adapt(app, interface: str):
             interface = "asgi2" if hasattr(call, "__code__") and not _is_async(call) else "asgi3"
     if interface == "asgi2":
         return _ASGI2(app)
-    # "wsgi": the app is called as is, by zigcorn.wsgi's threads (the server picks that dispatcher).
+    # "wsgi": the app is called as is, by zigcorn.protocols.wsgi's threads (the server picks that dispatcher).
     return app
 
 

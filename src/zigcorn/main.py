@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import zigcorn
-from zigcorn.config import SETTING, SETTINGS, STARTUP_FAILURE, Config, Setting
+from zigcorn.config import STARTUP_FAILURE, Config
+from zigcorn.settings import SETTING, SETTINGS, Setting
 
 logger = logging.getLogger("zigcorn.error")
 
@@ -65,23 +66,23 @@ def serve(config: Config) -> None:
     if config.auto_raise_nofile:
         raise_nofile()
     if config.reload:
-        from zigcorn.reload import run_reloader
+        from zigcorn.supervisors.reload import run_reloader
 
         run_reloader(config)
         return
     if config.workers > 1 or config.workers_max_rss is not None:
-        from zigcorn.workers import run_master
+        from zigcorn.supervisors.multiprocess import run_master
 
         run_master(config)
         return
     config.loop_factory()  # before zigcorn.server imports asyncio: the loop decides how
-    from zigcorn.process import wants_privilege_drop
+    from zigcorn.supervisors.process import wants_privilege_drop
     from zigcorn.server import Server
 
     listener = pid_file = quic = None
     if wants_privilege_drop(config):
         # Bound before the app starts, so that only binding runs with root's privileges.
-        from zigcorn.process import after_bind
+        from zigcorn.supervisors.process import after_bind
         from zigcorn.sockets import bind, bind_quic
 
         try:

@@ -18,8 +18,8 @@ import signal
 
 from zigcorn import _core, accesslog
 from zigcorn.accesslog import has_log_files, reopen_log_files
-from zigcorn.http import Dispatcher, HTTPCycle, wake
-from zigcorn.process import DRAIN_SIGNAL, after_bind
+from zigcorn.protocols.http import Dispatcher, HTTPCycle, wake
+from zigcorn.supervisors.process import DRAIN_SIGNAL, after_bind
 from zigcorn.sockets import Listener, QuicSockets, bind, bind_quic
 
 logger = logging.getLogger("zigcorn.error")
@@ -38,7 +38,7 @@ def _with_jitter(limit: int | None, jitter: int) -> int | None:
 
 
 def _websocket_class():
-    from zigcorn.websocket import WebSocketCycle
+    from zigcorn.protocols.websocket import WebSocketCycle
 
     return WebSocketCycle
 
@@ -200,7 +200,7 @@ class Server:
             on_drain=self.on_drain or self.handle_drain_request,
         )
         if wsgi:
-            from zigcorn.wsgi import WSGIDispatcher, default_threads
+            from zigcorn.protocols.wsgi import WSGIDispatcher, default_threads
 
             threads = config.wsgi_threads or default_threads()
             dispatcher = WSGIDispatcher(config.loaded_app, loop, threads=threads, **common)
@@ -252,7 +252,7 @@ class Server:
             serving.close(loop)
             return None
         if wsgi:
-            from zigcorn.wsgi import set_server
+            from zigcorn.protocols.wsgi import set_server
 
             set_server(self._wsgi_environ, bound)
         _attach(loop, engine)
@@ -275,7 +275,7 @@ class Server:
             sockets, index = self.quic
             options.update(self.config.engine_http3_options(sockets.fileno(index), sockets.port, index, len(sockets)))
         if self.config.interface == "wsgi":
-            from zigcorn.wsgi import environ_template
+            from zigcorn.protocols.wsgi import environ_template
 
             # The engine copies this dict into each request's environ; SERVER_NAME/PORT are set once bound.
             self._wsgi_environ = options["wsgi_environ"] = environ_template(options["root_path"], self.config.workers)
@@ -284,7 +284,7 @@ class Server:
             return _core.Engine(dispatcher, asyncio.get_running_loop().call_soon, _core.Stream, options)
         if options["ws"]:
             # A loader, called by the engine at the first upgrade: a server that never sees
-            # a WebSocket never imports zigcorn.websocket.
+            # a WebSocket never imports zigcorn.protocols.websocket.
             options["websocket_class"] = _websocket_class
         # The plain case (most servers) is done by the engine itself: see Dispatcher.plain.
         return _core.Engine(dispatcher.plain() or dispatcher, wake, HTTPCycle, options)

@@ -10,8 +10,8 @@ import sys
 # zigcorn's own modules that only some servers use, and what only the CLI's parsing or
 # TLS would import.
 WATCHED = (
-    "zigcorn.websocket", "zigcorn.tls", "zigcorn.wsgi", "zigcorn.workers", "zigcorn.reload",
-    "zigcorn.warmup", "zigcorn.gunicorn_worker", "argparse", "gettext", "tomllib", "ssl", "_ssl",
+    "zigcorn.protocols.websocket", "zigcorn.tls", "zigcorn.protocols.wsgi", "zigcorn.supervisors.multiprocess",
+    "zigcorn.supervisors.reload", "zigcorn.warmup", "zigcorn.workers", "argparse", "gettext", "tomllib", "ssl", "_ssl",
 )
 
 

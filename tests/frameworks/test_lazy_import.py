@@ -1,4 +1,4 @@
-"""asyncio without ``ssl`` and ``inspect`` until first use (``zigcorn.lazyimport``), and
+"""asyncio without ``ssl`` and ``inspect`` until first use (``zigcorn.lazy_asyncio``), and
 both working exactly as before once something does use them.
 
 The server under test runs its default loop (zigcorn's own) and ``--loop asyncio``, where
@@ -115,7 +115,7 @@ def test_signals_still_stop_the_server_without_inspect(start_server, loop_args):
 
 SNIPPET = r"""
 import sys
-from zigcorn.lazyimport import deferred, import_asyncio
+from zigcorn.lazy_asyncio import deferred, import_asyncio
 
 asyncio = import_asyncio()
 assert "ssl" not in sys.modules and deferred("ssl")
@@ -167,7 +167,7 @@ def test_lazy_imports_in_a_fresh_interpreter(tls_echo):
 def test_no_deferral_once_ssl_or_asyncio_is_imported():
     snippet = (
         "import sys, ssl\n"
-        "from zigcorn.lazyimport import deferred, import_asyncio\n"
+        "from zigcorn.lazy_asyncio import deferred, import_asyncio\n"
         "import_asyncio()\n"
         "from asyncio import base_events\n"
         "assert not deferred() and base_events.ssl is ssl\n"

@@ -11,9 +11,9 @@ import pytest
 from tests.support.tools import require_module
 from zigcorn import _core
 from zigcorn.config import HTTP3_IDLE_TIMEOUT_MS, Config
-from zigcorn.http import HTTPCycle, wake
+from zigcorn.protocols.http import HTTPCycle, wake
 from zigcorn.sockets import bind_quic
-from zigcorn.websocket import WebSocketCycle
+from zigcorn.protocols.websocket import WebSocketCycle
 
 trustme = require_module("trustme")
 
@@ -190,7 +190,7 @@ def test_bind_quic_reports_a_taken_port(tls_files):
 
 
 def test_a_worker_takes_the_socket_its_predecessor_held_or_the_first_free_one():
-    from zigcorn.workers import Master, Worker
+    from zigcorn.supervisors.multiprocess import Master, Worker
 
     master = Master(config=None, target=4)
 

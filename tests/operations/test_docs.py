@@ -105,10 +105,11 @@ def prose_names() -> set[str]:
 
 
 def exists(name: str) -> bool:
-    """A path names a file under the repository's root, src/zig or src (zigcorn/...), and may
-    be a glob (tests/interop/test_interop_*.py); a bare name, a file anywhere in the source."""
+    """A path names a file under the repository's root, src/zig, src (zigcorn/...) or src/zigcorn
+    (protocols/http.py), and may be a glob (tests/interop/test_interop_*.py); a bare name, a
+    file anywhere in the source."""
     if "/" in name:
-        return any(any(base.glob(name)) for base in (ROOT, ZIG, ROOT / "src"))
+        return any(any(base.glob(name)) for base in (ROOT, ZIG, ROOT / "src", PY))
     return any(any(base.rglob(name)) for base in (ZIG, PY))
 
 

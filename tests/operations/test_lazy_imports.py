@@ -20,8 +20,8 @@ from websockets.sync.client import connect
 
 from zigcorn import _core
 from zigcorn.config import Config
-from zigcorn.http import HTTPCycle, wake
-from zigcorn.websocket import WebSocketCycle
+from zigcorn.protocols.http import HTTPCycle, wake
+from zigcorn.protocols.websocket import WebSocketCycle
 from tests.support.harness import ROOT, Server, free_port, port_open, wait_for, zigcorn_only
 
 pytestmark = zigcorn_only
@@ -51,8 +51,8 @@ def test_the_first_websocket_loads_the_websocket_class_and_only_it():
         assert json.loads(httpx.get(server.url + "/", timeout=5).content) == []
         for _ in range(2):  # the loader runs once; the second upgrade uses the loaded class
             with connect(f"ws://127.0.0.1:{server.port}/", open_timeout=5) as ws:
-                assert json.loads(ws.recv(timeout=5)) == ["zigcorn.websocket"]
-        assert json.loads(httpx.get(server.url + "/", timeout=5).content) == ["zigcorn.websocket"]
+                assert json.loads(ws.recv(timeout=5)) == ["zigcorn.protocols.websocket"]
+        assert json.loads(httpx.get(server.url + "/", timeout=5).content) == ["zigcorn.protocols.websocket"]
     finally:
         server.stop()
     assert "Traceback" not in server.output()
@@ -77,7 +77,7 @@ def test_the_engine_takes_a_websocket_class_or_a_loader_and_calls_the_loader_laz
     assert calls == []  # not at construction: only an upgrade calls it
 
 
-@pytest.mark.parametrize("websocket_class", [None, 42, "zigcorn.websocket:WebSocketCycle", dict])
+@pytest.mark.parametrize("websocket_class", [None, 42, "zigcorn.protocols.websocket:WebSocketCycle", dict])
 def test_the_engine_refuses_a_websocket_class_that_is_neither_a_stream_class_nor_callable(websocket_class):
     with pytest.raises(TypeError, match="websocket_class"):
         engine = _core.Engine(lambda stream: None, wake, HTTPCycle, {**_options(), "websocket_class": websocket_class})

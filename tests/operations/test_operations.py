@@ -143,7 +143,7 @@ def test_switching_user_without_root_is_refused(start_server):
     import grp  # noqa: F401  (imported before the child gives up root)
     import pwd  # noqa: F401
 
-    from zigcorn.process import drop_privileges
+    from zigcorn.supervisors.process import drop_privileges
 
     read, write = os.pipe()
     pid = os.fork()

@@ -78,7 +78,7 @@ pub const Hooks = struct {
     }
 };
 
-/// The access log line the app's requests get (`zigcorn/http.py`), for an engine answer
+/// The access log line the app's requests get (`zigcorn/protocols/http.py`), for an engine answer
 /// (also the 415 of `--request-decompression`).
 pub fn logAccess(st: *Stream, req: *const stream_mod.Request, elapsed_us: u64) void {
     var addr_buf: [64]u8 = undefined;

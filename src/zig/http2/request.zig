@@ -23,7 +23,7 @@ pub const RequestHead = request_fields.RequestHead;
 pub const connection_specific = request_fields.connection_specific;
 
 /// Split cookies are joined here (RFC 9113 8.2.3). A request head fits one pooled buffer
-/// (`server/server.zig` `request_head_bytes_max`), named here from the pool itself so that
+/// (`core/server.zig` `request_head_bytes_max`), named here from the pool itself so that
 /// this file stays out of the server's knot of imports. One engine thread: valid until
 /// the next request.
 var cookie_scratch: [@import("../os/buffer_pool.zig").buffer_bytes]u8 = undefined;

@@ -1,7 +1,7 @@
 //! The WSGI environ (PEP 3333) of one request, built in Zig from the same parsed request
 //! the ASGI scope comes from (`scope.zig`). The constant keys (`wsgi.*`, `SERVER_NAME`,
 //! `SERVER_PORT`, `SCRIPT_NAME`) are in a template dict the Python side builds once
-//! (`zigcorn/wsgi.py`); each request gets a copy of it plus its own keys. Every str is
+//! (`zigcorn/protocols/wsgi.py`); each request gets a copy of it plus its own keys. Every str is
 //! the request's bytes decoded as latin-1, as PEP 3333 asks ("bytes in str clothing").
 const std = @import("std");
 const http_fields = @import("../http/fields.zig");

@@ -25,6 +25,8 @@ fn optPath(opts: *Object, comptime key: [:0]const u8) error{Invalid}!?[*:0]const
 /// With `ssl_certfile` in the options the server speaks HTTPS: the TLS context is
 /// built here, so a bad certificate, key or password fails at start-up, once.
 pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
+    comptime std.debug.assert(options.limit("ssl_min_version").low == tls.TLS1_2_VERSION);
+    comptime std.debug.assert(options.limit("ssl_max_version").high == tls.TLS1_3_VERSION);
     const certfile = (optPath(opts, "ssl_certfile") catch return false) orelse return true;
     if (!tls.isLoaded()) {
         _ = py.runtimeError("OpenSSL is not loaded: call zigcorn._core.tls_load() first");
@@ -42,9 +44,9 @@ pub fn setTls(self: *EngineObjectCore, opts: *Object) bool {
         .ca_certs = optPath(opts, "ssl_ca_certs") catch return false,
         .ciphers = optPath(opts, "ssl_ciphers") catch return false,
         .password = password,
-        .cert_reqs = options.optInt(opts, "ssl_cert_reqs", u8, 0, 2) orelse return false,
-        .min_version = options.optInt(opts, "ssl_min_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
-        .max_version = options.optInt(opts, "ssl_max_version", c_long, tls.TLS1_2_VERSION, tls.TLS1_3_VERSION) orelse return false,
+        .cert_reqs = options.optLimited(opts, "ssl_cert_reqs", u8) orelse return false,
+        .min_version = options.optLimited(opts, "ssl_min_version", c_long) orelse return false,
+        .max_version = options.optLimited(opts, "ssl_max_version", c_long) orelse return false,
         .http2 = options.optBool(opts, "http2") orelse return false,
         .session_tickets = options.optBool(opts, "ssl_session_tickets") orelse return false,
         .session_cache = options.optLimited(opts, "ssl_session_cache", u32) orelse return false,

@@ -27,12 +27,10 @@ import time
 from collections import deque
 
 from zigcorn import accesslog
-from zigcorn.http import answer_drain, drain_token
+from zigcorn.protocols.admission import Admission, answer_drain, answer_error
 
 logger = logging.getLogger("zigcorn.error")
 
-_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
-_ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 #: Request body bytes read ahead of the app, at most (then the engine stops reading the socket).
 _INPUT_HIGH = 1024 * 1024
 #: Response bytes a worker may have handed over and the engine not yet taken before it waits.
@@ -387,18 +385,7 @@ class Exchange:
         self.fail(503)
 
     def _fail_stream(self, status: int) -> None:
-        stream = self.stream
-        if not stream.response_started and not stream.disconnected:
-            try:
-                stream.start(status, _ERROR_HEADERS)
-                stream.write(_ERROR_BODIES[status], False)
-            except RuntimeError:
-                pass
-            stream.finish()
-        elif stream.response_complete:
-            stream.finish()
-        else:
-            stream.abort()
+        answer_error(self.stream, status)
 
     def _log_access(self) -> None:
         """The request's access line: the same code and format as an ASGI request's."""
@@ -692,25 +679,23 @@ class Pool:
             self.jobs.put(None)
 
 
-class WSGIDispatcher:
+class WSGIDispatcher(Admission):
     """The engine's on_request for a WSGI app: each request becomes a job for the pool.
 
-    The operations flags behave as for an ASGI app (`zigcorn.http.Dispatcher`):
+    The operations flags behave as for an ASGI app (`zigcorn.protocols.http.Dispatcher`):
     --drain-path is answered here (the app never sees it), --limit-concurrency,
     --limit-max-requests and --timeout-request apply, and each request runs in a copy of
     the server's `contextvars` context (a fresh, empty one with --reset-contextvars), so
     that what one request sets is never seen by the next one on the same thread.
     """
 
-    __slots__ = (
-        "app", "loop", "outbox", "pool", "access_log", "limit_concurrency", "limit_max_requests",
-        "timeout_request", "requests", "on_limit", "engine", "cond", "lock", "context", "drain_path",
-        "admin_token", "on_drain",
-    )  # fmt: skip
+    __slots__ = ("app", "loop", "outbox", "pool", "access_log", "timeout_request", "cond", "lock", "context")
 
     def __init__(self, app, loop, *, threads: int, access_log: bool, limit_concurrency, limit_max_requests,
                  timeout_request, on_limit, reset_contextvars: bool = False, drain_path: str | None = None,
                  admin_token: str | None = None, on_drain=None) -> None:  # fmt: skip
+        super().__init__(limit_concurrency=limit_concurrency, limit_max_requests=limit_max_requests,
+                         on_limit=on_limit, drain_path=drain_path, admin_token=admin_token, on_drain=on_drain)
         self.app = app
         self.loop = loop
         self.outbox = Outbox(loop)
@@ -719,34 +704,15 @@ class WSGIDispatcher:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.access_log = access_log
-        self.limit_concurrency = limit_concurrency
-        self.limit_max_requests = limit_max_requests
         self.timeout_request = timeout_request
-        self.requests = 0
-        self.on_limit = on_limit
-        self.engine = None
         # The server's context as it starts serving (what the app's import set), copied per
         # request; None: --reset-contextvars, an empty one per request.
         self.context = None if reset_contextvars else contextvars.copy_context()
-        self.drain_path = drain_path
-        self.admin_token = drain_token(admin_token)
-        self.on_drain = on_drain
 
     def __call__(self, stream) -> None:
+        if not self.admit(stream):
+            return
         environ = stream.scope
-        if self.drain_path is not None and environ["SCRIPT_NAME"] + environ["PATH_INFO"] == self.drain_path:
-            self._drain_request(stream)
-            return
-        if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
-            stream.start(503, _ERROR_HEADERS)
-            stream.write(b"Service Unavailable", False)
-            stream.finish()
-            return
-        if self.limit_max_requests is not None:
-            self.requests += 1
-            if self.requests == self.limit_max_requests:
-                logger.warning("Maximum request limit of %d exceeded. Terminating process.", self.limit_max_requests)
-                self.on_limit()
         exchange = Exchange(stream, self)
         if self.access_log:
             exchange.started_at = time.perf_counter()
@@ -769,8 +735,12 @@ class WSGIDispatcher:
             exchange.body_done = True
         self.pool.submit(job)
 
+    def _is_drain_request(self, stream) -> bool:
+        environ = stream.scope
+        return environ["SCRIPT_NAME"] + environ["PATH_INFO"] == self.drain_path
+
     def _drain_request(self, stream) -> None:
-        """--drain-path: the same answers as for an ASGI app (`zigcorn.http.answer_drain`)."""
+        """--drain-path: the same answers as for an ASGI app (`admission.answer_drain`)."""
         environ = stream.scope
         client = environ.get("REMOTE_ADDR")
         client_addr = f"{client}:{environ.get('REMOTE_PORT')}" if client else "-"

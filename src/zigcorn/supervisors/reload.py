@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from zigcorn.config import LOAD_FAILURE, STARTUP_FAILURE
-from zigcorn.process import after_bind
+from zigcorn.supervisors.process import after_bind
 from zigcorn.sockets import Listener, bind
 
 logger = logging.getLogger("zigcorn.error")
@@ -103,7 +103,7 @@ def _start_child(config, listener: Listener) -> subprocess.Popen:
                      group=None, umask=None)  # fmt: skip
     payload = pickle.dumps((arguments, listener.fileno(), listener.description, sys.path))
     env = dict(os.environ, **{_CHILD_ENV: base64.b64encode(payload).decode()})
-    code = "from zigcorn.reload import child_main; child_main()"
+    code = "from zigcorn.supervisors.reload import child_main; child_main()"
     return subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=[listener.fileno()])
 
 

@@ -18,11 +18,10 @@ import time
 
 from zigcorn import accesslog
 from zigcorn._core import Stream
+from zigcorn.protocols.admission import Admission, answer_drain, answer_error
 
 logger = logging.getLogger("zigcorn.error")
 
-_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
-_ERROR_BODIES = {500: b"Internal Server Error", 503: b"Service Unavailable"}
 _EAGER_TASKS = sys.version_info >= (3, 12)
 _TIMEOUT_MESSAGE = "zigcorn: request timeout"
 
@@ -149,58 +148,11 @@ class HTTPCycle(Stream):
 
     def _fail(self, status: int = 500) -> None:
         """An error status if nothing was sent yet; a complete response stands; otherwise the connection is cut."""
-        if not self.response_started and not self.disconnected:
-            try:
-                self.start(status, _ERROR_HEADERS)
-                self.write(_ERROR_BODIES[status], False)
-            except RuntimeError:
-                pass
-            self.finish()
-        elif self.response_complete:
-            self.finish()
-        else:
-            self.abort()
+        answer_error(self, status)
 
     def _log_access(self, started_at: float, response_headers=None) -> None:
         duration = time.perf_counter() - started_at
         accesslog.log(accesslog.Request(self.scope, self.status, self.body_bytes, duration, response_headers))
-
-
-_DRAIN_ANSWERS = {
-    202: b"draining\n",
-    403: b"Forbidden\n",
-    405: b"Method Not Allowed\n",
-}
-
-
-def _drain_answer(stream, status: int, extra=()) -> None:
-    stream.start(status, [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"), *extra])
-    stream.write(_DRAIN_ANSWERS[status], False)
-    stream.finish()
-
-
-def drain_token(admin_token: str | None) -> bytes:
-    """The ``Authorization`` value a --drain-path request must carry (b"" matches nothing)."""
-    return f"Bearer {admin_token}".encode() if admin_token else b""
-
-
-def answer_drain(stream, method: str, authorization: bytes, client_addr: str, token: bytes, on_drain) -> None:
-    """--drain-path, for ASGI and WSGI apps alike: the app never sees it. A POST carrying
-    ``Authorization: Bearer <--admin-token>`` (compared in constant time) answers 202 and
-    starts the graceful shutdown (`on_drain`); any request without the token gets 403, one
-    with it but not a POST 405."""
-    import hmac
-
-    if not token or not hmac.compare_digest(authorization, token):
-        logger.warning("Drain request refused: no valid admin token (from %s).", client_addr)
-        _drain_answer(stream, 403)
-        return
-    if method != "POST":
-        _drain_answer(stream, 405, [(b"allow", b"POST")])
-        return
-    logger.info("Drain requested by %s: shutting down gracefully.", client_addr)
-    _drain_answer(stream, 202)
-    on_drain()
 
 
 def _recording_send(send, headers: list):
@@ -212,47 +164,27 @@ def _recording_send(send, headers: list):
     return recording_send
 
 
-class Dispatcher:
-    """Turns each stream the engine hands over into a task running the app."""
+class Dispatcher(Admission):
+    """Turns each stream the engine hands over into a task running the app, once it is
+    admitted (`Admission`: the drain path and the limits)."""
 
-    __slots__ = (
-        "app", "loop", "access_log", "limit_concurrency", "limit_max_requests", "timeout_request",
-        "requests", "on_limit", "engine", "reset_contextvars", "drain_path", "admin_token", "on_drain",
-    )  # fmt: skip
+    __slots__ = ("app", "loop", "access_log", "timeout_request", "reset_contextvars")
 
     def __init__(
         self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit,
         reset_contextvars: bool = False, drain_path: str | None = None, admin_token: str | None = None, on_drain=None,
     ) -> None:
-        self.drain_path = drain_path
-        self.admin_token = drain_token(admin_token)
-        self.on_drain = on_drain
+        super().__init__(limit_concurrency=limit_concurrency, limit_max_requests=limit_max_requests,
+                         on_limit=on_limit, drain_path=drain_path, admin_token=admin_token, on_drain=on_drain)
         self.reset_contextvars = reset_contextvars
         self.timeout_request = timeout_request
         self.app = app
         self.loop = loop
         self.access_log = access_log
-        self.limit_concurrency = limit_concurrency
-        self.limit_max_requests = limit_max_requests
-        self.requests = 0
-        self.on_limit = on_limit
-        self.engine = None
 
     def __call__(self, stream: HTTPCycle) -> None:
-        if self.drain_path is not None and stream.scope["path"] == self.drain_path and stream.scope["type"] == "http":
-            self._drain_request(stream)
+        if not self.admit(stream):
             return
-        if self.limit_concurrency is not None and self.engine.streams > self.limit_concurrency:
-            # Like uvicorn: past the limit the app is not called at all.
-            stream.start(503, _ERROR_HEADERS)
-            stream.write(b"Service Unavailable", False)
-            stream.finish()
-            return
-        if self.limit_max_requests is not None:
-            self.requests += 1
-            if self.requests == self.limit_max_requests:
-                logger.warning("Maximum request limit of %d exceeded. Terminating process.", self.limit_max_requests)
-                self.on_limit()
         coro = stream.run(self.app, self.access_log, self.timeout_request)
         # --reset-contextvars: a fresh, empty context per request; else a copy of the current one.
         if _EAGER_TASKS:
@@ -277,6 +209,9 @@ class Dispatcher:
         else:
             create_task = self.loop.create_task
         return (create_task, self.app, self.access_log, self.timeout_request)
+
+    def _is_drain_request(self, stream: HTTPCycle) -> bool:
+        return stream.scope["path"] == self.drain_path and stream.scope["type"] == "http"
 
     def _drain_request(self, stream: HTTPCycle) -> None:
         scope = stream.scope

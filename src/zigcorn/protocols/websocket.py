@@ -12,12 +12,12 @@ import asyncio
 import logging
 
 from zigcorn._core import Stream
-from zigcorn.http import access_fields
+from zigcorn.protocols.admission import ERROR_HEADERS as _ERROR_HEADERS
+from zigcorn.protocols.http import access_fields
 
 logger = logging.getLogger("zigcorn.error")
 access_logger = logging.getLogger("zigcorn.access")
 
-_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
 
 # Where the session is, from the app's side.
 _HANDSHAKE = 0  # websocket.connect delivered or pending; no answer yet
