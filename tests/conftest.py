@@ -10,8 +10,10 @@ from tests.support.harness import SERVER, Server
 # A test whose setup, call and teardown take over SLOW_SECONDS says why in its docstring, in
 # a sentence beginning "Slow:" (what it waits for and why that cannot be shorter): CI's
 # budget is spent one such test at a time. The check is wall time, which a loaded machine
-# stretches, so the limit grows with the load per core seen at the test's start and end:
-# a 20 s test on a machine running three times its cores' worth of work is not reported.
+# stretches more than its load says (a 25 s Zig build took 93 s at a load of 3 per core):
+# on a machine busier than its cores (load per core at the test's start or end over 1) a
+# test fails only past twice the limit times that load, and is otherwise reported as a
+# warning; on a quiet machine, past the limit.
 SLOW_SECONDS = 30.0
 SLOW_REASON = re.compile(r"\bSlow:\s*\S")
 
@@ -34,13 +36,14 @@ def pytest_runtest_makereport(item, call):
     if call.when != "teardown" or not report.passed:
         return
     spent = item._slow_spent  # noqa: SLF001
-    limit = SLOW_SECONDS * max(getattr(item, "_slow_load", 1.0), load_per_core())
+    load = max(getattr(item, "_slow_load", 1.0), load_per_core())
+    limit = SLOW_SECONDS if load <= 1.0 else 2 * SLOW_SECONDS * load
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
-    if spent <= limit or SLOW_REASON.search(doc):
+    if spent <= SLOW_SECONDS or SLOW_REASON.search(doc):
         return
-    message = (f"{item.nodeid} took {spent:.0f} s (over {SLOW_SECONDS:.0f} s; {limit:.0f} s at this load) and its "
+    message = (f"{item.nodeid} took {spent:.0f} s (over {SLOW_SECONDS:.0f} s; load per core {load:.1f}) and its "
                "docstring does not say why in a sentence beginning 'Slow:' (tests/conftest.py)")
-    if os.environ.get("CI"):
+    if os.environ.get("CI") and spent > limit:
         report.outcome = "failed"
         report.longrepr = message
     else:
