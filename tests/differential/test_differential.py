@@ -34,6 +34,11 @@ def rows():
 
 @zigcorn_only
 def test_every_looser_or_different_reading_has_a_reason(rows):
+    """Every input zigcorn reads more loosely than, or differently from, a reference parser
+    has a reason in the corpus.
+
+    Slow: the module's `rows` fixture, counted here, starts the reference servers and sends
+    them and zigcorn the whole generated corpus (about 50 s); the other tests reuse it."""
     bad = [f"{row['verdict']} on {row['input'].key}: {row['input'].data[:200]!r} "
            f"(relations {row['relations']})"
            for row in rows if row["verdict"].split(":")[0] in ("looser", "reads-differently", "split")

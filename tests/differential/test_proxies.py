@@ -43,6 +43,10 @@ def runs():
 @zigcorn_only
 @pytest.mark.parametrize("key", FRONTS)
 def test_no_desync_behind(key, runs):
+    """No request smuggled or desynchronised through this front end.
+
+    Slow (the first case): the module's `runs` fixture, counted in whichever case comes
+    first, drives every front end's attack battery side by side (about 35 s)."""
     require_tool(FRONTS[key][2], reason=f"{FRONTS[key][2]} is the front end under test (.ci/run installs it)")
     attempts = runs[key].result()
     failures = [f"{a.name}: {'; '.join(a.problems)} (answers {a.statuses}, echoes {a.received})"

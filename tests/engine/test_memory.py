@@ -1,6 +1,10 @@
 """Leak check by counting, not timing: RSS must stay flat over thousands of keep-alive requests."""
 
+import pytest
+
 from tests.support.rawhttp import RawConn, get
+
+pytestmark = pytest.mark.every_python
 
 
 def test_no_growth_over_3000_keep_alive_requests(start_server):

@@ -39,6 +39,7 @@ from tests.support.harness import ROOT, free_port, port_open, zigcorn_only
 from tests.support.tools import require_module
 
 pytestmark = [
+    pytest.mark.every_python,
     zigcorn_only,
     pytest.mark.skipif(not hasattr(sys, "gettotalrefcount"),
                        reason="needs a debug CPython (sys.gettotalrefcount), e.g. python3.14-dbg"),  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 from tests.support.harness import IS_ZIGCORN, wait_for
 from tests.support.rawhttp import RawConn, get
 
-pytestmark = pytest.mark.skipif(not IS_ZIGCORN, reason="a zigcorn engine option")
+pytestmark = [pytest.mark.skipif(not IS_ZIGCORN, reason="a zigcorn engine option"), pytest.mark.every_python]
 
 MB = 1024 * 1024
 

@@ -34,6 +34,10 @@ def test_every_file_with_tests_is_under_the_test_root():
 
 @zigcorn_only
 def test_zig_unit_tests(tmp_path_factory):
+    """The engine's Zig unit tests (src/zig/unit_tests.zig).
+
+    Slow: compiling the test binary (the whole engine with its tests, in Debug) is most of
+    its 25 s; the 600 tests themselves take a few seconds."""
     result = run_unit_tests(tmp_path_factory.getbasetemp() / "zig-cache")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All " in result.stderr + result.stdout and " tests passed" in result.stderr + result.stdout

@@ -10,6 +10,8 @@ from websockets.exceptions import InvalidStatus
 
 from tests.support.harness import Server
 
+pytestmark = pytest.mark.every_python
+
 
 @pytest.fixture(scope="module")
 def fastapi_server():

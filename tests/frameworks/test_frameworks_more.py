@@ -12,6 +12,8 @@ import websockets
 from tests.support.harness import Server
 from tests.support.tools import require_module
 
+pytestmark = pytest.mark.every_python
+
 
 def serve(app: str, **env):
     server = Server(app, env=env or None)

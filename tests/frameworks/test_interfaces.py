@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.support.harness import ROOT, zigcorn_only
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 
 def test_asgi2_apps_are_detected_and_served(start_server):

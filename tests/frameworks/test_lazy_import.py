@@ -26,7 +26,7 @@ from tests.support.harness import ROOT, zigcorn_only
 from tests.support.tools import require_module
 
 trustme = require_module("trustme")
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 # The default (zigcorn's own loop, no flag) and asyncio's loop: both defer ssl and inspect.
 LOOPS = pytest.mark.parametrize("loop_args", [(), ("--loop", "asyncio")], ids=["default", "asyncio"])
 #: Whether ``inspect`` can be kept out at all: 3.14's asyncio needs it (see above).

@@ -19,7 +19,7 @@ from tests.support.harness import wait_for, zigcorn_only
 from tests.support.rawhttp import RawConn, get
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,9 @@ def test_fuzz_corpus_regression(tmp_path_factory):
 
 @zigcorn_only
 def test_fuzz_parser_bounded(tmp_path, tmp_path_factory):
+    """The HTTP/1.1 parser's fuzzer (src/zig/fuzz_http1_main.zig) for ZIGCORN_FUZZ_SECONDS.
+
+    Slow: a ReleaseSafe build of the fuzzer, then a fixed fuzzing budget (20 s)."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http1"
@@ -78,7 +81,9 @@ def test_fuzz_h2_session_bounded(tmp_path, tmp_path_factory):
     server, its output checked as a strict client would (flow control, frame states, the
     app's bytes), for ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed;
     ZIGCORN_FUZZ_TOLERATE_KNOWN=1 lets the HTTP/2 bugs it reported pass (see
-    `KnownBug` in testing/fuzz_http2.zig); ZIGCORN_IO_BACKEND=io_uring runs it on io_uring."""
+    `KnownBug` in testing/fuzz_http2.zig); ZIGCORN_IO_BACKEND=io_uring runs it on io_uring.
+
+    Slow: a ReleaseSafe build of the fuzzer, then a fixed fuzzing budget (20 s)."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http2"
@@ -105,7 +110,9 @@ def test_fuzz_h3_wire_bounded(tmp_path, tmp_path_factory):
     """The HTTP/3 wire-layer fuzzer (src/zig/fuzz/http3_main.zig): mutated frame streams and
     QPACK encoder-stream/section chunks against the frame reader and the QPACK decoder, their
     invariants checked (split-invariance, table bounds, no leak, re-encoding round trip), for
-    ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed."""
+    ZIGCORN_FUZZ_SECONDS. ZIGCORN_FUZZ_SEED pins the seed.
+
+    Slow: a ReleaseSafe build of the fuzzer, then a fixed fuzzing budget (20 s)."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_http3"
@@ -132,7 +139,9 @@ def test_fuzz_quic_bounded(tmp_path, tmp_path_factory):
     """The QUIC wire layer's fuzzer (src/zig/fuzz/quic_main.zig): hostile datagrams (header
     parse, unprotect with Initial keys, protect back), frame payloads (parsed, written again,
     parsed back) and the client's transport parameters, for ZIGCORN_FUZZ_SECONDS.
-    ZIGCORN_FUZZ_SEED pins the seed."""
+    ZIGCORN_FUZZ_SEED pins the seed.
+
+    Slow: a ReleaseSafe build of the fuzzer, then a fixed fuzzing budget (20 s)."""
     seconds = float(os.environ.get("ZIGCORN_FUZZ_SECONDS", "20"))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = tmp_path / "fuzz_quic"
@@ -181,7 +190,9 @@ def build_libfuzzer(name, tmp_path, cache):
 def test_fuzz_coverage_guided_bounded(name, tmp_path, tmp_path_factory):
     """A coverage-guided fuzzer from its committed corpus for ZIGCORN_LIBFUZZER_SECONDS: any
     panic (ReleaseSafe) or invariant violation is a crash libFuzzer reports, with the input
-    saved. The corpus is copied: new inputs stay in tmp_path, the committed one is seeds."""
+    saved. The corpus is copied: new inputs stay in tmp_path, the committed one is seeds.
+
+    Slow: a libFuzzer build of the target, then a fixed fuzzing budget (20 s)."""
     seconds = int(float(os.environ.get("ZIGCORN_LIBFUZZER_SECONDS", "20")))
     cache = tmp_path_factory.getbasetemp() / "zig-cache"
     exe = build_libfuzzer(name, tmp_path, cache)

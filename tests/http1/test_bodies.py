@@ -4,8 +4,11 @@ import hashlib
 import time
 
 import httpx
+import pytest
 
 from tests.support.rawhttp import RawConn
+
+pytestmark = pytest.mark.every_python
 
 MB = 1024 * 1024
 

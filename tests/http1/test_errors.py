@@ -7,6 +7,8 @@ import pytest
 from tests.support.harness import wait_for
 from tests.support.rawhttp import RawConn, get, request
 
+pytestmark = pytest.mark.every_python
+
 
 def test_disconnect_reaches_app_after_client_closes(basic):
     with RawConn(basic.port) as conn:

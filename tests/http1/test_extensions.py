@@ -10,7 +10,7 @@ import pytest
 from tests.support.harness import wait_for, zigcorn_only
 from tests.support.rawhttp import RawConn
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from tests.support.harness import SERVER
 from tests.support.rawhttp import RawConn, get, request
+
+pytestmark = pytest.mark.every_python
 
 IMF_FIXDATE = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                          r"\d{4} \d\d:\d\d:\d\d GMT$")

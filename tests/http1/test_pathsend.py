@@ -17,7 +17,7 @@ import pytest
 from tests.support.harness import Server, wait_for, zigcorn_only
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 trustme = require_module("trustme")
 
 MB = 1024 * 1024

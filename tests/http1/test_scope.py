@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from tests.support.harness import Server
 from tests.support.rawhttp import RawConn, get
 
+pytestmark = pytest.mark.every_python
+
 
 @pytest.fixture(scope="module")
 def scope_server():

@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.rawhttp import RawConn, get
 
+pytestmark = pytest.mark.every_python
+
 
 @pytest.fixture(scope="module")
 def kinds():

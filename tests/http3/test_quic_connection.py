@@ -303,6 +303,11 @@ def echo_streams(pair: Pair, data: list[bytes], seconds=300.0):
 
 
 def test_handshake_then_100_streams_echoed(lib, ctx, certs):
+    """A handshake, then 100 streams echoed, the idle connection's memory within its budget.
+
+    Slow (on a loaded machine): the module's `lib` fixture, counted here as its first test,
+    builds the QUIC connection test library with Zig in ReleaseSafe (20 s quiet, near 60 s
+    when the cores are shared)."""
     pair = Pair(lib, ctx, certs)
     try:
         handshake(pair)

@@ -155,6 +155,10 @@ def exchange(client, server: Server) -> None:
 @pytest.mark.parametrize("suite", [CipherSuite.AES_128_GCM_SHA256, CipherSuite.AES_256_GCM_SHA384,
                                    CipherSuite.CHACHA20_POLY1305_SHA256], ids=lambda s: s.name)
 def test_aioquic_client_and_our_handshake_agree(lib, certs, key, suite):
+    """aioquic's client and our handshake agree for each cipher suite and key type.
+
+    Slow (its first case, on a loaded machine): the module's `lib` fixture, counted there,
+    builds the QUIC TLS test library with Zig in ReleaseSafe (under 30 s quiet)."""
     prefix = "" if key == "rsa" else "ecdsa_"
     server = Server(lib, certs[prefix + "certfile"], certs[prefix + "keyfile"])
     try:

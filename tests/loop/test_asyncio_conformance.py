@@ -9,12 +9,20 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.asyncio_suite import EXPECTED
 from tests.support.harness import ROOT
 from tests.support.tools import skip_or_fail
 
+pytestmark = pytest.mark.every_python
+
 
 def test_cpython_asyncio_suite_passes_on_zigcorns_loop(tmp_path):
+    """CPython's test.test_asyncio on zigcorn's loop, against its result on asyncio's own.
+
+    Slow: the whole suite is thousands of tests with real timeouts and subprocesses (about
+    40 s); it is the conformance check of the loop on each interpreter."""
     if importlib.util.find_spec("test.test_asyncio") is None:
         skip_or_fail("this interpreter ships without its test suite, test.test_asyncio "
                      "(Debian: libpython3.X-testsuite)")

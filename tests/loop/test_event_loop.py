@@ -25,6 +25,8 @@ import pytest
 from tests.support.harness import ROOT, zigcorn_only
 from zigcorn.loop import EventLoopPolicy, Handle, Loop, TimerHandle, new_event_loop
 
+pytestmark = pytest.mark.every_python
+
 
 @pytest.fixture
 def loop():

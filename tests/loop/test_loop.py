@@ -11,6 +11,8 @@ from tests.support.harness import IS_ZIGCORN, free_port
 from tests.support.rawhttp import RawConn, get
 from tests.support.tools import require_module
 
+pytestmark = pytest.mark.every_python
+
 
 def _fetch_json(port: int, paths: list[str]) -> list[dict]:
     with RawConn(port) as conn:

@@ -22,7 +22,7 @@ import pytest
 from tests.support.harness import free_port, port_open, wait_for, zigcorn_only
 from tests.support.tools import require_module, require_tool, skip_or_fail
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 LOOPS = ["zigcorn", "asyncio"]
 
 

@@ -55,6 +55,10 @@ def test_parse_wrk_output():
 
 
 def test_quick_benchmark_produces_results(tmp_path):
+    """benchmarks/run.py --quick end to end: wrk against zigcorn, the JSON, table and plot.
+
+    Slow: wrk's quick rounds are timed runs of a few seconds each, plus 500 idle
+    connections opened first (15 s quiet, near 40 s on a busy machine)."""
     require_tool("wrk", reason="wrk is not installed (apt-get install -y wrk)")
     out, md = tmp_path / "quick.json", tmp_path / "quick.md"
     cmd = [sys.executable, str(BENCH / "run.py"), "--quick", "--servers", "zigcorn", "--no-venv",

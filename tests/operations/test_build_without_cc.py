@@ -31,6 +31,8 @@ import pytest
 from tests.support.harness import ROOT
 from tests.support.tools import require_module
 
+pytestmark = pytest.mark.every_python
+
 require_module("ziglang")
 
 # What could hand Zig or a compiler the system's header folders another way.

@@ -8,8 +8,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from tests.support.harness import IS_ZIGCORN, ROOT, SERVER, free_port, port_open, zigcorn_only
+
+pytestmark = pytest.mark.every_python
 
 
 # uvicorn 0.54 exits 3 (its STARTUP_FAILURE code) when the app cannot be loaded; zigcorn's spec says 1.

@@ -20,7 +20,7 @@ import pytest
 from tests.support.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 require_module("gunicorn")
 
 

@@ -24,7 +24,7 @@ from zigcorn.protocols.http import HTTPCycle, wake
 from zigcorn.protocols.websocket import WebSocketCycle
 from tests.support.harness import ROOT, Server, free_port, port_open, wait_for, zigcorn_only
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 
 def test_plain_http_server_imports_no_websocket_tls_wsgi_workers_or_cli_modules():

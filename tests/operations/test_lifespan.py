@@ -9,6 +9,8 @@ import pytest
 from tests.support.harness import CLEAN_SIGTERM_EXIT, wait_for
 from tests.support.rawhttp import RawConn, get
 
+pytestmark = pytest.mark.every_python
+
 
 @pytest.fixture
 def markers(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from tests.support.harness import wait_for, zigcorn_only
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 ACCESS_LINE = re.compile(r'127\.0\.0\.1:\d+ - "GET /hello\?x=1 HTTP/1\.1" 200 \d+ \d+\.\dms')
 

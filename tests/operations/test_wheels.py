@@ -13,7 +13,7 @@ import pytest
 from tests.support.harness import ROOT, free_port, port_open, wait_for, zigcorn_only
 from tests.support.tools import require_module
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 require_module("ziglang")
 
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -30,6 +30,11 @@ def wheels(tmp_path_factory):
 
 
 def test_one_wheel_per_target_with_the_right_tags(wheels):
+    """One wheel for each of the three targets, tagged for this interpreter.
+
+    Slow: the module's `wheels` fixture, whose time is counted here, cross-compiles the
+    engine with Zig for three targets (about 25 s each, the compiler being single-threaded
+    for most of it), which is what the wheels ship."""
     assert sorted(wheels) == sorted([
         f"zigcorn-0.1.0-{ABI}-{ABI}-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
         f"zigcorn-0.1.0-{ABI}-{ABI}-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.harness import _children, wait_for, zigcorn_only
 
-pytestmark = zigcorn_only
+pytestmark = [zigcorn_only, pytest.mark.every_python]
 
 
 def worker_pids(server) -> set[int]:

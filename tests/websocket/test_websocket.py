@@ -15,6 +15,8 @@ from tests.support.harness import Server, zigcorn_only
 from tests.support.rawhttp import RawConn
 from tests.support.wsraw import RawWS, close_payload, compress, upgrade_request
 
+pytestmark = pytest.mark.every_python
+
 TEXT, BINARY, CLOSE, PING, PONG = 1, 2, 8, 9, 10
 
 
