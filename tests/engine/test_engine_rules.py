@@ -121,7 +121,7 @@ def test_test_only_files_are_named_as_the_rule_says():
 # go down. Lower LONG_LINES_MAX with every change that wraps some; 0 is the goal, and from
 # then on the rule holds outright.
 COLUMNS_MAX = 100
-LONG_LINES_MAX = 1816
+LONG_LINES_MAX = 1738
 
 
 def long_lines() -> list[str]:
