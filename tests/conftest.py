@@ -11,11 +11,11 @@ from tests.support.harness import SERVER, Server
 # a sentence beginning "Slow:" (what it waits for and why that cannot be shorter): CI's
 # budget is spent one such test at a time. The check is wall time, which a loaded machine
 # stretches more than its load says (a 25 s Zig build took 93 s at a load of 3 per core):
-# on a machine busier than its cores (load per core at the test's start or end over 1) a
-# test fails only past twice the limit times that load, and is otherwise reported as a
-# warning; on a quiet machine, past the limit.
+# a test without the sentence is reported as a warning past the limit, and fails on CI
+# only past twice the limit times the load per core (at least 1), so that a test near the
+# limit on a busy CI machine (a 28 s setup took 34 s at 1 per core) is not a failure.
 SLOW_SECONDS = 30.0
-SLOW_REASON = re.compile(r"\bSlow:\s*\S")
+SLOW_REASON = re.compile(r"\bSlow(?: \([^)]*\))?:\s*\S")
 
 
 def load_per_core() -> float:
@@ -37,7 +37,7 @@ def pytest_runtest_makereport(item, call):
         return
     spent = item._slow_spent  # noqa: SLF001
     load = max(getattr(item, "_slow_load", 1.0), load_per_core())
-    limit = SLOW_SECONDS if load <= 1.0 else 2 * SLOW_SECONDS * load
+    limit = 2 * SLOW_SECONDS * load
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     if spent <= SLOW_SECONDS or SLOW_REASON.search(doc):
         return

@@ -457,7 +457,9 @@ pub const H = struct {
     fn readServer(h: *H, datagram: []u8) !void {
         var rest = datagram;
         while (rest.len > 0) {
-            const hd = packet.parse(rest, client_cid.len) catch
+            // The server writes the client's connection ID it uses now: one the client
+            // issued in NEW_CONNECTION_ID may have another length than the first.
+            const hd = packet.parse(rest, h.c.peer_cid.slice().len) catch
                 return fail("the server's packet does not parse");
             const bytes = rest[0..hd.len];
             rest = rest[hd.len..];
