@@ -22,6 +22,7 @@ const refuseStream = errors.refuseStream;
 const streamError = errors.streamError;
 const streamErrorId = errors.streamErrorId;
 const sendGoaway = errors.sendGoaway;
+const wasResetByUs = errors.wasResetByUs;
 const flushSoon = @import("scheduler.zig").flushSoon;
 const Session = state.Session;
 const H2Stream = streams.H2Stream;
@@ -47,7 +48,13 @@ pub fn beginHeaders(s: *Session, fh: FrameHeader) void {
     s.block_trailers = false;
     s.block_self_dependent = false;
     if (fh.stream <= s.last_stream_id) {
-        const st = find(s, fh.stream) orelse return connError(s, .stream_closed);
+        const st = find(s, fh.stream) orelse {
+            // In flight on a stream we reset and freed (RFC 9113 5.1: ignored): decoded as
+            // trailers, which keeps the HPACK table in step, then dropped (`trailersDone`).
+            if (!wasResetByUs(s, fh.stream)) return connError(s, .stream_closed);
+            s.block_trailers = true;
+            return;
+        };
         if (st.remote_closed) return connError(s, .stream_closed);
         // A second HEADERS on an open stream: the request's trailers, which end it.
         s.block_trailers = true;

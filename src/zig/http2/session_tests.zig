@@ -568,6 +568,34 @@ test "h2 session: a second content-length, its value the same or not, resets the
     try testing.expectEqual(@as(?u32, null), s.rst[5]);
 }
 
+test "h2 session: HEADERS in flight on a stream we reset and freed is decoded, then ignored" {
+    var h: Harness = undefined;
+    try h.open(testing.allocator);
+    defer h.deinit();
+    // A second content-length: stream 1 is reset before any app saw it, and freed.
+    const cl5 = [_]u8{ 0x0f, 0x0d, 0x01, '5' };
+    try h.send(.headers, end_headers, 1, &(post5_block ++ cl5));
+    h.pump();
+    try testing.expectEqual(code(.protocol), h.sink.seen().rst[1]);
+    try testing.expectEqual(@as(u32, 0), h.session().live);
+    // The client had already sent its trailers, one field added to the HPACK table.
+    const trailer_indexed = [_]u8{ 0x40, 0x03, 'x', '-', 't', 0x01, '1' };
+    try h.send(.headers, end_both, 1, &trailer_indexed);
+    h.pump();
+    try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
+    // The table stayed in step with the client's: after get_block's :authority (62),
+    // entry 63 is x-t: 1.
+    try h.send(.headers, end_both, 3, &(get_block ++ [_]u8{0xbf}));
+    h.pump();
+    try testing.expectEqual(@as(?u32, null), h.sink.seen().goaway);
+    try testing.expectEqual(@as(usize, 1), rec.count);
+    // A stream we never reset stays STREAM_CLOSED once it is over.
+    try h.respond(0, "");
+    h.pump();
+    try h.send(.headers, end_both, 3, &trailer_indexed);
+    try expectGoaway(&h, .stream_closed);
+}
+
 test "h2 session: trailers end the body; trailers without END_STREAM or with pseudo-fields reset the stream" {
     var h: Harness = undefined;
     try h.open(testing.allocator);
