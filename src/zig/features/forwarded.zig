@@ -244,7 +244,7 @@ fn splitNode(v: []const u8, el: *Element) void {
     }
     if (parseIp(host) == null) return;
     el.for_host = host;
-    el.for_port = if (port.len == 0) 0 else std.fmt.parseUnsigned(u16, port, 10) catch 0;
+    el.for_port = decimalPort(port);
     el.valid_for = true;
 }
 
@@ -260,6 +260,14 @@ fn hdrs(comptime pairs: anytype) [pairs.len]Header {
     var out: [pairs.len]Header = undefined;
     inline for (pairs, 0..) |p, i| out[i] = .{ .name = p[0], .value = p[1] };
     return out;
+}
+
+/// A port of one to five digits, or 0 (none, or an obfuscated one: RFC 7239 6.3).
+/// `parseUnsigned` alone would take "8_0" as 80.
+fn decimalPort(text: []const u8) u16 {
+    if (text.len == 0 or text.len > 5) return 0;
+    for (text) |ch| if (!std.ascii.isDigit(ch)) return 0;
+    return std.fmt.parseUnsigned(u16, text, 10) catch 0;
 }
 
 test "networks and addresses" {
@@ -317,4 +325,14 @@ test "forwarded: elements, quoting, ports, ipv6" {
     try std.testing.expectEqual(Scheme.https, k.scheme.?);
     const h4 = hdrs(.{.{ "forwarded", "garbage, for=[::1" }});
     try std.testing.expect(!resolve(&t, &h4).any());
+    // Ports: digits only, up to 65535; anything else is no port.
+    const ports = .{
+        .{ "for=\"2.2.2.2:65535\"", 65535 }, .{ "for=\"2.2.2.2:65536\"", 0 },
+        .{ "for=\"2.2.2.2:8_0\"", 0 },       .{ "for=\"2.2.2.2:+80\"", 0 },
+        .{ "for=\"2.2.2.2:_p\"", 0 },        .{ "for=\"2.2.2.2:000080\"", 0 },
+    };
+    inline for (ports) |c| {
+        const hp = hdrs(.{.{ "forwarded", c[0] }});
+        try std.testing.expectEqual(@as(u16, c[1]), resolve(&t, &hp).client_port);
+    }
 }
