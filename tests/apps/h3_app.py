@@ -8,7 +8,8 @@ in tests/interop/go/h3, benchmarks/h3.py). Every answer is JSON or bytes a clien
 - ``/large?bytes=N``: N bytes of ``i % 251`` in one body (flow control is the server's);
 - ``/wait``: waits for ``http.disconnect`` (a client's stream reset) and counts it in
   this process; ``/disconnects`` answers that count;
-- ``/own-alt-svc``: a response carrying its own alt-svc header, which must win.
+- ``/own-alt-svc``: a response carrying its own alt-svc header, which must win;
+  ``/own-hsts`` the same with its own strict-transport-security (max-age=5).
 - ``/tls``: ``scope["extensions"]["tls"]`` (null when absent), the ``http_version`` and the
   pid;
 - ``/slow?ms=N``: prints ``SLOW-START`` (flushed), sleeps N ms, then answers (a request
@@ -107,6 +108,8 @@ async def app(scope, receive, send):
         await _json(send, {"tls": tls, "http_version": scope["http_version"], "pid": os.getpid()})
     elif path == "/own-alt-svc":
         await _json(send, {"pid": os.getpid()}, headers=[(b"alt-svc", b"clear")])
+    elif path == "/own-hsts":
+        await _json(send, {"pid": os.getpid()}, headers=[(b"strict-transport-security", b"max-age=5")])
     else:
         await _read_body(receive)
         client = scope.get("client")

@@ -313,6 +313,22 @@ def test_http3_port_is_advertised(h3_certs):
         server.stop()
 
 
+def test_hsts_is_sent_over_http3_as_over_tls(h3_certs):
+    """HTTP/3 is always HTTPS: --hsts reaches its responses too, once, and the app's own wins."""
+    server = start_h3_server(h3_certs, 1, "--hsts", "600")
+    try:
+        async def go():
+            async with connect(server, h3_certs) as client:
+                return await client.request("GET", "/info"), await client.request("GET", "/own-hsts")
+
+        plain, own = run(go())
+        assert [v for k, v in plain.headers if k == b"strict-transport-security"] == [b"max-age=600"]
+        assert [v for k, v in own.headers if k == b"strict-transport-security"] == [b"max-age=5"]
+        assert https_get(server.port, h3_certs, "/info").get("strict-transport-security") == "max-age=600"
+    finally:
+        server.stop()
+
+
 def test_no_alt_svc_without_http3(h3_certs):
     server = Server("h3_app:app", *h3_certs.server_args()).wait_ready()
     try:

@@ -305,8 +305,10 @@ pub const Stream = struct {
     pub fn startResponse(self: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) StartError!void {
         const srv = self.conn.server;
         const opts = srv.opts.tracing;
-        // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP).
-        const hsts = srv.opts.hsts.len > 0 and self.tlsSession() != null;
+        // HSTS on HTTPS only (RFC 6797 7.2: a browser ignores it over plain HTTP); HTTP/3
+        // is always HTTPS.
+        const secure = self.protocol == .http3 or self.tlsSession() != null;
+        const hsts = srv.opts.hsts.len > 0 and secure;
         // `--http3`: HTTP/1.1 and HTTP/2 over TLS advertise it (an app's own alt-svc wins).
         const alt_svc = srv.opts.http3 != null and self.protocol != .http3 and self.tlsSession() != null and !tracing.hasField(headers, "alt-svc");
         if (opts.request_id_header.len == 0 and !opts.server_timing and !hsts and !alt_svc) return self.startResponseWith(status, headers, extra, trailers);
