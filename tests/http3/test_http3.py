@@ -177,6 +177,39 @@ def test_with_retry_always_each_client_comes_back_with_its_token_and_is_served(h
         server.stop()
 
 
+def test_a_returning_client_brings_its_new_token_and_skips_the_retry(h3_certs):
+    """RFC 9000 8.1.3: after a handshake the server sends NEW_TOKEN; the client's next
+    connection brings the token back and, under ``--http3-retry always``, is served without
+    a Retry. A changed token counts as none: that connection gets its Retry."""
+    server = start_h3_server(h3_certs, 1, "--http3-retry", "always")
+    try:
+        async def once(**extra):
+            tokens: list[bytes] = []
+            async with h3_connect("127.0.0.1", server.port, h3_certs.cafile,
+                                  token_handler=tokens.append, **extra) as client:
+                response = await client.request("GET", "/info")
+                retries = client._quic._retry_count
+                for _ in range(50):  # NEW_TOKEN follows the handshake's end
+                    if tokens:
+                        break
+                    await asyncio.sleep(0.02)
+            return response.status, retries, tokens
+
+        async def go():
+            first = await once()
+            token = first[2][0]
+            again = await once(token=token)
+            changed = await once(token=token[:-1] + bytes([token[-1] ^ 1]))
+            return first, again, changed
+
+        first, again, changed = run(go())
+        assert first[:2] == (200, 1) and len(first[2]) == 1
+        assert again[:2] == (200, 0)
+        assert changed[:2] == (200, 1)
+    finally:
+        server.stop()
+
+
 # ---- alt-svc on the TLS listener ----------------------------------------------------------
 
 

@@ -115,13 +115,15 @@ def configuration(cafile: str | None, server_name: str = "localhost", **extra) -
 
 @contextlib.asynccontextmanager
 async def h3_connect(host: str, port: int, cafile: str | None, timeout: float = 10.0,
-                     session_ticket_handler=None, **extra) -> AsyncIterator[H3Client]:
+                     session_ticket_handler=None, token_handler=None, **extra) -> AsyncIterator[H3Client]:
     """One verified HTTP/3 connection; the handshake must finish within `timeout`.
-    `session_ticket_handler` is given each session ticket the server sends; `extra` goes
-    to the `QuicConfiguration` (`session_ticket=` resumes with one)."""
+    `session_ticket_handler` is given each session ticket the server sends, `token_handler`
+    each NEW_TOKEN token; `extra` goes to the `QuicConfiguration` (`session_ticket=` resumes
+    with one, `token=` brings a token back)."""
     async with asyncio.timeout(timeout):
         manager = connect(host, port, configuration=configuration(cafile, **extra), create_protocol=H3Client,
-                          session_ticket_handler=session_ticket_handler, wait_connected=True)
+                          session_ticket_handler=session_ticket_handler, token_handler=token_handler,
+                          wait_connected=True)
         client = await manager.__aenter__()
     try:
         yield client  # type: ignore[misc]

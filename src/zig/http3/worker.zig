@@ -24,6 +24,7 @@ const Peer = @import("../transport/peer.zig").Peer;
 const openssl = @import("../transport/openssl.zig");
 const endpoint_mod = @import("../quic/endpoint.zig");
 const connection = @import("../quic/connection.zig");
+const new_token_len = @import("../quic/new_token.zig").len;
 const session_mod = @import("session.zig");
 const server_mod = @import("../core/server.zig");
 const Server = server_mod.Server;
@@ -182,6 +183,14 @@ pub const QuicConn = struct {
         self.fallback = null;
     }
 
+    /// A token for the client's next connection (RFC 9000 8.1.3): it then skips the Retry.
+    fn giveNewToken(self: *QuicConn) void {
+        var token: [new_token_len]u8 = undefined;
+        const ep = &self.worker.endpoint;
+        const now = sys.monotonicUs();
+        if (ep.newToken(&self.carrier.peer, now, &token)) self.quic.giveNewToken(&token);
+    }
+
     /// The transport's events, into the session (and the endpoint's handshake count).
     fn drive(self: *QuicConn) void {
         self.settlePath();
@@ -190,7 +199,10 @@ pub const QuicConn = struct {
         while (guard < 100_000) : (guard += 1) {
             const ev = self.quic.nextEvent() orelse break;
             switch (ev) {
-                .handshake_done => self.worker.endpoint.handshakeConfirmed(self),
+                .handshake_done => {
+                    self.worker.endpoint.handshakeConfirmed(self);
+                    self.giveNewToken();
+                },
                 .closed => self.over = true,
                 else => {},
             }

@@ -456,6 +456,7 @@ pub const Sink = struct {
                 }
             },
             .retire_connection_id => |seq| conn_cids.onRetireAcked(c, seq),
+            .new_token => c.dropNewToken(),
             .ack => |largest| {
                 const slot = &self.acked_ack[@intFromEnum(space)];
                 slot.* = @max(slot.* orelse largest, largest);
@@ -482,6 +483,7 @@ pub fn lost(c: *Connection, r: sent_frames.Record) void {
         .crypto => |f| if (c.crypto[@intFromEnum(f.space)]) |cs| cs.send.onLost(c.allocator, f.offset, f.len, false),
         .ack => {},
         .handshake_done => c.handshake_done_owed = true,
+        .new_token => c.new_token_owed = c.new_token != null,
         .max_data => c.flow.max_data_owed = true,
         .max_streams_bidi => c.flow.max_streams_owed[0] = true,
         .max_streams_uni => c.flow.max_streams_owed[1] = true,

@@ -254,6 +254,12 @@ fn writeApplication(c: *Connection, w: *varint.Writer, p: *Pending) void {
         p.record.add(.handshake_done);
     }
     if (c.state != .established) return;
+    if (c.new_token_owed and recordRoom(p)) {
+        const token: []const u8 = c.new_token.?;
+        frames.write(w, .{ .new_token = token }) catch return;
+        c.new_token_owed = false;
+        p.record.add(.new_token);
+    }
     writeConnectionFlow(c, w, p);
     conn_cids.writeFrames(c, w, &p.record);
     for (c.stream_table.items) |s| writeStreamControl(c, s, w, p);

@@ -57,6 +57,7 @@ pub const Space = recovery_mod.Space;
 pub const Stream = streams.Stream;
 pub const Cid = transport_params.Cid;
 const congestion = @import("congestion.zig");
+const new_token_len = @import("new_token.zig").len;
 
 /// Client-initiated streams open at once, per type: the table is scanned linearly.
 pub const streams_max: u64 = 1024;
@@ -197,6 +198,10 @@ pub const Connection = struct {
     address_validated: bool = false,
     handshake_done_owed: bool = false,
     handshake_done_event: bool = false,
+    /// The address token for the client's next connection (`giveNewToken`), on the heap
+    /// until a NEW_TOKEN frame with it is acknowledged.
+    new_token: ?*[new_token_len]u8 = null,
+    new_token_owed: bool = false,
     /// The closed event's code (a varint) once the connection is over, else `no_close`.
     closed_code: u64 = no_close,
     closed_app: bool = false,
@@ -291,6 +296,7 @@ pub const Connection = struct {
             a.destroy(k);
         }
         c.freeCloseFrame();
+        c.dropNewToken();
         if (c.path_check) |k| a.destroy(k);
         for (&c.crypto) |*cs| if (cs.*) |s| s.destroy(a);
         for (c.stream_table.items) |s| s.destroy(a);
@@ -636,6 +642,24 @@ pub const Connection = struct {
         if (c.handshake_keys != null) c.discardHandshake();
     }
 
+    /// A token (`new_token.zig`) for the client's next connection, sent in a NEW_TOKEN frame
+    /// (sent again if lost). Without memory for the copy, none is sent: the client's next
+    /// connection is then validated as if it had none.
+    pub fn giveNewToken(c: *Connection, token: *const [new_token_len]u8) void {
+        if (c.new_token != null or c.state != .established) return;
+        const copy = c.allocator.create([new_token_len]u8) catch return;
+        copy.* = token.*;
+        c.new_token = copy;
+        c.new_token_owed = true;
+    }
+
+    /// The token was acknowledged, or the connection ends.
+    pub fn dropNewToken(c: *Connection) void {
+        if (c.new_token) |t| c.allocator.destroy(t);
+        c.new_token = null;
+        c.new_token_owed = false;
+    }
+
     // ---- the application's API -----------------------------------------------------------
 
     /// The TLS session's summary for the ASGI tls extension, once the handshake completed.
@@ -836,6 +860,7 @@ pub const Connection = struct {
     pub fn heldBytes(c: *const Connection) usize {
         var n: usize = @sizeOf(Connection) - @sizeOf(Recovery);
         if (c.recovery.early != null) n += @sizeOf(recovery_mod.Early);
+        if (c.new_token != null) n += new_token_len;
         if (c.one_rtt) |k| {
             n += @sizeOf(protection.OneRtt);
             if (k.update != null) n += @sizeOf(protection.OneRtt.Update);

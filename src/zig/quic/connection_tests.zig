@@ -413,6 +413,38 @@ test "connection: PATH_CHALLENGE is answered with PATH_RESPONSE; HANDSHAKE_DONE 
     try testing.expectEqual(@intFromEnum(TE.protocol_violation), try t.closeCode());
 }
 
+test "connection: NEW_TOKEN goes once, again when lost, and its copy is freed by the ACK" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    const token = [_]u8{0x4e} ++ [_]u8{7} ** 36;
+    t.c.giveNewToken(&token);
+    const held = t.c.heldBytes();
+    t.c.giveNewToken(&token); // one at a time
+    try testing.expectEqual(held, t.c.heldBytes());
+    const d = t.next().?;
+    const p = try t.open(d);
+    var it = frames.Iterator.init(p.payload, p.kind, .server);
+    var seen: ?[]const u8 = null;
+    while (try it.next()) |f| if (f == .new_token) {
+        seen = f.new_token;
+    };
+    try testing.expectEqualSlices(u8, &token, seen.?);
+    try testing.expect(!try t.sends(.new_token)); // sent once
+    @import("conn_receive.zig").lost(t.c, .new_token);
+    try testing.expect(try t.sends(.new_token)); // lost: sent again
+    // The client acknowledges packets 0 and 1: the copy goes.
+    t.feed(t.oneRtt(0, "\x02\x01\x00\x00\x01"));
+    try testing.expectEqual(@as(?*[37]u8, null), t.c.new_token);
+    try testing.expect(t.c.heldBytes() < held);
+    // A late loss report for it sends nothing.
+    @import("conn_receive.zig").lost(t.c, .new_token);
+    try testing.expect(!try t.sends(.new_token));
+    // A token still held when the connection ends is freed with it (the allocator checks).
+    t.c.giveNewToken(&token);
+}
+
 test "connection: the peer's RESET_STREAM and STOP_SENDING reach the application" {
     var t: T = undefined;
     try t.init(.{});

@@ -42,6 +42,7 @@ const assert = std.debug.assert;
 const packet = @import("packet.zig");
 const stateless_reset = @import("stateless_reset.zig");
 const retry_token = @import("retry_token.zig");
+const new_token = @import("new_token.zig");
 const cid_table = @import("cid_table.zig");
 const protection = @import("protection.zig");
 const frames = @import("frames.zig");
@@ -77,6 +78,9 @@ pub const Config = struct {
     retry: RetryMode = .auto,
     retry_handshakes_min: u32 = 64,
     retry_token_lifetime_us: u64 = retry_token.lifetime_us_default,
+    /// How long the token given to a client for its next connection stays good (at most
+    /// `new_token.rotation_period_us`); 0: none is given.
+    new_token_lifetime_us: u64 = new_token.lifetime_us_default,
     /// Connections at once; past it, an Initial for a new one is dropped (see `Outcome`).
     connections_max: u32,
     /// Connections still handshaking at once: the Initial-flood bound.
@@ -227,6 +231,8 @@ pub fn Endpoint(comptime Conn: type) type {
         connections: u32 = 0,
         handshakes: u32 = 0,
         resets_in_interval: u32 = 0,
+        /// Initials whose token from an earlier connection validated their address.
+        tokens_accepted: u64 = 0,
         reset_interval_start_us: u64 = 0,
         /// The worker drains: new connections are refused (see the file's comment).
         refusing: bool = false,
@@ -368,19 +374,27 @@ pub fn Endpoint(comptime Conn: type) type {
             if (self.connections >= self.config.connections_max) return .dropped_connections_max;
             var original_dcid = Cid.from(h.dcid);
             var validated = false;
-            // Only our Retry tokens are read; any other (a NEW_TOKEN of another server) is
-            // as good as none (RFC 9000 8.1.3).
+            var after_retry = false;
+            const key = &self.config.retry_key;
+            // Only our tokens are read; any other (a NEW_TOKEN of another server) is as good
+            // as none (RFC 9000 8.1.3).
             if (h.token.len > 0 and h.token[0] == retry_token.marker) {
                 const life = self.config.retry_token_lifetime_us;
-                const key = &self.config.retry_key;
                 const peer = &path.peer;
                 const opened = retry_token.openRotating(h.token, key, peer, h.dcid, now_us, life);
                 original_dcid = opened catch return .dropped_invalid_token;
                 validated = true;
+                after_retry = true;
+            } else if (h.token.len > 0 and h.token[0] == new_token.marker) {
+                // A token from an earlier connection that does not open (expired, another
+                // address) is as good as none: the client may get a Retry (8.1.3).
+                const life = self.config.new_token_lifetime_us;
+                validated = life > 0 and new_token.opens(h.token, key, &path.peer, now_us, life);
+                if (validated) self.tokens_accepted +|= 1;
             }
             if (!validated and self.wantsRetry()) return self.answerRetry(h, path, now_us, out);
             if (self.handshakes >= self.config.handshakes_max) return .dropped_handshakes_max;
-            return self.accept(datagram, h, path, now_us, original_dcid, validated);
+            return self.accept(datagram, h, path, now_us, original_dcid, validated, after_retry);
         }
 
         fn wantsRetry(self: *const Self) bool {
@@ -412,12 +426,21 @@ pub fn Endpoint(comptime Conn: type) type {
             return .retry;
         }
 
-        fn accept(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, original_dcid: Cid, validated: bool) Outcome {
+        fn accept(
+            self: *Self,
+            datagram: []const u8,
+            h: *const packet.Header,
+            path: *const Path,
+            now_us: u64,
+            original_dcid: Cid,
+            validated: bool,
+            after_retry: bool,
+        ) Outcome {
             // Not the DCID either, which goes into the table beside it (after a Retry that
             // DCID is one of ours, drawn maybe by another worker).
             var scid = self.drawFreshCid();
             while (std.mem.eql(u8, scid.slice(), h.dcid)) scid = self.drawFreshCid();
-            const after_retry = validated;
+            assert(validated or !after_retry);
             const info: Accept = .{
                 .path = path.*,
                 .version = h.version,
@@ -512,6 +535,21 @@ pub fn Endpoint(comptime Conn: type) type {
 
         /// The handshake is confirmed: it no longer counts against `handshakes_max`, and the
         /// client's first DCID is no longer routed.
+        /// Writes a token for the client at `peer`'s next connection (`new_token.zig`);
+        /// false when tokens are off.
+        pub fn newToken(
+            self: *Self,
+            peer: *const Peer,
+            now_us: u64,
+            out: *[new_token.len]u8,
+        ) bool {
+            if (self.config.new_token_lifetime_us == 0) return false;
+            var nonce: [new_token.nonce_len]u8 = undefined;
+            self.random().bytes(&nonce);
+            new_token.seal(out, &self.config.retry_key, nonce, peer, now_us);
+            return true;
+        }
+
         pub fn handshakeConfirmed(self: *Self, conn: *Conn) void {
             const link = &conn.endpoint_link;
             if (!link.handshaking) return;

@@ -7,6 +7,7 @@ const endpoint = @import("endpoint.zig");
 const packet = @import("packet.zig");
 const stateless_reset = @import("stateless_reset.zig");
 const retry_token = @import("retry_token.zig");
+const new_token = @import("new_token.zig");
 const Peer = @import("../transport/peer.zig").Peer;
 const udp_steering = @import("../transport/udp_steering.zig");
 const protection = @import("protection.zig");
@@ -387,6 +388,44 @@ test "endpoint: a token from another address, expired, tampered or for another I
     try testing.expectEqual(@as(usize, 0), f.pool.made);
     // The right one, at the edge of its lifetime.
     try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, late - 1, &f.out));
+}
+
+test "endpoint: a NEW_TOKEN token validates a returning client without a Retry; a bad one is none" {
+    var f: Fixture = undefined;
+    try f.init(.always);
+    defer f.deinit();
+    var buf: [1500]u8 = undefined;
+    var tok: [new_token.len]u8 = undefined;
+    const client = peer4(30, 7000);
+    try testing.expect(f.ep.newToken(&client, 1000, &tok));
+    // Another address, a changed byte, past its lifetime: as good as none, so a Retry.
+    const retry = endpoint.Outcome.retry;
+    const other = peer4(31, 7000);
+    var d = initial(&buf, "next-dcid", "cs", &tok, 1200);
+    try testing.expectEqual(retry, f.ep.onDatagram(d, other, local, 2000, &f.out));
+    var bad = tok;
+    bad[new_token.len - 1] ^= 1;
+    d = initial(&buf, "next-dcid", "cs", &bad, 1200);
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 2000, &f.out));
+    const late = 1000 + new_token.lifetime_us_default + 1;
+    d = initial(&buf, "next-dcid", "cs", &tok, 1200);
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, late, &f.out));
+    try testing.expectEqual(@as(usize, 0), f.pool.made);
+    try testing.expectEqual(@as(u64, 0), f.ep.tokens_accepted);
+    // From its address (another port: the next connection's), within its lifetime: accepted
+    // at once, validated, no Retry in its transport parameters.
+    d = initial(&buf, "next-dcid", "cs", &tok, 1200);
+    const accepted = endpoint.Outcome.accepted;
+    try testing.expectEqual(accepted, f.ep.onDatagram(d, peer4(30, 7001), local, late - 1, &f.out));
+    const c = &f.pool.conns[0];
+    try testing.expect(c.accept.address_validated and c.accept.retry_scid == null);
+    try testing.expectEqualStrings("next-dcid", c.accept.original_dcid.slice());
+    try testing.expectEqual(@as(u64, 1), f.ep.tokens_accepted);
+    // Tokens off: none is made, and one brought back is not honoured.
+    f.ep.config.new_token_lifetime_us = 0;
+    try testing.expect(!f.ep.newToken(&client, 1000, &tok));
+    d = initial(&buf, "third-dcid", "cs", &tok, 1200);
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 2000, &f.out));
 }
 
 test "endpoint: Retry auto starts once enough handshakes are in progress" {

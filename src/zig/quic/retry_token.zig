@@ -88,7 +88,7 @@ pub fn openRotating(
     return open(token, &key, peer, dcid, now_us, lifetime_us);
 }
 
-fn aead(key: *const Key, nonce: *const [nonce_len]u8) suite.Aead {
+pub fn aead(key: *const Key, nonce: *const [nonce_len]u8) suite.Aead {
     var a: suite.Aead = .{ .suite = .chacha20_poly1305_sha256 };
     a.key = key.*;
     a.iv = nonce.*;

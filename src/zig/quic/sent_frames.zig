@@ -19,6 +19,7 @@ pub const Record = union(enum) {
     /// An ACK frame's Largest Acknowledged (RFC 9000 13.2.4).
     ack: u64,
     handshake_done,
+    new_token,
     max_data,
     max_streams_bidi,
     max_streams_uni,
