@@ -75,6 +75,7 @@ test {
     _ = @import("quic/cid_table.zig");
     _ = @import("quic/retry_token.zig");
     _ = @import("quic/new_token.zig");
+    _ = @import("quic/datagrams.zig");
     _ = @import("quic/endpoint.zig");
     _ = @import("quic/endpoint_tests.zig");
     _ = @import("quic/reassembly.zig");

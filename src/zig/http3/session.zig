@@ -1,10 +1,9 @@
 //! The HTTP/3 server session (RFC 9114, RFC 9204), sans-IO on QUIC's streams.
 //!
-//! `Session(Transport, Owner)`: the transport is the QUIC connection (`quic/connection.zig`,
-//! reached only through the agreed interface: `nextEvent`, `streamRead`, `streamWrite`,
-//! `streamReset`, `streamStopSending`, `streamReceiveOver`, `openUni`, `closeApplication`), the owner the one
-//! who serves requests (`core/stream.zig` later; a recorder in the tests). The session
-//! reads the transport's events (`run`), reads streams, and calls the owner back:
+//! `Session(Transport, Owner)`: the transport is the QUIC connection (`quic/connection.zig`:
+//! `nextEvent`, `streamRead`, `streamWrite`, `streamReset`, `streamStopSending`,
+//! `streamReceiveOver`, `openUni`, `closeApplication`), the owner serves requests
+//! (`core/stream.zig`; a recorder in tests). It reads events (`run`) and streams, and calls:
 //!
 //!     onRequest(stream_id, *const Head)   a request's head, checked (RFC 9114 4.3)
 //!     onBody(stream_id, bytes, fin)       request body pieces; fin (empty bytes) at the end
@@ -328,6 +327,7 @@ pub fn Session(comptime Transport: type, comptime Owner: type) type {
                 .reset => |r| s.onPeerReset(r.id, r.code),
                 .stop_sending => |r| s.onStopSending(r.id, r.code),
                 .closed => |c| s.connectionOver(c.code),
+                .datagram => unreachable, // none offered (no WebTransport yet)
             }
         }
 

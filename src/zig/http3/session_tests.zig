@@ -21,6 +21,7 @@ pub const Event = union(enum) {
     stop_sending: struct { id: u64, code: u64 },
     handshake_done,
     closed: struct { code: u64, app: bool },
+    datagram,
 };
 
 const FakeStream = struct {

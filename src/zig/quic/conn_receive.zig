@@ -240,7 +240,18 @@ fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, n
         .retire_connection_id => |seq| try conn_cids.onRetireConnectionId(c, seq, frame_type),
         .path_challenge => |data| c.path_response = data.*,
         .connection_close => |f| c.enterDraining(f.error_code, f.application, now_us),
+        .datagram => |f| try onDatagram(c, f.data, f.frame_len, frame_type),
     }
+}
+
+/// RFC 9221 3: a DATAGRAM frame we did not offer to take, or larger than we said, ends the
+/// connection; one that finds the queue full is dropped (and counted).
+fn onDatagram(c: *Connection, data: []const u8, frame_len: usize, frame_type: u64) Stop!void {
+    const max = c.config.max_datagram_frame_size;
+    if (max == 0 or frame_len > max) return fail(c, .protocol_violation, frame_type);
+    const d = c.datagramQueues() orelse return;
+    const was_empty = d.in.len == 0;
+    if (d.in.push(c.allocator, data) and was_empty) c.datagram_event = true;
 }
 
 fn wakeWriter(s: *Stream) void {
@@ -402,6 +413,7 @@ pub fn applyParams(c: *Connection, p: *const transport_params.Params) void {
     c.peer_ack_delay_exponent = @intCast(p.ack_delay_exponent);
     c.recovery.peer_max_ack_delay_us = @intCast(p.max_ack_delay_ms * 1000);
     c.peer_max_udp_payload = @intCast(@min(p.max_udp_payload_size, 65527));
+    c.peer_max_datagram_frame = p.max_datagram_frame_size;
     c.cids.peer_limit = @intCast(@min(p.active_connection_id_limit, conn_cids.ours_max));
     if (p.max_idle_timeout_ms != 0) {
         const peer_us = p.max_idle_timeout_ms *| 1000;

@@ -263,7 +263,20 @@ fn writeApplication(c: *Connection, w: *varint.Writer, p: *Pending) void {
     writeConnectionFlow(c, w, p);
     conn_cids.writeFrames(c, w, &p.record);
     for (c.stream_table.items) |s| writeStreamControl(c, s, w, p);
+    writeDatagrams(c, w);
     writeStreams(c, w, p);
+}
+
+/// DATAGRAM frames (RFC 9221) before stream data, oldest first, as many as fit; the rest
+/// wait for the next packet (`sendDatagram` took none larger than a packet of the smallest
+/// size holds beside its header and an ACK). Nothing is recorded: a lost datagram is not
+/// sent again, but its packet is ack-eliciting and in flight like any other.
+fn writeDatagrams(c: *Connection, w: *varint.Writer) void {
+    const d = c.datagrams orelse return;
+    while (d.out.peek()) |data| {
+        frames.write(w, .{ .datagram = .{ .data = data, .frame_len = 0 } }) catch return;
+        d.out.pop(c.allocator);
+    }
 }
 
 /// Our PATH_RESPONSE to the peer's challenge, and our PATH_CHALLENGE to a new address.

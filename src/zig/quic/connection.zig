@@ -58,6 +58,7 @@ pub const Stream = streams.Stream;
 pub const Cid = transport_params.Cid;
 const congestion = @import("congestion.zig");
 const new_token_len = @import("new_token.zig").len;
+const datagrams_mod = @import("datagrams.zig");
 
 /// Client-initiated streams open at once, per type: the table is scanned linearly.
 pub const streams_max: u64 = 1024;
@@ -66,6 +67,9 @@ pub const close_repeats_max = 8;
 pub const reason_max_bytes = 64;
 /// "Not closed yet" for the closed event's code (codes are varints, below 2^62).
 const no_close: u64 = std.math.maxInt(u64);
+/// A 1-RTT packet's bytes beside a DATAGRAM frame: the short header (1 + a 20-byte CID +
+/// a 4-byte packet number), an ACK frame of a few ranges, and the tag.
+const datagram_packet_overhead = 1 + 20 + 4 + 40 + protection.tag_len;
 
 pub const Config = struct {
     max_idle_timeout_ms: u64 = 30_000,
@@ -85,6 +89,9 @@ pub const Config = struct {
     /// What we send in one datagram (RFC 9000 14: 1200 is always allowed).
     max_datagram_bytes: u16 = 1200,
     congestion_algorithm: congestion.Algorithm = .new_reno,
+    /// RFC 9221: the largest DATAGRAM frame we take (what we advertise); 0: none, and a
+    /// DATAGRAM frame from the peer is then PROTOCOL_VIOLATION.
+    max_datagram_frame_size: u64 = 0,
     /// RFC 9001 6.6 for the 1-RTT keys, null for the suite's figures
     /// (`protection.aeadLimits`): packets sealed under one key (the server starts a key
     /// update at 7/8 of it and stops using the connection at it), and packets failing
@@ -115,6 +122,8 @@ pub const Event = union(enum) {
     /// The connection is over: the peer's CONNECTION_CLOSE, idle timeout (code 0), a transport
     /// error, or our own close; reported once.
     closed: struct { code: u64, app: bool },
+    /// DATAGRAM frames (RFC 9221) arrived while none was waiting: `peekDatagram`.
+    datagram,
 };
 
 pub const State = enum { handshaking, established, closing, draining, closed };
@@ -202,6 +211,11 @@ pub const Connection = struct {
     /// until a NEW_TOKEN frame with it is acknowledged.
     new_token: ?*[new_token_len]u8 = null,
     new_token_owed: bool = false,
+    /// RFC 9221: the peer's max_datagram_frame_size (0: it takes none), and the datagrams
+    /// waiting either way (made on first use).
+    peer_max_datagram_frame: u64 = 0,
+    datagrams: ?*datagrams_mod.Datagrams = null,
+    datagram_event: bool = false,
     /// The closed event's code (a varint) once the connection is over, else `no_close`.
     closed_code: u64 = no_close,
     closed_app: bool = false,
@@ -277,6 +291,7 @@ pub const Connection = struct {
             .ack_delay_exponent = c.config.ack_delay_exponent,
             .max_ack_delay_ms = c.config.max_ack_delay_ms,
             .active_connection_id_limit = c.config.active_connection_id_limit,
+            .max_datagram_frame_size = c.config.max_datagram_frame_size,
         };
         params.disable_active_migration = false;
         var buf: [512]u8 = undefined;
@@ -297,6 +312,10 @@ pub const Connection = struct {
         }
         c.freeCloseFrame();
         c.dropNewToken();
+        if (c.datagrams) |d| {
+            d.deinit(a);
+            a.destroy(d);
+        }
         if (c.path_check) |k| a.destroy(k);
         for (&c.crypto) |*cs| if (cs.*) |s| s.destroy(a);
         for (c.stream_table.items) |s| s.destroy(a);
@@ -662,6 +681,58 @@ pub const Connection = struct {
 
     // ---- the application's API -----------------------------------------------------------
 
+    pub const DatagramError = error{
+        /// The peer takes no DATAGRAM frames, or the connection is not established.
+        Unsupported,
+        /// Larger than the peer takes, or than a packet of the smallest size holds.
+        TooLarge,
+        /// The queue is full (or memory ran out): dropped, and counted.
+        Dropped,
+    };
+
+    /// The largest datagram `sendDatagram` takes: the peer's limit, and what a 1-RTT packet
+    /// of the smallest datagram size holds beside its header, an ACK and the tag.
+    pub fn datagramMax(c: *const Connection) usize {
+        const room = c.config.max_datagram_bytes -| datagram_packet_overhead;
+        const peer = c.peer_max_datagram_frame;
+        var n: usize = 0;
+        while (n < room and frames.datagramFrameLen(n + 1) <= peer and
+            frames.datagramFrameLen(n + 1) <= room) n += 1;
+        return n;
+    }
+
+    /// Queues an unreliable datagram for the peer (RFC 9221): sent once, never again if lost.
+    pub fn sendDatagram(c: *Connection, data: []const u8) DatagramError!void {
+        if (c.state != .established or c.peer_max_datagram_frame == 0) return error.Unsupported;
+        if (data.len > c.datagramMax()) return error.TooLarge;
+        const d = c.datagramQueues() orelse return error.Dropped;
+        if (!d.out.push(c.allocator, data)) return error.Dropped;
+    }
+
+    /// The oldest datagram from the peer, valid until `popDatagram`.
+    pub fn peekDatagram(c: *const Connection) ?[]const u8 {
+        const d = c.datagrams orelse return null;
+        return d.in.peek();
+    }
+
+    pub fn popDatagram(c: *Connection) void {
+        c.datagrams.?.in.pop(c.allocator);
+    }
+
+    /// Datagrams dropped: from the peer (the queue was full) and to it.
+    pub fn datagramsDropped(c: *const Connection) struct { in: u64, out: u64 } {
+        const d = c.datagrams orelse return .{ .in = 0, .out = 0 };
+        return .{ .in = d.in.dropped, .out = d.out.dropped };
+    }
+
+    pub fn datagramQueues(c: *Connection) ?*datagrams_mod.Datagrams {
+        if (c.datagrams) |d| return d;
+        const d = c.allocator.create(datagrams_mod.Datagrams) catch return null;
+        d.* = .{};
+        c.datagrams = d;
+        return d;
+    }
+
     /// The TLS session's summary for the ASGI tls extension, once the handshake completed.
     pub fn tlsSummary(c: *const Connection) ?*const openssl.SessionSummary {
         return if (c.tls_summary.version != null) &c.tls_summary else null;
@@ -671,6 +742,10 @@ pub const Connection = struct {
         if (c.handshake_done_event) {
             c.handshake_done_event = false;
             return .handshake_done;
+        }
+        if (c.datagram_event) {
+            c.datagram_event = false;
+            return .datagram;
         }
         for (c.stream_table.items) |s| if (streamEvent(s)) |e| {
             c.freeIfDone(s); // a reset stream may be done once the application was told
@@ -861,6 +936,7 @@ pub const Connection = struct {
         var n: usize = @sizeOf(Connection) - @sizeOf(Recovery);
         if (c.recovery.early != null) n += @sizeOf(recovery_mod.Early);
         if (c.new_token != null) n += new_token_len;
+        if (c.datagrams) |d| n += d.heldBytes();
         if (c.one_rtt) |k| {
             n += @sizeOf(protection.OneRtt);
             if (k.update != null) n += @sizeOf(protection.OneRtt.Update);

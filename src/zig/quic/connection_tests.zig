@@ -445,6 +445,72 @@ test "connection: NEW_TOKEN goes once, again when lost, and its copy is freed by
     t.c.giveNewToken(&token);
 }
 
+test "connection: DATAGRAM frames refused unless offered, and past the size offered" {
+    {
+        var t: T = undefined;
+        try t.init(.{});
+        defer t.deinit();
+        t.establish();
+        t.feed(t.oneRtt(0, "\x31\x01x"));
+        try testing.expectEqual(@intFromEnum(TE.protocol_violation), try t.closeCode());
+    }
+    var t: T = undefined;
+    try t.init(.{ .max_datagram_frame_size = 100 });
+    defer t.deinit();
+    t.establish();
+    // A frame of exactly 100 bytes (type, a 2-byte length, 97 bytes), then one of 0x30.
+    const at_max = "\x31\x40\x61" ++ "d" ** 97;
+    t.feed(t.oneRtt(0, at_max ++ "\x30abc"));
+    try testing.expectEqual(connection.Event.datagram, t.c.nextEvent().?);
+    try testing.expectEqual(@as(?connection.Event, null), t.c.nextEvent());
+    try testing.expectEqual(@as(usize, 97), t.c.peekDatagram().?.len);
+    t.c.popDatagram();
+    try testing.expectEqualStrings("abc", t.c.peekDatagram().?);
+    t.c.popDatagram();
+    try testing.expectEqual(@as(?[]const u8, null), t.c.peekDatagram());
+    // One byte more: PROTOCOL_VIOLATION (RFC 9221 3).
+    t.feed(t.oneRtt(1, "\x31\x40\x62" ++ "d" ** 98));
+    try testing.expectEqual(@intFromEnum(TE.protocol_violation), try t.closeCode());
+}
+
+test "connection: datagrams to the peer: its limit, the queue's bound, sent once" {
+    var t: T = undefined;
+    try t.init(.{});
+    defer t.deinit();
+    t.establish();
+    try testing.expectError(error.Unsupported, t.c.sendDatagram("x"));
+    t.c.peer_max_datagram_frame = 50; // the frame: type, length, 48 bytes
+    try testing.expectEqual(@as(usize, 48), t.c.datagramMax());
+    try testing.expectError(error.TooLarge, t.c.sendDatagram("y" ** 49));
+    try t.c.sendDatagram("y" ** 48);
+    try t.c.sendDatagram("second");
+    const d = t.next().?;
+    const p = try t.open(d);
+    var it = frames.Iterator.init(p.payload, p.kind, .client);
+    var got: [2][]const u8 = undefined;
+    var n: usize = 0;
+    while (try it.next()) |f| if (f == .datagram) {
+        got[n] = f.datagram.data;
+        n += 1;
+    };
+    try testing.expectEqual(@as(usize, 2), n);
+    try testing.expectEqual(@as(usize, 48), got[0].len);
+    try testing.expectEqualStrings("second", got[1]);
+    try testing.expectEqual(@as(?[]u8, null), t.next()); // nothing left, nothing to resend
+    // A large peer limit: what one packet of the smallest size holds is the bound.
+    t.c.peer_max_datagram_frame = 1 << 62;
+    const max = t.c.datagramMax();
+    try testing.expect(max > 1000 and max < 1200);
+    try testing.expectError(error.TooLarge, t.c.sendDatagram(&([_]u8{1} ** 1200)));
+    // The queue's bound: past it, dropped and counted.
+    var sent: usize = 0;
+    while (t.c.sendDatagram("z")) |_| {
+        sent += 1;
+    } else |err| try testing.expectEqual(error.Dropped, err);
+    try testing.expectEqual(@as(usize, @import("datagrams.zig").count_max), sent);
+    try testing.expectEqual(@as(u64, 1), t.c.datagramsDropped().out);
+}
+
 test "connection: the peer's RESET_STREAM and STOP_SENDING reach the application" {
     var t: T = undefined;
     try t.init(.{});

@@ -75,6 +75,9 @@ pub const Type = enum(u64) {
     connection_close = 0x1c,
     connection_close_app = 0x1d,
     handshake_done = 0x1e,
+    /// RFC 9221: DATAGRAM to the packet's end, and with a length.
+    datagram = 0x30,
+    datagram_len = 0x31,
     _,
 
     /// The type of a type number on the wire (the 8 STREAM numbers are one type).
@@ -161,6 +164,9 @@ pub const Frame = union(enum) {
     /// `application` for type 0x1d (then `frame_type` is 0).
     connection_close: struct { application: bool, error_code: u64, frame_type: u64, reason: []const u8 },
     handshake_done,
+    /// RFC 9221: an unreliable datagram's bytes, and the frame's size on the wire (type and
+    /// length included), which the receiver checks against its max_datagram_frame_size.
+    datagram: struct { data: []const u8, frame_len: usize },
 };
 
 pub const FrameError = error{
@@ -238,6 +244,15 @@ fn parseBodyOrTruncated(r: *varint.Reader, type_number: u64) (FrameError || vari
             return .{ .connection_close = .{ .application = application, .error_code = error_code, .frame_type = frame_type, .reason = reason } };
         },
         .handshake_done => return .handshake_done,
+        .datagram, .datagram_len => {
+            const type_len = varint.len(type_number);
+            const start = r.pos;
+            const data = if (type_number == @intFromEnum(Type.datagram_len))
+                try r.take(try r.varint())
+            else
+                try r.take(r.bytes.len - r.pos);
+            return .{ .datagram = .{ .data = data, .frame_len = type_len + r.pos - start } };
+        },
         _ => return error.UnknownFrameType,
     }
 }
@@ -282,6 +297,7 @@ pub fn allowedIn(t: Type, kind: packet.Kind) bool {
         .padding, .ping, .connection_close => kind != .retry and kind != .version_negotiation and kind != .unsupported_version,
         .ack, .ack_ecn, .crypto => initial_or_handshake or kind == .one_rtt,
         .new_token, .path_response, .handshake_done => kind == .one_rtt,
+        .datagram, .datagram_len => kind == .zero_rtt or kind == .one_rtt,
         .reset_stream, .stop_sending, .stream, .max_data, .max_stream_data, .max_streams_bidi, .max_streams_uni, .data_blocked, .stream_data_blocked, .streams_blocked_bidi, .streams_blocked_uni, .new_connection_id, .retire_connection_id, .path_challenge, .connection_close_app => kind == .zero_rtt or kind == .one_rtt,
         _ => false,
     };
@@ -328,12 +344,20 @@ pub fn typeOf(frame: Frame) Type {
         .path_response => .path_response,
         .connection_close => |f| if (f.application) .connection_close_app else .connection_close,
         .handshake_done => .handshake_done,
+        .datagram => .datagram_len,
     };
 }
 
 /// Frames only a server sends (RFC 9000 19.7, 19.20): a client's are PROTOCOL_VIOLATION.
 pub fn serverOnly(t: Type) bool {
     return t == .new_token or t == .handshake_done;
+}
+
+/// Whether a type is RFC 9000's or RFC 9221's (the extension a receiver then checks was
+/// negotiated).
+fn known(t: Type) bool {
+    const rfc9000 = @intFromEnum(t) <= @intFromEnum(Type.handshake_done);
+    return rfc9000 or t == .datagram or t == .datagram_len;
 }
 
 /// Who sent the packet whose frames are read.
@@ -362,7 +386,7 @@ pub const Iterator = struct {
         // RFC 9000 12.4: a frame type in its shortest encoding only.
         if (it.reader.pos - start != varint.len(type_number)) return error.ProtocolViolation;
         const t = Type.of(type_number);
-        if (@intFromEnum(t) > @intFromEnum(Type.handshake_done)) return error.UnknownFrameType;
+        if (!known(t)) return error.UnknownFrameType;
         if (!allowedIn(t, it.kind)) return error.ProtocolViolation;
         if (it.sender == .client and serverOnly(t)) return error.ProtocolViolation;
         return try parseBody(&it.reader, type_number);
@@ -440,7 +464,16 @@ pub fn write(w: *varint.Writer, frame: Frame) error{NoSpace}!void {
             try w.bytes(f.reason);
         },
         .handshake_done => try w.varint(@intFromEnum(Type.handshake_done)),
+        .datagram => |f| {
+            try varints(w, &.{ @intFromEnum(Type.datagram_len), f.data.len });
+            try w.bytes(f.data);
+        },
     }
+}
+
+/// The bytes a DATAGRAM frame with a length takes for `len` bytes of data.
+pub fn datagramFrameLen(len: usize) usize {
+    return varint.len(@intFromEnum(Type.datagram_len)) + varint.len(len) + len;
 }
 
 fn varints(w: *varint.Writer, values: []const u64) error{NoSpace}!void {
@@ -560,6 +593,8 @@ test "every frame written is parsed back the same, and every truncation refused"
         .{ .path_response = &path },
         .{ .connection_close = .{ .application = false, .error_code = 7, .frame_type = 0x1c, .reason = "bad" } },
         .{ .connection_close = .{ .application = true, .error_code = 0x100, .frame_type = 0, .reason = "" } },
+        .{ .datagram = .{ .data = "dgram", .frame_len = 7 } },
+        .{ .datagram = .{ .data = "", .frame_len = 2 } },
     };
     for (cases) |frame| {
         var buf: [64]u8 = undefined;
@@ -717,6 +752,37 @@ test "Table 3: which frames each packet type carries" {
     try testing.expect(probing(.path_challenge) and probing(.padding) and !probing(.ping));
     try testing.expectEqual(Type.max_streams_uni, typeOf(.{ .max_streams = .{ .bidi = false, .max = 1 } }));
     try testing.expectEqual(@as(u64, 0x12a), @intFromEnum(TransportError.crypto(0x2a)));
+}
+
+test "DATAGRAM (RFC 9221): to the packet's end or with a length; 0-RTT and 1-RTT only" {
+    // 0x30: the rest of the packet, whatever it holds; 0x31: its length, then other frames.
+    const rest = (try parseOne(&.{ 0x30, 0x01, 0x02, 0x03 }, .one_rtt)).datagram;
+    try testing.expectEqualSlices(u8, &.{ 1, 2, 3 }, rest.data);
+    try testing.expectEqual(@as(usize, 4), rest.frame_len);
+    try testing.expectEqual(@as(usize, 0), (try parseOne(&.{0x30}, .zero_rtt)).datagram.data.len);
+    var it = Iterator.init(&.{ 0x31, 0x02, 0xaa, 0xbb, 0x01 }, .one_rtt, .client);
+    const with_len = (try it.next()).?.datagram;
+    try testing.expectEqualSlices(u8, &.{ 0xaa, 0xbb }, with_len.data);
+    try testing.expectEqual(@as(usize, 4), with_len.frame_len);
+    try testing.expect((try it.next()).? == .ping);
+    // A length past the packet; a type not in its shortest form; the packet types that may
+    // not carry it; the next type number is still unknown.
+    try testing.expectError(error.FrameEncoding, parseOne(&.{ 0x31, 0x03, 0xaa }, .one_rtt));
+    try testing.expectError(error.ProtocolViolation, parseOne(&.{ 0x40, 0x30 }, .one_rtt));
+    try testing.expectError(error.ProtocolViolation, parseOne(&.{ 0x30, 0x00 }, .initial));
+    try testing.expectError(error.ProtocolViolation, parseOne(&.{ 0x31, 0x00 }, .handshake));
+    try testing.expectError(error.UnknownFrameType, parseOne(&.{ 0x32, 0x00 }, .one_rtt));
+    try testing.expect(ackEliciting(.datagram) and ackEliciting(.datagram_len));
+    try testing.expect(!probing(.datagram));
+    // The writer's size is the frame's on the wire, at the varint length boundaries.
+    for ([_]usize{ 0, 63, 64, 16383, 16384 }) |n| {
+        var buf: [16400]u8 = undefined;
+        var w: varint.Writer = .{ .buf = &buf };
+        const data = [_]u8{0x5a} ** 16384;
+        try write(&w, .{ .datagram = .{ .data = data[0..n], .frame_len = 0 } });
+        try testing.expectEqual(datagramFrameLen(n), w.pos);
+        try testing.expectEqual(w.pos, (try parseOne(w.written(), .one_rtt)).datagram.frame_len);
+    }
 }
 
 test "range checks: MAX_STREAMS, STREAMS_BLOCKED, NEW_CONNECTION_ID, NEW_TOKEN, PADDING runs" {

@@ -24,12 +24,18 @@ pub const Id = enum(u64) {
     active_connection_id_limit = 0x0e,
     initial_source_connection_id = 0x0f,
     retry_source_connection_id = 0x10,
+    /// RFC 9221 3.
+    max_datagram_frame_size = 0x20,
     _,
 };
 
 /// The largest id RFC 9000 defines; anything above (GREASE ids 31 * N + 27 among them) is
-/// skipped (RFC 9000 18.1).
+/// skipped (RFC 9000 18.1), but for the extensions we speak (`known`).
 const id_known_max = @intFromEnum(Id.retry_source_connection_id);
+
+fn known(id: u64) bool {
+    return id <= id_known_max or id == @intFromEnum(Id.max_datagram_frame_size);
+}
 /// Bounds from RFC 9000 18.2.
 pub const udp_payload_size_min = 1200;
 pub const ack_delay_exponent_max = 20;
@@ -73,6 +79,8 @@ pub const Params = struct {
     max_ack_delay_ms: u64 = 25,
     disable_active_migration: bool = false,
     active_connection_id_limit: u64 = 2,
+    /// RFC 9221: the largest DATAGRAM frame this side takes; 0: none at all.
+    max_datagram_frame_size: u64 = 0,
 };
 
 /// The integer parameters, with their fields: one table for the encoder and the decoder.
@@ -88,6 +96,7 @@ const integer_fields = [_]struct { id: Id, field: []const u8 }{
     .{ .id = .ack_delay_exponent, .field = "ack_delay_exponent" },
     .{ .id = .max_ack_delay, .field = "max_ack_delay_ms" },
     .{ .id = .active_connection_id_limit, .field = "active_connection_id_limit" },
+    .{ .id = .max_datagram_frame_size, .field = "max_datagram_frame_size" },
 };
 
 /// Whether an integer value is within 18.2's bounds.
@@ -142,12 +151,12 @@ pub const DecodeError = error{TransportParameter};
 /// are skipped.
 pub fn decodeClient(bytes: []const u8) DecodeError!Params {
     var p: Params = .{};
-    var seen = std.StaticBitSet(id_known_max + 1).initEmpty();
+    var seen = std.StaticBitSet(@intFromEnum(Id.max_datagram_frame_size) + 1).initEmpty();
     var r: varint.Reader = .{ .bytes = bytes };
     while (!r.done()) {
         const id_number = r.varint() catch return error.TransportParameter;
         const value = r.take(r.varint() catch return error.TransportParameter) catch return error.TransportParameter;
-        if (id_number > id_known_max) continue;
+        if (!known(id_number)) continue;
         if (seen.isSet(@intCast(id_number))) return error.TransportParameter;
         seen.set(@intCast(id_number));
         try decodeOne(&p, @enumFromInt(id_number), value);
@@ -168,7 +177,7 @@ fn decodeOne(p: *Params, id: Id, value: []const u8) DecodeError!void {
             if (value.len != 0) return error.TransportParameter;
             p.disable_active_migration = true;
         },
-        _ => unreachable, // above id_known_max, skipped by the caller
+        _ => unreachable, // not `known`: skipped by the caller
         else => inline for (integer_fields) |f| {
             if (f.id == id) {
                 const d = varint.decode(value) catch return error.TransportParameter;
@@ -222,6 +231,7 @@ test "the server's parameters encode, and decode back (server-only ones aside)" 
         .max_ack_delay_ms = 20,
         .disable_active_migration = true,
         .active_connection_id_limit = 4,
+        .max_datagram_frame_size = 1200,
     };
     var buf: [256]u8 = undefined;
     const n = try encodeServer(&buf, &p);
@@ -236,7 +246,7 @@ test "the server's parameters encode, and decode back (server-only ones aside)" 
         ids[count] = try r.varint();
         _ = try r.take(try r.varint());
     }
-    try testing.expectEqualSlices(u64, &.{ 0x00, 0x02, 0x01, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0b, 0x0e, 0x0c, 0x0f, 0x10 }, ids[0..count]);
+    try testing.expectEqualSlices(u64, &.{ 0x00, 0x02, 0x01, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0b, 0x0e, 0x20, 0x0c, 0x0f, 0x10 }, ids[0..count]);
     // Without the server-only parameters the rest reads back equal.
     p.retry_source_connection_id = null;
     p.stateless_reset_token = null;
@@ -269,6 +279,11 @@ test "client parameters: duplicates, bounds at their edges, lengths, GREASE" {
         .{ .id = 0x0d, .value = &([_]u8{0} ** 41), .ok = false }, // preferred_address
         .{ .id = 31 * 5 + 27, .value = "grease", .ok = true },
         .{ .id = 0x4000, .value = "", .ok = true },
+        // RFC 9221's max_datagram_frame_size: any varint, 0 and 2^62 - 1 included.
+        .{ .id = 0x20, .value = &.{0}, .ok = true },
+        .{ .id = 0x20, .value = &([_]u8{0xff} ** 8), .ok = true },
+        .{ .id = 0x20, .value = &.{ 0x44, 0xb0, 0 }, .ok = false },
+        .{ .id = 0x1f, .value = "", .ok = true }, // between the two: unknown, skipped
     };
     for (cases) |c| {
         var w: varint.Writer = .{ .buf = &buf };
@@ -278,7 +293,7 @@ test "client parameters: duplicates, bounds at their edges, lengths, GREASE" {
             _ = try decodeClient(w.written());
             try param(&w, c.id, c.value); // twice: refused unless unknown
             const twice = decodeClient(w.written());
-            if (c.id > id_known_max) _ = try twice else try testing.expectError(error.TransportParameter, twice);
+            if (!known(c.id)) _ = try twice else try testing.expectError(error.TransportParameter, twice);
         } else try testing.expectError(error.TransportParameter, decodeClient(w.written()));
     }
     // No initial_source_connection_id; a truncated value; an empty list.

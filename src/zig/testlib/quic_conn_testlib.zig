@@ -151,7 +151,8 @@ export fn zc_on_timeout(c: *Connection, now_us: u64) void {
 }
 
 /// 0: no event; else 1 readable, 2 writable, 3 reset, 4 stop_sending, 5 handshake_done,
-/// 6 closed (code; `extra` 1 for an application close), with the stream id in `id`.
+/// 6 closed (code; `extra` 1 for an application close), 7 datagram, with the stream id in
+/// `id`.
 export fn zc_next_event(c: *Connection, id: *u64, code: *u64, extra: *u64) c_int {
     const e = c.nextEvent() orelse return 0;
     switch (e) {
@@ -166,7 +167,7 @@ export fn zc_next_event(c: *Connection, id: *u64, code: *u64, extra: *u64) c_int
             id.* = r.id;
             code.* = r.code;
         },
-        .handshake_done => {},
+        .handshake_done, .datagram => {},
         .closed => |r| {
             code.* = r.code;
             extra.* = @intFromBool(r.app);
