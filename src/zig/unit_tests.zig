@@ -76,6 +76,7 @@ test {
     _ = @import("quic/retry_token.zig");
     _ = @import("quic/new_token.zig");
     _ = @import("quic/datagrams.zig");
+    _ = @import("http3/capsules.zig");
     _ = @import("quic/endpoint.zig");
     _ = @import("quic/endpoint_tests.zig");
     _ = @import("quic/reassembly.zig");
