@@ -919,5 +919,4 @@ test {
     _ = @import("connection_tests.zig");
     _ = @import("pmtu.zig");
     _ = @import("ecn.zig");
-    _ = @import("pmtu_ecn_tests.zig");
 }
