@@ -450,7 +450,7 @@ pub const Sink = struct {
     pub fn onAcked(self: *Sink, space: Space, p: recovery_mod.SentPacket) void {
         const c = self.c;
         if (space == .application) {
-            if (c.pmtu.onAcked(p.pn, p.bytes, p.time_sent_us) != null) self.size_changed = true;
+            if (c.pmtu.onAcked(p.bytes, p.time_sent_us) != null) self.size_changed = true;
             if (c.ecn.marked(p.pn)) self.ecn_marked_acked += 1;
         }
         const rec = c.sent.take(c.allocator, p.token) orelse return;
@@ -460,7 +460,7 @@ pub const Sink = struct {
     pub fn onLost(self: *Sink, space: Space, p: recovery_mod.SentPacket) void {
         const c = self.c;
         if (space == .application) {
-            if (c.pmtu.onLost(p.pn, p.bytes, p.time_sent_us, self.now_us)) self.size_changed = true;
+            if (c.pmtu.onLost(p.bytes, p.time_sent_us, self.now_us)) self.size_changed = true;
             c.ecn.onLost(p.pn);
         }
         const rec = c.sent.take(c.allocator, p.token) orelse return;

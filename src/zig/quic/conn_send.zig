@@ -96,7 +96,7 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     for ([_]Space{ .initial, .handshake, .application }) |space| buildPacket(c, &b, space);
     if (b.count == 0) return 0;
     finalize(c, &b);
-    if (probe_size) |size| c.pmtu.onProbeSent(size, b.pending[0].pn);
+    if (probe_size) |size| c.pmtu.onProbeSent(size);
     markEcn(c, &b);
     c.bytes_sent +|= b.pos;
     if (c.path_check) |k| k.sent +|= b.pos;

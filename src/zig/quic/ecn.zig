@@ -6,16 +6,16 @@
 //! `mark` only then): every datagram is then one 1-RTT packet, so counting datagrams counts
 //! packets, and only the Application space's counts need validating.
 //!
-//! Validation. The first `testing_packets` packets are marked ECT(0) and numbered (one
-//! contiguous run of packet numbers: every datagram is marked while testing); then nothing is
-//! marked until an ACK frame shows the marks arrived. An ACK frame that raises the largest
-//! acknowledged packet number is checked against the last one that passed (older ones are
-//! skipped, as reordered ACKs would fail for no fault): counts must be present when it newly
-//! acknowledges marked packets, none may fall, the ECT(0) and CE increase must cover the
-//! marked packets it newly acknowledges, and neither total may exceed what we sent (ECT(1)
-//! at all: we never send it). The first check passed with marked packets acknowledged makes
-//! the path capable (every packet marked from then on); any check failing, or all the testing
-//! packets lost, stops marking for good on this path. A rise of the CE count is a congestion
+//! Validation. Every packet is marked ECT(0) from the first 1-RTT one on (so the marked
+//! packets are those numbered from `first_pn`), while testing and once the path is found
+//! capable. An ACK frame that raises the largest acknowledged packet number is checked
+//! against the last one that passed (older ones are skipped, as reordered ACKs would fail for
+//! no fault): counts must be present when it newly acknowledges marked packets, none may
+//! fall, the ECT(0) and CE increase must cover the marked packets it newly acknowledges, and
+//! neither total may exceed what we sent (ECT(1) at all: we never send it). The first check
+//! passed with marked packets acknowledged makes the path capable; any check failing, or the
+//! first `testing_packets` marked packets all lost (the marks themselves may be dropped,
+//! 13.4.2), stops marking for good on this path. A rise of the CE count is a congestion
 //! event (RFC 9002 7.1), which the congestion controller takes once per recovery period.
 //! A new path is validated afresh (`restart`), the peer's counts kept (they are per space).
 const std = @import("std");
@@ -28,22 +28,22 @@ pub const Codepoint = struct {
     pub const ce: u2 = 3;
 };
 
-/// RFC 9000 A.4's states.
-pub const Validation = enum(u2) { testing, unknown, capable, failed };
+/// RFC 9000 A.4's states, without "unknown": marking goes on while testing.
+pub const Validation = enum(u2) { testing, capable, failed };
 
-/// Marked packets sent while testing (RFC 9000 13.4.2: "the first ten").
+/// The first marked packets: all of them lost is taken as marks being dropped (13.4.2).
 pub const testing_packets = 10;
-const no_pn: u64 = std.math.maxInt(u64);
 
 pub const State = struct {
-    /// The counts of the last ACK frame that passed validation (Application space).
-    peer: frames.Ecn = .{ .ect0 = 0, .ect1 = 0, .ce = 0 },
+    /// The ECT(0) and CE counts of the last ACK frame that passed validation (Application
+    /// space; its ECT(1) count is 0, or validation failed).
+    peer_ect0: u64 = 0,
+    peer_ce: u64 = 0,
     /// Packets sent marked ECT(0), on every path.
     ect0_sent: u64 = 0,
-    /// The testing packets: the first one's number (`tested` of them sent, `test_lost` lost).
-    test_first_pn: u64 = 0,
-    /// While capable, every packet from this number on is marked (`no_pn` until one is).
-    capable_from_pn: u64 = no_pn,
+    /// The first packet marked on this path; `tested` of the first `testing_packets` sent,
+    /// `test_lost` of those lost.
+    first_pn: u64 = 0,
     tested: u8 = 0,
     test_lost: u8 = 0,
     validation: Validation = .testing,
@@ -59,10 +59,7 @@ pub const State = struct {
 
     /// The codepoint for the next 1-RTT packet.
     pub fn mark(s: *const State) u2 {
-        return switch (s.validation) {
-            .testing, .capable => Codepoint.ect0,
-            .unknown, .failed => Codepoint.not_ect,
-        };
+        return if (s.validation == .failed) Codepoint.not_ect else Codepoint.ect0;
     }
 
     /// A 1-RTT packet `pn` went out with codepoint `m` (from `mark`).
@@ -70,30 +67,21 @@ pub const State = struct {
         s.last_mark = m;
         if (m != Codepoint.ect0) return;
         s.ect0_sent +|= 1;
-        switch (s.validation) {
-            .testing => {
-                if (s.tested == 0) s.test_first_pn = pn;
-                s.tested += 1;
-                if (s.tested == testing_packets) s.validation = .unknown;
-            },
-            .capable => if (s.capable_from_pn == no_pn) {
-                s.capable_from_pn = pn;
-            },
-            .unknown, .failed => unreachable, // `mark` says not_ect then
-        }
+        if (s.tested == 0) s.first_pn = pn;
+        if (s.tested < testing_packets) s.tested += 1;
     }
 
     /// Whether packet `pn` was sent marked (as far as validation still cares).
     pub fn marked(s: *const State, pn: u64) bool {
-        if (s.tested > 0 and pn >= s.test_first_pn and pn - s.test_first_pn < s.tested) return true;
-        return s.validation == .capable and pn >= s.capable_from_pn;
+        return s.validation != .failed and s.tested > 0 and pn >= s.first_pn;
     }
 
-    /// A packet was declared lost: all the testing packets lost takes ECN as the cause.
+    /// A packet was declared lost: the first `testing_packets` marked all lost (none
+    /// acknowledged first) takes ECN as the cause.
     pub fn onLost(s: *State, pn: u64) void {
-        if (s.tested == 0 or pn < s.test_first_pn or pn - s.test_first_pn >= s.tested) return;
+        if (s.tested == 0 or pn < s.first_pn or pn - s.first_pn >= s.tested) return;
         s.test_lost += 1;
-        if (s.test_lost >= testing_packets and s.validation == .unknown) s.validation = .failed;
+        if (s.test_lost >= testing_packets and s.validation == .testing) s.validation = .failed;
     }
 
     /// An Application-space ACK frame was processed: its counts (null for a plain ACK), how
@@ -110,19 +98,19 @@ pub const State = struct {
             s.validation = .failed;
             return false;
         }
-        const ce_rose = new.ce > s.peer.ce;
-        s.peer = new;
-        if (marked_acked > 0 and s.validation != .capable) s.validation = .capable;
+        const ce_rose = new.ce > s.peer_ce;
+        s.peer_ect0 = new.ect0;
+        s.peer_ce = new.ce;
+        if (marked_acked > 0) s.validation = .capable;
         return ce_rose;
     }
 
     /// The checks of RFC 9000 13.4.2.1. Counts are varints (below 2^62), so the sums fit.
     fn passes(s: *const State, new: frames.Ecn, marked_acked: u64) bool {
-        const old = s.peer;
-        if (new.ect0 < old.ect0 or new.ect1 < old.ect1 or new.ce < old.ce) return false;
+        if (new.ect0 < s.peer_ect0 or new.ce < s.peer_ce) return false;
         if (new.ect1 > 0) return false; // we never send ECT(1)
         if (new.ect0 + new.ce > s.ect0_sent) return false; // marks on packets we did not mark
-        return (new.ect0 - old.ect0) + (new.ce - old.ce) >= marked_acked;
+        return (new.ect0 - s.peer_ect0) + (new.ce - s.peer_ce) >= marked_acked;
     }
 
     /// A new path: validation starts again (a path that failed may do better), unless ECN
@@ -132,7 +120,6 @@ pub const State = struct {
         s.validation = .testing;
         s.tested = 0;
         s.test_lost = 0;
-        s.capable_from_pn = no_pn;
     }
 };
 
@@ -142,21 +129,20 @@ fn sendMarked(s: *State, first_pn: u64, count: u64) void {
     for (0..count) |i| s.onSent(first_pn + i, s.mark());
 }
 
-test "ecn: ten packets marked while testing, then none until counts validate, then all" {
+test "ecn: every packet marked while testing, and once the counts validate them" {
     var s: State = .{};
-    sendMarked(&s, 5, testing_packets);
-    try testing.expectEqual(@as(u64, testing_packets), s.ect0_sent);
-    try testing.expectEqual(Validation.unknown, s.validation);
-    try testing.expectEqual(Codepoint.not_ect, s.mark());
-    s.onSent(15, s.mark());
-    try testing.expect(s.marked(5) and s.marked(14) and !s.marked(15) and !s.marked(4));
+    sendMarked(&s, 5, testing_packets + 1);
+    try testing.expectEqual(@as(u64, testing_packets + 1), s.ect0_sent);
+    try testing.expectEqual(Validation.testing, s.validation);
+    try testing.expectEqual(Codepoint.ect0, s.mark());
+    try testing.expect(s.marked(5) and s.marked(15) and !s.marked(4));
     // Three of the marked packets acknowledged, two counted ECT(0) and one CE: valid, and
     // the CE count rose (from zero): a congestion event.
     try testing.expect(s.onAck(.{ .ect0 = 2, .ect1 = 0, .ce = 1 }, 3, true));
     try testing.expectEqual(Validation.capable, s.validation);
     try testing.expectEqual(Codepoint.ect0, s.mark());
     s.onSent(16, s.mark());
-    try testing.expect(s.marked(16) and !s.marked(15));
+    try testing.expect(s.marked(16));
     try testing.expect(!s.onAck(.{ .ect0 = 3, .ect1 = 0, .ce = 1 }, 1, true));
 }
 
@@ -219,7 +205,7 @@ test "ecn: all testing packets lost disables marking; a new path tests again" {
     sendMarked(&s, 100, testing_packets);
     for (0..testing_packets - 1) |i| s.onLost(100 + i);
     s.onLost(99); // not a testing packet
-    try testing.expectEqual(Validation.unknown, s.validation);
+    try testing.expectEqual(Validation.testing, s.validation);
     s.onLost(109);
     try testing.expectEqual(Validation.failed, s.validation);
     s.restart();

@@ -48,9 +48,10 @@ pub const Search = struct {
     max: u16 = base,
     /// The smallest size that failed on this path (`max + 1` while none did).
     failed: u16 = base + 1,
-    /// The probe in flight: its size (0: none) and packet number.
+    /// The size of the probe in flight (0: none). No other packet in flight has that size:
+    /// every other is at most `size`, below it (those sent before a fall back to `base`
+    /// are long gone when the search runs again).
     probe_size: u16 = 0,
-    probe_pn: u64 = 0,
     /// Losses of the size being tried.
     losses: u8 = 0,
     /// Large packets lost in a row since one went through.
@@ -111,19 +112,18 @@ pub const Search = struct {
         return eligible[(n - 1) / 2];
     }
 
-    pub fn onProbeSent(s: *Search, size: u16, pn: u64) void {
+    pub fn onProbeSent(s: *Search, size: u16) void {
         assert(size > s.size and size <= s.max and s.probe_size == 0);
         s.probe_size = size;
-        s.probe_pn = pn;
     }
 
     /// A 1-RTT packet was acknowledged. Returns the new size when it was the probe.
-    pub fn onAcked(s: *Search, pn: u64, bytes: u16, time_sent_us: u64) ?u16 {
+    pub fn onAcked(s: *Search, bytes: u16, time_sent_us: u64) ?u16 {
         if (bytes > base) {
             s.large_acked_sent_us = @max(s.large_acked_sent_us, time_sent_us);
             s.large_lost = 0;
         }
-        if (s.probe_size == 0 or pn != s.probe_pn) return null;
+        if (s.probe_size == 0 or bytes != s.probe_size) return null;
         s.size = s.probe_size;
         s.probe_size = 0;
         s.losses = 0;
@@ -132,8 +132,8 @@ pub const Search = struct {
 
     /// A 1-RTT packet was declared lost. Returns true when it revealed a black hole: the size
     /// is `base` again, and the connection applies it.
-    pub fn onLost(s: *Search, pn: u64, bytes: u16, time_sent_us: u64, now_us: u64) bool {
-        if (s.probe_size != 0 and pn == s.probe_pn) {
+    pub fn onLost(s: *Search, bytes: u16, time_sent_us: u64, now_us: u64) bool {
+        if (s.probe_size != 0 and bytes == s.probe_size) {
             s.losses += 1;
             if (s.losses >= probes_per_size_max) {
                 s.failed = s.probe_size;
@@ -165,17 +165,17 @@ pub const Search = struct {
 
 const testing = std.testing;
 
-fn probeAndAck(s: *Search, pn: u64, now_us: u64) !u16 {
+fn probeAndAck(s: *Search, now_us: u64) !u16 {
     const size = s.nextProbe(now_us, 65535) orelse return error.NoProbe;
-    s.onProbeSent(size, pn);
-    try testing.expectEqual(@as(?u16, size), s.onAcked(pn, size, now_us));
+    s.onProbeSent(size);
+    try testing.expectEqual(@as(?u16, size), s.onAcked(size, now_us));
     return size;
 }
 
-fn probeAndLose(s: *Search, pn: u64, now_us: u64) !u16 {
+fn probeAndLose(s: *Search, now_us: u64) !u16 {
     const size = s.nextProbe(now_us, 65535) orelse return error.NoProbe;
-    s.onProbeSent(size, pn);
-    try testing.expect(!s.onLost(pn, size, now_us, now_us));
+    s.onProbeSent(size);
+    try testing.expect(!s.onLost(size, now_us, now_us));
     return size;
 }
 
@@ -183,9 +183,9 @@ test "pmtu: a search ends in a few probes at the largest size the path carries" 
     // Loopback: everything up to our 1,500 passes: 1,452, 1,472, 1,500.
     var s: Search = .{};
     s.setMax(1500, 65527);
-    try testing.expectEqual(@as(u16, 1452), try probeAndAck(&s, 1, 0));
-    try testing.expectEqual(@as(u16, 1472), try probeAndAck(&s, 2, 0));
-    try testing.expectEqual(@as(u16, 1500), try probeAndAck(&s, 3, 0));
+    try testing.expectEqual(@as(u16, 1452), try probeAndAck(&s, 0));
+    try testing.expectEqual(@as(u16, 1472), try probeAndAck(&s, 0));
+    try testing.expectEqual(@as(u16, 1500), try probeAndAck(&s, 0));
     try testing.expectEqual(@as(?u16, null), s.nextProbe(0, 65535));
     try testing.expectEqual(@as(u16, 1500), s.size);
     // Resting until the raise timer, then a new search (nothing above 1,500 to try).
@@ -196,9 +196,9 @@ test "pmtu: a search ends in a few probes at the largest size the path carries" 
     // IPv6 over Ethernet: 1,452 passes, 1,472 is lost three times: done at 1,452.
     var v6: Search = .{};
     v6.setMax(1500, 65527);
-    _ = try probeAndAck(&v6, 1, 0);
-    for (0..probes_per_size_max) |i| {
-        try testing.expectEqual(@as(u16, 1472), try probeAndLose(&v6, 2 + i, 0));
+    _ = try probeAndAck(&v6, 0);
+    for (0..probes_per_size_max) |_| {
+        try testing.expectEqual(@as(u16, 1472), try probeAndLose(&v6, 0));
     }
     try testing.expectEqual(@as(?u16, null), v6.nextProbe(0, 65535));
     try testing.expectEqual(@as(u16, 1452), v6.size);
@@ -207,13 +207,13 @@ test "pmtu: a search ends in a few probes at the largest size the path carries" 
 test "pmtu: a lost probe narrows the search, and tries a smaller size" {
     var s: Search = .{};
     s.setMax(1500, 65527);
-    for (0..probes_per_size_max - 1) |i| _ = try probeAndLose(&s, i, 0);
+    for (0..probes_per_size_max - 1) |_| _ = try probeAndLose(&s, 0);
     try testing.expectEqual(@as(u16, 1452), s.nextProbe(0, 65535).?); // not yet given up
-    for (0..1) |_| _ = try probeAndLose(&s, 9, 0);
+    for (0..1) |_| _ = try probeAndLose(&s, 0);
     try testing.expectEqual(@as(u16, 1252), s.nextProbe(0, 65535).?); // below 1,452: 1,252 first
     try testing.expectEqual(@as(u16, base), s.size);
-    _ = try probeAndAck(&s, 10, 0);
-    try testing.expectEqual(@as(u16, 1350), try probeAndAck(&s, 11, 0));
+    _ = try probeAndAck(&s, 0);
+    try testing.expectEqual(@as(u16, 1350), try probeAndAck(&s, 0));
     try testing.expectEqual(@as(?u16, null), s.nextProbe(0, 65535));
 }
 
@@ -221,11 +221,10 @@ test "pmtu: the peer's max_udp_payload_size is the ceiling at its exact value" {
     for ([_]u16{ 1200, 1201, 1251, 1252, 1253, 1471, 1472, 1473 }) |peer| {
         var s: Search = .{};
         s.setMax(1500, peer);
-        var pn: u64 = 0;
-        while (s.nextProbe(0, 65535)) |size| : (pn += 1) {
+        while (s.nextProbe(0, 65535)) |size| {
             try testing.expect(size <= peer);
-            s.onProbeSent(size, pn);
-            _ = s.onAcked(pn, size, 0);
+            s.onProbeSent(size);
+            _ = s.onAcked(size, 0);
         }
         try testing.expectEqual(peer, s.size);
     }
@@ -240,22 +239,22 @@ test "pmtu: a black hole brings the size back to 1,200, and the search runs agai
     var s: Search = .{};
     s.setMax(1500, 65527);
     while (s.nextProbe(0, 65535)) |size| {
-        s.onProbeSent(size, 1);
-        _ = s.onAcked(1, size, 100);
+        s.onProbeSent(size);
+        _ = s.onAcked(size, 100);
     }
     try testing.expectEqual(@as(u16, 1500), s.size);
     // Congestion: a large packet sent after the lost ones went through; no black hole.
-    _ = s.onAcked(50, 1500, 2_000);
-    for (0..10) |i| try testing.expect(!s.onLost(20 + i, 1500, 1_000, 3_000));
+    _ = s.onAcked(1500, 2_000);
+    for (0..10) |_| try testing.expect(!s.onLost(1500, 1_000, 3_000));
     // The route changed: large packets sent after 2,000 are all lost; a small one is
     // acknowledged (it breaks no run: only large packets that pass do).
-    _ = s.onAcked(60, 200, 2_600);
-    try testing.expect(!s.onLost(51, 1500, 2_100, 4_000));
-    try testing.expect(!s.onLost(52, 1500, 2_200, 4_000));
-    try testing.expect(s.onLost(53, 1500, 2_300, 4_000));
+    _ = s.onAcked(200, 2_600);
+    try testing.expect(!s.onLost(1500, 2_100, 4_000));
+    try testing.expect(!s.onLost(1500, 2_200, 4_000));
+    try testing.expect(s.onLost(1500, 2_300, 4_000));
     try testing.expectEqual(@as(u16, base), s.size);
     // Losses at the base size are no evidence of anything.
-    try testing.expect(!s.onLost(54, 1500, 2_400, 4_000));
+    try testing.expect(!s.onLost(1500, 2_400, 4_000));
     try testing.expectEqual(@as(?u16, null), s.nextProbe(4_000, 65535));
     try testing.expectEqual(@as(u16, 1452), s.nextProbe(4_000 + black_hole_retry_us, 65535).?);
 }
@@ -270,15 +269,15 @@ test "pmtu: no probe before the handshake's end is acknowledged" {
     try testing.expectEqual(@as(u64, 5), s.next_us);
 }
 
-test "pmtu: a probe's number is told apart from other packets of its size" {
+test "pmtu: the probe is told apart by its size, one in flight at a time" {
     var s: Search = .{};
     s.setMax(1500, 65527);
     const size = s.nextProbe(0, 65535).?;
-    s.onProbeSent(size, 7);
-    try testing.expectEqual(@as(?u16, null), s.onAcked(6, size, 0));
+    s.onProbeSent(size);
+    try testing.expectEqual(@as(?u16, null), s.onAcked(1200, 0));
     try testing.expectEqual(@as(?u16, null), s.nextProbe(0, 65535)); // one probe at a time
-    try testing.expect(!s.onLost(8, 1200, 0, 0));
-    try testing.expectEqual(@as(?u16, size), s.onAcked(7, size, 0));
+    try testing.expect(!s.onLost(1200, 0, 0));
+    try testing.expectEqual(@as(?u16, size), s.onAcked(size, 0));
     // A new path: back to the base, the search again from the start.
     s.restart(10);
     try testing.expectEqual(@as(u16, base), s.size);

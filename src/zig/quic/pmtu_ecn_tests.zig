@@ -3,16 +3,16 @@
 //! handshake skipped as in connection_tests.zig.
 const std = @import("std");
 const testing = std.testing;
+const ct = @import("connection_tests.zig");
+const T = ct.T;
+const pmtu = @import("pmtu.zig");
 const connection = @import("connection.zig");
+const conn_receive = @import("conn_receive.zig");
+const transport_params = @import("transport_params.zig");
 const frames = @import("frames.zig");
 const packet = @import("packet.zig");
 const protection = @import("protection.zig");
 const varint = @import("varint.zig");
-const transport_params = @import("transport_params.zig");
-const conn_receive = @import("conn_receive.zig");
-const pmtu = @import("pmtu.zig");
-const ct = @import("connection_tests.zig");
-const T = ct.T;
 
 /// The client's parameters with its max_udp_payload_size; the windows open.
 fn applyPeer(t: *T, max_udp_payload: u64) void {
