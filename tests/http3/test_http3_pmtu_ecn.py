@@ -37,9 +37,12 @@ class Relay:
     """Forwards the client's datagrams to the server from `outside` (marked ECT(0) with
     IP_TOS) and the server's back; notes each server datagram's (size, ECN bits)."""
 
-    def __init__(self, server_port: int, keep_marks: bool = False) -> None:
+    def __init__(self, server_port: int, keep_marks: bool = False, hole_after: int = 0) -> None:
         self.server = ("127.0.0.1", server_port)
         self.keep_marks = keep_marks
+        # After this many server datagrams (0: never), those over 1,200 bytes are dropped:
+        # a route that stopped carrying them, with no ICMP to say so.
+        self.hole_after = hole_after
         self.inside = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.inside.bind(("127.0.0.1", 0))
         self.port = self.inside.getsockname()[1]
@@ -69,6 +72,8 @@ class Relay:
                 self.from_server.append((len(data), tos & 3))
                 if self.client is None:
                     continue
+                if 0 < self.hole_after < len(self.from_server) and len(data) > 1200:
+                    continue
                 if self.keep_marks:
                     mark = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos & 3))]
                     self.inside.sendmsg([data], mark, 0, self.client)
@@ -96,8 +101,8 @@ def server(request, h3_certs):
     server.stop()
 
 
-async def _download(server: Server, certs: H3Certs, size: int) -> tuple[bytes, Relay]:
-    relay = Relay(server.port)
+async def _download(server: Server, certs: H3Certs, size: int, **relay_args) -> tuple[bytes, Relay]:
+    relay = Relay(server.port, **relay_args)
     try:
         async with h3_connect("127.0.0.1", relay.port, certs.cafile) as client:
             response = await client.request("GET", f"/large?bytes={size}", timeout=60)
@@ -147,3 +152,15 @@ def test_quic_go_reports_the_marks_and_ecn_stays_on(server, h3_certs, quic_go): 
     assert marks[0] == 0
     assert sum(1 for m in marks if m == ECT0) > len(marks) // 2, marks[:40]
     assert marks[-1] == ECT0, marks[-40:]
+
+
+def test_a_black_hole_for_large_datagrams_falls_back_to_1200(server, h3_certs):
+    """Large datagrams vanish from the 300th on: the server's PTO probes go at 1,200 bytes
+    from the second timeout, are acknowledged, the large packets are found lost, and the size
+    falls back to 1,200: the download completes, its rest in 1,200-byte datagrams."""
+    body, relay = asyncio.run(asyncio.wait_for(_download(server, h3_certs, 2 * MB, hole_after=300), 90))
+    assert body == pattern(2 * MB)
+    sizes = [size for size, _ in relay.from_server]
+    assert max(sizes[:300]) == 1500
+    late = sizes[len(sizes) // 2:]
+    assert max(late) <= 1200 and len(late) > 300, (max(late), len(late))
