@@ -88,6 +88,7 @@ test {
     _ = @import("quic/connection_tests.zig");
     _ = @import("quic/conn_cids_tests.zig");
     _ = @import("quic/key_update_tests.zig");
+    _ = @import("quic/pmtu_ecn_tests.zig");
     _ = @import("quic/peer_integers_tests.zig");
     // HTTP/3's wire layer: frames, QPACK
     _ = @import("http3/frames.zig");

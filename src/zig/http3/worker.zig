@@ -125,13 +125,14 @@ pub const QuicConn = struct {
         self: *QuicConn,
         datagram: []const u8,
         path: *const endpoint_mod.Path,
+        ecn: u2,
         now_us: u64,
     ) void {
         // Over for HTTP/3 but still closing: the connection answers with its CONNECTION_CLOSE.
         if (self.quic.isClosed()) return;
         if (path.peer.eql(&self.carrier.peer)) {
-            self.quic.receive(@constCast(datagram), now_us);
-        } else if (self.quic.receiveFromNewAddress(@constCast(datagram), now_us)) {
+            self.quic.receiveEcn(@constCast(datagram), ecn, now_us);
+        } else if (self.quic.receiveFromNewAddressEcn(@constCast(datagram), ecn, now_us)) {
             self.migrate(path, datagram.len, now_us);
         }
         self.worker.markDirty(self);
@@ -333,7 +334,7 @@ pub const Worker = struct {
             const now = sys.monotonicUs();
             for (0..n) |i| {
                 const d = w.recv.get(i);
-                _ = w.endpoint.onDatagram(d.bytes, d.peer, d.local, now, &w.answers);
+                _ = w.endpoint.onDatagram(d.bytes, d.peer, d.local, d.ecn, now, &w.answers);
             }
             if (n < udp.batch_len_max) break;
         }
@@ -388,7 +389,12 @@ pub const Worker = struct {
             const buf = &w.out_bufs[w.out_len];
             const n = c.quic.send(buf, now);
             if (n == 0) return false;
-            w.out[w.out_len] = .{ .bytes = buf[0..n], .peer = c.carrier.peer, .local = c.local };
+            w.out[w.out_len] = .{
+                .bytes = buf[0..n],
+                .peer = c.carrier.peer,
+                .local = c.local,
+                .ecn = c.quic.ecnToSend(),
+            };
             w.out_len += 1;
         }
         return true;
@@ -553,6 +559,8 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .quic_config = .{
             .max_idle_timeout_ms = h3.idle_timeout_ms,
             .initial_max_streams_bidi = 128,
+            // What one receive buffer holds: the most we take, and the most a probe tries.
+            .max_udp_payload_size = udp.datagram_len_max,
         },
     };
     w.gpa = w.pool.allocator();

@@ -58,6 +58,9 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         /// When an ACK frame must be sent: `never`, or a time (`now` for at once).
         ack_deadline_us: u64 = never,
         max_ack_delay_us: u32,
+        /// The ECN marks of the packets received (RFC 9000 13.4.1), reported in our ACK
+        /// frames once any came: ECT(0), ECT(1), CE.
+        ecn: [3]u64 = .{ 0, 0, 0 },
         count: u8 = 0,
         /// Ack-eliciting packets received since the last ACK frame sent.
         ack_eliciting_unacked: u8 = 0,
@@ -193,6 +196,22 @@ pub fn AckRanges(comptime ranges_max: u8) type {
         }
 
         /// Whether an ACK frame should go out in the packet being built now.
+        /// A packet just recorded (`onPacketReceived`) came in a datagram whose IP header
+        /// carried these ECN bits (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
+        pub fn countEcn(self: *Self, bits: u2) void {
+            switch (bits) {
+                0 => {},
+                1 => self.ecn[1] +|= 1,
+                2 => self.ecn[0] +|= 1,
+                3 => self.ecn[2] +|= 1,
+            }
+        }
+
+        /// Whether any marked packet came (our ACK frames then carry the counts).
+        pub fn ecnSeen(self: *const Self) bool {
+            return self.ecn[0] | self.ecn[1] | self.ecn[2] != 0;
+        }
+
         pub fn ackDue(self: *const Self, now_us: u64) bool {
             return self.ack_deadline_us <= now_us;
         }
@@ -401,6 +420,18 @@ test "32-bit slots: a jump past 2^32 drops what falls out, a range longer than 2
     try expectRanges(&b, &.{.{ .smallest = 11, .largest = u32_max + 11 }});
     try testing.expectEqual(@as(u64, 11), b.floor);
     try testing.expect(b.isDuplicate(10));
+}
+
+test "ECN counts: each codepoint counted, Not-ECT not, saturating at the top" {
+    var a = ApplicationAckRanges.init(.application, 25_000);
+    try testing.expect(!a.ecnSeen());
+    a.countEcn(0);
+    try testing.expect(!a.ecnSeen());
+    for ([_]u2{ 2, 2, 1, 3, 2 }) |bits| a.countEcn(bits);
+    try testing.expectEqual([3]u64{ 3, 1, 1 }, a.ecn);
+    a.ecn[2] = std.math.maxInt(u64);
+    a.countEcn(3);
+    try testing.expectEqual(std.math.maxInt(u64), a.ecn[2]);
 }
 
 test "size at rest" {

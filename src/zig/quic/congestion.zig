@@ -75,6 +75,18 @@ pub const Congestion = struct {
         };
     }
 
+    /// Path MTU discovery changed the datagram size (`quic/pmtu.zig`). An initial window not
+    /// yet grown is made again with the new size (RFC 9002 7.2); a window the path earned
+    /// stays, above the new minimum.
+    pub fn setMaxDatagramBytes(self: *Congestion, bytes: u16) void {
+        assert(bytes >= 1200);
+        if (self.cwnd_bytes == initialWindowBytes(self.max_datagram_bytes)) {
+            self.cwnd_bytes = initialWindowBytes(bytes);
+        }
+        self.max_datagram_bytes = bytes;
+        self.cwnd_bytes = @max(self.cwnd_bytes, self.minimumWindow());
+    }
+
     pub fn minimumWindow(self: *const Congestion) u64 {
         return minimumWindowBytes(self.max_datagram_bytes);
     }
@@ -390,6 +402,19 @@ test "CUBIC: persistent congestion restarts from slow start" {
     c.bytes_in_flight = 2_400;
     c.onPacketsAcked(2_400, 2_400, 20, 100_000);
     try testing.expectEqual(@as(u64, 4_800), c.cwnd_bytes); // slow start below ssthresh
+}
+
+test "a new datagram size: the initial window follows it, a grown window stays" {
+    var c = Congestion.init(1200, .new_reno);
+    c.setMaxDatagramBytes(1500);
+    try testing.expectEqual(initialWindowBytes(1500), c.cwnd_bytes);
+    c.cwnd_bytes = 100_000;
+    c.setMaxDatagramBytes(1200);
+    try testing.expectEqual(@as(u64, 100_000), c.cwnd_bytes);
+    try testing.expectEqual(@as(u64, 2400), c.minimumWindow());
+    c.cwnd_bytes = 2400;
+    c.setMaxDatagramBytes(1500);
+    try testing.expectEqual(@as(u64, 3000), c.cwnd_bytes); // never below the minimum
 }
 
 test "size at rest" {

@@ -29,8 +29,9 @@ const Stop = error{ Drop, Closed };
 pub const From = enum { current, other };
 
 /// True when `from` is `.other` and the datagram carried the newest non-probing 1-RTT
-/// packet so far (RFC 9000 9.3).
-pub fn receive(c: *Connection, datagram: []u8, now_us: u64, from: From) bool {
+/// packet so far (RFC 9000 9.3). `ecn_bits`: the datagram's IP header ECN field, counted for
+/// each of its packets (RFC 9000 13.4.1).
+pub fn receive(c: *Connection, datagram: []u8, ecn_bits: u2, now_us: u64, from: From) bool {
     switch (c.state) {
         .closed, .draining => return false,
         .closing => {
@@ -54,7 +55,7 @@ pub fn receive(c: *Connection, datagram: []u8, now_us: u64, from: From) bool {
         rest = rest[h.len..];
         if (h.kind == .one_rtt and !c.cids.isOurs(h.dcid)) break;
         if (!h.isProtected() or h.kind == .zero_rtt) continue; // 0-RTT is refused: dropped
-        switch (openAndProcess(c, &h, bytes, now_us)) {
+        switch (openAndProcess(c, &h, bytes, ecn_bits, now_us)) {
             .unopened => {},
             .opened => opened_any = true,
             .newest_non_probing => {
@@ -123,7 +124,7 @@ fn open(
 /// whether it is the newest 1-RTT packet yet with a non-probing frame (RFC 9000 9.3).
 const Processed = enum { unopened, opened, newest_non_probing };
 
-fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: u64) Processed {
+fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, ecn_bits: u2, now_us: u64) Processed {
     const space = spaceOf(h.kind);
     const o = (open(c, space, h, bytes, now_us) catch |e| {
         switch (e) {
@@ -167,6 +168,7 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, now_us: 
                 return .opened;
             },
         };
+        rec.countEcn(space, ecn_bits); // not for a duplicate (RFC 9000 13.4.1)
     }
     const newest = space == .application and (largest_before == null or o.pn > largest_before.?);
     if (newest and c.state == .established) conn_cids.onNewestPacket(c, h.dcid);
@@ -327,11 +329,21 @@ fn onAck(c: *Connection, space: Space, a: *const frames.Ack, now_us: u64) Stop!v
     var it = a.ranges();
     while (it.next()) |r| : (n += 1) ranges[n] = .{ .smallest = r.smallest, .largest = r.largest };
     const delay_us = std.math.shl(u64, a.ack_delay, c.peer_ack_delay_exponent);
-    var sink: Sink = .{ .c = c };
-    _ = c.recovery.onAckReceived(c.allocator, space, ranges[0..n], delay_us, now_us, &sink) catch |e| {
+    // RFC 9000 13.4.2.1: only an ACK frame that raises the largest acknowledged is checked
+    // for ECN (an older one, reordered, would fail for no fault).
+    const app = &c.recovery.application;
+    const raised = space == .application and (!app.acked_any or a.largest > app.largest_acked);
+    var sink: Sink = .{ .c = c, .now_us = now_us };
+    const outcome = c.recovery.onAckReceived(c.allocator, space, ranges[0..n], delay_us, now_us, &sink) catch |e| {
         sink.finish();
         return fail(c, if (e == error.AckOfUnsentPacket) .protocol_violation else .frame_encoding_error, @intFromEnum(frames.Type.ack));
     };
+    if (space == .application and c.ecn.onAck(a.ecn, sink.ecn_marked_acked, raised)) {
+        // More CE marks: a congestion event (RFC 9002 7.1), once per recovery period. An
+        // ACK whose largest was an ACK-only packet (not tracked) gives no send time: the
+        // next rise reacts.
+        if (outcome.largest_acked_time_sent_us) |t| c.recovery.cc.onEcnCe(t, now_us);
+    }
     sink.finish();
 }
 
@@ -414,6 +426,8 @@ pub fn applyParams(c: *Connection, p: *const transport_params.Params) void {
     c.recovery.peer_max_ack_delay_us = @intCast(p.max_ack_delay_ms * 1000);
     c.peer_max_udp_payload = @intCast(@min(p.max_udp_payload_size, 65527));
     c.peer_max_datagram_frame = p.max_datagram_frame_size;
+    c.pmtu.setMax(c.config.max_udp_payload_size, p.max_udp_payload_size);
+    c.applyDatagramSize();
     c.cids.peer_limit = @intCast(@min(p.active_connection_id_limit, conn_cids.ours_max));
     if (p.max_idle_timeout_ms != 0) {
         const peer_us = p.max_idle_timeout_ms *| 1000;
@@ -435,19 +449,34 @@ fn complete(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!void {
 /// Recovery's reports: what an acknowledged or lost packet carried.
 pub const Sink = struct {
     c: *Connection,
+    now_us: u64,
     /// The largest of our ACK frames' Largest Acknowledged seen acknowledged, per space:
     /// applied after recovery returns (the sink must not call back into it).
     acked_ack: [3]?u64 = .{ null, null, null },
+    /// 1-RTT packets sent marked ECT(0) that this ACK newly acknowledged (`ecn.zig`).
+    ecn_marked_acked: u64 = 0,
+    /// Path MTU discovery changed the datagram size: applied in `finish` (the congestion
+    /// controller is recovery's, which is busy until then).
+    size_changed: bool = false,
 
     pub fn onAcked(self: *Sink, space: Space, p: recovery_mod.SentPacket) void {
-        const rec = self.c.sent.take(self.c.allocator, p.token) orelse return;
+        const c = self.c;
+        if (space == .application) {
+            if (c.pmtu.onAcked(p.bytes, p.time_sent_us) != null) self.size_changed = true;
+            if (c.ecn.marked(p.pn)) self.ecn_marked_acked += 1;
+        }
+        const rec = c.sent.take(c.allocator, p.token) orelse return;
         for (rec.slice()) |r| self.acked(space, r);
     }
 
     pub fn onLost(self: *Sink, space: Space, p: recovery_mod.SentPacket) void {
-        _ = space;
-        const rec = self.c.sent.take(self.c.allocator, p.token) orelse return;
-        for (rec.slice()) |r| lost(self.c, r);
+        const c = self.c;
+        if (space == .application) {
+            if (c.pmtu.onLost(p.bytes, p.time_sent_us, self.now_us)) self.size_changed = true;
+            c.ecn.onLost(p.pn);
+        }
+        const rec = c.sent.take(c.allocator, p.token) orelse return;
+        for (rec.slice()) |r| lost(c, r);
     }
 
     fn acked(self: *Sink, space: Space, r: sent_frames.Record) void {
@@ -469,6 +498,7 @@ pub const Sink = struct {
             },
             .retire_connection_id => |seq| conn_cids.onRetireAcked(c, seq),
             .new_token => c.dropNewToken(),
+            .handshake_done => c.pmtu.begin(self.now_us),
             .ack => |largest| {
                 const slot = &self.acked_ack[@intFromEnum(space)];
                 slot.* = @max(slot.* orelse largest, largest);
@@ -485,6 +515,8 @@ pub const Sink = struct {
             if (largest <= known) self.c.recovery.onAckAcknowledged(space, largest);
         }
         self.acked_ack = .{ null, null, null };
+        if (self.size_changed) self.c.applyDatagramSize();
+        self.size_changed = false;
     }
 };
 

@@ -7,6 +7,12 @@
 //! three times what came from it, RFC 9000 9.3.1); a datagram with an ack-eliciting Initial,
 //! a PATH_CHALLENGE or a PATH_RESPONSE is padded to 1200 bytes as far as the budget allows
 //! (RFC 9000 14.1, 8.2). Packets are written in clear, then padded, then sealed.
+//!
+//! Sizes: a datagram is at most the size path MTU discovery confirmed (`pmtu.zig`); when a
+//! probe is due, the datagram is the probe alone (a 1-RTT PING padded to the size tried), and
+//! after two probe timeouts in a row the PTO probes go at 1,200 bytes, so that a black hole
+//! for larger ones still lets them through. Each datagram's ECN codepoint is decided with it
+//! (`ecn.zig`), for the owner to read (`Connection.ecnToSend`).
 const std = @import("std");
 const assert = std.debug.assert;
 
@@ -22,6 +28,7 @@ const sent_frames = @import("sent_frames.zig");
 const varint = @import("varint.zig");
 const conn_receive = @import("conn_receive.zig");
 const conn_cids = @import("conn_cids.zig");
+const pmtu = @import("pmtu.zig");
 
 /// Packet numbers always go in 4 bytes: the header protection sample then never needs
 /// padding, and the peer never misreads a number however far behind its ACKs are.
@@ -53,6 +60,8 @@ const Builder = struct {
     pending: [3]Pending = undefined,
     count: usize = 0,
     closing: bool,
+    /// The datagram is a path MTU probe: PING, padded to the whole of `out`.
+    mtu_probe: bool = false,
 };
 
 pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
@@ -73,13 +82,22 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
         c.updateKeysIfDue(); // RFC 9001 6.6: may close the connection
         if (c.state == .closed) return 0;
     }
-    var limit = @min(out.len, c.config.max_datagram_bytes, c.peer_max_udp_payload);
+    var limit = @min(out.len, c.pmtu.size, c.peer_max_udp_payload);
+    // Two probe timeouts in a row: the probes go at the size every path carries.
+    if (c.probe != null and c.recovery.pto_count >= 2) limit = @min(limit, pmtu.base);
     if (!c.address_validated) limit = @min(limit, amplificationAllowance(c));
     if (c.path_check) |k| limit = @intCast(@min(limit, k.allowance()));
     var b: Builder = .{ .out = out[0..limit], .now_us = now_us, .closing = c.state == .closing };
+    const probe_size = mtuProbeSize(c, out.len, now_us);
+    if (probe_size) |size| {
+        b.out = out[0..size];
+        b.mtu_probe = true;
+    }
     for ([_]Space{ .initial, .handshake, .application }) |space| buildPacket(c, &b, space);
     if (b.count == 0) return 0;
     finalize(c, &b);
+    if (probe_size) |size| c.pmtu.onProbeSent(size);
+    markEcn(c, &b);
     c.bytes_sent +|= b.pos;
     if (c.path_check) |k| k.sent +|= b.pos;
     if (b.closing) {
@@ -88,6 +106,32 @@ pub fn send(c: *Connection, out: []u8, now_us: u64) usize {
     }
     if (!c.address_validated) c.recovery.setAmplificationLimited(amplificationAllowance(c) < c.config.max_datagram_bytes);
     return b.pos;
+}
+
+/// The size of the path MTU probe to send now, if one is due (`pmtu.zig`): only on a
+/// confirmed connection on a validated path, with no PTO probe owed, and when the window and
+/// the pacer let it go (a probe is in flight like any packet; its loss alone is no congestion
+/// signal, `recovery.zig`).
+fn mtuProbeSize(c: *Connection, room: usize, now_us: u64) ?u16 {
+    if (c.state != .established or !c.recovery.handshake_confirmed) return null;
+    if (c.one_rtt == null) return null;
+    if (c.path_check != null or c.probe != null or !c.address_validated) return null;
+    const size = c.pmtu.nextProbe(now_us, room) orelse return null;
+    if (!c.recovery.canSend(size, true)) return null;
+    if (c.recovery.nextSendTimeUs(size, now_us) > now_us) return null;
+    return size;
+}
+
+/// The datagram's ECN codepoint: a 1-RTT packet once the handshake is confirmed takes the
+/// validation's (`ecn.zig`); anything earlier goes unmarked.
+fn markEcn(c: *Connection, b: *const Builder) void {
+    const confirmed = c.recovery.handshake_confirmed and c.initial_keys == null and
+        c.handshake_keys == null;
+    for (b.pending[0..b.count]) |p| if (p.space == .application and confirmed) {
+        c.ecn.onSent(p.pn, c.ecn.mark());
+        return;
+    };
+    c.ecn.last_mark = 0;
 }
 
 /// Whether nothing can be sent until more comes from the peer: the anti-amplification budget
@@ -140,6 +184,11 @@ fn buildPacket(c: *Connection, b: *Builder, space: Space) void {
     var w: varint.Writer = .{ .buf = b.out[frames_start .. b.out.len - tag_len] };
     if (b.closing) {
         writeClose(c, space, &w);
+    } else if (b.mtu_probe) {
+        if (space != .application) return;
+        frames.write(&w, .ping) catch unreachable; // the packet has `packet_room_min` bytes
+        p.ack_eliciting = true;
+        p.in_flight = true;
     } else {
         // An ack-eliciting Initial needs a 1200-byte datagram (RFC 9000 14.1): when the
         // anti-amplification budget is smaller, the Initial carries only its ACK.
@@ -198,7 +247,7 @@ fn writeFrames(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, now
 
 /// Room in the congestion window (or a probe owed) and the pacer's leave.
 fn mayElicit(c: *Connection, now_us: u64) bool {
-    const mtu = c.config.max_datagram_bytes;
+    const mtu = c.pmtu.size;
     if (!c.recovery.canSend(mtu, true)) return false;
     const at_us = c.recovery.nextSendTimeUs(mtu, now_us);
     if (at_us > now_us) {
@@ -224,7 +273,15 @@ fn writeAckFrame(c: *Connection, space: Space, w: *varint.Writer, p: *Pending, n
     if (a.ranges.len == 0) return;
     var ranges: [ack_ranges_written_max]frames.AckRange = undefined;
     for (a.ranges, 0..) |r, i| ranges[i] = .{ .smallest = r.smallest, .largest = r.largest };
-    frames.writeAck(w, ranges[0..a.ranges.len], a.delay_us, c.config.ack_delay_exponent, null) catch return;
+    // ECN counts once any marked packet came in this space (RFC 9000 13.4.1: ACK_ECN).
+    // (a count past the varint maximum would take 2^62 packets: capped all the same)
+    const counts: ?frames.Ecn = if (c.recovery.ecnCounts(space)) |e| .{
+        .ect0 = @min(e[0], varint.max),
+        .ect1 = @min(e[1], varint.max),
+        .ce = @min(e[2], varint.max),
+    } else null;
+    const exponent = c.config.ack_delay_exponent;
+    frames.writeAck(w, ranges[0..a.ranges.len], a.delay_us, exponent, counts) catch return;
     c.recovery.onAckSent(space);
     p.ack_largest = a.ranges[0].largest;
 }
@@ -351,8 +408,12 @@ fn finalize(c: *Connection, b: *Builder) void {
     for (b.pending[0..b.count]) |p| if ((p.space == .initial and p.ack_eliciting) or p.path_frame) {
         needs_pad = true;
     };
-    if (needs_pad and b.pos < initial_datagram_min) {
-        const extra = @min(initial_datagram_min - b.pos, b.out.len - b.pos);
+    // A probe fills its whole size; others are padded as far as 1200 when they must be.
+    const pad_to: usize = if (b.mtu_probe)
+        b.out.len
+    else if (needs_pad) initial_datagram_min else 0;
+    if (b.pos < pad_to) {
+        const extra = @min(pad_to - b.pos, b.out.len - b.pos);
         const last = &b.pending[b.count - 1];
         // The tag moves down: the padding goes where it was.
         @memset(b.out[last.end..][0..extra], 0);

@@ -27,8 +27,9 @@
 //!     Conn.open(ctx: Conn.Context, accept: *const Accept) ?*Conn
 //!                                          a new server connection, still handshaking; null when it
 //!                                          cannot be made (memory): the Initial is dropped
-//!     conn.receive(datagram: []const u8, path: *const Path, now_us: u64) void
-//!                                          a datagram whose first packet names one of its IDs
+//!     conn.receive(datagram: []const u8, path: *const Path, ecn: u2, now_us: u64) void
+//!                                          a datagram whose first packet names one of its IDs,
+//!                                          with its IP header's ECN bits
 //!     conn.endpoint_link: Link             a field the endpoint owns: the connection's IDs here
 //!
 //! and of its owner (the server): `handshakeConfirmed(conn)` when the handshake is confirmed,
@@ -266,18 +267,19 @@ pub fn Endpoint(comptime Conn: type) type {
             return self.csprng.random();
         }
 
-        /// Takes one datagram from `peer` to `local`; answers go to `out`.
-        pub fn onDatagram(self: *Self, datagram: []const u8, peer: Peer, local: Peer, now_us: u64, out: *OutQueue) Outcome {
+        /// Takes one datagram from `peer` to `local`, `ecn` the ECN bits of its IP header
+        /// (`udp.Received.ecn`, for the connection's counts); answers go to `out`.
+        pub fn onDatagram(self: *Self, datagram: []const u8, peer: Peer, local: Peer, ecn: u2, now_us: u64, out: *OutQueue) Outcome {
             const path: Path = .{ .peer = peer, .local = local };
             const h = packet.parse(datagram, cid_len) catch return .dropped_malformed;
             if (self.table.get(h.dcid)) |conn| {
-                conn.receive(datagram, &path, now_us);
+                conn.receive(datagram, &path, ecn, now_us);
                 return .routed;
             }
             return switch (h.kind) {
                 .one_rtt => self.answerReset(datagram, &h, &path, now_us, out),
                 .unsupported_version => self.answerVersion(datagram, &h, &path, out),
-                .initial => self.onInitial(datagram, &h, &path, now_us, out),
+                .initial => self.onInitial(datagram, &h, &path, ecn, now_us, out),
                 .zero_rtt, .handshake, .retry, .version_negotiation => .dropped_unknown,
             };
         }
@@ -363,7 +365,7 @@ pub fn Endpoint(comptime Conn: type) type {
             return .refused;
         }
 
-        fn onInitial(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, now_us: u64, out: *OutQueue) Outcome {
+        fn onInitial(self: *Self, datagram: []const u8, h: *const packet.Header, path: *const Path, ecn: u2, now_us: u64, out: *OutQueue) Outcome {
             if (!packet.initialDatagramLongEnough(datagram.len)) return .dropped_initial_too_short;
             if (h.dcid.len < client_dcid_len_min) return .dropped_initial_too_short;
             if (self.refusing) {
@@ -394,7 +396,7 @@ pub fn Endpoint(comptime Conn: type) type {
             }
             if (!validated and self.wantsRetry()) return self.answerRetry(h, path, now_us, out);
             if (self.handshakes >= self.config.handshakes_max) return .dropped_handshakes_max;
-            return self.accept(datagram, h, path, now_us, original_dcid, validated, after_retry);
+            return self.accept(datagram, h, path, ecn, now_us, original_dcid, validated, after_retry);
         }
 
         fn wantsRetry(self: *const Self) bool {
@@ -431,6 +433,7 @@ pub fn Endpoint(comptime Conn: type) type {
             datagram: []const u8,
             h: *const packet.Header,
             path: *const Path,
+            ecn: u2,
             now_us: u64,
             original_dcid: Cid,
             validated: bool,
@@ -463,7 +466,7 @@ pub fn Endpoint(comptime Conn: type) type {
             conn.endpoint_link.cids_len = 1;
             self.connections += 1;
             self.handshakes += 1;
-            conn.receive(datagram, path, now_us);
+            conn.receive(datagram, path, ecn, now_us);
             return .accepted;
         }
 

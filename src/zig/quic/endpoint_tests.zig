@@ -35,7 +35,8 @@ const Fake = struct {
         return c;
     }
 
-    pub fn receive(self: *Fake, datagram: []const u8, path: *const endpoint.Path, now_us: u64) void {
+    pub fn receive(self: *Fake, datagram: []const u8, path: *const endpoint.Path, ecn: u2, now_us: u64) void {
+        _ = ecn;
         _ = path;
         _ = now_us;
         self.received += 1;
@@ -120,7 +121,7 @@ test "endpoint: an Initial makes a connection; its IDs route everything after to
     defer f.deinit();
     var buf: [1500]u8 = undefined;
     const d = initial(&buf, "client-dcid-1", "cs", "", 1200);
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d, peer4(9, 5000), local, 10, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d, peer4(9, 5000), local, 0, 10, &f.out));
     try testing.expectEqual(@as(usize, 1), f.pool.made);
     const c = &f.pool.conns[0];
     try testing.expectEqual(@as(usize, 1), c.received);
@@ -131,18 +132,18 @@ test "endpoint: an Initial makes a connection; its IDs route everything after to
     try testing.expect(c.accept.retry_scid == null and !c.accept.address_validated);
     try testing.expectEqualSlices(u8, &f.ep.resetToken(c.accept.scid.slice()), &c.accept.reset_token);
     // The client resends its Initial (same DCID), from another port even: the same connection.
-    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d, peer4(9, 5001), local, 20, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d, peer4(9, 5001), local, 0, 20, &f.out));
     // Short and long headers to our ID.
-    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 50), peer4(9, 5000), local, 30, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 50), peer4(9, 5000), local, 0, 30, &f.out));
     var hs: [64]u8 = undefined;
     const built = try packet.writeLongHeader(&hs, .{ .long_type = .handshake, .dcid = c.accept.scid.slice(), .scid = "cs", .pn = 1, .pn_len = 1 }, 20, 16);
     const hs_len = built.header_len + 20 + 16;
-    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 0, 40, &f.out));
     try testing.expectEqual(@as(usize, 4), c.received);
     try testing.expectEqual(@as(usize, 1), f.pool.made);
     // 0-RTT and Handshake for IDs we do not know: dropped, nothing made or answered.
     hs[6] ^= 0xff;
-    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 50, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(hs[0..hs_len], peer4(9, 5000), local, 0, 50, &f.out));
     try testing.expectEqual(@as(?[]const u8, null), f.take());
     try testing.expectEqual(@as(u32, 1), f.ep.connections);
     try testing.expectEqual(@as(u32, 1), f.ep.handshakes);
@@ -153,7 +154,7 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
     try f.init(.never);
     defer f.deinit();
     var buf: [1500]u8 = undefined;
-    _ = f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 10, &f.out);
+    _ = f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 0, 10, &f.out);
     const c = &f.pool.conns[0];
     var ids: [endpoint.cids_per_connection_max]endpoint.Cid = undefined;
     ids[0] = c.accept.scid;
@@ -164,14 +165,14 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
         ids[i] = issued.cid;
     }
     try testing.expectEqual(@as(?E.Issued, null), f.ep.issueCid(c));
-    for (&ids) |*id| try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, id.slice(), 40), peer4(9, 5000), local, 20, &f.out));
+    for (&ids) |*id| try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, id.slice(), 40), peer4(9, 5000), local, 0, 20, &f.out));
     try testing.expect(f.ep.retireCid(c, ids[1].slice()));
     try testing.expect(!f.ep.retireCid(c, ids[1].slice()));
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[1].slice(), 40), peer4(9, 5000), local, 20, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[1].slice(), 40), peer4(9, 5000), local, 0, 20, &f.out));
     // Confirmed: the client's first DCID no longer routes; the handshake no longer counts.
     f.ep.handshakeConfirmed(c);
     try testing.expectEqual(@as(u32, 0), f.ep.handshakes);
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 30, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "client-dcid-2", "", "", 1300), peer4(9, 5000), local, 0, 30, &f.out));
     try testing.expectEqual(@as(usize, 2), f.pool.made);
     f.ep.remove(c);
     f.ep.remove(&f.pool.conns[1]);
@@ -179,7 +180,7 @@ test "endpoint: further IDs, retired IDs, a confirmed handshake, a removed conne
     try testing.expectEqual(@as(u32, 0), f.ep.handshakes);
     try testing.expectEqual(@as(usize, 0), f.ep.table.used);
     // Gone: its first ID now earns a reset like any unknown one.
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 21, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, ids[0].slice(), 40), peer4(9, 5000), local, 0, 21, &f.out));
 }
 
 test "endpoint: every spare ID, replacements too, is steered to its worker among 4 and routed" {
@@ -188,7 +189,7 @@ test "endpoint: every spare ID, replacements too, is steered to its worker among
     defer f.deinit();
     var buf: [1500]u8 = undefined;
     const first = initial(&buf, "client-dcid-3", "cs", "", 1200);
-    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 10, &f.out);
+    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 0, 10, &f.out);
     const c = &f.pool.conns[0];
     f.ep.handshakeConfirmed(c);
     var current = c.accept.scid;
@@ -200,7 +201,7 @@ test "endpoint: every spare ID, replacements too, is steered to its worker among
         try testing.expectEqual(@as(u32, worker), udp_steering.workerOf(d, 4));
         const before = c.received;
         const port: u16 = @intCast(6000 + i);
-        const outcome = f.ep.onDatagram(d, peer4(9, port), local, 20, &f.out);
+        const outcome = f.ep.onDatagram(d, peer4(9, port), local, 0, 20, &f.out);
         try testing.expectEqual(endpoint.Outcome.routed, outcome);
         try testing.expectEqual(before + 1, c.received);
         try testing.expect(f.ep.retireCid(c, current.slice()));
@@ -255,7 +256,7 @@ test "endpoint: syncCids issues up to the peer's limit, replaces retired IDs, al
     defer f.deinit();
     var buf: [1500]u8 = undefined;
     const first = initial(&buf, "client-dcid-4", "cs", "", 1200);
-    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 10, &f.out);
+    _ = f.ep.onDatagram(first, peer4(9, 5000), local, 0, 10, &f.out);
     const c = &f.pool.conns[0];
     f.ep.handshakeConfirmed(c);
     for ([_]usize{ 2, 3, 4 }) |limit| {
@@ -292,7 +293,7 @@ test "endpoint: Version Negotiation for an unknown version, never for a short da
     var buf = [_]u8{0} ** 1200;
     const hdr = [_]u8{ 0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8, 1, 2, 3, 4, 5, 6, 7, 8, 3, 's', 'r', 'c' };
     @memcpy(buf[0..hdr.len], &hdr);
-    try testing.expectEqual(endpoint.Outcome.version_negotiation, f.ep.onDatagram(&buf, peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.version_negotiation, f.ep.onDatagram(&buf, peer4(9, 7), local, 0, 1, &f.out));
     const a = f.out.peek().?;
     try testing.expectEqual(peer4(9, 7).port, a.path.peer.port);
     try testing.expectEqualSlices(u8, local.addr[0..4], a.path.local.addr[0..4]);
@@ -305,14 +306,14 @@ test "endpoint: Version Negotiation for an unknown version, never for a short da
     try testing.expectEqual(@as(?u32, packet.version_1), it.next());
     try testing.expectEqual(@as(u32, 0x0a0a0a0a), it.next().? & 0x0f0f0f0f);
     try testing.expectEqual(@as(?u32, null), it.next());
-    try testing.expectEqual(endpoint.Outcome.dropped_version, f.ep.onDatagram(buf[0..1199], peer4(9, 7), local, 1, &f.out));
-    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(vn, peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_version, f.ep.onDatagram(buf[0..1199], peer4(9, 7), local, 0, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_unknown, f.ep.onDatagram(vn, peer4(9, 7), local, 0, 1, &f.out));
     try testing.expectEqual(@as(?[]const u8, null), f.take());
     try testing.expectEqual(@as(usize, 0), f.pool.made);
     // Garbage: a long header cut short, a fixed bit of 0.
-    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(buf[0..4], peer4(9, 7), local, 1, &f.out));
-    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{ 0x01, 2, 3 }, peer4(9, 7), local, 1, &f.out));
-    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{}, peer4(9, 7), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(buf[0..4], peer4(9, 7), local, 0, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{ 0x01, 2, 3 }, peer4(9, 7), local, 0, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(&.{}, peer4(9, 7), local, 0, 1, &f.out));
 }
 
 test "endpoint: Initials too short, or with a DCID under 8 bytes, are dropped" {
@@ -320,18 +321,18 @@ test "endpoint: Initials too short, or with a DCID under 8 bytes, are dropped" {
     try f.init(.never);
     defer f.deinit();
     var buf: [1500]u8 = undefined;
-    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1199), peer4(9, 1), local, 1, &f.out));
-    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "7bytes!", "", "", 1200), peer4(9, 1), local, 1, &f.out));
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "8bytes!!", "", "", 1200), peer4(9, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1199), peer4(9, 1), local, 0, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "7bytes!", "", "", 1200), peer4(9, 1), local, 0, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, "8bytes!!", "", "", 1200), peer4(9, 1), local, 0, 1, &f.out));
     f.pool.refuse = true;
-    try testing.expectEqual(endpoint.Outcome.dropped_open_failed, f.ep.onDatagram(initial(&buf, "8bytes!?", "", "", 1200), peer4(9, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_open_failed, f.ep.onDatagram(initial(&buf, "8bytes!?", "", "", 1200), peer4(9, 1), local, 0, 1, &f.out));
     try testing.expectEqual(@as(u32, 1), f.ep.connections);
     try testing.expectEqual(@as(usize, 2), f.ep.table.used);
 }
 
 /// Sends an Initial that earns a Retry; returns the token and the Retry's source ID.
 fn getRetry(f: *Fixture, buf: []u8, odcid: []const u8, from: Peer, now_us: u64, token: *[retry_token.len]u8) !endpoint.Cid {
-    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(buf, odcid, "client-scid", "", 1200), from, local, now_us, &f.out));
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(buf, odcid, "client-scid", "", 1200), from, local, 0, now_us, &f.out));
     const r = f.take().?;
     try testing.expect(packet.retryTagValid(odcid, r));
     const h = try packet.parse(r, 0);
@@ -353,7 +354,7 @@ test "endpoint: Retry always, and the token's round trip gives the original DCID
     const client = peer4(20, 6000);
     const rscid = try getRetry(&f, &buf, "first-dcid", client, 1000, &tok);
     try testing.expectEqual(@as(usize, 0), f.pool.made); // a Retry keeps nothing
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 0, 2000, &f.out));
     const c = &f.pool.conns[0];
     try testing.expect(c.accept.address_validated);
     try testing.expectEqualStrings("first-dcid", c.accept.original_dcid.slice());
@@ -371,23 +372,23 @@ test "endpoint: a token from another address, expired, tampered or for another I
     const client = peer4(20, 6000);
     const rscid = try getRetry(&f, &buf, "first-dcid", client, 1000, &tok);
     const refused = endpoint.Outcome.dropped_invalid_token;
-    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(21, 6000), local, 2000, &f.out));
-    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(20, 6001), local, 2000, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(21, 6000), local, 0, 2000, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), peer4(20, 6001), local, 0, 2000, &f.out));
     const late = 1000 + retry_token.lifetime_us_default + 1;
-    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, late, &f.out));
-    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, "another-dcid", "cs", &tok, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, 0, late, &f.out));
+    try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, "another-dcid", "cs", &tok, 1200), client, local, 0, 2000, &f.out));
     for (1..tok.len) |i| {
         var bad = tok;
         bad[i] ^= 0x80;
-        try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &bad, 1200), client, local, 2000, &f.out));
+        try testing.expectEqual(refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &bad, 1200), client, local, 0, 2000, &f.out));
     }
     // A token that is not ours (another marker) counts as none: a fresh Retry.
     var other = tok;
     other[0] ^= 1;
-    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &other, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &other, 1200), client, local, 0, 2000, &f.out));
     try testing.expectEqual(@as(usize, 0), f.pool.made);
     // The right one, at the edge of its lifetime.
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, late - 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, rscid.slice(), "cs", &tok, 1200), client, local, 0, late - 1, &f.out));
 }
 
 test "endpoint: a NEW_TOKEN token validates a returning client without a Retry; a bad one is none" {
@@ -402,21 +403,21 @@ test "endpoint: a NEW_TOKEN token validates a returning client without a Retry; 
     const retry = endpoint.Outcome.retry;
     const other = peer4(31, 7000);
     var d = initial(&buf, "next-dcid", "cs", &tok, 1200);
-    try testing.expectEqual(retry, f.ep.onDatagram(d, other, local, 2000, &f.out));
+    try testing.expectEqual(retry, f.ep.onDatagram(d, other, local, 0, 2000, &f.out));
     var bad = tok;
     bad[new_token.len - 1] ^= 1;
     d = initial(&buf, "next-dcid", "cs", &bad, 1200);
-    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 2000, &f.out));
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 0, 2000, &f.out));
     const late = 1000 + new_token.lifetime_us_default + 1;
     d = initial(&buf, "next-dcid", "cs", &tok, 1200);
-    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, late, &f.out));
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 0, late, &f.out));
     try testing.expectEqual(@as(usize, 0), f.pool.made);
     try testing.expectEqual(@as(u64, 0), f.ep.tokens_accepted);
     // From its address (another port: the next connection's), within its lifetime: accepted
     // at once, validated, no Retry in its transport parameters.
     d = initial(&buf, "next-dcid", "cs", &tok, 1200);
     const accepted = endpoint.Outcome.accepted;
-    try testing.expectEqual(accepted, f.ep.onDatagram(d, peer4(30, 7001), local, late - 1, &f.out));
+    try testing.expectEqual(accepted, f.ep.onDatagram(d, peer4(30, 7001), local, 0, late - 1, &f.out));
     const c = &f.pool.conns[0];
     try testing.expect(c.accept.address_validated and c.accept.retry_scid == null);
     try testing.expectEqualStrings("next-dcid", c.accept.original_dcid.slice());
@@ -425,7 +426,7 @@ test "endpoint: a NEW_TOKEN token validates a returning client without a Retry; 
     f.ep.config.new_token_lifetime_us = 0;
     try testing.expect(!f.ep.newToken(&client, 1000, &tok));
     d = initial(&buf, "third-dcid", "cs", &tok, 1200);
-    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 2000, &f.out));
+    try testing.expectEqual(retry, f.ep.onDatagram(d, client, local, 0, 2000, &f.out));
 }
 
 test "endpoint: Retry auto starts once enough handshakes are in progress" {
@@ -436,12 +437,12 @@ test "endpoint: Retry auto starts once enough handshakes are in progress" {
     var dcid = "client-dcid-0".*;
     for (0..2) |i| {
         dcid[12] = @intCast('0' + i);
-        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 0, 1, &f.out));
     }
     dcid[12] = 'x';
-    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 0, 1, &f.out));
     f.ep.handshakeConfirmed(&f.pool.conns[0]);
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(30, 1), local, 0, 1, &f.out));
 }
 
 test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its connections still route" {
@@ -451,19 +452,19 @@ test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its co
     var buf: [1500]u8 = undefined;
     // A connection made before the drain (with a Retry token: .always).
     const d0 = initial(&buf, "client-dcid-0", "c0", "", 1200);
-    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(d0, peer4(9, 5000), local, 10, &f.out));
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(d0, peer4(9, 5000), local, 0, 10, &f.out));
     _ = f.take().?;
     f.ep.config.retry = .never;
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d0, peer4(9, 5000), local, 10, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(d0, peer4(9, 5000), local, 0, 10, &f.out));
     const c = &f.pool.conns[0];
     f.ep.refuseNew(null);
     // Its datagrams still reach it.
-    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d0, peer4(9, 5000), local, 20, &f.out));
-    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 60), peer4(9, 5000), local, 20, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(d0, peer4(9, 5000), local, 0, 20, &f.out));
+    try testing.expectEqual(endpoint.Outcome.routed, f.ep.onDatagram(shortHeader(&buf, c.accept.scid.slice(), 60), peer4(9, 5000), local, 0, 20, &f.out));
     try testing.expectEqual(@as(usize, 3), c.received);
     // A new client: refused, nothing made.
     const d1 = initial(&buf, "client-dcid-1", "new-client", "", 1200);
-    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(d1, peer4(10, 6000), local, 30, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(d1, peer4(10, 6000), local, 0, 30, &f.out));
     try testing.expectEqual(@as(usize, 1), f.pool.made);
     try testing.expectEqual(@as(u32, 1), f.ep.connections);
     const a = f.out.peek().?;
@@ -487,12 +488,12 @@ test "endpoint: draining, a new client's Initial gets CONNECTION_REFUSED; its co
     try testing.expect(!fr.connection_close.application);
     try testing.expect((try it.next()) == null);
     // Too short an Initial is still dropped unanswered; a Retry token changes nothing.
-    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid-2", "x", "", 1100), peer4(10, 6001), local, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_initial_too_short, f.ep.onDatagram(initial(&buf, "client-dcid-2", "x", "", 1100), peer4(10, 6001), local, 0, 40, &f.out));
     // The refusals share the resets' rate bound (3 per interval in this config).
-    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-3", "x", "", 1200), peer4(10, 6002), local, 40, &f.out));
-    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-4", "x", "", 1200), peer4(10, 6003), local, 40, &f.out));
-    try testing.expectEqual(endpoint.Outcome.dropped_refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 40, &f.out));
-    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 2000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-3", "x", "", 1200), peer4(10, 6002), local, 0, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-4", "x", "", 1200), peer4(10, 6003), local, 0, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 0, 40, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, "client-dcid-5", "x", "", 1200), peer4(10, 6004), local, 0, 2000, &f.out));
     try testing.expectEqual(@as(usize, 1), f.pool.made);
 }
 
@@ -508,7 +509,7 @@ test "endpoint: a worker retiring beside others sends a new client to the next b
     f.ep.refuseNew(5);
     var buf: [1500]u8 = undefined;
     const client = peer4(30, 7000);
-    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "first-dcid", "client-scid", "", 1200), client, local, 1000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "first-dcid", "client-scid", "", 1200), client, local, 0, 1000, &f.out));
     const r = f.take().?;
     try testing.expect(packet.retryTagValid("first-dcid", r));
     const h = try packet.parse(r, 0);
@@ -518,11 +519,11 @@ test "endpoint: a worker retiring beside others sends a new client to the next b
     const rscid = endpoint.Cid.from(h.scid);
     try testing.expectEqual(@as(usize, 0), f.pool.made);
     // The next worker honours the token: a validated connection, original DCID kept.
-    try testing.expectEqual(endpoint.Outcome.accepted, g.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &g.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, g.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 0, 2000, &g.out));
     try testing.expect(g.pool.conns[0].accept.address_validated);
     try testing.expectEqualStrings("first-dcid", g.pool.conns[0].accept.original_dcid.slice());
     // Back at the retiring worker with a token (one Retry only): refused, not retried again.
-    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 2000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.refused, f.ep.onDatagram(initial(&buf, rscid.slice(), "client-scid", &tok, 1200), client, local, 0, 2000, &f.out));
     try testing.expectEqual(@as(usize, 0), f.pool.made);
 }
 
@@ -532,25 +533,25 @@ test "endpoint: stateless resets for unknown short headers; never tiny, foreign 
     defer f.deinit();
     var buf: [1500]u8 = undefined;
     var id = [_]u8{ worker, 1, 2, 3, 4, 5, 6, 7 };
-    try testing.expectEqual(endpoint.Outcome.dropped_too_short_to_reset, f.ep.onDatagram(shortHeader(&buf, &id, 21), peer4(9, 1), local, 0, &f.out));
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 22), peer4(9, 1), local, 0, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_too_short_to_reset, f.ep.onDatagram(shortHeader(&buf, &id, 21), peer4(9, 1), local, 0, 0, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 22), peer4(9, 1), local, 0, 0, &f.out));
     const tok = stateless_reset.token(&config(.never).reset_key, &id);
     const r1 = f.take().?;
     try testing.expectEqual(@as(usize, 21), r1.len);
     try testing.expect(stateless_reset.matches(r1, &tok));
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 1200), peer4(9, 1), local, 0, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 1200), peer4(9, 1), local, 0, 0, &f.out));
     const r2 = f.take().?;
     try testing.expect(r2.len < 1200 and r2.len <= stateless_reset.len_max);
     try testing.expect(stateless_reset.matches(r2, &tok));
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 999, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 0, 999, &f.out));
     // Three in the interval, then none until it ends.
-    try testing.expectEqual(endpoint.Outcome.dropped_reset_rate, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 999, &f.out));
-    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 1000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_reset_rate, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 0, 999, &f.out));
+    try testing.expectEqual(endpoint.Outcome.stateless_reset, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 0, 1000, &f.out));
     // Another worker's ID: steering went wrong; that worker may hold the connection.
     id[udp_steering.cid_worker_offset] = worker + 1;
-    try testing.expectEqual(endpoint.Outcome.dropped_other_worker, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 5000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_other_worker, f.ep.onDatagram(shortHeader(&buf, &id, 100), peer4(9, 1), local, 0, 5000, &f.out));
     // A short header too short for our ID is not ours at all.
-    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(shortHeader(&buf, id[0..7], 8), peer4(9, 1), local, 5000, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_malformed, f.ep.onDatagram(shortHeader(&buf, id[0..7], 8), peer4(9, 1), local, 0, 5000, &f.out));
 }
 
 test "endpoint: a full queue drops answers, never more than it holds" {
@@ -559,9 +560,9 @@ test "endpoint: a full queue drops answers, never more than it holds" {
     defer f.deinit();
     var buf: [1500]u8 = undefined;
     for (0..endpoint.queue_len_max) |_| {
-        try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, &f.out));
+        try testing.expectEqual(endpoint.Outcome.retry, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, 0, &f.out));
     }
-    try testing.expectEqual(endpoint.Outcome.dropped_queue_full, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_queue_full, f.ep.onDatagram(initial(&buf, "client-dcid", "", "", 1200), peer4(9, 1), local, 0, 0, &f.out));
     var n: usize = 0;
     while (f.take()) |_| n += 1;
     try testing.expectEqual(@as(usize, endpoint.queue_len_max), n);
@@ -584,7 +585,7 @@ test "endpoint: 100,000 forged Initials from random addresses make at most the b
             var dcid: [16]u8 = undefined;
             r.bytes(&dcid);
             const from = peer4(r.int(u8), r.int(u16));
-            const o = ep.onDatagram(initial(&buf, &dcid, "", "", 1200), from, local, i, &out);
+            const o = ep.onDatagram(initial(&buf, &dcid, "", "", 1200), from, local, 0, i, &out);
             counts.getPtr(o).* += 1;
             while (out.peek()) |_| out.pop();
         }
@@ -606,16 +607,16 @@ test "endpoint: connections_max bounds the connections whatever their state" {
     var dcid = "client-dcid-00".*;
     for (0..8) |i| {
         dcid[13] = @intCast('a' + i);
-        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+        try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 0, 1, &f.out));
         f.ep.handshakeConfirmed(&f.pool.conns[i]);
     }
     dcid[13] = 'z';
-    try testing.expectEqual(endpoint.Outcome.dropped_connections_max, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.dropped_connections_max, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 0, 1, &f.out));
     // Every connection at its most IDs: the table's room was kept for them.
     for (f.pool.conns[0..8]) |*c| while (f.ep.issueCid(c)) |_| {};
     try testing.expectEqual(@as(usize, 8 * endpoint.cids_per_connection_max), f.ep.table.used);
     f.ep.remove(&f.pool.conns[3]);
-    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 1, &f.out));
+    try testing.expectEqual(endpoint.Outcome.accepted, f.ep.onDatagram(initial(&buf, &dcid, "", "", 1200), peer4(1, 1), local, 0, 1, &f.out));
 }
 
 test "endpoint: hostile datagrams (random, and valid ones mutated) never break its bounds" {
@@ -645,7 +646,7 @@ test "endpoint: hostile datagrams (random, and valid ones mutated) never break i
             r.bytes(buf[0..n]);
             break :blk n;
         };
-        _ = f.ep.onDatagram(buf[0..len], peer4(r.int(u8), r.int(u16)), local, i * 10, &f.out);
+        _ = f.ep.onDatagram(buf[0..len], peer4(r.int(u8), r.int(u16)), local, 0, i * 10, &f.out);
         try testing.expect(f.ep.connections <= config(.auto).connections_max);
         try testing.expect(f.ep.handshakes <= config(.auto).handshakes_max);
         try testing.expect(f.out.len <= endpoint.queue_len_max);

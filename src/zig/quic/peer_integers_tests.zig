@@ -298,7 +298,7 @@ test "peer integers: quic CIDs of 255 bytes (unknown version) and of 21 (v1)" {
     buf[6 + 255] = 255;
     @memset(buf[7 + 255 ..][0..255], 's');
     const peer = et.peer4(9, 7);
-    const vn_outcome = f.ep.onDatagram(&buf, peer, et.local, 1, &f.out);
+    const vn_outcome = f.ep.onDatagram(&buf, peer, et.local, 0, 1, &f.out);
     try testing.expectEqual(endpoint.Outcome.version_negotiation, vn_outcome);
     const vn = f.take().?;
     try testing.expectEqual(@as(usize, endpoint.answer_len_max), vn.len);
@@ -309,7 +309,7 @@ test "peer integers: quic CIDs of 255 bytes (unknown version) and of 21 (v1)" {
     for ([_]u8{ 21, 255 }) |n| {
         buf[1..5].* = .{ 0, 0, 0, 1 };
         buf[5] = n;
-        const outcome = f.ep.onDatagram(&buf, peer, et.local, 1, &f.out);
+        const outcome = f.ep.onDatagram(&buf, peer, et.local, 0, 1, &f.out);
         try testing.expectEqual(endpoint.Outcome.dropped_malformed, outcome);
     }
     try testing.expectEqual(@as(?[]const u8, null), f.take());

@@ -474,14 +474,18 @@ pub const Recovery = struct {
                 continue;
             }
             if (previous_pn != null and previous_pn.? + 1 != p.pn) lost.persistent = run.close(persistent_us) or lost.persistent;
-            if (p.ack_eliciting and self.rtt.has_sample and p.time_sent_us > self.rtt.first_sample_us) {
+            // A packet larger than the size in use is a path MTU probe, or went before a black
+            // hole brought the size down: its loss tells the size was too large, not that the
+            // path is congested (RFC 9000 14.4). Its bytes leave the flight, nothing more.
+            const oversize = p.bytes > self.cc.max_datagram_bytes;
+            if (p.ack_eliciting and !oversize and self.rtt.has_sample and p.time_sent_us > self.rtt.first_sample_us) {
                 if (run.start_us == null) run.start_us = p.time_sent_us;
                 run.end_us = p.time_sent_us;
             }
             lost.count += 1;
             if (p.in_flight) {
                 lost.in_flight_bytes += p.bytes;
-                lost.largest_time_sent_us = p.time_sent_us;
+                if (!oversize) lost.largest_time_sent_us = p.time_sent_us;
             }
             self.forget(sp, p);
             sink.onLost(space, p);
@@ -659,6 +663,24 @@ pub const Recovery = struct {
         if (space == .application) return self.application_acks.onPacketReceived(pn, ack_eliciting, now_us);
         const a = self.earlyAcksMut(space) orelse return;
         return a.onPacketReceived(pn, ack_eliciting, now_us);
+    }
+
+    /// The ECN bits of the datagram that carried a packet just recorded in `space`.
+    pub fn countEcn(self: *Recovery, space: Space, bits: u2) void {
+        if (space == .application) return self.application_acks.countEcn(bits);
+        const a = self.earlyAcksMut(space) orelse return;
+        a.countEcn(bits);
+    }
+
+    /// The space's ECN counts (ECT(0), ECT(1), CE) for its ACK frames, null while no marked
+    /// packet came (a plain ACK frame then).
+    pub fn ecnCounts(self: *const Recovery, space: Space) ?[3]u64 {
+        if (space == .application) {
+            const a = &self.application_acks;
+            return if (a.ecnSeen()) a.ecn else null;
+        }
+        const a = self.earlyAcks(space) orelse return null;
+        return if (a.ecnSeen()) a.ecn else null;
     }
 
     pub fn ackDue(self: *const Recovery, space: Space, now_us: u64) bool {

@@ -448,8 +448,9 @@ pub const H = struct {
             const len = h.c.send(&h.out, h.now_us);
             if (len == 0) return;
             if (len > h.out.len) return fail("send returned more than the buffer");
-            if (len > @max(h.config.max_datagram_bytes, 1200))
-                return fail("a datagram past max_datagram_bytes");
+            // Path MTU probes and what they confirm stay within the search's ceiling.
+            if (len > @max(h.c.pmtu.max, h.config.max_datagram_bytes))
+                return fail("a datagram past the path MTU ceiling");
             try h.readServer(h.out[0..len]);
         }
     }
