@@ -251,7 +251,7 @@ fn onFrame(c: *Connection, space: Space, frame: frames.Frame, frame_type: u64, n
 fn onDatagram(c: *Connection, data: []const u8, frame_len: usize, frame_type: u64) Stop!void {
     const max = c.config.max_datagram_frame_size;
     if (max == 0 or frame_len > max) return fail(c, .protocol_violation, frame_type);
-    const d = c.datagramQueues() orelse return;
+    const d = @import("datagrams.zig").ensure(&c.datagrams, c.allocator) orelse return;
     const was_empty = d.in.len == 0;
     if (d.in.push(c.allocator, data) and was_empty) c.datagram_event = true;
 }

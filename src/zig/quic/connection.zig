@@ -73,6 +73,9 @@ pub const Cid = transport_params.Cid;
 const congestion = @import("congestion.zig");
 const new_token_len = @import("new_token.zig").len;
 const datagrams_mod = @import("datagrams.zig");
+comptime {
+    assert(datagrams_mod.packet_overhead >= 1 + packet.cid_len_max + 4 + protection.tag_len);
+}
 
 /// Client-initiated streams open at once, per type: the table is scanned linearly.
 pub const streams_max: u64 = 1024;
@@ -81,9 +84,6 @@ pub const close_repeats_max = 8;
 pub const reason_max_bytes = 64;
 /// "Not closed yet" for the closed event's code (codes are varints, below 2^62).
 const no_close: u64 = std.math.maxInt(u64);
-/// A 1-RTT packet's bytes beside a DATAGRAM frame: the short header (1 + a 20-byte CID +
-/// a 4-byte packet number), an ACK frame of a few ranges, and the tag.
-const datagram_packet_overhead = 1 + 20 + 4 + 40 + protection.tag_len;
 
 pub const Config = struct {
     max_idle_timeout_ms: u64 = 30_000,
@@ -746,56 +746,27 @@ pub const Connection = struct {
 
     // ---- the application's API -----------------------------------------------------------
 
-    pub const DatagramError = error{
-        /// The peer takes no DATAGRAM frames, or the connection is not established.
-        Unsupported,
-        /// Larger than the peer takes, or than a packet of the smallest size holds.
-        TooLarge,
-        /// The queue is full (or memory ran out): dropped, and counted.
-        Dropped,
-    };
-
-    /// The largest datagram `sendDatagram` takes: the peer's limit, and what a 1-RTT packet
-    /// of the smallest datagram size holds beside its header, an ACK and the tag.
+    /// RFC 9221 (`datagrams.zig`): the largest datagram `sendDatagram` takes.
     pub fn datagramMax(c: *const Connection) usize {
-        const room = c.config.max_datagram_bytes -| datagram_packet_overhead;
-        const peer = c.peer_max_datagram_frame;
-        var n: usize = 0;
-        while (n < room and frames.datagramFrameLen(n + 1) <= peer and
-            frames.datagramFrameLen(n + 1) <= room) n += 1;
-        return n;
+        const room = c.config.max_datagram_bytes -| datagrams_mod.packet_overhead;
+        return datagrams_mod.payloadMax(room, c.peer_max_datagram_frame);
     }
 
-    /// Queues an unreliable datagram for the peer (RFC 9221): sent once, never again if lost.
-    pub fn sendDatagram(c: *Connection, data: []const u8) DatagramError!void {
+    /// Queues an unreliable datagram for the peer: sent once, never again if lost.
+    pub fn sendDatagram(c: *Connection, data: []const u8) datagrams_mod.SendError!void {
         if (c.state != .established or c.peer_max_datagram_frame == 0) return error.Unsupported;
         if (data.len > c.datagramMax()) return error.TooLarge;
-        const d = c.datagramQueues() orelse return error.Dropped;
+        const d = datagrams_mod.ensure(&c.datagrams, c.allocator) orelse return error.Dropped;
         if (!d.out.push(c.allocator, data)) return error.Dropped;
     }
 
     /// The oldest datagram from the peer, valid until `popDatagram`.
     pub fn peekDatagram(c: *const Connection) ?[]const u8 {
-        const d = c.datagrams orelse return null;
-        return d.in.peek();
+        return if (c.datagrams) |d| d.in.peek() else null;
     }
 
     pub fn popDatagram(c: *Connection) void {
         c.datagrams.?.in.pop(c.allocator);
-    }
-
-    /// Datagrams dropped: from the peer (the queue was full) and to it.
-    pub fn datagramsDropped(c: *const Connection) struct { in: u64, out: u64 } {
-        const d = c.datagrams orelse return .{ .in = 0, .out = 0 };
-        return .{ .in = d.in.dropped, .out = d.out.dropped };
-    }
-
-    pub fn datagramQueues(c: *Connection) ?*datagrams_mod.Datagrams {
-        if (c.datagrams) |d| return d;
-        const d = c.allocator.create(datagrams_mod.Datagrams) catch return null;
-        d.* = .{};
-        c.datagrams = d;
-        return d;
     }
 
     /// The TLS session's summary for the ASGI tls extension, once the handshake completed.

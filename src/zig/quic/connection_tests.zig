@@ -508,7 +508,7 @@ test "connection: datagrams to the peer: its limit, the queue's bound, sent once
         sent += 1;
     } else |err| try testing.expectEqual(error.Dropped, err);
     try testing.expectEqual(@as(usize, @import("datagrams.zig").count_max), sent);
-    try testing.expectEqual(@as(u64, 1), t.c.datagramsDropped().out);
+    try testing.expectEqual(@as(u64, 1), t.c.datagrams.?.out.dropped);
 }
 
 test "connection: the peer's RESET_STREAM and STOP_SENDING reach the application" {

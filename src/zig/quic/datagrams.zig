@@ -12,6 +12,38 @@ const std = @import("std");
 const assert = std.debug.assert;
 const Allocator = std.mem.Allocator;
 
+/// A 1-RTT packet's bytes beside a DATAGRAM frame: the short header (1 + a 20-byte CID +
+/// a 4-byte packet number), an ACK frame of a few ranges, and the 16-byte tag.
+pub const packet_overhead = 1 + 20 + 4 + 40 + 16;
+
+pub const SendError = error{
+    /// The peer takes no DATAGRAM frames, or the connection is not established.
+    Unsupported,
+    /// Larger than the peer takes, or than a packet of the smallest size holds.
+    TooLarge,
+    /// The queue is full (or memory ran out): dropped, and counted.
+    Dropped,
+};
+
+/// The largest payload whose DATAGRAM frame fits both `room` (a packet's, beside its
+/// overhead) and the peer's max_datagram_frame_size.
+pub fn payloadMax(room: usize, peer_max_frame: u64) usize {
+    const frames = @import("frames.zig");
+    var n: usize = 0;
+    while (n < room and frames.datagramFrameLen(n + 1) <= peer_max_frame and
+        frames.datagramFrameLen(n + 1) <= room) n += 1;
+    return n;
+}
+
+/// The queues in `slot`, made on first use; null when memory runs out.
+pub fn ensure(slot: *?*Datagrams, a: Allocator) ?*Datagrams {
+    if (slot.*) |d| return d;
+    const d = a.create(Datagrams) catch return null;
+    d.* = .{};
+    slot.* = d;
+    return d;
+}
+
 /// Datagrams waiting at once, each way.
 pub const count_max = 64;
 /// Bytes waiting at once, each way.
