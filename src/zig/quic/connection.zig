@@ -51,6 +51,7 @@ const conn_receive = @import("conn_receive.zig");
 const conn_send = @import("conn_send.zig");
 pub const conn_cids = @import("conn_cids.zig");
 pub const path = @import("path.zig");
+pub const qlog = @import("qlog.zig");
 
 pub const Recovery = recovery_mod.Recovery;
 pub const Space = recovery_mod.Space;
@@ -215,6 +216,8 @@ pub const Connection = struct {
     pace_until_us: u64 = recovery_mod.never,
     /// Where the round-robin over streams with data to send resumes.
     rr_cursor: u32 = 0,
+    /// `--http3-qlog-dir`'s log, set and freed by the owner; null with qlog off.
+    qlog: ?*qlog.Qlog = null,
 
     /// A connection for the client's first Initial. Null when out of memory or when the TLS
     /// handshake cannot start. `config` must outlive the connection; `reset_token` is this
@@ -546,6 +549,7 @@ pub const Connection = struct {
         if (c.closed_code != no_close) return;
         c.closed_code = code;
         c.closed_app = app;
+        if (c.qlog) |q| q.closed(code, app);
     }
 
     pub fn isClosed(c: *const Connection) bool {
