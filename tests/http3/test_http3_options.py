@@ -183,6 +183,23 @@ def test_the_engine_refuses_http3_values_past_its_bounds(tls_files, udp):
         new_engine({**options, "ssl_certfile": None})
 
 
+def test_every_http3_setting_reaches_the_engine_as_given(tls_files, udp, tmp_path):
+    given = {"http3_max_streams": 9, "http3_stream_window": 20_000, "http3_connection_window": 90_000,
+             "http3_idle_timeout": 4.5, "http3_handshake_timeout": 2.0, "http3_handshakes_before_retry": 3,
+             "http3_max_handshakes": 5, "http3_max_connections": 7, "http3_congestion": "cubic",
+             "http3_qlog_dir": str(tmp_path)}
+    config = Config("tests.apps.basic:app", http3=True, **given, **tls_files)
+    from zigcorn.tls import load_openssl
+
+    load_openssl()
+    engine = _core.Engine(lambda stream: None, wake, HTTPCycle, options_for(config, udp.fileno()))
+    try:
+        reported = engine.options()
+    finally:
+        engine.close()
+    assert {name: reported[name] for name in given} == {**given, "http3_congestion": 1}
+
+
 def test_the_engine_refuses_a_socket_that_is_not_udp(tls_files):
     options = options_for(Config("tests.apps.basic:app", http3=True, **tls_files), 0)
     with socket.socket() as tcp:
