@@ -1,13 +1,13 @@
 //! qlog (`--http3-qlog-dir`): one file per QUIC connection, for qvis and other qlog tools.
 //!
-//! Format: qlog 0.3 (draft-ietf-quic-qlog-main-schema-03 with the QUIC events of
-//! draft-ietf-quic-qlog-quic-events-02), the last version qvis reads; later
-//! drafts renamed the `transport:` and `connectivity:` events to `quic:`, which qvis does not
-//! know. Serialized as JSON-SEQ (RFC 7464): each record is 0x1E, a JSON text and LF; the
-//! first record is the header (`qlog_format`, `qlog_version`, the trace's vantage point and
-//! title), then one record per event with its time in milliseconds since the connection
-//! began (`time_format: relative`). The file is named after the client's original
-//! destination connection ID in hex, `.sqlog`.
+//! Format: qlog 0.3 (draft-ietf-quic-qlog-main-schema-05 with the QUIC events of
+//! draft-ietf-quic-qlog-quic-events-05, as quiche's qlog 0.3 writes them), the last
+//! version qvis reads; later drafts renamed the `transport:` and `connectivity:` events to
+//! `quic:`, which qvis does not know. Serialized as JSON-SEQ (RFC 7464): each record is 0x1E,
+//! a JSON text and LF; the first record is the header (`qlog_format`, `qlog_version`, the
+//! trace's vantage point and title), then one record per event with its time in
+//! milliseconds since the connection began (`time_format: relative`). The file is named after
+//! the client's original destination connection ID in hex, `.sqlog`.
 //!
 //! Cost: with qlog off a connection's `qlog` is null and each event site is one test of it.
 //! With qlog on, events go into this buffer (`buffer_bytes`), written to the file when it is
