@@ -409,6 +409,7 @@ pub const Connection = struct {
         var sink: conn_receive.Sink = .{ .c = c };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();
+        if (c.qlog) |q| q.metrics(&c.recovery);
         if (outcome.probe) |space| c.onProbe(space);
     }
 
