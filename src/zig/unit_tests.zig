@@ -84,6 +84,7 @@ test {
     _ = @import("quic/sent_frames.zig");
     _ = @import("quic/crypto_stream.zig");
     _ = @import("quic/path.zig");
+    _ = @import("quic/qlog.zig");
     _ = @import("quic/connection.zig");
     _ = @import("quic/connection_tests.zig");
     _ = @import("quic/conn_cids_tests.zig");

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import asyncio
 
 from zigcorn.settings import (  # noqa: F401 (also the names other modules import from here)
-    CERT_NONE, COMPRESSION_ENCODINGS, DEFAULTS, engine_settings, HTTP3_IDLE_TIMEOUT_MS, IO_BACKEND_AUTO, LOG_LEVELS,
+    CERT_NONE, COMPRESSION_ENCODINGS, DEFAULTS, engine_settings, IO_BACKEND_AUTO, LOG_LEVELS,
     LOOP_AUTO, LOOP_CHOICES, METRICS_BUCKETS, METRICS_BUCKETS_MAX, PROTOCOL_TLS_SERVER, Setting, SETTING, SETTINGS,
     SSL_VERSIONS, WRITER_MODES, _BUSY_POLL, _engine_limit, _engine_most, _HEAD_MAX, _HEAD_MIN, _SSL_VERSION_NAMES,
     _TLS13,
@@ -249,6 +249,17 @@ class Config:
         if self.workers > most:
             raise ValueError(f"http3 serves at most {most} workers (a connection ID names its worker in one "
                              f"byte), not {self.workers}")
+        if not self.http3_handshakes_before_retry <= self.http3_max_handshakes <= self.http3_max_connections:
+            raise ValueError("http3 wants http3_handshakes_before_retry <= http3_max_handshakes <= "
+                             f"http3_max_connections, not {self.http3_handshakes_before_retry}, "
+                             f"{self.http3_max_handshakes}, {self.http3_max_connections}")
+        if self.http3_qlog_dir is not None:
+            most = _engine_most("http3_qlog_dir")
+            path = os.path.abspath(self.http3_qlog_dir)
+            if not os.path.isdir(path):
+                raise ValueError(f"http3_qlog_dir {self.http3_qlog_dir!r} is not a directory")
+            if len(os.fsencode(path)) > most:
+                raise ValueError(f"http3_qlog_dir: at most {most} bytes, not {path!r}")
         # One pair for the master and every worker it forks: a Retry token or a stateless
         # reset made by one worker is checked by another.
         self.http3_retry_key = os.urandom(32)
@@ -265,7 +276,6 @@ class Config:
             "http3_reset_key": self.http3_reset_key,
             "http3_worker_index": worker_index,
             "http3_workers": workers,
-            "http3_idle_timeout_ms": HTTP3_IDLE_TIMEOUT_MS,
         }
 
     def engine_tls_options(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ fails until it is).
 from __future__ import annotations
 
 import logging
+import os
 
 from zigcorn.logging import LOGGING_CONFIG, TRACE_LOG_LEVEL
 
@@ -48,12 +49,9 @@ WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 # --http3-retry, by the engine's Http3Retry values (src/zig/core/options.zig).
 HTTP3_RETRY = {"never": 0, "auto": 1, "always": 2}
 HTTP3_RETRY_CHOICES = tuple(HTTP3_RETRY)
-# QUIC's max_idle_timeout the server advertises (RFC 9000 10.1): longer than HTTP/1.1's
-# keep-alive, since an idle QUIC connection holds no socket and resumes without a handshake.
-HTTP3_IDLE_TIMEOUT_MS = 30_000
-
-
-
+# --http3-congestion, by the engine's Http3Congestion values (src/zig/core/options.zig).
+HTTP3_CONGESTION = {"newreno": 0, "cubic": 1}
+HTTP3_CONGESTION_CHOICES = tuple(HTTP3_CONGESTION)
 
 # The values of Python's ssl constants, so that importing this module never loads ssl.
 PROTOCOL_TLS_SERVER = 17
@@ -404,6 +402,37 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="PORT", low=0, high=65535, shown="the TLS port"),
     _S("http3_retry", "auto", "QUIC Retry (the client proves its address before the server keeps state): auto "
        "while many handshakes are pending, always, or never", "HTTP/3", choices=HTTP3_RETRY_CHOICES, engine=lambda c: HTTP3_RETRY[c.http3_retry]),
+    # Each worker's QUIC limits. The idle timeout is longer than HTTP/1.1's keep-alive: an
+    # idle QUIC connection holds no socket and resumes without a handshake.
+    _S("http3_max_streams", 128, "request streams a client may have open at once on one connection (QUIC's "
+       "MAX_STREAMS, raised as streams end)", "HTTP/3", type=int, metavar="N", **_bounds("http3_max_streams"),
+       engine="value"),
+    _S("http3_stream_window", 64 * 1024, "bytes a client may send on one stream ahead of what the app read "
+       "(QUIC's stream flow-control window: the most one stream buffers)", "HTTP/3", type=int, metavar="BYTES",
+       **_bounds("http3_stream_window"), engine="value"),
+    _S("http3_connection_window", 1 << 20, "bytes a client may send on all streams of a connection ahead of what "
+       "the app read (QUIC's connection flow-control window)", "HTTP/3", type=int, metavar="BYTES",
+       **_bounds("http3_connection_window"), engine="value"),
+    _S("http3_idle_timeout", 30.0, "close a QUIC connection idle this long (its max_idle_timeout; a client's "
+       "shorter one wins)", "HTTP/3", type=float, metavar="SECONDS", **_bounds("http3_idle_timeout"),
+       engine="seconds"),
+    _S("http3_handshake_timeout", 10.0, "drop, silently, a QUIC handshake not complete this long after the "
+       "client's first Initial", "HTTP/3", type=float, metavar="SECONDS", **_bounds("http3_handshake_timeout"),
+       engine="seconds"),
+    _S("http3_handshakes_before_retry", 64, "with --http3-retry auto: from N handshakes pending in a worker, a new "
+       "client proves its address with a Retry first", "HTTP/3", type=int, metavar="N",
+       **_bounds("http3_handshakes_before_retry"), engine="value"),
+    _S("http3_max_handshakes", 256, "past N handshakes pending in a worker, a new client's Initial is dropped "
+       "(at least --http3-handshakes-before-retry)", "HTTP/3", type=int, metavar="N",
+       **_bounds("http3_max_handshakes"), engine="value"),
+    _S("http3_max_connections", 4096, "QUIC connections per worker; past it a new client's Initial is dropped "
+       "(at least --http3-max-handshakes; the worker's connection-ID table takes 320 to 640 bytes per connection, at start)",
+       "HTTP/3", type=int, metavar="N", **_bounds("http3_max_connections"), engine="value"),
+    _S("http3_congestion", "newreno", "QUIC congestion controller: NewReno (RFC 9002) or CUBIC (RFC 9438)",
+       "HTTP/3", choices=HTTP3_CONGESTION_CHOICES, engine=lambda c: HTTP3_CONGESTION[c.http3_congestion]),
+    _S("http3_qlog_dir", None, "write a qlog file per QUIC connection into this directory (JSON-SEQ, for qvis; "
+       "written on the worker's thread: for debugging)", "HTTP/3", metavar="DIR", shown="off",
+       engine=lambda c: os.path.abspath(c.http3_qlog_dir) if c.http3_qlog_dir else None),
     # TCP
     _S("tcp_nodelay", True, "TCP_NODELAY on accepted connections: small responses leave at once", "TCP",
        kind="onoff", engine="flag"),
@@ -462,8 +491,7 @@ WRITER_MODES = {"off": 0, "auto": 1, "on": 2}  # the engine's WriterMode
 # each worker's HTTP/3 socket and identity; `http3_fd` is there, -1, with HTTP/3 off too).
 ENGINE_ONLY = {
     "tls": ("ssl_ticket_keys",),
-    "http3": ("http3_fd", "http3_alt_svc_port", "http3_retry_key", "http3_reset_key", "http3_worker_index", "http3_workers",
-              "http3_idle_timeout_ms"),
+    "http3": ("http3_fd", "http3_alt_svc_port", "http3_retry_key", "http3_reset_key", "http3_worker_index", "http3_workers"),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.tools import require_module
 from zigcorn import _core
-from zigcorn.config import HTTP3_IDLE_TIMEOUT_MS, Config
+from zigcorn.config import Config
 from zigcorn.protocols.http import HTTPCycle, wake
 from zigcorn.sockets import bind_quic
 from zigcorn.protocols.websocket import WebSocketCycle
@@ -82,12 +82,29 @@ def test_http3_settings_bounds(tls_files):
     for port in (-1, 65536):
         with pytest.raises(ValueError, match="http3_port"):
             Config("tests.apps.basic:app", http3=True, http3_port=port, **tls_files)
+    for name in ("http3_max_streams", "http3_stream_window", "http3_connection_window", "http3_idle_timeout",
+                 "http3_handshake_timeout", "http3_max_connections"):
+        low, high = _core.LIMITS[name]
+        for bad in (low - 1, high + 1):
+            with pytest.raises(ValueError, match=name):
+                Config("tests.apps.basic:app", http3=True, **{name: bad}, **tls_files)
+    with pytest.raises(ValueError, match="http3_handshakes_before_retry <= http3_max_handshakes"):
+        Config("tests.apps.basic:app", http3=True, http3_handshakes_before_retry=300, **tls_files)
+    with pytest.raises(ValueError, match="http3_handshakes_before_retry <= http3_max_handshakes"):
+        Config("tests.apps.basic:app", http3=True, http3_max_connections=100, **tls_files)
+    with pytest.raises(ValueError, match="http3_congestion"):
+        Config("tests.apps.basic:app", http3=True, http3_congestion="bbr", **tls_files)
+    with pytest.raises(ValueError, match="not a directory"):
+        Config("tests.apps.basic:app", http3=True, http3_qlog_dir="/nonexistent/qlog", **tls_files)
+    config = Config("tests.apps.basic:app", http3=True, http3_qlog_dir=".", http3_congestion="cubic", **tls_files)
+    options = config.engine_http3_options(0, 4433, 0, 1)
+    assert options["http3_qlog_dir"] == os.getcwd() and options["http3_congestion"] == 1
 
 
 def test_the_engine_takes_its_http3_options(tls_files, udp):
     config = Config("tests.apps.basic:app", http3=True, **tls_files)
     options = options_for(config, udp.fileno())
-    assert options["http3_idle_timeout_ms"] == HTTP3_IDLE_TIMEOUT_MS
+    assert options["http3_idle_timeout"] == 30.0 and options["http3_congestion"] == 0
     assert options["http3_retry"] == 1
     new_engine(options)
     from zigcorn.tls import load_openssl
@@ -100,7 +117,10 @@ def test_the_engine_takes_its_http3_options(tls_files, udp):
         engine.close()
     assert {k: v for k, v in reported.items() if k.startswith("http3_")} == {
         "http3_fd": udp.fileno(), "http3_alt_svc_port": 4433, "http3_retry": 1, "http3_worker_index": 2,
-        "http3_workers": 4, "http3_idle_timeout_ms": HTTP3_IDLE_TIMEOUT_MS}  # and never a key
+        "http3_workers": 4, "http3_idle_timeout": 30.0, "http3_handshake_timeout": 10.0, "http3_max_streams": 128,
+        "http3_stream_window": 65536, "http3_connection_window": 1 << 20, "http3_handshakes_before_retry": 64,
+        "http3_max_handshakes": 256, "http3_max_connections": 4096, "http3_congestion": 0,
+        "http3_qlog_dir": None}  # and never a key
     off = _core.Engine(lambda stream: None, wake, HTTPCycle, {**options, "http3_fd": -1})
     try:
         assert not any(k.startswith("http3_") for k in off.options())
@@ -115,7 +135,9 @@ def test_the_engine_takes_its_http3_options(tls_files, udp):
 def test_the_engine_refuses_http3_values_past_its_bounds(tls_files, udp):
     options = options_for(Config("tests.apps.basic:app", http3=True, **tls_files), udp.fileno())
     names = [name for name in _core.LIMITS if name.startswith("http3_")]
-    assert names == ["http3_fd", "http3_alt_svc_port", "http3_worker_index", "http3_workers", "http3_idle_timeout_ms"]
+    assert names == ["http3_fd", "http3_alt_svc_port", "http3_worker_index", "http3_workers", "http3_idle_timeout",
+                     "http3_handshake_timeout", "http3_max_streams", "http3_stream_window", "http3_connection_window",
+                     "http3_handshakes_before_retry", "http3_max_handshakes", "http3_max_connections"]
     for name in names:
         low, high = _core.LIMITS[name]
         for bad in (low - 1, high + 1):
@@ -123,10 +145,26 @@ def test_the_engine_refuses_http3_values_past_its_bounds(tls_files, udp):
                 continue  # -1 is "off"
             with pytest.raises(ValueError, match=name):
                 new_engine({**options, name: bad})
-    for name in ("http3_alt_svc_port", "http3_idle_timeout_ms"):
+    for name in names[1:]:
+        if name in ("http3_worker_index", "http3_workers"):
+            continue
         low, high = _core.LIMITS[name]
-        new_engine({**options, name: low})
-        new_engine({**options, name: high})
+        # The endpoint's bounds must keep their order (retry <= drop <= all) at either end.
+        ordered = ("http3_handshakes_before_retry", "http3_max_handshakes", "http3_max_connections")
+        new_engine({**options, **{k: _core.LIMITS[k][0] for k in ordered}, name: low})
+        new_engine({**options, **{k: _core.LIMITS[k][1] for k in ordered}, name: high})
+    with pytest.raises(ValueError, match="http3_max_handshakes 300 <= http3_max_connections 200 does not hold"):
+        new_engine({**options, "http3_max_handshakes": 300, "http3_max_connections": 200})
+    with pytest.raises(ValueError, match="http3_handshakes_before_retry 9 <= http3_max_handshakes 8"):
+        new_engine({**options, "http3_handshakes_before_retry": 9, "http3_max_handshakes": 8})
+    new_engine({**options, "http3_congestion": 1, "http3_qlog_dir": "/tmp"})
+    with pytest.raises(ValueError, match="http3_congestion"):
+        new_engine({**options, "http3_congestion": 2})
+    for bad in ("relative/dir", "/" + "d" * 1024, "/a\0b"):
+        with pytest.raises(ValueError, match="http3_qlog_dir must be an absolute path"):
+            new_engine({**options, "http3_qlog_dir": bad})
+    with pytest.raises(TypeError, match="http3_qlog_dir"):
+        new_engine({**options, "http3_qlog_dir": b"/tmp"})
     new_engine({**options, "http3_worker_index": 254, "http3_workers": 255})
     with pytest.raises(ValueError, match="below http3_workers"):
         new_engine({**options, "http3_worker_index": 3, "http3_workers": 3})
@@ -143,6 +181,23 @@ def test_the_engine_refuses_http3_values_past_its_bounds(tls_files, udp):
         new_engine({**options, "http3_retry": 3})
     with pytest.raises(ValueError, match="needs TLS"):
         new_engine({**options, "ssl_certfile": None})
+
+
+def test_every_http3_setting_reaches_the_engine_as_given(tls_files, udp, tmp_path):
+    given = {"http3_max_streams": 9, "http3_stream_window": 20_000, "http3_connection_window": 90_000,
+             "http3_idle_timeout": 4.5, "http3_handshake_timeout": 2.0, "http3_handshakes_before_retry": 3,
+             "http3_max_handshakes": 5, "http3_max_connections": 7, "http3_congestion": "cubic",
+             "http3_qlog_dir": str(tmp_path)}
+    config = Config("tests.apps.basic:app", http3=True, **given, **tls_files)
+    from zigcorn.tls import load_openssl
+
+    load_openssl()
+    engine = _core.Engine(lambda stream: None, wake, HTTPCycle, options_for(config, udp.fileno()))
+    try:
+        reported = engine.options()
+    finally:
+        engine.close()
+    assert {name: reported[name] for name in given} == {**given, "http3_congestion": 1}
 
 
 def test_the_engine_refuses_a_socket_that_is_not_udp(tls_files):

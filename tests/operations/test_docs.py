@@ -183,25 +183,24 @@ def _page_text(name: str) -> str:
 
 
 def test_the_http3_sections_numbers_are_the_engines():
-    """Each fixed number the HTTP/3 page (docs/http3.md) states is read from the engine's
-    own declaration, so a changed limit fails here until the text says it too."""
+    """Each number the HTTP/3 page (docs/http3.md) states is read from the engine's own
+    declaration or the settings table's default, so a changed limit fails here until the
+    text says it too."""
     section = _page_text("http3.md")
-    from zigcorn.config import HTTP3_IDLE_TIMEOUT_MS
+    from zigcorn.settings import DEFAULTS
 
     stated = {
-        "connections": (_zig_number("http3/worker.zig", r"pub const connections_max = ([\d_]+);"),
-                        "{:,} QUIC connections at once"),
-        "retry from": (_zig_number("quic/endpoint.zig", r"retry_handshakes_min: u32 = ([\d_]+),"),
+        "connections": (DEFAULTS["http3_max_connections"], "{:,} QUIC connections at once"),
+        "retry from": (DEFAULTS["http3_handshakes_before_retry"],
                        "from {} still handshaking, with `--http3-retry auto`"),
-        "dropped past": (_zig_number("http3/worker.zig", r"pub const handshakes_max = ([\d_]+);"),
+        "dropped past": (DEFAULTS["http3_max_handshakes"],
                          "past {} still handshaking a new client's Initial is dropped"),
-        "handshake timeout": (_zig_number("quic/connection.zig", r"handshake_timeout_ms: u64 = ([\d_]+),") // 1000,
+        "handshake timeout": (int(DEFAULTS["http3_handshake_timeout"]),
                               "a handshake not complete {} s after the client's first Initial ends silently"),
-        "streams": (_zig_number("http3/worker.zig", r"\.initial_max_streams_bidi = ([\d_]+)"),
-                    "{} request streams open at once"),
+        "streams": (DEFAULTS["http3_max_streams"], "{} request streams open at once"),
         "body": (_zig_number("http3/server_stream.zig", r"const body_buffer_max = ([\d_ *]+);") // 1024,
                  "up to {} KiB per stream"),
-        "idle": (HTTP3_IDLE_TIMEOUT_MS // 1000, "an idle connection is closed after {} s"),
+        "idle": (int(DEFAULTS["http3_idle_timeout"]), "an idle connection is closed after {} s"),
         "reset rate": (_zig_number("quic/endpoint.zig", r"resets_per_interval_max: u32 = ([\d_]+),"),
                        "stateless resets' rate bound, {} per"),
         "reset interval": (_zig_number("quic/endpoint.zig", r"reset_interval_us: u64 = ([\d_]+) \* std.time.us_per_ms"),

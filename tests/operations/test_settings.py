@@ -278,7 +278,8 @@ def test_config_maxima_are_the_engines_own(tmp_path):
     does the engine if given it directly; the most itself is taken by both."""
     most = _core.MAXIMA
     assert set(most) == {"compression_types", "request_id_header", "forwarded_allow_ips", "metrics_buckets",
-                         "metrics_bucket_seconds", "static", "static_route"}
+                         "metrics_bucket_seconds", "static", "static_route",
+                         "http3_qlog_dir"}  # with a UDP socket only: tests/http3/test_http3_options.py
     types = "text/" + "x" * (most["compression_types"] - 5)
     header = "x-" + "a" * (most["request_id_header"] - 2)
     ips = [f"10.0.{i // 250}.{i % 250}" for i in range(most["forwarded_allow_ips"] + 1)]

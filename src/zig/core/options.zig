@@ -99,6 +99,12 @@ pub const Options = struct {
 /// `auto` asks only while many handshakes are pending (`quic/endpoint.zig` decides).
 pub const Http3Retry = enum(u8) { never = 0, auto = 1, always = 2 };
 
+/// The congestion controller of every QUIC connection (`quic/congestion.zig` has both).
+pub const Http3Congestion = enum(u8) { newreno = 0, cubic = 1 };
+
+/// The longest `--http3-qlog-dir` path, in bytes (with room for a file name after it).
+pub const qlog_dir_bytes_max = 1024;
+
 /// What HTTP/3 runs with, as `python/options.zig` reads it (the `http3_*` engine options).
 pub const Http3 = struct {
     /// This worker's UDP socket: bound, non-blocking, close-on-exec; Python owns it (the
@@ -113,8 +119,23 @@ pub const Http3 = struct {
     /// This worker's index (0 for a single process), carried in the CIDs it issues.
     worker_index: u8,
     workers: u8,
-    /// QUIC's max_idle_timeout we advertise.
-    idle_timeout_ms: u32,
+    /// QUIC's max_idle_timeout we advertise, and a handshake's deadline.
+    idle_timeout_ms: u64,
+    handshake_timeout_ms: u64,
+    /// Each connection's QUIC limits: request streams at once (MAX_STREAMS), and the
+    /// flow-control windows of a stream and of the connection, in bytes.
+    max_streams: u32,
+    stream_window: u32,
+    connection_window: u64,
+    /// The worker's endpoint: handshakes pending before `auto` asks for a Retry, past which
+    /// an Initial is dropped, and connections at once (checked in that order of size).
+    handshakes_before_retry: u32,
+    handshakes_max: u32,
+    connections_max: u32,
+    congestion: Http3Congestion,
+    /// `--http3-qlog-dir`, an absolute path (empty: qlog is off).
+    qlog_dir_buf: [qlog_dir_bytes_max]u8 = undefined,
+    qlog_dir_len: u16 = 0,
     /// The `alt-svc` value, made once from `alt_svc_port` (`setAltSvc`).
     alt_svc_buf: [24]u8 = undefined,
     alt_svc_len: u8 = 0,
@@ -122,6 +143,11 @@ pub const Http3 = struct {
     pub fn setAltSvc(h: *Http3) void {
         const value = std.fmt.bufPrint(&h.alt_svc_buf, "h3=\":{d}\"; ma=86400", .{h.alt_svc_port}) catch unreachable;
         h.alt_svc_len = @intCast(value.len);
+    }
+
+    /// The qlog directory, or null with qlog off.
+    pub fn qlogDir(h: *const Http3) ?[]const u8 {
+        return if (h.qlog_dir_len == 0) null else h.qlog_dir_buf[0..h.qlog_dir_len];
     }
 
     pub fn altSvc(h: *const Http3) []const u8 {

@@ -25,6 +25,7 @@ const openssl = @import("../transport/openssl.zig");
 const endpoint_mod = @import("../quic/endpoint.zig");
 const connection = @import("../quic/connection.zig");
 const new_token_len = @import("../quic/new_token.zig").len;
+const qlog = connection.qlog;
 const session_mod = @import("session.zig");
 const server_mod = @import("../core/server.zig");
 const Server = server_mod.Server;
@@ -46,9 +47,6 @@ comptime {
 const batches_per_event = 8;
 /// Datagrams one connection sends per flush; past it the connection stays dirty.
 const datagrams_per_flush_max = 256;
-/// Connections at once per worker, and those still handshaking (the Initial-flood bound).
-pub const connections_max = 4096;
-pub const handshakes_max = 256;
 
 pub const QuicConn = struct {
     pub const Context = *Worker;
@@ -116,7 +114,37 @@ pub const QuicConn = struct {
         self.session = Session.createShared(gpa, q, self, &w.h3_config, &w.buffers) catch
             return error.OutOfMemory;
         w.link(self);
+        if (w.server.opts.http3.?.qlogDir()) |dir| self.openQlog(dir, acc, now);
         return self;
+    }
+
+    /// --http3-qlog-dir: the connection's log, begun with its addresses and our transport
+    /// parameters (a file that cannot be made was reported once: the connection goes on).
+    fn openQlog(self: *QuicConn, dir: []const u8, acc: *const endpoint_mod.Accept, now: u64) void {
+        const w = self.worker;
+        const warn: qlog.Warn = .{ .ctx = w, .call = Worker.warn };
+        const log = qlog.Qlog.create(w.gpa, dir, acc.original_dcid.slice(), now, warn) orelse
+            return;
+        self.quic.qlog = log;
+        var client_buf: [64]u8 = undefined;
+        var server_buf: [64]u8 = undefined;
+        const client = &acc.path.peer;
+        // The datagram said which address it came to, not the port: that is the socket's.
+        var bound: linux.sockaddr.storage = undefined;
+        const port = switch (sys.getsockname(w.sock.fd, &bound)) {
+            .ok => Peer.fromStorage(&bound).port,
+            .err => 0,
+        };
+        log.started(.{
+            .ip_version = if (client.family == linux.AF.INET) "ipv4" else "ipv6",
+            .src_ip = client.format(&client_buf),
+            .src_port = client.port,
+            .dst_ip = acc.path.local.format(&server_buf),
+            .dst_port = port,
+            .src_cid = acc.client_scid.slice(),
+            .dst_cid = acc.scid.slice(),
+        });
+        log.localParameters(&w.quic_config);
     }
 
     /// A datagram naming one of this connection's IDs. The endpoint hands over the
@@ -266,6 +294,7 @@ pub const QuicConn = struct {
         self.streams.deinit(w.gpa);
         if (self.fallback) |back| w.gpa.destroy(back);
         self.session.destroy();
+        if (self.quic.qlog) |log| log.destroy(w.gpa);
         self.quic.deinit();
         w.unlink(self);
         w.gpa.destroy(self);
@@ -297,6 +326,12 @@ pub const Worker = struct {
     live: ?*QuicConn = null,
     dirty: ?*QuicConn = null,
     timer_at_us: u64 = std.math.maxInt(u64),
+
+    /// A qlog file that cannot be made or written: one line on `zigcorn.error`.
+    fn warn(ctx: *anyopaque, text: []const u8) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        w.server.hooks.logWarning(text);
+    }
 
     fn link(w: *Worker, c: *QuicConn) void {
         c.next = w.live;
@@ -558,10 +593,20 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .idle_timeout_ms = h3.idle_timeout_ms,
         .quic_config = .{
             .max_idle_timeout_ms = h3.idle_timeout_ms,
-            .initial_max_streams_bidi = 128,
+            .handshake_timeout_ms = h3.handshake_timeout_ms,
+            .initial_max_streams_bidi = h3.max_streams,
             // What one receive buffer holds: the most we take, and the most a probe tries.
             .max_udp_payload_size = udp.datagram_len_max,
+            .initial_max_stream_data = h3.stream_window,
+            .initial_max_data = h3.connection_window,
+            .congestion_algorithm = switch (h3.congestion) {
+                .newreno => .new_reno,
+                .cubic => .cubic,
+            },
         },
+        // Request records may outlive their QUIC stream while the app finishes: twice QUIC's
+        // bound leaves them room, and still stops a client that found a way past it.
+        .h3_config = .{ .streams_max = 2 * h3.max_streams },
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();
@@ -582,8 +627,9 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
             .auto => .auto,
             .always => .always,
         },
-        .connections_max = connections_max,
-        .handshakes_max = handshakes_max,
+        .retry_handshakes_min = h3.handshakes_before_retry,
+        .connections_max = h3.connections_max,
+        .handshakes_max = h3.handshakes_max,
     }, w) catch return error.OutOfMemory;
     return w;
 }

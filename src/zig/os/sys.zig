@@ -78,6 +78,22 @@ pub fn openFile(path: [*:0]const u8) Result(OpenedFile) {
     return .{ .ok = .{ .fd = fd, .size = @intCast(st.size) } };
 }
 
+/// Creates (or empties) a file for writing, mode 0644: a debugging log's (qlog) file.
+pub fn createFile(path: [*:0]const u8) Result(i32) {
+    const flags: linux.O = .{
+        .ACCMODE = .WRONLY,
+        .CREAT = true,
+        .TRUNC = true,
+        .CLOEXEC = true,
+        .NOCTTY = true,
+    };
+    const r = check(linux.open(path, flags, 0o644));
+    return switch (r) {
+        .ok => |fd| .{ .ok = @intCast(fd) },
+        .err => |e| .{ .err = e },
+    };
+}
+
 pub fn close(fd: i32) void {
     _ = linux.close(fd);
 }

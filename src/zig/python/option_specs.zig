@@ -7,6 +7,8 @@ const server_mod = @import("../core/server.zig");
 const metrics = @import("../features/metrics.zig");
 const uring = @import("../os/io_uring.zig");
 const forwarded = @import("../features/forwarded.zig");
+const quic_connection = @import("../quic/connection.zig");
+const core_options = @import("../core/options.zig");
 
 // Every option is required: the defaults and help of each live in one place, the
 // settings table (`zigcorn/settings.py`), and the engine runs with exactly what it is
@@ -323,14 +325,77 @@ pub const specs = [_]Spec{
         .field = "workers",
         .when = .http3,
     },
+    // Each connection's and the worker's QUIC limits, each within what the engine's tables
+    // hold: the stream table is scanned linearly (`connection.streams_max`), a stream's
+    // receive buffer is allocated up to its window, the endpoint's CID table is allocated for
+    // `connections_max` at start. `setHttp3` checks their order (retry <= drop <= all).
     .{
-        .name = "http3_idle_timeout_ms",
-        .kind = .int,
-        .low = 1_000,
-        .high = 3_600_000,
+        .name = "http3_idle_timeout",
+        .kind = .seconds,
+        .low = 1,
+        .high = 3600,
         .field = "idle_timeout_ms",
         .when = .http3,
     },
+    .{
+        .name = "http3_handshake_timeout",
+        .kind = .seconds,
+        .low = 1,
+        .high = 600,
+        .field = "handshake_timeout_ms",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_max_streams",
+        .kind = .int,
+        .low = 1,
+        .high = quic_connection.streams_max,
+        .field = "max_streams",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_stream_window",
+        .kind = .int,
+        .low = 1024,
+        .high = 16 << 20,
+        .field = "stream_window",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_connection_window",
+        .kind = .int,
+        .low = 1024,
+        .high = 1 << 30,
+        .field = "connection_window",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_handshakes_before_retry",
+        .kind = .int,
+        .low = 1,
+        .high = http3_connections_max,
+        .field = "handshakes_before_retry",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_max_handshakes",
+        .kind = .int,
+        .low = 1,
+        .high = http3_connections_max,
+        .field = "handshakes_max",
+        .when = .http3,
+    },
+    .{
+        .name = "http3_max_connections",
+        .kind = .int,
+        .low = 1,
+        .high = http3_connections_max,
+        .field = "connections_max",
+        .when = .http3,
+    },
+    .{ .name = "http3_congestion", .kind = .choice, .field = "congestion", .when = .http3 },
+    // None (off) or an absolute directory path (`setHttp3` reads it).
+    .{ .name = "http3_qlog_dir", .kind = .other, .when = .http3 },
     // The server's plumbing: the engine's callables and this process's metrics slot.
     .{ .name = "call_soon", .kind = .other, .when = .plumbing },
     .{ .name = "metrics_slot", .kind = .other, .high = metrics.slots_max - 1, .when = .plumbing },
@@ -371,6 +436,7 @@ pub const maxima = [_]Maximum{
     .{ .name = "metrics_bucket_seconds", .most = 1_000_000 }, // each bound, in seconds
     .{ .name = "static", .most = static_mounts_max }, // mounts
     .{ .name = "static_route", .most = 1024 }, // bytes of a mount's route
+    .{ .name = "http3_qlog_dir", .most = core_options.qlog_dir_bytes_max }, // bytes
 };
 
 /// The most the engine takes of option `name` (`maxima`).
@@ -386,6 +452,10 @@ pub const request_head_bytes_min = 256;
 pub const request_fields_max = server_mod.request_fields_max;
 /// A busy poll is a short spin: longer than a second would be a hang.
 pub const busy_poll_us_max = 1_000_000;
+
+/// QUIC connections per worker at most: the endpoint's CID table (about 32 bytes a slot, 8 to
+/// 16 slots per connection) is allocated for them when the worker starts, 64 MiB at this.
+pub const http3_connections_max = 1 << 17;
 
 /// The most `--static` mounts the engine serves.
 pub const static_mounts_max = 64;

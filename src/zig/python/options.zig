@@ -466,10 +466,49 @@ pub fn setHttp3(opts: *Object, out: *server_mod.Options) bool {
         );
         return false;
     }
+    const ordered = h.handshakes_before_retry <= h.handshakes_max and
+        h.handshakes_max <= h.connections_max;
+    if (!ordered) {
+        _ = c.PyErr_Format(
+            c.PyExc_ValueError,
+            "http3_handshakes_before_retry %u <= http3_max_handshakes %u <= " ++
+                "http3_max_connections %u does not hold",
+            @as(c_uint, h.handshakes_before_retry),
+            @as(c_uint, h.handshakes_max),
+            @as(c_uint, h.connections_max),
+        );
+        return false;
+    }
     if (!optKey(opts, "http3_retry_key", &h.retry_key)) return false;
     if (!optKey(opts, "http3_reset_key", &h.reset_key)) return false;
+    if (!optQlogDir(opts, &h)) return false;
     h.setAltSvc();
     out.http3 = h;
+    return true;
+}
+
+/// `http3_qlog_dir`: None (off) or an absolute path of at most `most("http3_qlog_dir")`
+/// bytes, copied into `h` (the worker names each connection's file after it).
+fn optQlogDir(opts: *Object, h: *server_mod.Http3) bool {
+    const v = required(opts, "http3_qlog_dir") orelse return false;
+    if (py.isNone(v)) return true;
+    if (c.PyUnicode_Check(v) == 0) {
+        c.PyErr_SetString(c.PyExc_TypeError, "http3_qlog_dir must be a str or None");
+        return false;
+    }
+    const path = py.strView(v) orelse return false;
+    const ok = path.len > 0 and path.len <= most("http3_qlog_dir") and path[0] == '/' and
+        std.mem.indexOfScalar(u8, path, 0) == null;
+    if (!ok) {
+        c.PyErr_SetString(
+            c.PyExc_ValueError,
+            "http3_qlog_dir must be an absolute path of at most " ++
+                std.fmt.comptimePrint("{d}", .{most("http3_qlog_dir")}) ++ " bytes",
+        );
+        return false;
+    }
+    @memcpy(h.qlog_dir_buf[0..path.len], path);
+    h.qlog_dir_len = @intCast(path.len);
     return true;
 }
 
@@ -774,7 +813,9 @@ pub fn report(self: *EngineObjectCore) ?*Object {
 
 /// With --http3 on: what this worker serves (never the keys).
 fn putHttp3(d: *Object, h: server_mod.Http3) bool {
-    return putFields(d, .http3, &h);
+    if (!putFields(d, .http3, &h)) return false;
+    const dir = if (h.qlogDir()) |path| py.str(path) else py.none();
+    return py.dictSetSteal(d, py.intern("http3_qlog_dir") orelse return false, dir);
 }
 
 fn fail(d: *Object) ?*Object {

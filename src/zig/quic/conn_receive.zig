@@ -138,6 +138,7 @@ fn openAndProcess(c: *Connection, h: *const packet.Header, bytes: []u8, ecn_bits
         return .unopened;
     }) orelse return .unopened;
     if (c.recovery.isDuplicate(space, o.pn)) return .unopened;
+    if (c.qlog) |q| q.packetReceived(space, o.pn, o.payload);
     const largest_before = largestReceived(c, space);
     if (space == .handshake) {
         // RFC 9000 8.1: a Handshake packet proves the address; RFC 9001 4.9.1: Initial keys go.
@@ -345,6 +346,7 @@ fn onAck(c: *Connection, space: Space, a: *const frames.Ack, now_us: u64) Stop!v
         if (outcome.largest_acked_time_sent_us) |t| c.recovery.cc.onEcnCe(t, now_us);
     }
     sink.finish();
+    if (c.qlog) |q| q.metrics(&c.recovery);
 }
 
 fn onCrypto(c: *Connection, space: Space, offset: u64, data: []const u8, frame_type: u64, now_us: u64) Stop!void {
@@ -409,6 +411,7 @@ fn applyPeerParams(c: *Connection, hs: *tls.Handshake, frame_type: u64) Stop!voi
     const p = transport_params.decodeClient(bytes) catch return fail(c, .transport_parameter_error, 0);
     const isc = p.initial_source_connection_id orelse return fail(c, .transport_parameter_error, 0);
     if (!std.mem.eql(u8, isc.slice(), c.peer_cid.slice())) return fail(c, .protocol_violation, 0);
+    if (c.qlog) |q| q.parameters(.remote, &p);
     applyParams(c, &p);
 }
 
@@ -471,6 +474,7 @@ pub const Sink = struct {
 
     pub fn onLost(self: *Sink, space: Space, p: recovery_mod.SentPacket) void {
         const c = self.c;
+        if (c.qlog) |q| q.packetLost(space, p.pn);
         if (space == .application) {
             if (c.pmtu.onLost(p.bytes, p.time_sent_us, self.now_us)) self.size_changed = true;
             c.ecn.onLost(p.pn);

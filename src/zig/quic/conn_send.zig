@@ -423,6 +423,7 @@ fn finalize(c: *Connection, b: *Builder) void {
     }
     var ack_eliciting_sent = false;
     for (b.pending[0..b.count]) |*p| {
+        if (c.qlog) |q| q.packetSent(p.space, p.pn, b.out[p.pn_offset + pn_len .. p.end]);
         seal(c, b.out, p);
         record(c, p, b.now_us);
         if (p.ack_eliciting) ack_eliciting_sent = true;

@@ -65,6 +65,7 @@ pub const conn_cids = @import("conn_cids.zig");
 pub const path = @import("path.zig");
 pub const pmtu = @import("pmtu.zig");
 pub const ecn = @import("ecn.zig");
+pub const qlog = @import("qlog.zig");
 
 pub const Recovery = recovery_mod.Recovery;
 pub const Space = recovery_mod.Space;
@@ -256,6 +257,8 @@ pub const Connection = struct {
     ecn: ecn.State,
     /// Where the round-robin over streams with data to send resumes.
     rr_cursor: u32 = 0,
+    /// `--http3-qlog-dir`'s log, set and freed by the owner; null with qlog off.
+    qlog: ?*qlog.Qlog = null,
 
     /// A connection for the client's first Initial. Null when out of memory or when the TLS
     /// handshake cannot start. `config` must outlive the connection; `reset_token` is this
@@ -496,6 +499,7 @@ pub const Connection = struct {
         var sink: conn_receive.Sink = .{ .c = c, .now_us = now_us };
         const outcome = c.recovery.onLossDetectionTimeout(c.allocator, now_us, &sink);
         sink.finish();
+        if (c.qlog) |q| q.metrics(&c.recovery);
         if (outcome.probe) |space| c.onProbe(space);
     }
 
@@ -636,6 +640,7 @@ pub const Connection = struct {
         if (c.closed_code != no_close) return;
         c.closed_code = code;
         c.closed_app = app;
+        if (c.qlog) |q| q.closed(code, app);
     }
 
     pub fn isClosed(c: *const Connection) bool {
