@@ -64,6 +64,8 @@ pub const QuicPlug = struct {
     flush: *const fn (ctx: *anyopaque) void,
     /// The drain starts: each connection is sent GOAWAY and closes once its requests are done.
     drain: *const fn (ctx: *anyopaque) void,
+    /// The drain's deadline: WebSockets carried by its streams (RFC 9220) are closed (1001).
+    close_websockets: *const fn (ctx: *anyopaque) void,
     /// The server stops: every QUIC connection is closed and freed.
     deinit: *const fn (ctx: *anyopaque) void,
     /// QUIC connections still open (a drain waits for them as for TCP's).
@@ -885,6 +887,7 @@ pub const Server = struct {
             protocol.goingAway(c);
             if (websockets_too) _ = protocol.closeWebSockets(c);
         }
+        if (websockets_too) if (self.quic) |q| q.close_websockets(q.ctx);
     }
 
     /// Graceful shutdown, step three: the deadline came. WebSockets are closed with 1001
@@ -899,6 +902,7 @@ pub const Server = struct {
             it = c.next;
             if (!protocol.closeWebSockets(c) and c.state != .lingering and c.state != .closed) c.close();
         }
+        if (self.quic) |q| q.close_websockets(q.ctx);
     }
 
     /// Idle keep-alive connections close now. One that has not sent its (first or next)

@@ -128,15 +128,18 @@ pub const verbs: seam.Http2Verbs = .{
     .sendFile = sendFile,
     .abortStream = abortStream,
     .wsSession = wsSessionOf,
-    .carrierLive = carrierLive,
-    .carrierEnded = carrierEnded,
-    .carrierHeld = carrierHeld,
-    .carrierInput = carrierInput,
-    .carrierConsume = carrierConsume,
-    .carrierQueue = carrierQueue,
-    .carrierEnd = carrierEnd,
-    .carrierAbort = carrierAbort,
-    .carrierAccept = carrierAccept,
+    .carrier = .{
+        .live = carrierLive,
+        .ended = carrierEnded,
+        .held = carrierHeld,
+        .input = carrierInput,
+        .consume = carrierConsume,
+        .queue = carrierQueue,
+        .outLen = carrierOutLen,
+        .end = carrierEnd,
+        .abort = carrierAbort,
+        .accept = carrierAccept,
+    },
 };
 
 // A stream carrying a WebSocket, as the seam hands it over: the `Stream` of an `H2Stream`.
@@ -157,6 +160,9 @@ fn carrierConsume(st: *stream_mod.Stream, n: usize) void {
 }
 fn carrierQueue(st: *stream_mod.Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
     return websocket.wsQueue(@fieldParentPtr("base", st), head, payload);
+}
+fn carrierOutLen(st: *const stream_mod.Stream) usize {
+    return st.out.queued;
 }
 fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
     return websocket.wsEnd(@fieldParentPtr("base", st));

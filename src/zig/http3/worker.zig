@@ -453,6 +453,16 @@ pub const Worker = struct {
         }
     }
 
+    /// The drain's deadline: WebSockets on the connections' streams are closed with 1001.
+    fn closeWebSocketsPlug(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.over) continue;
+            if (server_stream.closeWebSockets(c)) w.markDirty(c);
+        }
+    }
+
     /// The connections still open (until freed: a closing one still answers its peer).
     fn connectionsPlug(ctx: *anyopaque) u32 {
         const w: *Worker = @ptrCast(@alignCast(ctx));
@@ -504,6 +514,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
         .on_timer = Worker.onTimer,
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
+        .close_websockets = Worker.closeWebSocketsPlug,
         .deinit = Worker.deinitPlug,
         .connections = Worker.connectionsPlug,
         .verbs = &plug_verbs,
@@ -542,6 +553,8 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
             .max_idle_timeout_ms = h3.idle_timeout_ms,
             .initial_max_streams_bidi = 128,
         },
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 9220) when WebSockets are served, as HTTP/2's.
+        .h3_config = .{ .extended_connect = server.opts.ws_enabled },
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();

@@ -355,11 +355,9 @@ fn writeHead(conn: *Conn, w: *response.HeadWriter, subprotocol: ?[]const u8, hea
         var tmp: [160]u8 = undefined;
         try w.header("sec-websocket-extensions", d.response(&tmp));
     }
-    outer: for (headers) |h| {
+    for (headers) |h| {
         if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
-        for (owned_fields) |o| if (std.ascii.eqlIgnoreCase(h[0], o)) continue :outer;
-        if (subprotocol != null and std.ascii.eqlIgnoreCase(h[0], "sec-websocket-protocol")) continue;
-        try w.header(h[0], h[1]);
+        if (seam.webSocketKeepsField(h[0], subprotocol)) try w.header(h[0], h[1]);
     }
     try w.append("\r\n");
 }
