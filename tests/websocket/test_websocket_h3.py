@@ -119,6 +119,24 @@ def test_an_oversized_frame_gets_1009_and_the_connection_serves_on(server):
         ws.close()
 
 
+def test_data_after_the_clients_fin_ends_its_connection_and_the_server_serves_on(server):
+    ws = WsOverH3(server.port, "/disconnect-report", cafile=server.cafile)
+    try:
+        assert ws.response()[":status"] == "200"
+        ws.end()
+        # aioquic refuses to write after a FIN: its sender is told it never sent one, so
+        # the next bytes go past the stream's final size (RFC 9000 4.5).
+        ws.h3.quic._streams[ws.sid].sender._buffer_fin = None
+        ws.h3.quic.send_stream_data(ws.sid, frame(0x1, b"after the end"))
+        ws.h3.transmit()
+        assert ws.h3.wait_until(lambda: ws.h3.quic._close_event is not None)
+        assert ws.h3.quic._close_event.error_code == 0x06  # FINAL_SIZE_ERROR
+    finally:
+        ws.close()
+    seen = events_seen(server)  # a new connection is served
+    assert seen and seen[0]["type"] == "websocket.disconnect" and seen[0]["code"] == 1006
+
+
 def test_the_close_handshake_then_both_fins(server):
     ws = WsOverH3(server.port, "/disconnect-report", cafile=server.cafile)
     try:

@@ -97,6 +97,13 @@ class WsOverH2:
         self.h2.conn.end_stream(self.sid)
         self.h2.flush()
 
+    def received(self) -> bytes:
+        return b"".join(e.data for e in self.h2.events
+                        if isinstance(e, h2.events.DataReceived) and e.stream_id == self.sid)
+
+    def wait_until(self, condition) -> bool:
+        return condition() or self.h2.wait_for(lambda _: condition()) is not None
+
     def request(self, path: str) -> tuple[dict, bytes]:
         """A plain GET on the same connection, answered whole."""
         headers, body, _ = self.h2.response(self.h2.request(path))
@@ -137,6 +144,12 @@ class WsOverH3:
 
     def end(self) -> None:
         self.h3.end_stream(self.sid)
+
+    def received(self) -> bytes:
+        return self.h3.data(self.sid)
+
+    def wait_until(self, condition) -> bool:
+        return self.h3.wait_until(condition)
 
     def request(self, path: str) -> tuple[dict, bytes]:
         return self.h3.response(self.h3.request(path))
@@ -213,6 +226,62 @@ def test_echo_over_an_extended_connect(server):
         # The close handshake: our close is echoed, then the stream ends.
         ws.send(frame(0x8, struct.pack("!H", 1000)))
         assert ws.frames(3)[2][:2] == (0x8, struct.pack("!H", 1000))
+        ws.end()
+        assert ws.ended()
+    finally:
+        ws.close()
+
+
+def test_a_websockets_client_speaks_through_the_stream(server):
+    """The frame layer of a real client: the `websockets` library's sans-IO ClientProtocol,
+    in the OPEN state the 200 leaves it in, with the permessage-deflate the server's answer
+    negotiated (its own factory reads the answer)."""
+    from websockets.client import ClientProtocol
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+    from websockets.frames import Opcode
+    from websockets.headers import build_extension, parse_extension
+    from websockets.protocol import State
+    from websockets.uri import parse_uri
+
+    factory = ClientPerMessageDeflateFactory()
+    offer = build_extension([(factory.name, factory.get_request_params())])
+    ws = open_ws(server, "/echo", headers=[("sec-websocket-extensions", offer)])
+    try:
+        headers = ws.response()
+        assert headers[":status"] == "200"
+        [(name, params)] = parse_extension(headers["sec-websocket-extensions"])
+        assert name == "permessage-deflate"
+        client = ClientProtocol(parse_uri("wss://localhost/echo"), state=State.OPEN, max_size=None)
+        client.extensions = [factory.process_response_params(params, [])]
+        fed, frames = 0, []
+
+        def read(count: int) -> bool:
+            nonlocal fed
+            data = ws.received()
+            if len(data) > fed:
+                client.receive_data(data[fed:])
+                fed = len(data)
+                frames.extend(client.events_received())
+            return len(frames) >= count
+
+        client.send_text("héllo".encode())
+        client.send_binary(bytes(range(256)) * 400)
+        client.send_ping(b"hi")
+        ws.send(b"".join(client.data_to_send()))
+        assert ws.wait_until(lambda: read(3)), frames
+        # The engine answers the ping itself; the app echoes the two messages, in order.
+        got = {f.opcode: f.data for f in frames}
+        assert got == {Opcode.TEXT: "héllo".encode(), Opcode.BINARY: bytes(range(256)) * 400,
+                       Opcode.PONG: b"hi"}
+        assert [f.opcode for f in frames if f.opcode != Opcode.PONG] == [Opcode.TEXT, Opcode.BINARY]
+        # Both came compressed (RSV1), as the extension asks.
+        assert [rsv1 for op, _, rsv1 in parse_frames_prefix(ws.received()) if op in (1, 2)] == [True, True]
+        # The close handshake: the client's close is echoed, then each side ends the stream.
+        client.send_close(1000, "bye")
+        out = client.data_to_send()
+        ws.send(b"".join(out))
+        assert ws.wait_until(lambda: read(4) or client.state is State.CLOSED)
+        assert client.close_rcvd is not None and client.close_rcvd.code == 1000
         ws.end()
         assert ws.ended()
     finally:
