@@ -377,3 +377,28 @@ def test_without_ws_the_connect_protocol_is_not_offered(carrier, h3_certs):  # n
         conn.close()
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+def test_server_pings_a_stream_and_ends_it_without_pong(carrier, h3_certs):  # noqa: F811 (fixture)
+    """--ws-ping-interval and --ws-ping-timeout apply to a stream's WebSocket as to an
+    HTTP/1.1 one: its session's own timer pings it, and no pong in time closes it (1011)."""
+    s = start_ws_server(carrier, h3_certs, "--ws-ping-interval", "1", "--ws-ping-timeout", "1")
+    answering, silent = open_ws(s, "/idle"), open_ws(s, "/idle")
+    try:
+        assert answering.response()[":status"] == "200" and silent.response()[":status"] == "200"
+        # The answering client gets pings and stays open.
+        for n in (1, 2):
+            opcode, payload, _ = answering.frames(n)[n - 1]
+            assert opcode == 0x9
+            answering.send(frame(0xA, payload))
+        # The silent one is closed with 1011 about ping interval + timeout after its accept.
+        assert silent.frames(1)[0][0] == 0x9
+        assert silent.frames(2)[1][:2] == (0x8, struct.pack("!H", 1011) + b"keepalive ping timeout")
+        assert silent.ended()
+        answering.send(frame(0x9, b"still here"))
+        assert answering.frames(3)[2][:2] == (0xA, b"still here")
+    finally:
+        answering.close()
+        silent.close()
+        s.stop()

@@ -165,6 +165,9 @@ pub const WebSocketVerbs = struct {
     goingAway: *const fn (conn: *Conn) void,
     pingDue: *const fn (conn: *Conn) void,
     pongTimeout: *const fn (conn: *Conn) void,
+    /// The same for a session a stream carries (its own timer entry).
+    streamPingDue: *const fn (entry: *timer.Entry) void,
+    streamPongTimeout: *const fn (entry: *timer.Entry) void,
     streamFinished: *const fn (conn: *Conn) void,
     /// An HTTP/1.1 request that asks for the upgrade (RFC 6455 4.1).
     asksUpgrade: *const fn (req: *const h1_parser.Request) bool,
@@ -414,6 +417,15 @@ pub fn pingDue(entry: *timer.Entry) void {
 pub fn pongTimeout(entry: *timer.Entry) void {
     const conn: *Conn = @fieldParentPtr("timer", entry);
     ws(conn).pongTimeout(conn);
+}
+
+/// A stream-carried WebSocket's ping interval passed, or its pong did not come in time
+/// (the server's stream ping and pong queues; `verbs` is its `Server.wiring.websocket`).
+pub fn streamPingDue(verbs: *const WebSocketVerbs, entry: *timer.Entry) void {
+    verbs.streamPingDue(entry);
+}
+pub fn streamPongTimeout(verbs: *const WebSocketVerbs, entry: *timer.Entry) void {
+    verbs.streamPongTimeout(entry);
 }
 
 /// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue;

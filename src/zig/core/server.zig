@@ -126,6 +126,10 @@ pub const Server = struct {
     ws_ping_timeouts: timer.Queue,
     /// ...and closed with 1011 if the pong does not come within this.
     ws_pong_timeouts: timer.Queue,
+    /// The same two for WebSockets carried by HTTP/2 and HTTP/3 streams, whose sessions
+    /// have timers of their own (the connection's serves the connection).
+    ws_stream_ping_timeouts: timer.Queue,
+    ws_stream_pong_timeouts: timer.Queue,
     now_ms: u64 = 0,
     /// `--timeout-connection`: stamps accept times and tells which connections are too old.
     lifetime: lifetime.Lifetime = .{},
@@ -212,6 +216,8 @@ pub const Server = struct {
             .spin_ns = opts.spin_ns,
             .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 6 },
             .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 7 },
+            .ws_stream_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 10 },
+            .ws_stream_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 11 },
             .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms, .id = 1 },
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms, .id = 2 },
             .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms, .id = 3 },
@@ -511,6 +517,12 @@ pub const Server = struct {
         }
         while (self.ws_pong_timeouts.popExpired(self.now_ms)) |entry| {
             protocol.pongTimeout(entry);
+        }
+        while (self.ws_stream_ping_timeouts.popExpired(self.now_ms)) |entry| {
+            protocol.streamPingDue(self.wiring.websocket, entry);
+        }
+        while (self.ws_stream_pong_timeouts.popExpired(self.now_ms)) |entry| {
+            protocol.streamPongTimeout(self.wiring.websocket, entry);
         }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);

@@ -8,8 +8,8 @@
 //! `server_stream.body_buffer_max` bytes, then the stream is not read and QUIC's flow
 //! control holds the client: frames sent before the 200 wait there too); the frames for
 //! the client wait in its `out`, and the app's send waits past
-//! `seam.websocket_out_bytes_high` of them. No ping timer: as over HTTP/2, the
-//! connection's own idle timeout (QUIC's) ends a silent peer.
+//! `seam.websocket_out_bytes_high` of them. Pings are the session's own (its timer), as
+//! over HTTP/2.
 const std = @import("std");
 // RFC 9220: a WebSocket on a stream, through the seam's hand-over verbs.
 const seam = @import("../core/protocol.zig");
