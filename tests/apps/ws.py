@@ -76,6 +76,11 @@ async def app(scope, receive, send):
         except BaseException as exc:
             EVENTS.append({"raised": type(exc).__name__, "oserror": isinstance(exc, OSError)})
             raise
+    elif path == "/slow-echo":
+        # Reads nothing for a second (the client's messages queue up), then echoes them all.
+        await send({"type": "websocket.accept"})
+        await asyncio.sleep(1)
+        await echo(receive, send)
     elif path == "/idle":
         await send({"type": "websocket.accept"})
         await receive()

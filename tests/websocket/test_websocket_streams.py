@@ -288,6 +288,19 @@ def test_a_websockets_client_speaks_through_the_stream(server):
         ws.close()
 
 
+def test_messages_held_back_for_a_slow_app_are_all_read(server):
+    """More messages than --ws-max-queue (32) while the app reads nothing: the session
+    stops parsing, and parses the rest as the app takes its messages, though the client
+    sends nothing more."""
+    ws = open_ws(server, "/slow-echo")
+    try:
+        assert ws.response()[":status"] == "200"
+        ws.send(b"".join(frame(0x1, f"m{i}".encode()) for i in range(40)))
+        assert [p for _, p, _ in ws.frames(40)] == [f"m{i}".encode() for i in range(40)]
+    finally:
+        ws.close()
+
+
 def test_the_scope_is_a_websocket_scope(server):
     ws = open_ws(server, "/scope?x=1", headers=[("sec-websocket-protocol", "chat, superchat")])
     try:

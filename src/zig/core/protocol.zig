@@ -224,6 +224,9 @@ pub const CarrierVerbs = struct {
     input: *const fn (st: *Stream) []u8,
     /// `n` bytes of `input` were parsed: they leave it, and the peer may send as many more.
     consume: *const fn (st: *Stream, n: usize) void,
+    /// The session reads again (its app or its client caught up): what `input` holds is
+    /// parsed, now or on the connection's next pass.
+    resumeInput: *const fn (st: *Stream) void,
     /// One frame, header and payload copied, onto the stream's output.
     queue: *const fn (
         st: *Stream,
@@ -695,6 +698,10 @@ pub fn carrierInput(st: *Stream) []u8 {
 
 pub fn carrierConsume(st: *Stream, n: usize) void {
     carrierOf(st).consume(st, n);
+}
+
+pub fn carrierResumeInput(st: *Stream) void {
+    carrierOf(st).resumeInput(st);
 }
 
 pub fn carrierQueue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {

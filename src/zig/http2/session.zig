@@ -134,6 +134,7 @@ pub const verbs: seam.Http2Verbs = .{
         .held = carrierHeld,
         .input = carrierInput,
         .consume = carrierConsume,
+        .resumeInput = carrierResumeInput,
         .queue = carrierQueue,
         .outLen = carrierOutLen,
         .end = carrierEnd,
@@ -160,6 +161,10 @@ fn carrierConsume(st: *stream_mod.Stream, n: usize) void {
 }
 fn carrierQueue(st: *stream_mod.Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
     return websocket.wsQueue(@fieldParentPtr("base", st), head, payload);
+}
+fn carrierResumeInput(st: *stream_mod.Stream) void {
+    // The connection's next pass parses it (`process` goes over WebSocket streams first).
+    if (!websocket.wsInputEmpty(@fieldParentPtr("base", st))) st.conn.server.schedule(st.conn);
 }
 fn carrierOutLen(st: *const stream_mod.Stream) usize {
     return st.out.queued;

@@ -63,6 +63,7 @@ pub const carrier_verbs: seam.CarrierVerbs = .{
     .held = held,
     .input = input,
     .consume = consume,
+    .resumeInput = resumeInput,
     .queue = queue,
     .outLen = outLen,
     .end = end,
@@ -106,6 +107,14 @@ fn consume(st: *Stream, n: usize) void {
         h.body_off = 0;
     }
     if (rest < server_stream.body_buffer_max and !st.reset) h.qc.session.resumeReading(h.id);
+}
+
+/// Parsed now: HTTP/3 has no pass of its own over its streams (the session is called from
+/// the app's receive or from the transport's writable event, never from inside itself).
+fn resumeInput(st: *Stream) void {
+    const h = H3Stream.of(st);
+    const w = h.ws orelse return;
+    if (unparsed(h) > 0 and seam.webSocketOpen(st.conn, w)) seam.webSocketProcess(st.conn, w);
 }
 
 fn queue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {

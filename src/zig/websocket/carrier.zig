@@ -130,7 +130,7 @@ pub const Carrier = union(enum) {
                 x.setReading(true);
                 x.server.schedule(x);
             },
-            .stream => |st| if (seam.carrierInput(st).len > 0) st.conn.server.schedule(st.conn),
+            .stream => |st| seam.carrierResumeInput(st),
         }
     }
 };
