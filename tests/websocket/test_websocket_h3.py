@@ -200,3 +200,23 @@ def test_the_drains_deadline_closes_with_1001(h3_certs):  # noqa: F811 (fixture)
     finally:
         ws.close()
     assert server.wait(10) == 0
+
+
+def test_websockets_on_four_workers(h3_certs):  # noqa: F811 (fixture)
+    """Each QUIC connection stays with the worker that took it (its connection IDs carry the
+    worker's index): WebSockets on several connections echo through 4 workers."""
+    server = start_ws_server("h3-epoll", h3_certs, "--workers", "4")
+    sessions = []
+    try:
+        for i in range(6):
+            ws = WsOverH3(server.port, "/echo", cafile=server.cafile)
+            sessions.append(ws)
+            assert ws.response()[":status"] == "200"
+        for i, ws in enumerate(sessions):
+            ws.send(frame(0x2, bytes([i]) * 70_000))
+        for i, ws in enumerate(sessions):
+            assert ws.frames(1)[0][:2] == (0x2, bytes([i]) * 70_000)
+    finally:
+        for ws in sessions:
+            ws.close()
+        server.stop()

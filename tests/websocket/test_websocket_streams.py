@@ -20,6 +20,7 @@ import pytest
 from tests.support.h2raw import H2Conn
 from tests.support.h3_support import h3_certs  # noqa: F401 (fixture)
 from tests.support.harness import Server, zigcorn_only
+from tests.support.wsraw import PROTOCOL_ERRORS
 
 pytestmark = zigcorn_only
 
@@ -353,6 +354,38 @@ def test_a_protocol_error_fails_the_session_with_1002(server):
         assert ws.response()[":status"] == "200"
         ws.send(b"\x81\x05hello")  # unmasked: clients must mask
         assert ws.frames(1)[0][:2] == (0x8, struct.pack("!H", 1002))
+    finally:
+        ws.close()
+
+
+@pytest.mark.parametrize("frames, code", PROTOCOL_ERRORS)
+def test_protocol_errors_close_with_their_code(server, frames, code):
+    """HTTP/1.1's cases (tests/websocket/test_websocket.py), each carrier: the close frame
+    with the failure's code, then the end of our side of the stream."""
+    ws = open_ws(server, "/echo")
+    try:
+        assert ws.response()[":status"] == "200"
+        ws.send(b"".join(frame(opcode, payload, fin=fin) for opcode, payload, fin in frames))
+        opcode, payload, _ = ws.frames(1)[0]
+        assert opcode == 0x8 and struct.unpack("!H", payload[:2])[0] == code
+        assert ws.ended()
+    finally:
+        ws.close()
+
+
+def test_frames_split_across_data_frames(server):
+    """Each byte its own DATA frame, a ping between a message's fragments: the frames are
+    read across the stream's DATA frames as across TCP reads."""
+    ws = open_ws(server, "/echo")
+    try:
+        assert ws.response()[":status"] == "200"
+        data = frame(0x1, "Hé".encode()[:2], fin=False) + frame(0x9, b"mid")
+        data += frame(0x0, "Hé".encode()[2:] + b"llo") + frame(0x2, bytes(range(100)))
+        for i in range(len(data)):
+            ws.send(data[i : i + 1])
+        got = ws.frames(3)
+        assert got[0][:2] == (0xA, b"mid")
+        assert [f[:2] for f in got[1:]] == [(0x1, "Héllo".encode()), (0x2, bytes(range(100)))]
     finally:
         ws.close()
 
