@@ -81,6 +81,11 @@ async def app(scope, receive, send):
         await send({"type": "websocket.accept"})
         await asyncio.sleep(1)
         await echo(receive, send)
+    elif path == "/close-then-wait":
+        # Closes first, then waits for the end; /events reports what it saw.
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 4000})
+        EVENTS.append(await receive())
     elif path == "/idle":
         await send({"type": "websocket.accept"})
         await receive()

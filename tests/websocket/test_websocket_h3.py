@@ -137,6 +137,18 @@ def test_data_after_the_clients_fin_ends_its_connection_and_the_server_serves_on
     assert seen and seen[0]["type"] == "websocket.disconnect" and seen[0]["code"] == 1006
 
 
+def test_an_app_waiting_after_its_close_sees_the_connection_end(server):
+    ws = WsOverH3(server.port, "/close-then-wait", cafile=server.cafile)
+    try:
+        assert ws.response()[":status"] == "200"
+        assert ws.frames(1)[0][:2] == (0x8, struct.pack("!H", 4000))
+        assert ws.ended()  # our FIN followed the close frame
+    finally:
+        ws.close()  # the QUIC connection ends without the client's close frame
+    seen = events_seen(server)
+    assert seen and seen[0]["type"] == "websocket.disconnect", seen
+
+
 def test_the_close_handshake_then_both_fins(server):
     ws = WsOverH3(server.port, "/disconnect-report", cafile=server.cafile)
     try:
