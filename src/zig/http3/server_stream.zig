@@ -166,7 +166,8 @@ pub fn onWritable(qc: *QuicConn, id: u64) void {
 }
 
 /// The drain's deadline: the connection's WebSockets are closed with 1001. True when
-/// there was one.
+/// there was one. No stream leaves the map meanwhile: a session still to be closed is
+/// open with its close unsent, so its app holds the stream (its end sends the close).
 pub fn closeWebSockets(qc: *QuicConn) bool {
     var any = false;
     var it = qc.streams.valueIterator();
