@@ -76,6 +76,16 @@ async def app(scope, receive, send):
         except BaseException as exc:
             EVENTS.append({"raised": type(exc).__name__, "oserror": isinstance(exc, OSError)})
             raise
+    elif path == "/slow-echo":
+        # Reads nothing for a second (the client's messages queue up), then echoes them all.
+        await send({"type": "websocket.accept"})
+        await asyncio.sleep(1)
+        await echo(receive, send)
+    elif path == "/close-then-wait":
+        # Closes first, then waits for the end; /events reports what it saw.
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 4000})
+        EVENTS.append(await receive())
     elif path == "/idle":
         await send({"type": "websocket.accept"})
         await receive()

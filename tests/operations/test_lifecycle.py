@@ -342,7 +342,7 @@ def test_without_a_deadline_websockets_get_1001_when_accepting_stops(start_serve
 def test_websocket_over_http2_goes_on_until_the_deadline_then_1001(start_server):
     from hyperframe.frame import DataFrame
 
-    from tests.websocket.test_websocket_h2 import WsOverH2, frame, parse_frames
+    from tests.websocket.test_websocket_streams import WsOverH2, frame, parse_frames
 
     server = start_server("lifecycle:app", *OPS, "--timeout-graceful-shutdown", "2")
     ws = WsOverH2(server.port, "/ws")

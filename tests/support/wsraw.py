@@ -8,7 +8,29 @@ import socket
 import struct
 import zlib
 
+import pytest
+
 TIMEOUT = 5.0
+TEXT, BINARY, CLOSE, PING, PONG = 1, 2, 8, 9, 10
+
+# Client frames the engine refuses, and the close code each gets: (opcode, payload, fin)
+# in order. Every carrier runs them (tests/websocket/test_websocket.py over HTTP/1.1,
+# test_websocket_streams.py over HTTP/2 and HTTP/3).
+PROTOCOL_ERRORS = [
+    pytest.param([(TEXT, b"\xff", True)], 1007, id="invalid-utf8"),
+    pytest.param([(TEXT, b"ok\xed\xa0\x80", True)], 1007, id="surrogate"),
+    pytest.param([(TEXT, b"\xe2\x82", False), (0, b"x", True)], 1007, id="invalid-utf8-across-fragments"),
+    pytest.param([(TEXT, b"\xe2\x82", True)], 1007, id="truncated-utf8"),
+    pytest.param([(0, b"x", True)], 1002, id="continuation-without-start"),
+    pytest.param([(TEXT, b"a", False), (TEXT, b"b", True)], 1002, id="new-message-inside-fragmented"),
+    pytest.param([(3, b"", True)], 1002, id="reserved-opcode"),
+    pytest.param([(PING, b"", False)], 1002, id="fragmented-ping"),
+    pytest.param([(PING, b"p" * 126, True)], 1002, id="ping-too-long"),
+    pytest.param([(CLOSE, b"\x03", True)], 1002, id="close-one-byte"),
+    pytest.param([(CLOSE, struct.pack("!H", 1005), True)], 1002, id="close-code-1005"),
+    pytest.param([(CLOSE, struct.pack("!H", 999), True)], 1002, id="close-code-999"),
+    pytest.param([(CLOSE, struct.pack("!H", 1000) + b"\xff", True)], 1007, id="close-reason-not-utf8"),
+]
 
 
 def upgrade_request(path: str = "/echo", extra: str = "", key: str | None = None, version: str = "13") -> bytes:

@@ -13,11 +13,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.harness import Server, zigcorn_only
 from tests.support.rawhttp import RawConn
-from tests.support.wsraw import RawWS, close_payload, compress, upgrade_request
+from tests.support.wsraw import (BINARY, CLOSE, PING, PONG, PROTOCOL_ERRORS, TEXT, RawWS, close_payload, compress,
+                                 upgrade_request)
 
 pytestmark = pytest.mark.every_python
 
-TEXT, BINARY, CLOSE, PING, PONG = 1, 2, 8, 9, 10
 
 
 @pytest.fixture(scope="module")
@@ -274,21 +274,7 @@ def test_ping_is_answered_with_its_payload(ws_server):
         ws.close()
 
 
-@pytest.mark.parametrize("frames, code", [
-    pytest.param([(TEXT, b"\xff", True)], 1007, id="invalid-utf8"),
-    pytest.param([(TEXT, b"ok\xed\xa0\x80", True)], 1007, id="surrogate"),
-    pytest.param([(TEXT, b"\xe2\x82", False), (0, b"x", True)], 1007, id="invalid-utf8-across-fragments"),
-    pytest.param([(TEXT, b"\xe2\x82", True)], 1007, id="truncated-utf8"),
-    pytest.param([(0, b"x", True)], 1002, id="continuation-without-start"),
-    pytest.param([(TEXT, b"a", False), (TEXT, b"b", True)], 1002, id="new-message-inside-fragmented"),
-    pytest.param([(3, b"", True)], 1002, id="reserved-opcode"),
-    pytest.param([(PING, b"", False)], 1002, id="fragmented-ping"),
-    pytest.param([(PING, b"p" * 126, True)], 1002, id="ping-too-long"),
-    pytest.param([(CLOSE, b"\x03", True)], 1002, id="close-one-byte"),
-    pytest.param([(CLOSE, struct.pack("!H", 1005), True)], 1002, id="close-code-1005"),
-    pytest.param([(CLOSE, struct.pack("!H", 999), True)], 1002, id="close-code-999"),
-    pytest.param([(CLOSE, struct.pack("!H", 1000) + b"\xff", True)], 1007, id="close-reason-not-utf8"),
-])
+@pytest.mark.parametrize("frames, code", PROTOCOL_ERRORS)
 def test_protocol_errors_close_with_their_code(ws_server, frames, code):
     ws = RawWS(ws_server.port)
     try:

@@ -78,6 +78,22 @@ pub const websocket_owned_fields = [_][]const u8{
     "transfer-encoding",
 };
 
+/// Whether an app's field of a WebSocket's accept response goes out: not one the engine
+/// writes itself, nor a second subprotocol when the app named one in its accept.
+pub fn webSocketKeepsField(name: []const u8, subprotocol: ?[]const u8) bool {
+    for (websocket_owned_fields) |o| if (std.ascii.eqlIgnoreCase(name, o)) return false;
+    return subprotocol == null or !std.ascii.eqlIgnoreCase(name, "sec-websocket-protocol");
+}
+
+/// A carried WebSocket's accept failed as a response head would (`Stream.startResponse`).
+pub fn webSocketAcceptError(e: stream_mod.StartError) WebSocketAcceptError {
+    return switch (e) {
+        error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
+        error.HeadTooLarge => error.HeadTooLarge,
+        error.OutOfMemory => error.OutOfMemory,
+    };
+}
+
 /// Where a new connection's first bytes stand against HTTP/2's client preface (RFC 9113 3.4).
 pub const Preface = enum { no, partial, yes };
 /// The length of HTTP/2's client preface (`http2/frames.zig` `preface`, checked there).
@@ -149,6 +165,9 @@ pub const WebSocketVerbs = struct {
     goingAway: *const fn (conn: *Conn) void,
     pingDue: *const fn (conn: *Conn) void,
     pongTimeout: *const fn (conn: *Conn) void,
+    /// The same for a session a stream carries (its own timer entry).
+    streamPingDue: *const fn (entry: *timer.Entry) void,
+    streamPongTimeout: *const fn (entry: *timer.Entry) void,
     streamFinished: *const fn (conn: *Conn) void,
     /// An HTTP/1.1 request that asks for the upgrade (RFC 6455 4.1).
     asksUpgrade: *const fn (req: *const h1_parser.Request) bool,
@@ -187,20 +206,41 @@ pub const Http2Verbs = struct {
     sendFile: *const fn (st: *Stream, path: [:0]const u8) stream_mod.FileError!void,
     abortStream: *const fn (st: *Stream) void,
     wsSession: *const fn (st: *const Stream) ?WebSocketHeld,
-    // A stream carrying a WebSocket (RFC 8441), for `websocket/carrier.zig`.
-    carrierLive: *const fn (st: *const Stream) bool,
-    carrierEnded: *const fn (st: *const Stream) bool,
-    carrierHeld: *const fn (st: *const Stream) bool,
-    carrierInput: *const fn (st: *Stream) []u8,
-    carrierConsume: *const fn (st: *Stream, n: usize) void,
-    carrierQueue: *const fn (
+    /// A stream carrying a WebSocket (RFC 8441).
+    carrier: CarrierVerbs,
+};
+
+/// What `websocket/carrier.zig` asks of a stream that carries a WebSocket (HTTP/2's
+/// extended CONNECT, RFC 8441; HTTP/3's, RFC 9220): its DATA both ways, and the accept.
+pub const CarrierVerbs = struct {
+    /// Frames can still move on the stream.
+    live: *const fn (st: *const Stream) bool,
+    /// Over for the app: the stream cannot move frames, or the client's side ended and
+    /// every frame it sent was parsed.
+    ended: *const fn (st: *const Stream) bool,
+    /// The app holds the stream (it may wait on it).
+    held: *const fn (st: *const Stream) bool,
+    /// The received bytes not parsed yet.
+    input: *const fn (st: *Stream) []u8,
+    /// `n` bytes of `input` were parsed: they leave it, and the peer may send as many more.
+    consume: *const fn (st: *Stream, n: usize) void,
+    /// The session reads again (its app or its client caught up): what `input` holds is
+    /// parsed, now or on the connection's next pass.
+    resumeInput: *const fn (st: *Stream) void,
+    /// One frame, header and payload copied, onto the stream's output.
+    queue: *const fn (
         st: *Stream,
         head: []const u8,
         payload: []const u8,
     ) error{OutOfMemory}!void,
-    carrierEnd: *const fn (st: *Stream) error{OutOfMemory}!void,
-    carrierAbort: *const fn (st: *Stream) void,
-    carrierAccept: *const fn (
+    /// Bytes queued for the client and not written yet.
+    outLen: *const fn (st: *const Stream) usize,
+    /// Our side of the stream ends (after our close frame).
+    end: *const fn (st: *Stream) error{OutOfMemory}!void,
+    /// The WebSocket failed beyond a close frame: the stream is reset.
+    abort: *const fn (st: *Stream) void,
+    /// The app accepted: a 200 with the subprotocol, the extension and the app's fields.
+    accept: *const fn (
         st: *Stream,
         subprotocol: ?[]const u8,
         extension: ?[]const u8,
@@ -218,6 +258,9 @@ pub const Http3Verbs = struct {
     /// What the stream's QUIC handshake kept for the ASGI tls extension (null before it
     /// completed).
     tlsSummary: *const fn (st: *const Stream) ?*const SessionSummary,
+    wsSession: *const fn (st: *const Stream) ?WebSocketHeld,
+    /// A stream carrying a WebSocket (RFC 9220).
+    carrier: CarrierVerbs,
 };
 
 inline fn h1(conn: *const Conn) *const Http1Verbs {
@@ -379,6 +422,15 @@ pub fn pongTimeout(entry: *timer.Entry) void {
     ws(conn).pongTimeout(conn);
 }
 
+/// A stream-carried WebSocket's ping interval passed, or its pong did not come in time
+/// (the server's stream ping and pong queues; `verbs` is its `Server.wiring.websocket`).
+pub fn streamPingDue(verbs: *const WebSocketVerbs, entry: *timer.Entry) void {
+    verbs.streamPingDue(entry);
+}
+pub fn streamPongTimeout(verbs: *const WebSocketVerbs, entry: *timer.Entry) void {
+    verbs.streamPongTimeout(entry);
+}
+
 /// An HTTP/2 session's `--timeout-connection` is due (the server's lifetime queue;
 /// `verbs` is its `Server.wiring.http2`).
 pub fn lifetimeDue(verbs: *const Http2Verbs, entry: *timer.Entry) void {
@@ -530,7 +582,7 @@ pub fn wsSession(st: *const Stream) ?WebSocketHeld {
     return switch (st.protocol) {
         .http1 => h1(st.conn).wsSession(st.conn),
         .http2 => h2(st.conn).wsSession(st),
-        .http3 => null,
+        .http3 => h3(st).wsSession(st),
     };
 }
 
@@ -579,6 +631,19 @@ pub fn openWebSocket(st: *Stream, fields: []const http_fields.Header) ?WebSocket
     return ws(st.conn).open(st, fields);
 }
 
+/// An extended CONNECT's `:protocol` and fields against what a WebSocket needs (RFC 8441 4,
+/// RFC 9220 3), alike over HTTP/2 and HTTP/3: null when a session may open, else the
+/// status the stream is refused with (501 for another protocol, 426 without version 13).
+pub fn webSocketConnectRefusal(protocol: []const u8, fields: []const http_fields.Header) ?u16 {
+    if (!std.ascii.eqlIgnoreCase(protocol, "websocket")) return 501;
+    var version: ?[]const u8 = null;
+    for (fields) |f| if (std.mem.eql(u8, f.name, "sec-websocket-version")) {
+        version = f.value;
+    };
+    if (!std.mem.eql(u8, version orelse "", "13")) return 426;
+    return null;
+}
+
 /// A carried WebSocket's verbs for its carrier (`conn` is the carrier's connection):
 /// whether it is open, its app may go on, parse what arrived, the output drained, the app
 /// returned, the drain's deadline (1001), the stream is freed.
@@ -607,60 +672,52 @@ pub fn webSocketDestroy(conn: *const Conn, w: WebSocketHeld) void {
 // What `websocket/carrier.zig` asks of a stream that carries a WebSocket, by protocol.
 // HTTP/1.1's one stream never does: its WebSocket is carried by the connection.
 
-pub fn carrierLive(st: *const Stream) bool {
+inline fn carrierOf(st: *const Stream) *const CarrierVerbs {
     return switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierLive(st),
+        .http1 => unreachable,
+        .http2 => &h2(st.conn).carrier,
+        .http3 => &h3(st).carrier,
     };
+}
+
+pub fn carrierLive(st: *const Stream) bool {
+    return carrierOf(st).live(st);
 }
 
 pub fn carrierEnded(st: *const Stream) bool {
-    return switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierEnded(st),
-    };
+    return carrierOf(st).ended(st);
 }
 
 pub fn carrierHeld(st: *const Stream) bool {
-    return switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierHeld(st),
-    };
+    return carrierOf(st).held(st);
 }
 
 pub fn carrierInput(st: *Stream) []u8 {
-    return switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierInput(st),
-    };
+    return carrierOf(st).input(st);
 }
 
 pub fn carrierConsume(st: *Stream, n: usize) void {
-    switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierConsume(st, n),
-    }
+    carrierOf(st).consume(st, n);
+}
+
+pub fn carrierResumeInput(st: *Stream) void {
+    carrierOf(st).resumeInput(st);
 }
 
 pub fn carrierQueue(st: *Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
-    switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => try h2(st.conn).carrierQueue(st, head, payload),
-    }
+    return carrierOf(st).queue(st, head, payload);
+}
+
+pub fn carrierOutLen(st: *const Stream) usize {
+    return carrierOf(st).outLen(st);
 }
 
 pub fn carrierEnd(st: *Stream) error{OutOfMemory}!void {
-    switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => try h2(st.conn).carrierEnd(st),
-    }
+    return carrierOf(st).end(st);
 }
 
 pub fn carrierAbort(st: *Stream) void {
-    switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => h2(st.conn).carrierAbort(st),
-    }
+    carrierOf(st).abort(st);
 }
 
 pub fn carrierAccept(
@@ -670,8 +727,29 @@ pub fn carrierAccept(
     headers: []const [2][]const u8,
     extra: []const [2][]const u8,
 ) WebSocketAcceptError!void {
-    switch (st.protocol) {
-        .http1, .http3 => unreachable,
-        .http2 => try h2(st.conn).carrierAccept(st, subprotocol, extension, headers, extra),
-    }
+    return carrierOf(st).accept(st, subprotocol, extension, headers, extra);
+}
+
+test "an extended CONNECT opens a WebSocket only for websocket, version 13" {
+    const H = http_fields.Header;
+    const v13 = [_]H{.{ .name = "sec-websocket-version", .value = "13" }};
+    try std.testing.expectEqual(@as(?u16, null), webSocketConnectRefusal("websocket", &v13));
+    // The token is case-insensitive (RFC 8441 4 registers it as a token).
+    try std.testing.expectEqual(@as(?u16, null), webSocketConnectRefusal("WebSocket", &v13));
+    try std.testing.expectEqual(@as(?u16, 501), webSocketConnectRefusal("webtransport", &v13));
+    try std.testing.expectEqual(@as(?u16, 501), webSocketConnectRefusal("", &v13));
+    try std.testing.expectEqual(@as(?u16, 426), webSocketConnectRefusal("websocket", &.{}));
+    const v12 = [_]H{.{ .name = "sec-websocket-version", .value = "12" }};
+    try std.testing.expectEqual(@as(?u16, 426), webSocketConnectRefusal("websocket", &v12));
+    const v130 = [_]H{.{ .name = "sec-websocket-version", .value = "130" }};
+    try std.testing.expectEqual(@as(?u16, 426), webSocketConnectRefusal("websocket", &v130));
+}
+
+test "a WebSocket accept keeps the app's fields but the engine's own" {
+    try std.testing.expect(webSocketKeepsField("x-custom", null));
+    try std.testing.expect(!webSocketKeepsField("Sec-WebSocket-Accept", null));
+    try std.testing.expect(!webSocketKeepsField("content-length", "chat"));
+    // The app's own subprotocol field goes out only when its accept named none.
+    try std.testing.expect(webSocketKeepsField("sec-websocket-protocol", null));
+    try std.testing.expect(!webSocketKeepsField("sec-websocket-protocol", "chat"));
 }

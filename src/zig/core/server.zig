@@ -64,6 +64,8 @@ pub const QuicPlug = struct {
     flush: *const fn (ctx: *anyopaque) void,
     /// The drain starts: each connection is sent GOAWAY and closes once its requests are done.
     drain: *const fn (ctx: *anyopaque) void,
+    /// The drain's deadline: WebSockets carried by its streams (RFC 9220) are closed (1001).
+    close_websockets: *const fn (ctx: *anyopaque) void,
     /// The server stops: every QUIC connection is closed and freed.
     deinit: *const fn (ctx: *anyopaque) void,
     /// QUIC connections still open (a drain waits for them as for TCP's).
@@ -124,6 +126,10 @@ pub const Server = struct {
     ws_ping_timeouts: timer.Queue,
     /// ...and closed with 1011 if the pong does not come within this.
     ws_pong_timeouts: timer.Queue,
+    /// The same two for WebSockets carried by HTTP/2 and HTTP/3 streams, whose sessions
+    /// have timers of their own (the connection's serves the connection).
+    ws_stream_ping_timeouts: timer.Queue,
+    ws_stream_pong_timeouts: timer.Queue,
     now_ms: u64 = 0,
     /// `--timeout-connection`: stamps accept times and tells which connections are too old.
     lifetime: lifetime.Lifetime = .{},
@@ -210,6 +216,8 @@ pub const Server = struct {
             .spin_ns = opts.spin_ns,
             .ws_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 6 },
             .ws_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 7 },
+            .ws_stream_ping_timeouts = .{ .timeout_ms = opts.ws_ping_interval_ms, .id = 10 },
+            .ws_stream_pong_timeouts = .{ .timeout_ms = opts.ws_ping_timeout_ms, .id = 11 },
             .idle_timeouts = .{ .timeout_ms = opts.timeout_keep_alive_ms, .id = 1 },
             .header_timeouts = .{ .timeout_ms = opts.timeout_header_ms, .id = 2 },
             .body_timeouts = .{ .timeout_ms = opts.timeout_body_ms, .id = 3 },
@@ -509,6 +517,12 @@ pub const Server = struct {
         }
         while (self.ws_pong_timeouts.popExpired(self.now_ms)) |entry| {
             protocol.pongTimeout(entry);
+        }
+        while (self.ws_stream_ping_timeouts.popExpired(self.now_ms)) |entry| {
+            protocol.streamPingDue(self.wiring.websocket, entry);
+        }
+        while (self.ws_stream_pong_timeouts.popExpired(self.now_ms)) |entry| {
+            protocol.streamPongTimeout(self.wiring.websocket, entry);
         }
         while (self.write_timeouts.popExpired(self.now_ms)) |entry| {
             const act: *conn_mod.Active = @fieldParentPtr("write_timer", entry);
@@ -885,6 +899,7 @@ pub const Server = struct {
             protocol.goingAway(c);
             if (websockets_too) _ = protocol.closeWebSockets(c);
         }
+        if (websockets_too) if (self.quic) |q| q.close_websockets(q.ctx);
     }
 
     /// Graceful shutdown, step three: the deadline came. WebSockets are closed with 1001
@@ -899,6 +914,7 @@ pub const Server = struct {
             it = c.next;
             if (!protocol.closeWebSockets(c) and c.state != .lingering and c.state != .closed) c.close();
         }
+        if (self.quic) |q| q.close_websockets(q.ctx);
     }
 
     /// Idle keep-alive connections close now. One that has not sent its (first or next)

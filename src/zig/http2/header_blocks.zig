@@ -157,12 +157,8 @@ pub fn openStream(s: *Session, id: u32, fields: []const hpack.Header) void {
     if (head.content_length orelse 0 > srv.opts.body_bytes_max) return refuseStream(s, st, 413);
     if (head.protocol) |protocol| {
         // RFC 8441: a WebSocket on this stream.
-        if (!std.ascii.eqlIgnoreCase(protocol, "websocket")) return refuseStream(s, st, 501);
-        var version: ?[]const u8 = null;
-        for (headers) |f| if (std.mem.eql(u8, f.name, "sec-websocket-version")) {
-            version = f.value;
-        };
-        if (!std.mem.eql(u8, version orelse "", "13")) return refuseStream(s, st, 426);
+        if (seam.webSocketConnectRefusal(protocol, headers)) |status|
+            return refuseStream(s, st, status);
         st.ws = seam.openWebSocket(&st.base, headers) orelse return refuseStream(s, st, 500);
     }
     const full = head.path.?;

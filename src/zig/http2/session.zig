@@ -128,15 +128,19 @@ pub const verbs: seam.Http2Verbs = .{
     .sendFile = sendFile,
     .abortStream = abortStream,
     .wsSession = wsSessionOf,
-    .carrierLive = carrierLive,
-    .carrierEnded = carrierEnded,
-    .carrierHeld = carrierHeld,
-    .carrierInput = carrierInput,
-    .carrierConsume = carrierConsume,
-    .carrierQueue = carrierQueue,
-    .carrierEnd = carrierEnd,
-    .carrierAbort = carrierAbort,
-    .carrierAccept = carrierAccept,
+    .carrier = .{
+        .live = carrierLive,
+        .ended = carrierEnded,
+        .held = carrierHeld,
+        .input = carrierInput,
+        .consume = carrierConsume,
+        .resumeInput = carrierResumeInput,
+        .queue = carrierQueue,
+        .outLen = carrierOutLen,
+        .end = carrierEnd,
+        .abort = carrierAbort,
+        .accept = carrierAccept,
+    },
 };
 
 // A stream carrying a WebSocket, as the seam hands it over: the `Stream` of an `H2Stream`.
@@ -157,6 +161,13 @@ fn carrierConsume(st: *stream_mod.Stream, n: usize) void {
 }
 fn carrierQueue(st: *stream_mod.Stream, head: []const u8, payload: []const u8) error{OutOfMemory}!void {
     return websocket.wsQueue(@fieldParentPtr("base", st), head, payload);
+}
+fn carrierResumeInput(st: *stream_mod.Stream) void {
+    // The connection's next pass parses it (`process` goes over WebSocket streams first).
+    if (!websocket.wsInputEmpty(@fieldParentPtr("base", st))) st.conn.server.schedule(st.conn);
+}
+fn carrierOutLen(st: *const stream_mod.Stream) usize {
+    return st.out.queued;
 }
 fn carrierEnd(st: *stream_mod.Stream) error{OutOfMemory}!void {
     return websocket.wsEnd(@fieldParentPtr("base", st));

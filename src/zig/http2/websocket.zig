@@ -115,11 +115,9 @@ pub fn wsAccept(
     }
     if (extension) |e| n += hpack.encodeField(block[n..], "sec-websocket-extensions", e) catch return error.HeadTooLarge;
     for (extra) |f| n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
-    outer: for (headers) |f| {
-        for (seam.websocket_owned_fields) |o| if (std.ascii.eqlIgnoreCase(f[0], o)) continue :outer;
-        if (subprotocol != null and std.ascii.eqlIgnoreCase(f[0], "sec-websocket-protocol")) continue;
+    for (headers) |f| if (seam.webSocketKeepsField(f[0], subprotocol)) {
         n += encodeResponseField(block[n..], f[0], f[1], st) catch |e| return mapStart(e);
-    }
+    };
     pushItem(h, .{ .kind = .headers, .end_stream = false, .owned = true, .bytes = block[0..n], .alloc_len = block.len }) catch return error.OutOfMemory;
     st.status = 200;
     st.resp_started = true;
@@ -127,10 +125,4 @@ pub fn wsAccept(
     flushSoon(st.conn);
 }
 
-pub fn mapStart(e: stream_mod.StartError) seam.WebSocketAcceptError {
-    return switch (e) {
-        error.InvalidHeader, error.AlreadyStarted => error.InvalidHeader,
-        error.HeadTooLarge => error.HeadTooLarge,
-        error.OutOfMemory => error.OutOfMemory,
-    };
-}
+const mapStart = seam.webSocketAcceptError;

@@ -19,8 +19,11 @@ const session_mod = @import("session.zig");
 const worker = @import("worker.zig");
 const QuicConn = worker.QuicConn;
 const Header = session_mod.Header;
+const websocket = @import("websocket.zig");
 
-const body_buffer_max = 256 * 1024;
+/// Request body bytes kept before the stream's reading pauses (also a WebSocket's
+/// received bytes not parsed yet).
+pub const body_buffer_max = 256 * 1024;
 const file_chunk_bytes = 64 * 1024;
 /// Fields of a response head, engine's and app's together.
 const head_fields_max = 160;
@@ -46,16 +49,20 @@ pub const H3Stream = struct {
     held: bool = true,
     /// The session is done with it (sent whole, or reset).
     ended: bool = false,
+    /// An extended CONNECT's WebSocket (RFC 9220): `body` from `body_off` holds its
+    /// frames not parsed yet, `out` the frames for the client.
+    ws: ?seam.WebSocketHeld = null,
+    body_off: usize = 0,
 
-    fn of(st: *const Stream) *H3Stream {
+    pub fn of(st: *const Stream) *H3Stream {
         return @alignCast(@constCast(@fieldParentPtr("base", st)));
     }
 
-    fn gpa(h: *const H3Stream) std.mem.Allocator {
+    pub fn gpa(h: *const H3Stream) std.mem.Allocator {
         return h.qc.worker.gpa;
     }
 
-    fn pending(h: *const H3Stream) usize {
+    pub fn pending(h: *const H3Stream) usize {
         return h.out.items.len - h.out_at;
     }
 };
@@ -94,6 +101,11 @@ pub fn onRequest(qc: *QuicConn, id: u64, head: *const session_mod.Head) void {
         .version = .http3,
     };
     srv.streamStarted();
+    if (head.protocol) |protocol| if (websocket.open(h, protocol, head.headers)) |status| {
+        _ = st.answerPlain(status, &.{}, response.reasonPhrase(status), &.{});
+        st.finish();
+        return;
+    };
     if (st.prepare(&req)) |retry_after| {
         var buf: [16]u8 = undefined;
         const text = std.fmt.bufPrint(&buf, "{d}", .{retry_after}) catch "1";
@@ -110,6 +122,7 @@ pub fn onRequest(qc: *QuicConn, id: u64, head: *const session_mod.Head) void {
 
 pub fn onBody(qc: *QuicConn, id: u64, bytes: []const u8, fin: bool) void {
     const h = qc.streams.get(id) orelse return;
+    if (h.ws) |w| return websocket.onData(h, w, bytes, fin);
     const st = &h.base;
     if (bytes.len > 0) {
         h.body.appendSlice(h.gpa(), bytes) catch {
@@ -143,7 +156,26 @@ pub fn onReset(qc: *QuicConn, id: u64) void {
 
 pub fn onWritable(qc: *QuicConn, id: u64) void {
     const h = qc.streams.get(id) orelse return;
+    // A WebSocket whose output went down reads again (its app was told to wait).
+    if (h.ws) |w| {
+        pushOutKept(h);
+        if (h.pending() <= seam.websocket_out_bytes_high)
+            seam.webSocketOutputDrained(&qc.carrier, w);
+    }
     pushOut(h);
+}
+
+/// The drain's deadline: the connection's WebSockets are closed with 1001. True when
+/// there was one. No stream leaves the map meanwhile: a session still to be closed is
+/// open with its close unsent, so its app holds the stream (its end sends the close).
+pub fn closeWebSockets(qc: *QuicConn) bool {
+    var any = false;
+    var it = qc.streams.valueIterator();
+    while (it.next()) |hp| if (hp.*.ws) |w| {
+        any = true;
+        seam.webSocketGoingAway(&qc.carrier, w);
+    };
+    return any;
 }
 
 /// The QUIC connection is over: every stream is gone for its app.
@@ -178,6 +210,8 @@ pub fn freeAll(qc: *QuicConn) void {
 
 fn release(h: *H3Stream) void {
     const a = h.gpa();
+    if (h.ws) |w| seam.webSocketDestroy(&h.qc.carrier, w);
+    h.ws = null;
     h.body.deinit(a);
     h.out.deinit(a);
     freeTrailers(h);
@@ -213,8 +247,15 @@ fn maybeFree(h: *H3Stream) void {
 
 // ---- output -----------------------------------------------------------------------------
 
-/// Moves waiting response bytes (a file's next piece, trailers, the FIN) to the session.
+/// Moves waiting response bytes (a file's next piece, trailers, the FIN) to the session;
+/// the stream is freed if that was its end and its app let go.
 fn pushOut(h: *H3Stream) void {
+    pushOutKept(h);
+    maybeFree(h);
+}
+
+/// `pushOut`, the stream kept: a WebSocket's frames are queued from inside its session.
+pub fn pushOutKept(h: *H3Stream) void {
     const st = &h.base;
     const s = h.qc.session;
     var guard: usize = 0;
@@ -253,7 +294,6 @@ fn pushOut(h: *H3Stream) void {
         st.write_blocked = false;
         if (h.held) st.conn.server.hooks.wakeWrite(st);
     }
-    maybeFree(h);
 }
 
 fn readFileChunk(h: *H3Stream) bool {
@@ -293,6 +333,8 @@ pub const verbs: seam.Http3Verbs = .{
     },
     .abortStream = abortStream,
     .tlsSummary = tlsSummary,
+    .wsSession = websocket.sessionOf,
+    .carrier = websocket.carrier_verbs,
 };
 
 fn tlsSummary(st: *const Stream) ?*const @import("../transport/openssl.zig").SessionSummary {
@@ -370,7 +412,13 @@ fn headFields(st: *Stream, headers: []const [2][]const u8, extra: []const [2][]c
     return out[0..n];
 }
 
-fn startResponse(st: *Stream, status: u16, headers: []const [2][]const u8, extra: []const [2][]const u8, trailers: bool) stream_mod.StartError!void {
+pub fn startResponse(
+    st: *Stream,
+    status: u16,
+    headers: []const [2][]const u8,
+    extra: []const [2][]const u8,
+    trailers: bool,
+) stream_mod.StartError!void {
     const h = H3Stream.of(st);
     if (st.resp_started) return error.AlreadyStarted;
     st.resp_trailers = trailers;
@@ -499,6 +547,12 @@ fn finishStream(st: *Stream) void {
     st.handle = null;
     st.write_blocked = false;
     st.conn.server.streamFinished();
+    if (h.ws) |w| if (seam.webSocketOpen(st.conn, w)) {
+        // An accepted WebSocket: closed normally if the app did not; the stream ends
+        // with our close frame, the peer's close follows.
+        seam.webSocketFinished(st.conn, w);
+        st.resp_complete = true;
+    };
     // Still held while it is answered or aborted here: only the last line frees it.
     if (!h.ended and !st.resp_complete and !st.reset) {
         if (!st.resp_started) {
@@ -521,7 +575,7 @@ fn abortInSession(qc: *QuicConn, id: u64) void {
     };
 }
 
-fn abortStream(st: *Stream) void {
+pub fn abortStream(st: *Stream) void {
     const h = H3Stream.of(st);
     if (h.ended) return;
     abortInSession(h.qc, h.id);

@@ -506,6 +506,16 @@ pub const Worker = struct {
         }
     }
 
+    /// The drain's deadline: WebSockets on the connections' streams are closed with 1001.
+    fn closeWebSocketsPlug(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        var it = w.live;
+        while (it) |c| : (it = c.next) {
+            if (c.over) continue;
+            if (server_stream.closeWebSockets(c)) w.markDirty(c);
+        }
+    }
+
     /// The connections still open (until freed: a closing one still answers its peer).
     fn connectionsPlug(ctx: *anyopaque) u32 {
         const w: *Worker = @ptrCast(@alignCast(ctx));
@@ -557,6 +567,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
         .on_timer = Worker.onTimer,
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
+        .close_websockets = Worker.closeWebSocketsPlug,
         .deinit = Worker.deinitPlug,
         .connections = Worker.connectionsPlug,
         .verbs = &plug_verbs,
@@ -606,7 +617,11 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         },
         // Request records may outlive their QUIC stream while the app finishes: twice QUIC's
         // bound leaves them room, and still stops a client that found a way past it.
-        .h3_config = .{ .streams_max = 2 * h3.max_streams },
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 9220) when WebSockets are served, as HTTP/2's.
+        .h3_config = .{
+            .streams_max = 2 * h3.max_streams,
+            .extended_connect = server.opts.ws_enabled,
+        },
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();

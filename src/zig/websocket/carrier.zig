@@ -18,7 +18,7 @@ const seam = @import("../core/protocol.zig"); // a stream carrier's verbs: the s
 pub const Carrier = union(enum) {
     /// HTTP/1.1 upgrade: the connection's read buffer and output queue.
     conn: *Conn,
-    /// Extended CONNECT (HTTP/2, RFC 8441): one stream's DATA both ways.
+    /// Extended CONNECT (HTTP/2, RFC 8441; HTTP/3, RFC 9220): one stream's DATA both ways.
     stream: *Stream,
 
     /// The connection underneath, whichever carrier (the server, its options, flushing).
@@ -70,7 +70,7 @@ pub const Carrier = union(enum) {
     pub fn outLen(c: Carrier) usize {
         return switch (c) {
             .conn => |x| x.outputLen(),
-            .stream => |st| st.out.queued,
+            .stream => |st| seam.carrierOutLen(st),
         };
     }
 
@@ -130,7 +130,7 @@ pub const Carrier = union(enum) {
                 x.setReading(true);
                 x.server.schedule(x);
             },
-            .stream => |st| if (seam.carrierInput(st).len > 0) st.conn.server.schedule(st.conn),
+            .stream => |st| seam.carrierResumeInput(st),
         }
     }
 };

@@ -2,11 +2,13 @@
 //! the stream framed back, pings, and the close handshake.
 //!
 //! What carries the frames (`Carrier`) is the connection itself after an HTTP/1.1
-//! upgrade, or one HTTP/2 stream after an extended CONNECT (RFC 8441), whose DATA
+//! upgrade, or one HTTP/2 or HTTP/3 stream after an extended CONNECT (RFC 8441,
+//! RFC 9220), whose DATA
 //! frames hold the WebSocket frames. The session is the same either way; only reading,
 //! queueing and ending go through the carrier. Server pings and the close handshake's
-//! deadline use the connection's timer, so they are HTTP/1.1's: over HTTP/2 the
-//! connection's own keep-alive and write timeouts apply.
+//! deadline use the connection's timer over HTTP/1.1; a stream's session has a timer of
+//! its own for its pings (no close deadline: the stream waits for the peer's close and
+//! end within its protocol's own timeouts).
 //!
 //! The stream sees messages, never frames: continuation frames are reassembled here
 //! (control frames may come between them), text is validated as UTF-8 as it
@@ -26,6 +28,7 @@ const Stream = @import("../core/stream.zig").Stream;
 const seam = @import("../core/protocol.zig"); // a carrier's accept; the core holds sessions opaque
 const h1_parser = @import("../http/http1_parser.zig"); // the upgrade reads an HTTP/1.1 request
 const http_fields = @import("../http/fields.zig");
+const timer = @import("../os/deadlines.zig");
 const carrier_mod = @import("carrier.zig");
 /// What carries a session's frames: the connection after an HTTP/1.1 upgrade, or a stream.
 pub const Carrier = carrier_mod.Carrier;
@@ -92,6 +95,9 @@ pub const Session = struct {
     reason_from_peer: bool = false,
     ping_outstanding: bool = false,
     ping_count: u32 = 0,
+    /// A stream's session: its ping and pong deadlines (a connection's use the connection's
+    /// timer), on the server's `ws_stream_ping_timeouts` and `ws_stream_pong_timeouts`.
+    timer: timer.Entry = .{},
 
     fn conn(s: *const Session) *Conn {
         return s.carrier.connection();
@@ -135,6 +141,8 @@ pub const verbs: seam.WebSocketVerbs = .{
     .goingAway = goingAway,
     .pingDue = pingDue,
     .pongTimeout = pongTimeout,
+    .streamPingDue = streamPingDue,
+    .streamPongTimeout = streamPongTimeout,
     .streamFinished = streamFinished,
     .asksUpgrade = asksUpgrade,
     .beginUpgrade = beginUpgrade,
@@ -280,6 +288,7 @@ pub fn create(carrier: Carrier, hs: ws.Handshake) ?*Session {
 }
 
 pub fn destroy(s: *Session) void {
+    s.timer.disarm();
     s.msg.deinit(allocator);
     while (s.ready_head) |m| {
         s.ready_head = m.next;
@@ -307,6 +316,7 @@ pub fn accept(s: *Session, subprotocol: ?[]const u8, headers: []const [2][]const
         const ext: ?[]const u8 = if (s.deflate) |d| d.response(&tmp) else null;
         try seam.carrierAccept(s.carrier.stream, subprotocol, ext, headers, extra);
         s.open = true;
+        armStreamPing(s);
         if (conn.server.going_away) return goingAwaySession(s);
         processSession(s);
         return;
@@ -355,11 +365,9 @@ fn writeHead(conn: *Conn, w: *response.HeadWriter, subprotocol: ?[]const u8, hea
         var tmp: [160]u8 = undefined;
         try w.header("sec-websocket-extensions", d.response(&tmp));
     }
-    outer: for (headers) |h| {
+    for (headers) |h| {
         if (!response.validName(h[0]) or !response.validValue(h[1])) return error.InvalidHeader;
-        for (owned_fields) |o| if (std.ascii.eqlIgnoreCase(h[0], o)) continue :outer;
-        if (subprotocol != null and std.ascii.eqlIgnoreCase(h[0], "sec-websocket-protocol")) continue;
-        try w.header(h[0], h[1]);
+        if (seam.webSocketKeepsField(h[0], subprotocol)) try w.header(h[0], h[1]);
     }
     try w.append("\r\n");
 }
@@ -443,7 +451,10 @@ fn endFrame(s: *Session) void {
         .pong => if (s.ping_outstanding) {
             s.ping_outstanding = false;
             // Once our close frame is out, the timer waits for the peer's close instead.
-            if (!s.close_sent and s.carrier == .conn) armPing(s.carrier.conn);
+            if (!s.close_sent) switch (s.carrier) {
+                .conn => |c| armPing(c),
+                .stream => armStreamPing(s),
+            };
         },
         else => if (s.frame.fin) endMessage(s),
     }
@@ -635,7 +646,9 @@ fn sendClose(s: *Session, code: u16, reason: []const u8) error{OutOfMemory}!void
     try queueFrame(s, .close, ws.encodeClosePayload(&payload, code, reason), false);
     s.close_sent = true;
     // Over a connection the peer's answer must come within the linger time (this
-    // replaces the ping timer); a stream's side ends with the close frame (RFC 8441 5).
+    // replaces the ping timer); a stream's side ends with the close frame (RFC 8441 5),
+    // and its pings stop.
+    s.timer.disarm();
     try s.carrier.closeSent();
 }
 
@@ -695,7 +708,7 @@ pub fn goingAwaySession(s: *Session) void {
     s.conn().flush();
 }
 
-// ---- keepalive (HTTP/1.1) ------------------------------------------------------------
+// ---- keepalive -----------------------------------------------------------------------
 
 fn armPing(conn: *Conn) void {
     const srv = conn.server;
@@ -707,13 +720,53 @@ pub fn pingDue(conn: *Conn) void {
     if (conn.state != .websocket) return;
     const s = session(conn);
     if (s.close_sent) return;
+    queuePing(s) catch return conn.closeFor(out_of_memory);
+    conn.server.ws_pong_timeouts.arm(&conn.timer, conn.server.now_ms);
+    conn.flush();
+}
+
+/// A ping numbered by the session's count, its pong now awaited.
+fn queuePing(s: *Session) error{OutOfMemory}!void {
     s.ping_count +%= 1;
     var payload: [4]u8 = undefined;
     std.mem.writeInt(u32, &payload, s.ping_count, .big);
-    queueFrame(s, .ping, &payload, false) catch return conn.closeFor(out_of_memory);
+    try queueFrame(s, .ping, &payload, false);
     s.ping_outstanding = true;
-    conn.server.ws_pong_timeouts.arm(&conn.timer, conn.server.now_ms);
-    conn.flush();
+}
+
+/// A stream's session (RFC 8441, RFC 9220) is pinged as a connection's is, on its own
+/// timer: from its accept, then from each pong.
+fn armStreamPing(s: *Session) void {
+    const srv = s.conn().server;
+    if (!srv.ws_ping_enabled) return;
+    srv.ws_stream_ping_timeouts.arm(&s.timer, srv.now_ms);
+}
+
+fn streamPingDue(entry: *timer.Entry) void {
+    const s: *Session = @fieldParentPtr("timer", entry);
+    if (s.close_sent or !s.live()) return;
+    queuePing(s) catch return s.closeFor(out_of_memory);
+    const srv = s.conn().server;
+    srv.ws_stream_pong_timeouts.arm(&s.timer, srv.now_ms);
+    // Last: a flush may end the connection, and the session with it.
+    s.conn().flush();
+}
+
+/// No pong in time on a stream: 1011 for the app, our close frame, then the stream is
+/// reset (the peer is gone or stuck; its connection may still serve other streams).
+fn streamPongTimeout(entry: *timer.Entry) void {
+    const s: *Session = @fieldParentPtr("timer", entry);
+    if (!s.live()) return;
+    if (!s.close_received and !s.failed) s.close_code = 1011;
+    s.failed = true;
+    if (!s.close_sent) sendClose(s, 1011, "keepalive ping timeout") catch
+        return s.closeFor(out_of_memory);
+    s.wake();
+    // The close frame goes before the reset (HTTP/2 drops what a reset stream queued).
+    // The app holds the stream while the timer runs (its end sends our close, which
+    // stops it), so the flush frees neither. Last: the reset may free both.
+    s.conn().flush();
+    if (s.live()) seam.carrierAbort(s.carrier.stream);
 }
 
 /// No pong in time: the peer is gone or stuck. 1011, and the connection closes now.
