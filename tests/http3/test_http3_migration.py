@@ -186,7 +186,9 @@ def test_a_client_moves_on_purpose_to_a_spare_id_and_a_new_port(h3_server, h3_ce
     assert offered == 4  # the handshake's ID and 3 spares: aioquic's limit is 8, ours 4
     cids = [first_cid] + [cid for cid, _, _, _ in moves]
     assert len(set(cids)) == len(cids)  # a new ID each time, never one retired
-    assert [seq for _, seq, _, _ in moves] == list(range(1, 7))  # replacements were issued
+    # Replacements were issued, each used once; the client takes them in the order their
+    # NEW_CONNECTION_ID frames arrived, which a lost and resent packet can swap.
+    assert sorted(seq for _, seq, _, _ in moves) == list(range(1, 7))
     # The worker's index, in the byte the steering program reads, is the same in every ID.
     assert {cid[0] % 256 for cid in cids} == {first_cid[0]}
     # Each request came from its new port and was served by the same worker process.
