@@ -49,6 +49,13 @@ const datagrams_per_flush_max = 256;
 pub const connections_max = 4096;
 pub const handshakes_max = 256;
 
+/// The ECN codepoint a connection's datagrams carry. The place the QUIC connection's choice
+/// is taken (its ECN validation says ECT(0) or nothing); until then: not ECN-capable.
+fn ecnFor(c: *const QuicConn) udp.Ecn {
+    _ = c;
+    return 0;
+}
+
 pub const QuicConn = struct {
     pub const Context = *Worker;
 
@@ -278,9 +285,14 @@ pub const Worker = struct {
     buffers: Session.Buffers = undefined,
     answers: endpoint_mod.OutQueue = .{},
     recv: udp.RecvBatch = .{},
-    out_bufs: [udp.batch_len_max][udp.datagram_len_max]u8 = undefined,
-    out: [udp.batch_len_max]udp.Outgoing = undefined,
-    out_len: usize = 0,
+    /// The datagrams written and not yet taken by the kernel (its arena mapped apart:
+    /// pages it never filled cost nothing).
+    out: udp.SendQueue,
+    /// The kernel's buffer was full: the rest of `out` waits for the socket's writability,
+    /// and no connection is asked for more until then (they stay dirty).
+    blocked: bool = false,
+    /// Times the socket was reported writable after it was full (the test hook prints it).
+    writable_events: u64 = 0,
     live: ?*QuicConn = null,
     dirty: ?*QuicConn = null,
     timer_at_us: u64 = std.math.maxInt(u64),
@@ -345,13 +357,17 @@ pub const Worker = struct {
     }
 
     /// The end of the loop's pass: answers and every dirty connection's datagrams go out.
+    /// While the socket is full each dirty connection is still driven (its events reach
+    /// the session) but asked for no datagram: it stays dirty until the socket is writable.
     fn flush(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
-        while (w.answers.peek()) |a| {
-            w.queue(a.slice(), &a.path);
+        while (!w.blocked) {
+            const a = w.answers.peek() orelse break;
+            if (!w.queue(a.slice(), &a.path)) break;
             w.answers.pop();
         }
-        var again = false;
+        // Connections that had more to send than one flush takes, or met a full socket.
+        var carry: ?*QuicConn = null;
         var list = w.dirty;
         w.dirty = null;
         while (list) |c| {
@@ -359,54 +375,65 @@ pub const Worker = struct {
             c.dirty_next = null;
             c.dirty = false;
             c.drive();
-            if (w.sendFrom(c)) again = true;
-            if (c.over and c.quic.isClosed() and c.held == 0) c.destroy();
+            const more = w.blocked or w.sendFrom(c);
+            if (c.over and c.quic.isClosed() and c.held == 0) {
+                c.destroy();
+            } else if (more) {
+                c.dirty = true;
+                c.dirty_next = carry;
+                carry = c;
+            }
         }
         w.sendQueued();
+        // Taken up again at the next pass, or when the socket is writable again.
+        while (carry) |c| {
+            carry = c.dirty_next;
+            c.dirty_next = w.dirty;
+            w.dirty = c;
+        }
         w.armTimer();
-        if (again or w.dirty != null) w.server.quicFlushSoon();
+        if (!w.blocked and (w.dirty != null or w.answers.len > 0)) w.server.quicFlushSoon();
     }
 
-    /// The connection's datagrams; true when it had more than one flush sends.
+    /// The connection's datagrams, into the send queue; true when it has more to send
+    /// (past one flush's share, or the socket became full).
     fn sendFrom(w: *Worker, c: *QuicConn) bool {
         const now = sys.monotonicUs();
         var sent: usize = 0;
         while (sent < datagrams_per_flush_max) : (sent += 1) {
-            if (w.out_len == udp.batch_len_max) w.sendQueued();
-            const buf = &w.out_bufs[w.out_len];
-            const n = c.quic.send(buf, now);
+            const room = w.out.room() orelse blk: {
+                w.sendQueued();
+                if (w.blocked) return true;
+                break :blk w.out.room().?;
+            };
+            const n = c.quic.send(room, now);
             if (n == 0) return false;
-            w.out[w.out_len] = .{ .bytes = buf[0..n], .peer = c.carrier.peer, .local = c.local };
-            w.out_len += 1;
+            w.out.commit(n, c.carrier.peer, c.local, ecnFor(c));
         }
         return true;
     }
 
-    fn queue(w: *Worker, bytes: []const u8, path: *const endpoint_mod.Path) void {
-        if (w.out_len == udp.batch_len_max) w.sendQueued();
-        const n = @min(bytes.len, udp.datagram_len_max);
-        @memcpy(w.out_bufs[w.out_len][0..n], bytes[0..n]);
-        w.out[w.out_len] = .{
-            .bytes = w.out_bufs[w.out_len][0..n],
-            .peer = path.peer,
-            .local = path.local,
-        };
-        w.out_len += 1;
+    /// An endpoint's answer (no connection); false when the queue stays full.
+    fn queue(w: *Worker, bytes: []const u8, path: *const endpoint_mod.Path) bool {
+        if (w.out.push(bytes, path.peer, path.local, 0)) return true;
+        w.sendQueued();
+        return !w.blocked and w.out.push(bytes, path.peer, path.local, 0);
     }
 
-    /// What the kernel does not take (its buffer full) is dropped: QUIC's loss recovery
-    /// sends it again.
+    /// What waits goes to the kernel; what it does not take (its buffer full) stays, and
+    /// the socket's writability is watched until it is all gone (`onWritable`).
     fn sendQueued(w: *Worker) void {
-        var done: usize = 0;
-        while (done < w.out_len) {
-            const n = switch (udp.send(&w.sock, w.out[done..w.out_len])) {
-                .ok => |n| n,
-                .err => 1, // this datagram is refused (its address): the others may go
-            };
-            if (n == 0) break;
-            done += n;
-        }
-        w.out_len = 0;
+        const was = w.blocked;
+        w.blocked = w.out.flush(&w.sock) == .blocked;
+        if (w.blocked != was) w.server.quicWatchWritable(w.blocked);
+    }
+
+    /// The socket takes datagrams again: what waited goes, then the dirty connections.
+    fn onWritable(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        w.writable_events += 1;
+        w.sendQueued();
+        if (!w.blocked) w.server.quicFlushSoon();
     }
 
     /// The timerfd at the earliest deadline of every connection, or sooner: a deadline that
@@ -472,6 +499,13 @@ pub const Worker = struct {
             _ = w.sendFrom(c);
         }
         w.sendQueued();
+        if (w.out.full_every != 0) {
+            const st = w.out.stats;
+            const fmt = "zigcorn-test udp: calls={d} datagrams={d} blocked={d} dropped={d} " ++
+                "writable={d}\n";
+            const writable = w.writable_events;
+            std.debug.print(fmt, .{ st.calls, st.datagrams, st.blocked, st.dropped, writable });
+        }
         while (w.live) |c| {
             server_stream.detachAll(c);
             c.held = 0;
@@ -482,6 +516,7 @@ pub const Worker = struct {
         sys.close(w.timer_fd);
         openssl.freeContext(w.ssl_ctx);
         w.pool.deinit();
+        std.heap.page_allocator.free(w.out.arena);
         std.heap.c_allocator.destroy(w);
     }
 };
@@ -502,6 +537,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
         .timer_fd = w.timer_fd,
         .on_readable = Worker.onReadable,
         .on_timer = Worker.onTimer,
+        .on_writable = Worker.onWritable,
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
         .deinit = Worker.deinitPlug,
@@ -524,6 +560,9 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .ok => |s| s,
         .err => return error.SocketOptionsFailed,
     };
+    const arena = std.heap.page_allocator.alloc(u8, udp.send_arena_bytes) catch
+        return error.OutOfMemory;
+    errdefer std.heap.page_allocator.free(arena);
     const w = try gpa.create(Worker);
     errdefer gpa.destroy(w);
     const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
@@ -536,6 +575,7 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .server = server,
         .ssl_ctx = ssl_ctx,
         .sock = sock,
+        .out = udp.SendQueue.init(arena),
         .timer_fd = timer_fd,
         .idle_timeout_ms = h3.idle_timeout_ms,
         .quic_config = .{
@@ -545,6 +585,9 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();
+    // Test hook: the kernel made to look full every Nth send (tests/http3, the send path).
+    if (std.posix.getenv("ZIGCORN_TEST_UDP_FULL_EVERY")) |v|
+        w.out.full_every = @max(2, std.fmt.parseInt(u32, v, 10) catch 0);
     w.buffers = Session.Buffers.init(w.gpa, .{}) catch return error.OutOfMemory;
     errdefer w.buffers.deinit(w.gpa);
     var seed: [32]u8 = undefined;

@@ -313,6 +313,171 @@ pub fn send(sock: *const Socket, out: []const Outgoing) sys.Result(usize) {
     };
 }
 
+// ---- the send queue: datagrams kept until the kernel takes them --------------------------
+
+/// Bytes of a `SendQueue`'s arena: four full GSO messages. The caller maps it (pages it never
+/// fills stay out of memory: without GSO a pass fills at most `batch_len_max` datagrams).
+pub const send_arena_bytes = 4 * 65_536;
+/// Datagrams a `SendQueue` holds at once (the arena fills first at 1,200 bytes and more).
+pub const send_datagrams_max = 256;
+
+/// One datagram waiting in a `SendQueue`: its bytes at `off` in the arena, where it goes.
+const Queued = struct { off: u32, len: u16, peer: Peer, local: Peer, ecn: Ecn };
+
+/// What a `SendQueue.flush` left: everything went, or the kernel's buffer is full and the
+/// rest waits for the socket's writability (nothing is dropped for want of room).
+pub const Flushed = enum { done, blocked };
+
+/// Datagrams written back to back in one arena (the caller's, `send_arena_bytes` long), sent
+/// by `flush` in `sendmmsg` batches; a run of them to one peer, from one local address, with
+/// one ECN mark and of one size (the last may be shorter) goes as one GSO message on a
+/// socket with `gso`. What the kernel does not take stays queued, in order.
+pub const SendQueue = struct {
+    arena: []u8,
+    items: [send_datagrams_max]Queued = undefined,
+    /// `items[head..len]` wait; `used` bytes of the arena are taken.
+    head: usize = 0,
+    len: usize = 0,
+    used: usize = 0,
+    /// Items below this index go one per message: the kernel refused them as one.
+    single_until: usize = 0,
+    /// Test hook (`ZIGCORN_TEST_UDP_FULL_EVERY`, 2 or more): every Nth `sendmmsg` is not
+    /// made and the kernel's buffer taken as full (EAGAIN), as a slow device's queue would
+    /// make it (loopback frees a datagram's buffer at once: its EAGAIN never comes).
+    full_every: u32 = 0,
+    calls: u64 = 0,
+    /// `sendmmsg` calls, datagrams sent, times the kernel was full, datagrams refused (their
+    /// address unreachable or refused: QUIC's loss recovery sees them as lost).
+    stats: struct { calls: u64 = 0, datagrams: u64 = 0, blocked: u64 = 0, dropped: u64 = 0 } = .{},
+
+    pub fn init(arena: []u8) SendQueue {
+        assert(arena.len == send_arena_bytes);
+        return .{ .arena = arena };
+    }
+
+    pub fn isEmpty(q: *const SendQueue) bool {
+        return q.head == q.len;
+    }
+
+    /// Room for the next datagram (`datagram_len_max` bytes), or null when the queue is full:
+    /// `flush` first.
+    pub fn room(q: *SendQueue) ?[]u8 {
+        if (q.len == send_datagrams_max or q.used + datagram_len_max > q.arena.len) return null;
+        return q.arena[q.used..][0..datagram_len_max];
+    }
+
+    /// The datagram written into `room()`'s first `n` bytes joins the queue.
+    pub fn commit(q: *SendQueue, n: usize, peer: Peer, local: Peer, ecn: Ecn) void {
+        assert(n > 0 and n <= datagram_len_max and q.len < send_datagrams_max);
+        assert(q.used + n <= q.arena.len);
+        q.items[q.len] = .{
+            .off = @intCast(q.used),
+            .len = @intCast(n),
+            .peer = peer,
+            .local = local,
+            .ecn = ecn,
+        };
+        q.len += 1;
+        q.used += n;
+    }
+
+    /// A copy of `bytes` joins the queue; false when it is full.
+    pub fn push(q: *SendQueue, bytes: []const u8, peer: Peer, local: Peer, ecn: Ecn) bool {
+        const dst = q.room() orelse return false;
+        const n = @min(bytes.len, datagram_len_max);
+        if (n == 0) return true;
+        @memcpy(dst[0..n], bytes[0..n]);
+        q.commit(n, peer, local, ecn);
+        return true;
+    }
+
+    /// Sends what waits, as long as the kernel takes it. A GSO message the kernel refuses
+    /// (EIO: the device has no checksum offload) turns GSO off for the socket, and its
+    /// datagrams go again one per message; any other refusal of a GSO message sends its
+    /// datagrams singly. A single datagram refused (its address) is dropped, counted.
+    pub fn flush(q: *SendQueue, sock: *Socket) Flushed {
+        while (!q.isEmpty()) {
+            var msgs: [batch_len_max]Outgoing = undefined;
+            var counts: [batch_len_max]usize = undefined;
+            var n: usize = 0;
+            var i = q.head;
+            while (n < batch_len_max and i < q.len) : (n += 1) {
+                const single = i < q.single_until or !sock.gso;
+                counts[n] = if (single) 1 else runLength(q.items[0..q.len], i);
+                msgs[n] = q.message(i, counts[n]);
+                i += counts[n];
+            }
+            q.calls +%= 1;
+            const faked = q.full_every != 0 and q.calls % q.full_every == 0;
+            if (faked) {
+                q.stats.blocked += 1;
+                return .blocked;
+            }
+            const r = send(sock, msgs[0..n]);
+            q.stats.calls += 1;
+            switch (r) {
+                .ok => |took| {
+                    for (counts[0..took]) |c| {
+                        q.head += c;
+                        q.stats.datagrams += c;
+                    }
+                    if (took == 0) {
+                        q.stats.blocked += 1;
+                        return .blocked;
+                    }
+                },
+                .err => |e| {
+                    if (counts[0] > 1) {
+                        if (e == .IO) sock.gso = false;
+                        q.single_until = q.head + counts[0];
+                    } else {
+                        q.head += 1;
+                        q.stats.dropped += 1;
+                    }
+                },
+            }
+        }
+        q.head = 0;
+        q.len = 0;
+        q.used = 0;
+        q.single_until = 0;
+        return .done;
+    }
+
+    /// Items `i..i+count` as one message (GSO when more than one).
+    fn message(q: *const SendQueue, i: usize, count: usize) Outgoing {
+        const first = &q.items[i];
+        const last = &q.items[i + count - 1];
+        const end = last.off + last.len;
+        return .{
+            .bytes = q.arena[first.off..end],
+            .peer = first.peer,
+            .local = first.local,
+            .ecn = first.ecn,
+            .segment_len = if (count > 1) first.len else 0,
+        };
+    }
+};
+
+/// How many datagrams from `items[start]` make one GSO message: a run to one peer, from one
+/// local address, with one ECN mark, laid end to end, all of the first's size but the last
+/// (which may be shorter and ends the run), within the kernel's bounds on segments and bytes.
+fn runLength(items: []const Queued, start: usize) usize {
+    const first = &items[start];
+    var bytes: usize = first.len;
+    var i = start + 1;
+    while (i < items.len and i - start < gso_segments_max) : (i += 1) {
+        const d = &items[i];
+        const prev = &items[i - 1];
+        if (d.len > first.len or bytes + d.len > gso_bytes_max) break;
+        if (prev.len < first.len) break; // a shorter one ended the run
+        if (d.off != prev.off + prev.len or d.ecn != first.ecn) break;
+        if (!d.peer.eql(&first.peer) or !d.local.eql(&first.local)) break;
+        bytes += d.len;
+    }
+    return i - start;
+}
+
 /// The control messages of one outgoing message: the source address, ECN, the GSO size.
 fn writeCmsgs(buf: *align(@alignOf(usize)) [control_len]u8, o: *const Outgoing) usize {
     var pos: usize = 0;
@@ -661,4 +826,147 @@ test "udp: a socket bound elsewhere, adopted, reports destinations and answers f
     }
     // A descriptor that is no socket is refused.
     try testing.expect(Socket.adopt(-1) == .err);
+}
+
+/// A queue over a test arena, `lens` datagrams queued to `peer` (filled with their index).
+fn testQueue(arena: []u8, lens: []const usize, peer: Peer) SendQueue {
+    var q = SendQueue.init(arena);
+    for (lens, 0..) |n, i| {
+        const room = q.room().?;
+        @memset(room[0..n], @truncate(i + 1));
+        q.commit(n, peer, .{}, 0);
+    }
+    return q;
+}
+
+/// The run lengths the queue's datagrams fall into, in order.
+fn testRuns(q: *const SendQueue, out: []usize) []usize {
+    var i: usize = 0;
+    var n: usize = 0;
+    while (i < q.len) : (n += 1) {
+        out[n] = runLength(q.items[0..q.len], i);
+        i += out[n];
+    }
+    return out[0..n];
+}
+
+test "udp: GSO runs stop at 64 segments, at 65,000 bytes and after a shorter last segment" {
+    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(arena);
+    var runs: [send_datagrams_max]usize = undefined;
+    const p = loopback4(4433);
+    // 65 datagrams of 1,000 bytes: 64 segments (65,000 bytes would be allowed), then 1.
+    var q = testQueue(arena, &([_]usize{1000} ** 65), p);
+    try testing.expectEqualSlices(usize, &.{ 64, 1 }, testRuns(&q, &runs));
+    // 1,200-byte datagrams: 54 make 64,800 bytes, a 55th would pass 65,000.
+    q = testQueue(arena, &([_]usize{1200} ** 55), p);
+    try testing.expectEqualSlices(usize, &.{ 54, 1 }, testRuns(&q, &runs));
+    // Exactly 65,000 bytes fit: 50 of 1,300.
+    q = testQueue(arena, &([_]usize{1300} ** 51), p);
+    try testing.expectEqualSlices(usize, &.{ 50, 1 }, testRuns(&q, &runs));
+    // A shorter datagram ends its run; a longer one starts a new one.
+    q = testQueue(arena, &.{ 1200, 1200, 500, 1200, 1300, 1300 }, p);
+    try testing.expectEqualSlices(usize, &.{ 3, 1, 2 }, testRuns(&q, &runs));
+    const m = q.message(0, 3);
+    try testing.expectEqual(@as(usize, 2900), m.bytes.len);
+    try testing.expectEqual(@as(u16, 1200), m.segment_len);
+    try testing.expectEqual(@as(u16, 0), q.message(3, 1).segment_len);
+    // Another peer, another local address or another ECN mark: another message.
+    q = testQueue(arena, &.{ 1200, 1200 }, p);
+    q.commit(1200, loopback4(4434), .{}, 0);
+    _ = q.room().?;
+    q.commit(1200, loopback4(4434), loopback4(0), 0);
+    _ = q.room().?;
+    q.commit(1200, loopback4(4434), loopback4(0), 2);
+    try testing.expectEqualSlices(usize, &.{ 2, 1, 1, 1 }, testRuns(&q, &runs));
+}
+
+test "udp: the send queue holds what fits its arena and its count, then asks for a flush" {
+    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(arena);
+    var q = SendQueue.init(arena);
+    var n: usize = 0;
+    while (q.room()) |room| : (n += 1) {
+        try testing.expectEqual(@as(usize, datagram_len_max), room.len);
+        q.commit(datagram_len_max, loopback4(1), .{}, 0);
+    }
+    try testing.expectEqual(send_arena_bytes / datagram_len_max, n);
+    try testing.expect(!q.push("x", loopback4(1), .{}, 0));
+    q = SendQueue.init(arena);
+    for (0..send_datagrams_max) |_| try testing.expect(q.push("tiny", loopback4(1), .{}, 0));
+    try testing.expect(q.room() == null);
+}
+
+/// Receives `lens.len` datagrams on `server`, each of its length and filled with its index
+/// (`testQueue`'s), in order.
+fn expectArrivals(server: *const Socket, lens: []const usize) !void {
+    var batch: RecvBatch = .{};
+    var got: usize = 0;
+    var rounds: usize = 0;
+    while (got < lens.len and rounds < 100) : (rounds += 1) {
+        const n = try receiveAll(server, &batch, lens.len - got);
+        for (0..n) |i| {
+            try testing.expect(got < lens.len);
+            const d = batch.get(i);
+            try testing.expectEqual(lens[got], d.bytes.len);
+            try testing.expect(std.mem.allEqual(u8, d.bytes, @truncate(got + 1)));
+            got += 1;
+        }
+    }
+    try testing.expectEqual(lens.len, got);
+}
+
+test "udp: a flushed queue arrives whole and in order, with GSO or one datagram a message" {
+    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(arena);
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    // 60 datagrams (the receiver's default buffer holds them): 54 of 1,200 bytes fill a GSO
+    // message; the rest, with a short last one, a second.
+    var lens: [60]usize = [_]usize{1200} ** 60;
+    lens[59] = 700;
+    for ([_]bool{ true, false }) |gso| {
+        client.gso = gso and client.gso;
+        var q = testQueue(arena, &lens, server.localAddress().?);
+        try testing.expectEqual(Flushed.done, q.flush(&client));
+        try testing.expect(q.isEmpty() and q.used == 0);
+        try testing.expectEqual(@as(u64, 60), q.stats.datagrams);
+        try testing.expectEqual(@as(u64, if (client.gso) 1 else 2), q.stats.calls);
+        try expectArrivals(&server, &lens);
+    }
+}
+
+test "udp: a full kernel buffer keeps the rest queued, in order, nothing dropped" {
+    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(arena);
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    client.gso = false;
+    const lens = [_]usize{1000} ** 40;
+    var q = testQueue(arena, &lens, server.localAddress().?);
+    q.full_every = 2; // every second call: "full"
+    try testing.expectEqual(Flushed.blocked, q.flush(&client)); // 32 taken, then full
+    try testing.expectEqual(@as(usize, 32), q.head);
+    try testing.expect(q.room() != null); // more may be queued behind them
+    try testing.expectEqual(Flushed.done, q.flush(&client));
+    try testing.expectEqual(@as(u64, 1), q.stats.blocked);
+    try testing.expectEqual(@as(u64, 40), q.stats.datagrams);
+    try testing.expectEqual(@as(u64, 0), q.stats.dropped);
+    try expectArrivals(&server, &lens);
 }
