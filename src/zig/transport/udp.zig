@@ -970,3 +970,40 @@ test "udp: a full kernel buffer keeps the rest queued, in order, nothing dropped
     try testing.expectEqual(@as(u64, 0), q.stats.dropped);
     try expectArrivals(&server, &lens);
 }
+
+test "udp: queued datagrams keep their ECN marks, a GSO run one mark, over IPv4 and IPv6" {
+    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(arena);
+    for ([_]bool{ false, true }) |v6| {
+        const local = if (v6) loopback6(0) else loopback4(0);
+        var server = switch (Socket.open(local, .{})) {
+            .ok => |s| s,
+            .err => return error.SkipZigTest, // no IPv6 here
+        };
+        defer server.close();
+        var client = switch (Socket.open(local, .{})) {
+            .ok => |s| s,
+            .err => return error.SkipZigTest,
+        };
+        defer client.close();
+        // ECT(0) on a run of three (one GSO message where offered), then CE, ECT(1), none.
+        const marks = [_]Ecn{ 2, 2, 2, 3, 1, 0 };
+        var q = SendQueue.init(arena);
+        const to = server.localAddress().?;
+        for (marks, 0..) |m, i| try testing.expect(q.push(&.{ @intCast(i), 0, 0 }, to, .{}, m));
+        try testing.expectEqual(Flushed.done, q.flush(&client));
+        try testing.expectEqual(@as(u64, 1), q.stats.calls);
+        var batch: RecvBatch = .{};
+        var got: usize = 0;
+        var rounds: usize = 0;
+        while (got < marks.len and rounds < 100) : (rounds += 1) {
+            const n = try receiveAll(&server, &batch, marks.len - got);
+            for (0..n) |i| {
+                const d = batch.get(i);
+                try testing.expectEqual(marks[d.bytes[0]], d.ecn);
+            }
+            got += n;
+        }
+        try testing.expectEqual(marks.len, got);
+    }
+}
