@@ -4,12 +4,14 @@
 //!
 //! Input: the socket's readiness reads batches of datagrams (`udp.receive`, at most
 //! `batches_per_event` per event: the socket is level-triggered, the rest come on the next
-//! pass), each goes to `quic/endpoint.zig`, which finds or makes its `QuicConn`. Output: a
-//! connection that received, timed out or had a stream written is marked dirty; when the
-//! loop's pass ends (`Server.quicFlushSoon` -> `flush`) each dirty connection's events go to
-//! its HTTP/3 session, then its datagrams to `udp.send`. Timers: each connection has one
-//! earliest deadline (`quic/connection.zig` `nextDeadline`); the worker's timerfd is set to
-//! the earliest of them (one-shot, absolute), so an idle worker sleeps until then.
+//! pass; with GRO a message holds several, split here), each goes to `quic/endpoint.zig`,
+//! which finds or makes its `QuicConn`. Output: a connection that received, timed out or had
+//! a stream written is marked dirty; when the loop's pass ends (`Server.quicFlushSoon` ->
+//! `flush`) each dirty connection's events go to its HTTP/3 session, then its datagrams into
+//! the send queue (`udp.SendQueue`: GSO runs; kept while the socket is full). Timers: each
+//! connection has one earliest deadline (`quic/connection.zig` `nextDeadline`); the
+//! worker's timerfd is set to the earliest of them (one-shot, absolute), so an idle worker
+//! sleeps until then.
 //!
 //! A `QuicConn` is the owner object of one QUIC connection: the endpoint's `Conn`, the HTTP/3
 //! session's `Owner` (`server_stream.zig` adapts its requests to `core/stream.zig`'s
@@ -332,10 +334,14 @@ pub const Worker = struct {
             if (n == 0) break;
             const now = sys.monotonicUs();
             for (0..n) |i| {
-                const d = w.recv.get(i);
-                _ = w.endpoint.onDatagram(d.bytes, d.peer, d.local, now, &w.answers);
+                const m = w.recv.get(i);
+                // With GRO a message holds several datagrams of one peer, path and mark.
+                var it = m.datagrams();
+                while (it.next()) |d| {
+                    _ = w.endpoint.onDatagram(d, m.peer, m.local, now, &w.answers);
+                }
             }
-            if (n < udp.batch_len_max) break;
+            if (n < w.recv.capacity()) break;
         }
         if (w.answers.len > 0) w.server.quicFlushSoon();
     }
@@ -517,6 +523,7 @@ pub const Worker = struct {
         openssl.freeContext(w.ssl_ctx);
         w.pool.deinit();
         std.heap.page_allocator.free(w.out.arena);
+        if (w.recv.area.len > 0) std.heap.page_allocator.free(w.recv.area);
         std.heap.c_allocator.destroy(w);
     }
 };
@@ -585,6 +592,16 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();
+    // GRO where the kernel takes it, with the room a coalesced message needs (mapped apart:
+    // only the pages messages reach become resident); without it, one datagram a message.
+    if (std.heap.page_allocator.alloc(u8, udp.gro_area_bytes)) |area| {
+        w.recv.area = area;
+        if (!w.sock.enableGro()) {
+            std.heap.page_allocator.free(area);
+            w.recv.area = &.{};
+        }
+    } else |_| {}
+    errdefer if (w.recv.area.len > 0) std.heap.page_allocator.free(w.recv.area);
     // Test hook: the kernel made to look full every Nth send (tests/http3, the send path).
     if (std.posix.getenv("ZIGCORN_TEST_UDP_FULL_EVERY")) |v|
         w.out.full_every = @max(2, std.fmt.parseInt(u32, v, 10) catch 0);

@@ -20,8 +20,19 @@ pub const datagram_len_max = 1500;
 pub const gso_segments_max = 64;
 /// The bytes of one GSO message, at most (the kernel takes 64 KiB minus headers).
 pub const gso_bytes_max = 65_000;
-/// Room for the control messages of one datagram: PKTINFO (v4 or v6), TOS/TCLASS, GSO.
+/// Room for the control messages of one datagram: PKTINFO (v4 or v6), TOS/TCLASS, GSO or GRO.
 const control_len = 128;
+/// With GRO, the messages one `receive` reads and the room of each: the kernel hands over up
+/// to 64 KiB of one peer's datagrams at once, so a message's room is that whole (a shorter
+/// one would cut the coalesced datagrams). 16 x 64 KiB = 1 MiB of address space, the
+/// caller's (`RecvBatch.area`), of which only the pages messages reached become resident.
+pub const gro_batch_len = 16;
+pub const gro_message_len_max = 65_536;
+pub const gro_area_bytes = gro_batch_len * gro_message_len_max;
+
+comptime {
+    assert(gro_batch_len <= batch_len_max);
+}
 
 /// The two ECN bits of the IP header (RFC 3168): 0 not ECT, 1 ECT(1), 2 ECT(0), 3 CE.
 pub const Ecn = u2;
@@ -38,6 +49,8 @@ pub const Socket = struct {
     /// The kernel sends GSO messages (probed once at `open`); without it each message
     /// carries one datagram.
     gso: bool,
+    /// The kernel hands over a peer's datagrams coalesced (`enableGro`), split by `receive`.
+    gro: bool = false,
 
     /// Opens and binds a UDP socket on `local` (its family, address and port; port 0 picks
     /// one). On `::` the socket is dual-stack (IPv4 peers appear as `::ffff:a.b.c.d`).
@@ -82,6 +95,14 @@ pub const Socket = struct {
         if (receiveOptions(fd, local.family, ipv4)) |e| return .{ .err = e };
         const gso = sys.setIntOption(fd, linux.IPPROTO.UDP, linux.UDP.SEGMENT, 0);
         return .{ .ok = .{ .fd = fd, .family = local.family, .gso = gso } };
+    }
+
+    /// Asks the kernel to coalesce received datagrams (UDP_GRO); only for a caller whose
+    /// `RecvBatch` has its `area` (a message may then be 64 KiB). False where refused: then
+    /// each message is one datagram, as before.
+    pub fn enableGro(self: *Socket) bool {
+        self.gro = sys.setIntOption(self.fd, linux.IPPROTO.UDP, linux.UDP.GRO, 1);
+        return self.gro;
     }
 
     pub fn close(self: *Socket) void {
@@ -175,8 +196,9 @@ fn putCmsg(buf: []align(@alignOf(usize)) u8, pos: *usize, level: i32, kind: i32,
     pos.* += space;
 }
 
-/// What the control messages of a received datagram say: where it came in, its ECN bits.
-const Ancillary = struct { local: Peer = .{}, ecn: Ecn = 0 };
+/// What the control messages of a received datagram say: where it came in, its ECN bits,
+/// the size of the datagrams GRO coalesced into it (0: one datagram).
+const Ancillary = struct { local: Peer = .{}, ecn: Ecn = 0, segment_len: u16 = 0 };
 
 fn readCmsgs(control: []const u8) Ancillary {
     var out: Ancillary = .{};
@@ -205,44 +227,94 @@ fn readOne(out: *Ancillary, level: i32, kind: i32, data: []const u8) void {
         out.ecn = @truncate(data[0]);
     } else if (level == linux.IPPROTO.IPV6 and kind == linux.IPV6.TCLASS and data.len >= 4) {
         out.ecn = @truncate(std.mem.bytesToValue(u32, data[0..4]));
+    } else if (level == linux.IPPROTO.UDP and kind == linux.UDP.GRO and data.len >= 4) {
+        // The kernel's, but checked: a size of 0 or past a u16 reads as one datagram.
+        out.segment_len = std.math.cast(u16, std.mem.bytesToValue(u32, data[0..4])) orelse 0;
     }
 }
 
 // ---- receiving ----------------------------------------------------------------------------
 
-/// One datagram of a batch: its bytes (in the batch's buffer), who sent it, the local
-/// address it was sent to (port 0: the socket's), its ECN bits.
-pub const Received = struct { bytes: []const u8, peer: Peer, local: Peer, ecn: Ecn };
+/// One message of a batch: its bytes (in the batch's buffer), who sent it, the local
+/// address it was sent to (port 0: the socket's), its ECN bits; with GRO, several datagrams
+/// of `segment_len` bytes each (the last may be shorter), all of one peer, path and mark.
+pub const Received = struct {
+    bytes: []const u8,
+    peer: Peer,
+    local: Peer,
+    ecn: Ecn,
+    segment_len: u16 = 0,
 
-/// The caller's buffers for one `receive`: ~50 KiB, kept for the socket's life.
+    /// The datagrams of the message, in order.
+    pub fn datagrams(r: *const Received) Datagrams {
+        return .{ .rest = r.bytes, .segment_len = r.segment_len };
+    }
+};
+
+pub const Datagrams = struct {
+    rest: []const u8,
+    segment_len: u16,
+
+    /// The next datagram; one longer than `datagram_len_max` is cut, as `receive` cuts one
+    /// without GRO (QUIC then fails to open it).
+    pub fn next(it: *Datagrams) ?[]const u8 {
+        if (it.rest.len == 0) return null;
+        const n = if (it.segment_len == 0) it.rest.len else @min(it.rest.len, it.segment_len);
+        const d = it.rest[0..n];
+        it.rest = it.rest[n..];
+        return d[0..@min(n, datagram_len_max)];
+    }
+};
+
+/// The caller's buffers for one `receive`: ~50 KiB, kept for the socket's life; on a socket
+/// with GRO, `area` (`gro_area_bytes`, the caller's) holds the messages instead of `bufs`.
 pub const RecvBatch = struct {
     bufs: [batch_len_max][datagram_len_max]u8 = undefined,
+    area: []u8 = &.{},
     names: [batch_len_max]linux.sockaddr.storage = undefined,
     controls: [batch_len_max][control_len]u8 align(@alignOf(usize)) = undefined,
     iovs: [batch_len_max]std.posix.iovec = undefined,
     msgs: [batch_len_max]linux.mmsghdr = undefined,
     count: usize = 0,
 
-    /// Datagram `i` of the last `receive`.
+    /// The messages one `receive` reads at most.
+    pub fn capacity(self: *const RecvBatch) usize {
+        return if (self.area.len > 0) gro_batch_len else batch_len_max;
+    }
+
+    /// Message `i` of the last `receive`.
     pub fn get(self: *const RecvBatch, i: usize) Received {
         assert(i < self.count);
         const m = &self.msgs[i].hdr;
         const anc = readCmsgs(self.controls[i][0..m.controllen]);
+        const room = self.iovs[i].len;
+        const bytes = self.iovs[i].base[0..@min(self.msgs[i].len, room)];
         return .{
-            .bytes = self.bufs[i][0..@min(self.msgs[i].len, datagram_len_max)],
+            .bytes = bytes,
             .peer = Peer.fromStorage(&self.names[i]),
             .local = anc.local,
             .ecn = anc.ecn,
+            // Without GRO's room, a message is one datagram whatever the kernel says.
+            .segment_len = if (room == datagram_len_max) 0 else anc.segment_len,
         };
     }
 };
 
-/// Reads up to `batch_len_max` datagrams; how many (0 when none was waiting). A datagram
-/// longer than `datagram_len_max` is cut (MSG_TRUNC in its flags): QUIC then fails to
-/// open it, as it would any damaged datagram.
+/// Reads up to `capacity()` messages; how many (0 when none was waiting). Without GRO each
+/// is one datagram, and one longer than `datagram_len_max` is cut (MSG_TRUNC in its flags):
+/// QUIC then fails to open it, as it would any damaged datagram. With GRO a message may hold
+/// several (`Received.datagrams`).
 pub fn receive(sock: *const Socket, batch: *RecvBatch) sys.Result(usize) {
-    for (0..batch_len_max) |i| {
-        batch.iovs[i] = .{ .base = &batch.bufs[i], .len = datagram_len_max };
+    const gro = batch.area.len > 0;
+    // A socket coalescing datagrams needs the room of a coalesced message.
+    assert(!sock.gro or gro);
+    assert(!gro or batch.area.len == gro_area_bytes);
+    const slots = batch.capacity();
+    for (0..slots) |i| {
+        batch.iovs[i] = if (gro)
+            .{ .base = batch.area[i * gro_message_len_max ..].ptr, .len = gro_message_len_max }
+        else
+            .{ .base = &batch.bufs[i], .len = datagram_len_max };
         batch.msgs[i] = .{ .hdr = .{
             .name = @ptrCast(&batch.names[i]),
             .namelen = @sizeOf(linux.sockaddr.storage),
@@ -254,9 +326,9 @@ pub fn receive(sock: *const Socket, batch: *RecvBatch) sys.Result(usize) {
         }, .len = 0 };
     }
     batch.count = 0;
-    return switch (sys.recvmmsg(sock.fd, &batch.msgs)) {
+    return switch (sys.recvmmsg(sock.fd, batch.msgs[0..slots])) {
         .ok => |n| blk: {
-            assert(n <= batch_len_max);
+            assert(n <= slots);
             batch.count = n;
             break :blk .{ .ok = n };
         },
@@ -1005,5 +1077,81 @@ test "udp: queued datagrams keep their ECN marks, a GSO run one mark, over IPv4 
             got += n;
         }
         try testing.expectEqual(marks.len, got);
+    }
+}
+
+test "udp: GRO hands over a GSO send as one message, split back into its datagrams" {
+    const area = try testing.allocator.alloc(u8, gro_area_bytes);
+    defer testing.allocator.free(area);
+    var server = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer server.close();
+    var client = switch (Socket.open(loopback4(0), .{})) {
+        .ok => |s| s,
+        .err => return error.SkipZigTest,
+    };
+    defer client.close();
+    if (!client.gso or !server.enableGro()) return error.SkipZigTest;
+    // 10 datagrams of 1,200 bytes and a short last one, ECT(0), in one GSO message.
+    var lens = [_]usize{1200} ** 11;
+    lens[10] = 300;
+    const send_arena = try testing.allocator.alloc(u8, send_arena_bytes);
+    defer testing.allocator.free(send_arena);
+    var q = testQueue(send_arena, &lens, server.localAddress().?);
+    for (q.items[0..q.len]) |*d| d.ecn = 2;
+    try testing.expectEqual(Flushed.done, q.flush(&client));
+    try testing.expectEqual(@as(u64, 1), q.stats.calls);
+    var batch: RecvBatch = .{ .area = area };
+    try testing.expectEqual(@as(usize, gro_batch_len), batch.capacity());
+    var got: usize = 0;
+    var messages: usize = 0;
+    var rounds: usize = 0;
+    while (got < lens.len and rounds < 100) : (rounds += 1) {
+        const n = try receiveAll(&server, &batch, 1);
+        for (0..n) |i| {
+            const m = batch.get(i);
+            messages += 1;
+            try testing.expectEqual(@as(Ecn, 2), m.ecn);
+            try testing.expectEqual(client.localAddress().?.port, m.peer.port);
+            try testing.expectEqualSlices(u8, &.{ 127, 0, 0, 1 }, m.local.addr[0..4]);
+            var it = m.datagrams();
+            while (it.next()) |d| {
+                try testing.expect(got < lens.len);
+                try testing.expectEqual(lens[got], d.len);
+                try testing.expect(std.mem.allEqual(u8, d, @truncate(got + 1)));
+                got += 1;
+            }
+        }
+    }
+    try testing.expectEqual(lens.len, got);
+    try testing.expectEqual(@as(usize, 1), messages); // coalesced, as sent
+}
+
+test "udp: received messages split defensively: no segment size, a short tail, a long one" {
+    var r: Received = .{ .bytes = &([_]u8{1} ** 3000), .peer = .{}, .local = .{}, .ecn = 0 };
+    var it = r.datagrams();
+    try testing.expectEqual(@as(usize, datagram_len_max), it.next().?.len); // cut, as without GRO
+    try testing.expect(it.next() == null);
+    r.segment_len = 1200;
+    it = r.datagrams();
+    for ([_]usize{ 1200, 1200, 600 }) |n| try testing.expectEqual(n, it.next().?.len);
+    try testing.expect(it.next() == null);
+    r.segment_len = 1;
+    it = r.datagrams();
+    var count: usize = 0;
+    while (it.next()) |_| count += 1;
+    try testing.expectEqual(@as(usize, 3000), count);
+    // The GRO control message: its size read, a zero or oversized one read as none.
+    var buf: [control_len]u8 align(@alignOf(usize)) = undefined;
+    for ([_]struct { v: u32, want: u16 }{
+        .{ .v = 1200, .want = 1200 },
+        .{ .v = 0, .want = 0 },
+        .{ .v = 70_000, .want = 0 },
+    }) |case| {
+        var pos: usize = 0;
+        putCmsg(&buf, &pos, linux.IPPROTO.UDP, linux.UDP.GRO, std.mem.asBytes(&case.v));
+        try testing.expectEqual(case.want, readCmsgs(buf[0..pos]).segment_len);
     }
 }
