@@ -272,7 +272,7 @@ pub const Uring = struct {
         const self = try allocator.create(Uring);
         errdefer allocator.destroy(self);
         self.* = .{ .ring = ring, .br = br, .mem = mem, .buf_bytes = cfg.buffer_bytes, .buf_cap = cfg.buffers, .buf_provided = 0, .segs = segs, .buffers_free = 0 };
-        try self.queue.ensureTotalCapacity(allocator, tokens_max);
+        try self.queue.ensureTotalCapacityPrecise(allocator, tokens_max);
         IoUring.buf_ring_init(br);
         self.provide(@min(cfg.buffers, buffers_start));
         return self;
@@ -835,12 +835,8 @@ pub const Uring = struct {
             const p = self.queue.items[i];
             // Delivered whatever became of a `sent` event's descriptor: the owner waits for it.
             const w = p.kind == .token_write;
-            events[n] = if (p.kind == .sent) self.sentEvent(p) else .{
-                .token = p.token,
-                .readable = !w,
-                .writable = w,
-                .hangup = false,
-            };
+            const ev: Event = .{ .token = p.token, .readable = !w, .writable = w, .hangup = false };
+            events[n] = if (p.kind == .sent) self.sentEvent(p) else ev;
             n += 1;
         }
         // What did not fit stays, in order.
