@@ -43,6 +43,14 @@ fn loopback6(port: u16) Peer {
     return p;
 }
 
+/// A socket on `local`, or the test skipped (no such address family here).
+fn openOrSkip(local: Peer) !Socket {
+    return switch (Socket.open(local, .{})) {
+        .ok => |s| s,
+        .err => error.SkipZigTest,
+    };
+}
+
 /// Receives until `want` datagrams arrived or ~1 s passed (loopback delivers at once).
 fn receiveAll(sock: *const Socket, batch: *RecvBatch, want: usize) !usize {
     var tries: usize = 0;
@@ -59,15 +67,9 @@ fn receiveAll(sock: *const Socket, batch: *RecvBatch, want: usize) !usize {
 }
 
 test "udp: a batch each way over IPv4 loopback, with the destination address and ECN" {
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(loopback4(0));
     defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var client = try openOrSkip(loopback4(0));
     defer client.close();
     const server_addr = server.localAddress().?;
     var payloads: [batch_len_max][8]u8 = undefined;
@@ -105,21 +107,12 @@ test "udp: a batch each way over IPv4 loopback, with the destination address and
 
 test "udp: a dual-stack socket on :: takes IPv4 and IPv6 and knows the destination of each" {
     var any6: Peer = .{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 };
-    var server = switch (Socket.open(any6, .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(any6);
     defer server.close();
     any6.port = server.localAddress().?.port;
-    var c4 = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var c4 = try openOrSkip(loopback4(0));
     defer c4.close();
-    var c6 = switch (Socket.open(loopback6(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest, // no IPv6 here
-    };
+    var c6 = try openOrSkip(loopback6(0)); // no IPv6 here
     defer c6.close();
     try testing.expectEqual(@as(usize, 1), send(&c4, &.{.{ .bytes = "four", .peer = loopback4(any6.port) }}).ok);
     try testing.expectEqual(@as(usize, 1), send(&c6, &.{.{ .bytes = "six", .peer = loopback6(any6.port), .ecn = 1 }}).ok);
@@ -151,15 +144,9 @@ test "udp: a dual-stack socket on :: takes IPv4 and IPv6 and knows the destinati
 }
 
 test "udp: GSO, when offered: one 3-segment send arrives as 3 datagrams" {
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(loopback4(0));
     defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var client = try openOrSkip(loopback4(0));
     defer client.close();
     if (!client.gso) return error.SkipZigTest;
     var bytes: [1200 * 2 + 500]u8 = undefined;
@@ -185,15 +172,9 @@ test "udp: GSO, when offered: one 3-segment send arrives as 3 datagrams" {
 }
 
 test "udp: bursts past what the receiver holds: each send reports a count within the batch" {
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(loopback4(0));
     defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var client = try openOrSkip(loopback4(0));
     defer client.close();
     // Loopback hands a datagram to the receiver at once (dropping it when the receiver's
     // buffer is full), so the sender's EAGAIN is hard to provoke here: only the count
@@ -242,10 +223,7 @@ fn loopback4At(last: u8, port: u16) Peer {
 /// answers it twice, from the local address it came in on and with the kernel's choice
 /// (127.0.0.1 on loopback, for all of 127/8); the sources the client sees, in that order.
 fn answerSources(server: *const Socket) ![2]Peer {
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var client = try openOrSkip(loopback4(0));
     defer client.close();
     const port = server.localAddress().?.port;
     const hello = [_]Outgoing{.{ .bytes = "hi", .peer = loopback4At(2, port) }};
@@ -292,10 +270,7 @@ fn secondLoopback() bool {
 test "udp: on 0.0.0.0 an answer leaves from the address the client wrote to, not the kernel's" {
     if (!secondLoopback()) return error.SkipZigTest;
     const any4: Peer = .{ .family = linux.AF.INET, .port = 0, .addr = [_]u8{0} ** 16 };
-    var server = switch (Socket.open(any4, .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(any4);
     defer server.close();
     const got = try answerSources(&server);
     try expectFrom(2, got[0]);
@@ -305,10 +280,7 @@ test "udp: on 0.0.0.0 an answer leaves from the address the client wrote to, not
 test "udp: on a dual-stack :: an IPv4 client's answer leaves from its IPv4 destination" {
     if (!secondLoopback()) return error.SkipZigTest;
     const any6: Peer = .{ .family = linux.AF.INET6, .port = 0, .addr = [_]u8{0} ** 16 };
-    var server = switch (Socket.open(any6, .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
+    var server = try openOrSkip(any6);
     defer server.close();
     const got = try answerSources(&server);
     try expectFrom(2, got[0]);
@@ -440,59 +412,65 @@ fn expectArrivals(server: *const Socket, lens: []const usize) !void {
     try testing.expectEqual(lens.len, got);
 }
 
+/// Two sockets on IPv4 loopback, a server and a client, and a send arena: the queue's tests'.
+const Loop = struct {
+    server: Socket,
+    client: Socket,
+    arena: []u8,
+
+    fn open() !Loop {
+        var server = try openOrSkip(loopback4(0));
+        errdefer server.close();
+        var client = try openOrSkip(loopback4(0));
+        errdefer client.close();
+        const arena = try testing.allocator.alloc(u8, send_arena_bytes);
+        return .{ .server = server, .client = client, .arena = arena };
+    }
+
+    fn close(l: *Loop) void {
+        l.server.close();
+        l.client.close();
+        testing.allocator.free(l.arena);
+    }
+};
+
 test "udp: a flushed queue arrives whole and in order, with GSO or one datagram a message" {
-    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
-    defer testing.allocator.free(arena);
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer client.close();
+    var l = try Loop.open();
+    defer l.close();
+    const server = &l.server;
+    const client = &l.client;
     // 60 datagrams (the receiver's default buffer holds them): 54 of 1,200 bytes fill a GSO
     // message; the rest, with a short last one, a second.
     var lens: [60]usize = [_]usize{1200} ** 60;
     lens[59] = 700;
     for ([_]bool{ true, false }) |gso| {
         client.gso = gso and client.gso;
-        var q = testQueue(arena, &lens, server.localAddress().?);
-        try testing.expectEqual(Flushed.done, q.flush(&client));
+        var q = testQueue(l.arena, &lens, server.localAddress().?);
+        try testing.expectEqual(Flushed.done, q.flush(client));
         try testing.expect(q.isEmpty() and q.used == 0);
         try testing.expectEqual(@as(u64, 60), q.stats.datagrams);
         try testing.expectEqual(@as(u64, if (client.gso) 1 else 2), q.stats.calls);
-        try expectArrivals(&server, &lens);
+        try expectArrivals(server, &lens);
     }
 }
 
 test "udp: a full kernel buffer keeps the rest queued, in order, nothing dropped" {
-    const arena = try testing.allocator.alloc(u8, send_arena_bytes);
-    defer testing.allocator.free(arena);
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer client.close();
+    var l = try Loop.open();
+    defer l.close();
+    const server = &l.server;
+    const client = &l.client;
     client.gso = false;
     const lens = [_]usize{1000} ** 40;
-    var q = testQueue(arena, &lens, server.localAddress().?);
+    var q = testQueue(l.arena, &lens, server.localAddress().?);
     q.full_every = 2; // every second call: "full"
-    try testing.expectEqual(Flushed.blocked, q.flush(&client)); // 32 taken, then full
+    try testing.expectEqual(Flushed.blocked, q.flush(client)); // 32 taken, then full
     try testing.expectEqual(@as(usize, 32), q.head);
     try testing.expect(q.room() != null); // more may be queued behind them
-    try testing.expectEqual(Flushed.done, q.flush(&client));
+    try testing.expectEqual(Flushed.done, q.flush(client));
     try testing.expectEqual(@as(u64, 1), q.stats.blocked);
     try testing.expectEqual(@as(u64, 40), q.stats.datagrams);
     try testing.expectEqual(@as(u64, 0), q.stats.dropped);
-    try expectArrivals(&server, &lens);
+    try expectArrivals(server, &lens);
 }
 
 test "udp: queued datagrams keep their ECN marks, a GSO run one mark, over IPv4 and IPv6" {
@@ -500,15 +478,9 @@ test "udp: queued datagrams keep their ECN marks, a GSO run one mark, over IPv4 
     defer testing.allocator.free(arena);
     for ([_]bool{ false, true }) |v6| {
         const local = if (v6) loopback6(0) else loopback4(0);
-        var server = switch (Socket.open(local, .{})) {
-            .ok => |s| s,
-            .err => return error.SkipZigTest, // no IPv6 here
-        };
+        var server = try openOrSkip(local); // no IPv6 here
         defer server.close();
-        var client = switch (Socket.open(local, .{})) {
-            .ok => |s| s,
-            .err => return error.SkipZigTest,
-        };
+        var client = try openOrSkip(local);
         defer client.close();
         // ECT(0) on a run of three (one GSO message where offered), then CE, ECT(1), none.
         const marks = [_]Ecn{ 2, 2, 2, 3, 1, 0 };
@@ -535,25 +507,17 @@ test "udp: queued datagrams keep their ECN marks, a GSO run one mark, over IPv4 
 test "udp: GRO hands over a GSO send as one message, split back into its datagrams" {
     const area = try testing.allocator.alloc(u8, gro_area_bytes);
     defer testing.allocator.free(area);
-    var server = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer server.close();
-    var client = switch (Socket.open(loopback4(0), .{})) {
-        .ok => |s| s,
-        .err => return error.SkipZigTest,
-    };
-    defer client.close();
+    var l = try Loop.open();
+    defer l.close();
+    const server = &l.server;
+    const client = &l.client;
     if (!client.gso or !server.enableGro()) return error.SkipZigTest;
     // 10 datagrams of 1,200 bytes and a short last one, ECT(0), in one GSO message.
     var lens = [_]usize{1200} ** 11;
     lens[10] = 300;
-    const send_arena = try testing.allocator.alloc(u8, send_arena_bytes);
-    defer testing.allocator.free(send_arena);
-    var q = testQueue(send_arena, &lens, server.localAddress().?);
+    var q = testQueue(l.arena, &lens, server.localAddress().?);
     for (q.items[0..q.len]) |*d| d.ecn = 2;
-    try testing.expectEqual(Flushed.done, q.flush(&client));
+    try testing.expectEqual(Flushed.done, q.flush(client));
     try testing.expectEqual(@as(u64, 1), q.stats.calls);
     var batch: RecvBatch = .{ .area = area };
     try testing.expectEqual(@as(usize, gro_batch_len), batch.capacity());
@@ -561,7 +525,7 @@ test "udp: GRO hands over a GSO send as one message, split back into its datagra
     var messages: usize = 0;
     var rounds: usize = 0;
     while (got < lens.len and rounds < 100) : (rounds += 1) {
-        const n = try receiveAll(&server, &batch, 1);
+        const n = try receiveAll(server, &batch, 1);
         for (0..n) |i| {
             const m = batch.get(i);
             messages += 1;
