@@ -420,8 +420,15 @@ pub const SendQueue = struct {
     full_every: u32 = 0,
     calls: u64 = 0,
     /// `sendmmsg` calls, datagrams sent, times the kernel was full, datagrams refused (their
-    /// address unreachable or refused: QUIC's loss recovery sees them as lost).
-    stats: struct { calls: u64 = 0, datagrams: u64 = 0, blocked: u64 = 0, dropped: u64 = 0 } = .{},
+    /// address unreachable or refused: QUIC's loss recovery sees them as lost), GSO messages
+    /// refused (their datagrams sent again singly).
+    stats: struct {
+        calls: u64 = 0,
+        datagrams: u64 = 0,
+        blocked: u64 = 0,
+        dropped: u64 = 0,
+        gso_refused: u64 = 0,
+    } = .{},
 
     pub fn init(arena: []u8) SendQueue {
         assert(arena.len == send_arena_bytes);
@@ -501,6 +508,7 @@ pub const SendQueue = struct {
                 },
                 .err => |e| {
                     if (counts[0] > 1) {
+                        q.stats.gso_refused += 1;
                         if (e == .IO) sock.gso = false;
                         q.single_until = q.head + counts[0];
                     } else {

@@ -571,3 +571,22 @@ test "udp: received messages split defensively: no segment size, a short tail, a
         try testing.expectEqual(case.want, readCmsgs(buf[0..pos]).segment_len);
     }
 }
+
+test "udp: a GSO message the kernel refuses goes again one datagram a message" {
+    var l = try Loop.open();
+    defer l.close();
+    if (!l.client.gso) return error.SkipZigTest;
+    // Without UDP checksums (SO_NO_CHECK) the kernel refuses GSO sends (EINVAL): the queue
+    // sends the run's datagrams singly, keeps GSO for later runs (only EIO turns it off).
+    const so_no_check = 11;
+    try testing.expect(sys.setIntOption(l.client.fd, linux.SOL.SOCKET, so_no_check, 1));
+    var lens = [_]usize{1200} ** 10;
+    lens[9] = 100;
+    var q = testQueue(l.arena, &lens, l.server.localAddress().?);
+    try testing.expectEqual(Flushed.done, q.flush(&l.client));
+    try testing.expectEqual(@as(u64, 10), q.stats.datagrams);
+    try testing.expectEqual(@as(u64, 0), q.stats.dropped);
+    try testing.expectEqual(@as(u64, 1), q.stats.gso_refused);
+    try testing.expect(l.client.gso);
+    try expectArrivals(&l.server, &lens);
+}
