@@ -23,7 +23,8 @@ from tests.support.h3client import MB, h3_connect  # noqa: E402
 
 pytestmark = zigcorn_only
 
-COUNTS = re.compile(r"zigcorn-test udp: calls=(\d+) datagrams=(\d+) blocked=(\d+) dropped=(\d+) writable=(\d+)")
+FIELDS = ("queued", "waiting", "calls", "datagrams", "blocked", "dropped", "writable")
+COUNTS = re.compile("zigcorn-test udp: " + " ".join(rf"{f}=(\d+)" for f in FIELDS))
 
 
 @pytest.mark.parametrize("backend", ["epoll", "io_uring"])
@@ -43,11 +44,13 @@ def test_a_full_socket_keeps_every_datagram_until_writable(h3_certs, backend):
         server.stop()
     found = COUNTS.search(server.output())
     assert found, server.output()[-2000:]
-    calls, datagrams, blocked, dropped, writable = map(int, found.groups())
+    queued, waiting, calls, datagrams, blocked, dropped, writable = map(int, found.groups())
     # 6 MiB in 1,200-byte datagrams: ~5,000 of them, the socket "full" every third call.
     assert datagrams > size // 1500
     assert calls > 0 and blocked >= 10
     assert dropped == 0
+    # Every datagram queued went to the kernel (but what the stop left waiting).
+    assert queued == datagrams + waiting
     # Each "full" was followed by the socket's writability, reported by the backend.
     assert writable >= blocked // 2
 

@@ -507,10 +507,13 @@ pub const Worker = struct {
         w.sendQueued();
         if (w.out.full_every != 0) {
             const st = w.out.stats;
-            const fmt = "zigcorn-test udp: calls={d} datagrams={d} blocked={d} dropped={d} " ++
-                "writable={d}\n";
+            const fmt = "zigcorn-test udp: queued={d} waiting={d} calls={d} datagrams={d} " ++
+                "blocked={d} dropped={d} writable={d}\n";
+            const waiting = w.out.len - w.out.head;
             const writable = w.writable_events;
-            std.debug.print(fmt, .{ st.calls, st.datagrams, st.blocked, st.dropped, writable });
+            std.debug.print(fmt, .{
+                st.queued, waiting, st.calls, st.datagrams, st.blocked, st.dropped, writable,
+            });
         }
         while (w.live) |c| {
             server_stream.detachAll(c);
