@@ -22,6 +22,7 @@ test {
     _ = @import("features/proxy_protocol.zig");
     _ = @import("transport/connection_age.zig");
     _ = @import("transport/udp.zig");
+    _ = @import("transport/udp_tests.zig");
     _ = @import("transport/udp_steering.zig");
     // HTTP shared by the protocols
     _ = @import("features/forwarded.zig");

@@ -61,6 +61,8 @@ pub const QuicPlug = struct {
     timer_fd: i32,
     on_readable: *const fn (ctx: *anyopaque) void,
     on_timer: *const fn (ctx: *anyopaque) void,
+    /// The UDP socket takes datagrams again, after `Server.quicWatchWritable(true)`.
+    on_writable: *const fn (ctx: *anyopaque) void,
     flush: *const fn (ctx: *anyopaque) void,
     /// The drain starts: each connection is sent GOAWAY and closes once its requests are done.
     drain: *const fn (ctx: *anyopaque) void,
@@ -337,7 +339,10 @@ pub const Server = struct {
                 token_listen => self.acceptAll(),
                 token_timer => self.tick(),
                 token_wake => self.clearWake(),
-                token_quic => if (self.quic) |q| q.on_readable(q.ctx),
+                token_quic => if (self.quic) |q| {
+                    if (ev.writable) q.on_writable(q.ctx);
+                    if (ev.readable or ev.hangup) q.on_readable(q.ctx);
+                },
                 token_quic_timer => if (self.quic) |q| q.on_timer(q.ctx),
                 else => {
                     const c: *Conn = @ptrFromInt(ev.token);
@@ -783,13 +788,20 @@ pub const Server = struct {
         return true;
     }
 
-    /// A QUIC connection has datagrams to send: written when this pass ends.
+    /// The QUIC worker's socket was full: its writability is reported (`on_writable`) until
+    /// this is called with false (level-triggered, as a connection's on both backends).
+    pub fn quicWatchWritable(self: *Server, on: bool) void {
+        const q = self.quic orelse return;
+        _ = self.io.watchWritable(q.udp_fd, token_quic, on);
+    }
+
     /// Open connections of every transport: TCP's and QUIC's (what a drain waits for).
     pub fn connectionsOpen(self: *const Server) u32 {
         const quic: u32 = if (self.quic) |q| q.connections(q.ctx) else 0;
         return self.connections + quic;
     }
 
+    /// A QUIC connection has datagrams to send: written when this pass ends.
     pub fn quicFlushSoon(self: *Server) void {
         self.quic_flush_wanted = true;
         self.settleSoon();

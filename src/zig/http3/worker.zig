@@ -4,12 +4,14 @@
 //!
 //! Input: the socket's readiness reads batches of datagrams (`udp.receive`, at most
 //! `batches_per_event` per event: the socket is level-triggered, the rest come on the next
-//! pass), each goes to `quic/endpoint.zig`, which finds or makes its `QuicConn`. Output: a
-//! connection that received, timed out or had a stream written is marked dirty; when the
-//! loop's pass ends (`Server.quicFlushSoon` -> `flush`) each dirty connection's events go to
-//! its HTTP/3 session, then its datagrams to `udp.send`. Timers: each connection has one
-//! earliest deadline (`quic/connection.zig` `nextDeadline`); the worker's timerfd is set to
-//! the earliest of them (one-shot, absolute), so an idle worker sleeps until then.
+//! pass; with GRO a message holds several, split here), each goes to `quic/endpoint.zig`,
+//! which finds or makes its `QuicConn`. Output: a connection that received, timed out or had
+//! a stream written is marked dirty; when the loop's pass ends (`Server.quicFlushSoon` ->
+//! `flush`) each dirty connection's events go to its HTTP/3 session, then its datagrams into
+//! the send queue (`udp.SendQueue`: GSO runs; kept while the socket is full). Timers: each
+//! connection has one earliest deadline (`quic/connection.zig` `nextDeadline`); the
+//! worker's timerfd is set to the earliest of them (one-shot, absolute), so an idle worker
+//! sleeps until then.
 //!
 //! A `QuicConn` is the owner object of one QUIC connection: the endpoint's `Conn`, the HTTP/3
 //! session's `Owner` (`server_stream.zig` adapts its requests to `core/stream.zig`'s
@@ -47,6 +49,12 @@ comptime {
 const batches_per_event = 8;
 /// Datagrams one connection sends per flush; past it the connection stays dirty.
 const datagrams_per_flush_max = 256;
+
+/// The ECN codepoint of the datagram the connection's `send` returned last: ECT(0) while
+/// its ECN validation goes well, else none (`quic/ecn.zig`).
+fn ecnFor(c: *const QuicConn) udp.Ecn {
+    return c.quic.ecnToSend();
+}
 
 pub const QuicConn = struct {
     pub const Context = *Worker;
@@ -320,9 +328,14 @@ pub const Worker = struct {
     buffers: Session.Buffers = undefined,
     answers: endpoint_mod.OutQueue = .{},
     recv: udp.RecvBatch = .{},
-    out_bufs: [udp.batch_len_max][udp.datagram_len_max]u8 = undefined,
-    out: [udp.batch_len_max]udp.Outgoing = undefined,
-    out_len: usize = 0,
+    /// The datagrams written and not yet taken by the kernel (its arena mapped apart:
+    /// pages it never filled cost nothing).
+    out: udp.SendQueue,
+    /// The kernel's buffer was full: the rest of `out` waits for the socket's writability,
+    /// and no connection is asked for more until then (they stay dirty).
+    blocked: bool = false,
+    /// Times the socket was reported writable after it was full (the test hook prints it).
+    writable_events: u64 = 0,
     live: ?*QuicConn = null,
     dirty: ?*QuicConn = null,
     timer_at_us: u64 = std.math.maxInt(u64),
@@ -368,10 +381,14 @@ pub const Worker = struct {
             if (n == 0) break;
             const now = sys.monotonicUs();
             for (0..n) |i| {
-                const d = w.recv.get(i);
-                _ = w.endpoint.onDatagram(d.bytes, d.peer, d.local, d.ecn, now, &w.answers);
+                const m = w.recv.get(i);
+                // With GRO a message holds several datagrams of one peer, path and mark.
+                var it = m.datagrams();
+                while (it.next()) |d| {
+                    _ = w.endpoint.onDatagram(d, m.peer, m.local, m.ecn, now, &w.answers);
+                }
             }
-            if (n < udp.batch_len_max) break;
+            if (n < w.recv.capacity()) break;
         }
         if (w.answers.len > 0) w.server.quicFlushSoon();
     }
@@ -393,13 +410,17 @@ pub const Worker = struct {
     }
 
     /// The end of the loop's pass: answers and every dirty connection's datagrams go out.
+    /// While the socket is full each dirty connection is still driven (its events reach
+    /// the session) but asked for no datagram: it stays dirty until the socket is writable.
     fn flush(ctx: *anyopaque) void {
         const w: *Worker = @ptrCast(@alignCast(ctx));
-        while (w.answers.peek()) |a| {
-            w.queue(a.slice(), &a.path);
+        while (!w.blocked) {
+            const a = w.answers.peek() orelse break;
+            if (!w.queue(a.slice(), &a.path)) break;
             w.answers.pop();
         }
-        var again = false;
+        // Connections that had more to send than one flush takes, or met a full socket.
+        var carry: ?*QuicConn = null;
         var list = w.dirty;
         w.dirty = null;
         while (list) |c| {
@@ -407,59 +428,65 @@ pub const Worker = struct {
             c.dirty_next = null;
             c.dirty = false;
             c.drive();
-            if (w.sendFrom(c)) again = true;
-            if (c.over and c.quic.isClosed() and c.held == 0) c.destroy();
+            const more = w.blocked or w.sendFrom(c);
+            if (c.over and c.quic.isClosed() and c.held == 0) {
+                c.destroy();
+            } else if (more) {
+                c.dirty = true;
+                c.dirty_next = carry;
+                carry = c;
+            }
         }
         w.sendQueued();
+        // Taken up again at the next pass, or when the socket is writable again.
+        while (carry) |c| {
+            carry = c.dirty_next;
+            c.dirty_next = w.dirty;
+            w.dirty = c;
+        }
         w.armTimer();
-        if (again or w.dirty != null) w.server.quicFlushSoon();
+        if (!w.blocked and (w.dirty != null or w.answers.len > 0)) w.server.quicFlushSoon();
     }
 
-    /// The connection's datagrams; true when it had more than one flush sends.
+    /// The connection's datagrams, into the send queue; true when it has more to send
+    /// (past one flush's share, or the socket became full).
     fn sendFrom(w: *Worker, c: *QuicConn) bool {
         const now = sys.monotonicUs();
         var sent: usize = 0;
         while (sent < datagrams_per_flush_max) : (sent += 1) {
-            if (w.out_len == udp.batch_len_max) w.sendQueued();
-            const buf = &w.out_bufs[w.out_len];
-            const n = c.quic.send(buf, now);
-            if (n == 0) return false;
-            w.out[w.out_len] = .{
-                .bytes = buf[0..n],
-                .peer = c.carrier.peer,
-                .local = c.local,
-                .ecn = c.quic.ecnToSend(),
+            const room = w.out.room() orelse blk: {
+                w.sendQueued();
+                if (w.blocked) return true;
+                break :blk w.out.room().?;
             };
-            w.out_len += 1;
+            const n = c.quic.send(room, now);
+            if (n == 0) return false;
+            w.out.commit(n, c.carrier.peer, c.local, ecnFor(c));
         }
         return true;
     }
 
-    fn queue(w: *Worker, bytes: []const u8, path: *const endpoint_mod.Path) void {
-        if (w.out_len == udp.batch_len_max) w.sendQueued();
-        const n = @min(bytes.len, udp.datagram_len_max);
-        @memcpy(w.out_bufs[w.out_len][0..n], bytes[0..n]);
-        w.out[w.out_len] = .{
-            .bytes = w.out_bufs[w.out_len][0..n],
-            .peer = path.peer,
-            .local = path.local,
-        };
-        w.out_len += 1;
+    /// An endpoint's answer (no connection); false when the queue stays full.
+    fn queue(w: *Worker, bytes: []const u8, path: *const endpoint_mod.Path) bool {
+        if (w.out.push(bytes, path.peer, path.local, 0)) return true;
+        w.sendQueued();
+        return !w.blocked and w.out.push(bytes, path.peer, path.local, 0);
     }
 
-    /// What the kernel does not take (its buffer full) is dropped: QUIC's loss recovery
-    /// sends it again.
+    /// What waits goes to the kernel; what it does not take (its buffer full) stays, and
+    /// the socket's writability is watched until it is all gone (`onWritable`).
     fn sendQueued(w: *Worker) void {
-        var done: usize = 0;
-        while (done < w.out_len) {
-            const n = switch (udp.send(&w.sock, w.out[done..w.out_len])) {
-                .ok => |n| n,
-                .err => 1, // this datagram is refused (its address): the others may go
-            };
-            if (n == 0) break;
-            done += n;
-        }
-        w.out_len = 0;
+        const was = w.blocked;
+        w.blocked = w.out.flush(&w.sock) == .blocked;
+        if (w.blocked != was) w.server.quicWatchWritable(w.blocked);
+    }
+
+    /// The socket takes datagrams again: what waited goes, then the dirty connections.
+    fn onWritable(ctx: *anyopaque) void {
+        const w: *Worker = @ptrCast(@alignCast(ctx));
+        w.writable_events += 1;
+        w.sendQueued();
+        if (!w.blocked) w.server.quicFlushSoon();
     }
 
     /// The timerfd at the earliest deadline of every connection, or sooner: a deadline that
@@ -535,6 +562,16 @@ pub const Worker = struct {
             _ = w.sendFrom(c);
         }
         w.sendQueued();
+        if (w.out.full_every != 0) {
+            const st = w.out.stats;
+            const fmt = "zigcorn-test udp: queued={d} waiting={d} calls={d} datagrams={d} " ++
+                "blocked={d} dropped={d} writable={d}\n";
+            const waiting = w.out.len - w.out.head;
+            const writable = w.writable_events;
+            std.debug.print(fmt, .{
+                st.queued, waiting, st.calls, st.datagrams, st.blocked, st.dropped, writable,
+            });
+        }
         while (w.live) |c| {
             server_stream.detachAll(c);
             c.held = 0;
@@ -545,6 +582,8 @@ pub const Worker = struct {
         sys.close(w.timer_fd);
         openssl.freeContext(w.ssl_ctx);
         w.pool.deinit();
+        std.heap.page_allocator.free(w.out.arena);
+        if (w.recv.area.len > 0) std.heap.page_allocator.free(w.recv.area);
         std.heap.c_allocator.destroy(w);
     }
 };
@@ -565,6 +604,7 @@ pub fn start(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!void {
         .timer_fd = w.timer_fd,
         .on_readable = Worker.onReadable,
         .on_timer = Worker.onTimer,
+        .on_writable = Worker.onWritable,
         .flush = Worker.flush,
         .drain = Worker.drainPlug,
         .close_websockets = Worker.closeWebSocketsPlug,
@@ -588,6 +628,9 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .ok => |s| s,
         .err => return error.SocketOptionsFailed,
     };
+    const arena = std.heap.page_allocator.alloc(u8, udp.send_arena_bytes) catch
+        return error.OutOfMemory;
+    errdefer std.heap.page_allocator.free(arena);
     const w = try gpa.create(Worker);
     errdefer gpa.destroy(w);
     const tfd_rc = linux.timerfd_create(.MONOTONIC, .{ .NONBLOCK = true, .CLOEXEC = true });
@@ -600,6 +643,7 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
         .server = server,
         .ssl_ctx = ssl_ctx,
         .sock = sock,
+        .out = udp.SendQueue.init(arena),
         .timer_fd = timer_fd,
         .idle_timeout_ms = h3.idle_timeout_ms,
         .quic_config = .{
@@ -625,6 +669,19 @@ fn createWorker(server: *Server, ssl_ctx: *openssl.SSL_CTX) StartError!*Worker {
     };
     w.gpa = w.pool.allocator();
     errdefer w.pool.deinit();
+    // GRO where the kernel takes it, with the room a coalesced message needs (mapped apart:
+    // only the pages messages reach become resident); without it, one datagram a message.
+    if (std.heap.page_allocator.alloc(u8, udp.gro_area_bytes)) |area| {
+        w.recv.area = area;
+        if (!w.sock.enableGro()) {
+            std.heap.page_allocator.free(area);
+            w.recv.area = &.{};
+        }
+    } else |_| {}
+    errdefer if (w.recv.area.len > 0) std.heap.page_allocator.free(w.recv.area);
+    // Test hook: the kernel made to look full every Nth send (tests/http3, the send path).
+    if (std.posix.getenv("ZIGCORN_TEST_UDP_FULL_EVERY")) |v|
+        w.out.full_every = @max(2, std.fmt.parseInt(u32, v, 10) catch 0);
     w.buffers = Session.Buffers.init(w.gpa, .{}) catch return error.OutOfMemory;
     errdefer w.buffers.deinit(w.gpa);
     var seed: [32]u8 = undefined;

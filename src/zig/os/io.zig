@@ -108,6 +108,13 @@ pub const Backend = struct {
         return self.ctl(linux.EPOLL.CTL_ADD, fd, token, .{});
     }
 
+    /// A pollable socket (`registerPollable`) is reported writable too while `on`
+    /// (level-triggered: every pass it can take bytes), under the same token.
+    pub fn watchWritable(self: *Backend, fd: i32, token: usize, on: bool) bool {
+        if (self.uring) |u| return u.watchWritable(fd, token, on);
+        return self.ctl(linux.EPOLL.CTL_MOD, fd, token, .{ .writable = on });
+    }
+
     /// A listening socket, possibly shared with other worker processes: EPOLLEXCLUSIVE
     /// wakes one waiter per connection instead of every worker.
     pub fn registerListener(self: *Backend, fd: i32, token: usize) bool {

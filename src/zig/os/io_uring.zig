@@ -86,13 +86,25 @@ const slot_step = 1024;
 /// An io_uring_enter interrupted by a signal is retried at most this many times more;
 /// then the work stays queued for the next pass.
 const enter_retries_max = 3;
-/// Token events waiting at once: one per pollable and the listener's (`queueToken` keeps one each).
+/// Token events waiting at once: one per pollable, the listener's and a pollable's
+/// writability (`watchWritable`) (`queueToken` keeps one each).
 const pollables_max = 4;
-const tokens_max = pollables_max + 1;
+const tokens_max = pollables_max + 2;
 /// POLLRDHUP (the same value on every Linux architecture the engine builds for).
 const poll_rdhup: u32 = 0x2000;
 
-const Op = enum(u8) { none = 0, recv = 1, pollout = 2, pollhup = 3, accept = 4, pollable = 5, cancel = 6, close = 7, send = 8 };
+const Op = enum(u8) {
+    none = 0,
+    recv = 1,
+    pollout = 2,
+    pollhup = 3,
+    accept = 4,
+    pollable = 5,
+    cancel = 6,
+    close = 7,
+    send = 8,
+    pollable_out = 9,
+};
 
 /// A submission's user data: the operation in the top byte; below it the slot's
 /// generation (24 bits) and the descriptor (32 bits), or a send's owner token (56 bits).
@@ -157,7 +169,7 @@ const SlotList = struct {
 
 const Seg = struct { off: u32 = 0, len: u32 = 0, next: u16 = no_buf };
 
-const Kind = enum(u8) { read, write, hangup, token, sent };
+const Kind = enum(u8) { read, write, hangup, token, token_write, sent };
 const Pending = struct { fd: i32, gen: u32, kind: Kind, token: usize = 0, result: i32 = 0 };
 
 const Pollable = struct { fd: i32, token: usize };
@@ -210,6 +222,12 @@ pub const Uring = struct {
     listen_armed: bool = false,
     pollables: [pollables_max]Pollable = undefined,
     pollables_len: usize = 0,
+    /// The one pollable whose writability is watched (`watchWritable`): a one-shot POLLOUT,
+    /// armed again each pass while wanted.
+    out_fd: i32 = -1,
+    out_token: usize = 0,
+    out_want: bool = false,
+    out_armed: bool = false,
     in_wait: bool = false,
     kick: ?Kick = null,
     /// Times a receive found the buffer ring empty (the connection waited for a buffer).
@@ -254,7 +272,7 @@ pub const Uring = struct {
         const self = try allocator.create(Uring);
         errdefer allocator.destroy(self);
         self.* = .{ .ring = ring, .br = br, .mem = mem, .buf_bytes = cfg.buffer_bytes, .buf_cap = cfg.buffers, .buf_provided = 0, .segs = segs, .buffers_free = 0 };
-        try self.queue.ensureTotalCapacity(allocator, tokens_max);
+        try self.queue.ensureTotalCapacityPrecise(allocator, tokens_max);
         IoUring.buf_ring_init(br);
         self.provide(@min(cfg.buffers, buffers_start));
         return self;
@@ -486,6 +504,25 @@ pub const Uring = struct {
         q.user_data = userData(.pollable, @intCast(i), p.fd);
     }
 
+    /// A pollable's writability, reported under `token` while `on` (one descriptor at a time:
+    /// the HTTP/3 worker's socket when the kernel's buffer was full).
+    pub fn watchWritable(self: *Uring, fd_: i32, token: usize, on: bool) bool {
+        std.debug.assert(self.out_fd == -1 or self.out_fd == fd_);
+        self.out_fd = fd_;
+        self.out_token = token;
+        self.out_want = on;
+        if (on) self.armOut();
+        return true;
+    }
+
+    fn armOut(self: *Uring) void {
+        if (self.out_armed or !self.out_want) return;
+        const q = self.sqe() orelse return;
+        q.prep_poll_add(self.out_fd, linux.POLL.OUT);
+        q.user_data = userData(.pollable_out, 0, self.out_fd);
+        self.out_armed = true;
+    }
+
     pub fn registerListener(self: *Uring, fd_: i32, token: usize) bool {
         self.listen_fd = fd_;
         self.listen_token = token;
@@ -704,6 +741,7 @@ pub const Uring = struct {
     pub fn rearm(self: *Uring) void {
         // The server stops after a bounded number of accepts: the rest wait in the backlog.
         if (self.listen_fd >= 0 and !self.listen_armed) self.armAccept();
+        self.armOut();
         for (self.delivered_out.items) |p| {
             const s = &self.slots[@intCast(p.fd)];
             if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
@@ -796,7 +834,9 @@ pub const Uring = struct {
         while (i < self.queue.items.len and n < events.len) : (i += 1) {
             const p = self.queue.items[i];
             // Delivered whatever became of a `sent` event's descriptor: the owner waits for it.
-            events[n] = if (p.kind == .sent) self.sentEvent(p) else .{ .token = p.token, .readable = true, .writable = false, .hangup = false };
+            const w = p.kind == .token_write;
+            const ev: Event = .{ .token = p.token, .readable = !w, .writable = w, .hangup = false };
+            events[n] = if (p.kind == .sent) self.sentEvent(p) else ev;
             n += 1;
         }
         // What did not fit stays, in order.
@@ -882,14 +922,19 @@ pub const Uring = struct {
                 self.listen_armed = false;
                 if (cqe.res == -@as(i32, @intFromEnum(sys.E.CANCELED))) return;
                 // The server accepts until EAGAIN, which arms the poll again.
-                self.queueToken(self.listen_token);
+                self.queueToken(self.listen_token, .token);
+            },
+            .pollable_out => {
+                if (fd_ != self.out_fd) return;
+                self.out_armed = false;
+                if (self.out_want and cqe.res > 0) self.queueToken(self.out_token, .token_write);
             },
             .pollable => {
                 const i: usize = gen;
                 if (i >= self.pollables_len) return;
                 const p = &self.pollables[i];
                 if (!more) self.armPollable(i);
-                if (cqe.res > 0) self.queueToken(p.token);
+                if (cqe.res > 0) self.queueToken(p.token, .token);
             },
         }
     }
@@ -940,9 +985,9 @@ pub const Uring = struct {
         }
     }
 
-    fn queueToken(self: *Uring, token: usize) void {
-        for (self.queue.items) |p| if (p.kind == .token and p.token == token) return;
-        self.push(.{ .fd = -1, .gen = 0, .kind = .token, .token = token });
+    fn queueToken(self: *Uring, token: usize, kind: Kind) void {
+        for (self.queue.items) |p| if (p.kind == kind and p.token == token) return;
+        self.push(.{ .fd = -1, .gen = 0, .kind = kind, .token = token });
     }
 
     /// The slot of a completion's descriptor, if it is still the same connection.
