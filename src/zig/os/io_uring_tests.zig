@@ -149,32 +149,34 @@ fn heldBuffers(u: *Uring) usize {
     return @as(usize, u.buf_provided) - u.buffers_free;
 }
 
-test "io_uring: the buffer ring starts with 16 buffers, doubles when a receive finds it empty, and stops at its bound" {
-    const u = Uring.init(.{ .buffers = 32, .buffer_bytes = 512 }) catch return error.SkipZigTest;
-    defer u.deinit();
-    try testing.expectEqual(@as(u16, io_uring.buffers_start), u.buf_provided);
-    try testing.expectEqual(@as(u32, 16), u.buffers_free);
-    const pairs = 40;
-    var fds: [pairs][2]i32 = undefined;
-    var owners: [pairs]u8 = undefined;
+fn openPairs(comptime n: usize) ![n][2]i32 {
+    var fds: [n][2]i32 = undefined;
     for (&fds) |*p| p.* = try socketPair();
-    defer for (fds) |p| {
+    return fds;
+}
+
+/// Each pair's first end through the ring (registered), its second directly.
+fn closePairs(u: *Uring, fds: []const [2]i32) void {
+    for (fds) |p| {
         u.close(p[0]);
         sys.close(p[1]);
-    };
-    // A receive armed while the ring is empty ends at once with ENOBUFS, bytes or not:
-    // the other twenty are registered once the ring has room.
-    for (fds[0..20], owners[0..20]) |p, *o| {
+    }
+}
+
+/// Twenty connections of a ring of 16 buffers get a byte each, nobody reading: 16 are held
+/// and 4 wait; the end of the pass doubles the ring and arms their receives again, and
+/// all 20 are held.
+fn burstOfTwenty(u: *Uring, fds: []const [2]i32, owners: []u8) !void {
+    std.debug.assert(fds.len == 20 and owners.len == 20);
+    for (fds, owners) |p, *o| {
         try testing.expect(u.register(p[0], @intFromPtr(o), true, false));
         try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
     }
-    // Twenty bytes, nobody reading: the 16 buffers are held and the other four wait.
     try collectUntil(u, struct {
         fn f(r: *Uring) bool {
             return heldBuffers(r) == 16 and r.buffer_waits == 4;
         }
     }.f);
-    // The end of the pass doubles the ring and arms their receives again.
     u.rearm();
     try testing.expectEqual(@as(u16, 32), u.buf_provided);
     try collectUntil(u, struct {
@@ -182,6 +184,20 @@ test "io_uring: the buffer ring starts with 16 buffers, doubles when a receive f
             return heldBuffers(r) == 20;
         }
     }.f);
+}
+
+test "io_uring: the buffer ring starts with 16 buffers, doubles when a receive finds it empty, and stops at its bound" {
+    const u = Uring.init(.{ .buffers = 32, .buffer_bytes = 512 }) catch return error.SkipZigTest;
+    defer u.deinit();
+    try testing.expectEqual(@as(u16, io_uring.buffers_start), u.buf_provided);
+    try testing.expectEqual(@as(u32, 16), u.buffers_free);
+    const pairs = 40;
+    const fds = try openPairs(pairs);
+    defer closePairs(u, &fds);
+    var owners: [pairs]u8 = undefined;
+    // A receive armed while the ring is empty ends at once with ENOBUFS, bytes or not:
+    // the other twenty are registered once the ring has room.
+    try burstOfTwenty(u, fds[0..20], owners[0..20]);
     // Read back, every buffer is in the ring again.
     var buf: [8]u8 = undefined;
     for (fds[0..20]) |p| try testing.expectEqual(@as(usize, 1), u.recv(p[0], &buf).ok);
@@ -405,33 +421,14 @@ test "io_uring: a ring grown for a burst shrinks back, its pages freed, after a 
     const u = Uring.init(.{ .buffers = 64, .buffer_bytes = 4096 }) catch return error.SkipZigTest;
     defer u.deinit();
     const pairs = 20;
-    var fds: [pairs][2]i32 = undefined;
+    const fds = try openPairs(pairs);
+    defer closePairs(u, &fds);
     var owners: [pairs]u8 = undefined;
-    for (&fds) |*p| p.* = try socketPair();
-    defer for (fds) |p| {
-        u.close(p[0]);
-        sys.close(p[1]);
-    };
-    for (fds, &owners) |p, *o| {
-        try testing.expect(u.register(p[0], @intFromPtr(o), true, false));
-        try testing.expectEqual(@as(usize, 1), sys.writev(p[1], &.{.{ .base = "x", .len = 1 }}).ok);
-    }
-    // The burst: 16 held, 4 wait, the ring doubles, all 20 held, then read.
-    try collectUntil(u, struct {
-        fn f(r: *Uring) bool {
-            return heldBuffers(r) == 16 and r.buffer_waits == 4;
-        }
-    }.f);
-    u.rearm();
-    try collectUntil(u, struct {
-        fn f(r: *Uring) bool {
-            return heldBuffers(r) == 20;
-        }
-    }.f);
+    // The burst, then read.
+    try burstOfTwenty(u, &fds, &owners);
     var buf: [8]u8 = undefined;
     for (fds) |p| try testing.expectEqual(@as(usize, 1), u.recv(p[0], &buf).ok);
     u.rearm();
-    try testing.expectEqual(@as(u16, 32), u.buf_provided);
     try testing.expectEqual(@as(usize, 20), try residentPages(u, 0));
     // The second of the burst held 20 at once: kept.
     try testing.expect(!u.trim());
