@@ -292,6 +292,9 @@ pub const Uring = struct {
         self.held_peak = self.buf_provided - self.buffers_free;
         const first = @min(self.buf_cap, buffers_start);
         if (self.ring_down or self.buf_provided <= first or peak > first / 2) return false;
+        // Receives queued this pass go in while the ring is there (met with none, they
+        // would wait as starved and grow it again at the pass's end).
+        self.reap();
         // A connection holds bytes in a buffer (the pass ended inside a read).
         if (self.buffers_free != self.buf_provided) return false;
         if (!self.registerRing(.UNREGISTER_PBUF_RING)) return false;
