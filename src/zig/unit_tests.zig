@@ -14,6 +14,7 @@ test {
     _ = @import("os/sys.zig");
     _ = @import("os/zlib.zig");
     _ = @import("os/io_uring.zig");
+    _ = @import("os/io_uring_slots.zig");
     _ = @import("os/io_uring_tests.zig");
     // transport: connections, output queues, TLS
     _ = @import("transport/openssl.zig");

@@ -537,12 +537,17 @@ pub const Server = struct {
         while (self.lifetime_timeouts.popExpired(sys.monotonicMs())) |entry| {
             protocol.lifetimeDue(self.wiring.http2, entry);
         }
-        if (self.io.uring) |u| self.reportRingFailures(u);
+        if (self.io.uring) |u| {
+            self.reportRingFailures(u);
+            // A burst's receive buffers go back once a second has passed without one.
+            _ = u.trim();
+        }
         if (self.metrics) |m| {
             m.resident_bytes = metrics.residentBytes();
             if (self.io.uring) |u| {
                 m.io_buffer_waits = u.buffer_waits;
                 m.io_buffers = u.buf_provided;
+                m.io_slots = u.table.slots.len;
             }
         }
         // Load has passed: the per-request structs freed to malloc go back to the OS too.

@@ -88,6 +88,8 @@ pub const Slot = extern struct {
     io_buffer_waits: u64 = 0,
     /// io_uring: buffers the ring has handed to the kernel (it grows on a wait).
     io_buffers: u64 = 0,
+    /// io_uring: descriptors the slot table covers (it follows the highest one open).
+    io_slots: u64 = 0,
     /// Connections closed at accept, by `RejectCause`.
     rejected: [reject_causes]u64 = [_]u64{0} ** reject_causes,
     /// Requests answered 429 by `--limit-request-rate`.
@@ -207,6 +209,7 @@ pub fn render(out: []u8) error{NoSpace}![]const u8 {
         sum.accept_pauses += s.accept_pauses;
         sum.io_buffer_waits += s.io_buffer_waits;
         sum.io_buffers += s.io_buffers;
+        sum.io_slots += s.io_slots;
         for (&sum.rejected, s.rejected) |*a, b| a.* += b;
         sum.rate_limited += s.rate_limited;
         if (s.live != 0) {
@@ -233,6 +236,7 @@ const Totals = struct {
     accept_pauses: u64 = 0,
     io_buffer_waits: u64 = 0,
     io_buffers: u64 = 0,
+    io_slots: u64 = 0,
     rejected: [reject_causes]u64 = [_]u64{0} ** reject_causes,
     rate_limited: u64 = 0,
 };
@@ -281,6 +285,9 @@ fn writeAll(w: *std.Io.Writer, sum: *const Totals, workers: u64) std.Io.Writer.E
     try metric(w, "zigcorn_accept_pauses_total", "counter", "Times accepting paused for a second: out of file descriptors or memory.", sum.accept_pauses);
     try metric(w, "zigcorn_io_uring_buffer_waits_total", "counter", "io_uring: times a receive found the buffer ring empty and waited for a buffer (the ring grows on a wait; waits at its bound call for a larger --io-uring-buffers).", sum.io_buffer_waits);
     try metric(w, "zigcorn_io_uring_buffers", "gauge", "io_uring: receive buffers in the rings, all workers (a ring starts small and doubles on a wait, up to --io-uring-buffers).", sum.io_buffers);
+    const slots_help = "io_uring: descriptors the slot tables cover, all workers (16 bytes " ++
+        "each; a table follows the highest descriptor open, in steps of 1,024).";
+    try metric(w, "zigcorn_io_uring_slots", "gauge", slots_help, sum.io_slots);
     try w.writeAll("# HELP zigcorn_connections_rejected_total Connections closed at accept, by the limit they were over.\n# TYPE zigcorn_connections_rejected_total counter\n");
     for (sum.rejected, 0..) |n, i| try w.print("zigcorn_connections_rejected_total{{cause=\"{s}\"}} {d}\n", .{ @tagName(@as(RejectCause, @enumFromInt(i))), n });
     try metric(w, "zigcorn_requests_rate_limited_total", "counter", "Requests answered 429 by --limit-request-rate.", sum.rate_limited);

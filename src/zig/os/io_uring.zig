@@ -27,16 +27,22 @@
 //!   completions. Work queued outside a `wait` (an app's `send` that met a full
 //!   socket, a close) calls `kick`, which has the server submit at the end of the pass.
 //!
-//! - **Events** wait as bits in their descriptor's slot (`queued_*`), the slot linked once
-//!   on the `ready` list, and are handed out one per descriptor, read, write and hang-up
-//!   together, as epoll reports them: nothing is reserved per connection, nothing can be
-//!   dropped. Completions carry the slot's generation, so one for a descriptor closed
-//!   meanwhile (and perhaps reused) is recognised and dropped; a closed descriptor's
-//!   bits are cleared and the list's walk passes over it.
+//! - **Events** wait as bits in their descriptor's slot (`queued_*`), the descriptor queued
+//!   once on the `ready` queue, and are handed out one per descriptor, read, write and
+//!   hang-up together, as epoll reports them: nothing is reserved per connection, nothing
+//!   can be dropped. Completions carry the slot's generation, so one for a descriptor
+//!   closed meanwhile (and perhaps reused) is recognised and dropped; a closed
+//!   descriptor's bits are cleared and the queue's walk passes over it.
+//! - **Memory follows the load**: the slot table (16 bytes a descriptor) covers the
+//!   highest descriptor open and shrinks at the end of the pass that closed the others;
+//!   the buffer ring shrinks back to its first size once a second passed quietly.
 const std = @import("std");
 const linux = std.os.linux;
 const IoUring = linux.IoUring;
 const sys = @import("sys.zig");
+const slots_mod = @import("io_uring_slots.zig");
+pub const Slot = slots_mod.Slot;
+const FdQueue = slots_mod.FdQueue;
 
 const page = std.heap.page_size_min;
 
@@ -69,7 +75,7 @@ pub const buffer_bytes_min = 512;
 pub const buffer_bytes_max = 65536;
 
 const group_id: u16 = 1;
-const no_buf: u16 = 0xffff;
+const no_buf = slots_mod.no_buf;
 /// The rings are mapped whole from the start (their pages count in RSS): 256 entries of
 /// 64 bytes and 2,048 completions of 16 bytes, 48 KiB. A pass that queues more submits
 /// the full queue first (`sqe`); completions past the queue's room wait in the kernel
@@ -80,9 +86,7 @@ const sq_entries: u16 = 256;
 const cq_per_sq = 8;
 /// Completions copied out of the ring at once.
 const cqe_batch = 256;
-/// The slot table grows in steps of this many descriptors, not doubled: an idle
-/// connection costs its 16-byte slot and 8 bytes of list links.
-const slot_step = 1024;
+pub const slot_step = slots_mod.slot_step;
 /// An io_uring_enter interrupted by a signal is retried at most this many times more;
 /// then the work stays queued for the next pass.
 const enter_retries_max = 3;
@@ -119,54 +123,6 @@ fn userData(op: Op, gen: u32, fd: i32) u64 {
     return (@as(u64, @intFromEnum(op)) << op_shift) | (@as(u64, gen & gen_mask) << gen_shift) | @as(u32, @bitCast(fd));
 }
 
-/// What the backend keeps per descriptor: 16 bytes, in a table indexed by descriptor,
-/// and its `Links` (the only per-connection memory io_uring adds on our side).
-pub const Slot = packed struct(u128) {
-    /// The connection's token (a pointer: user-space addresses fit 48 bits).
-    token: u48 = 0,
-    gen: u24 = 0,
-    /// The held buffers, oldest first (linked through `segs[bid].next`).
-    held_head: u16 = no_buf,
-    held_tail: u16 = no_buf,
-    /// errno of a failed receive, reported by the next `recv` once the held bytes are read.
-    err: u8 = 0,
-    registered: bool = false,
-    want_read: bool = false,
-    want_write: bool = false,
-    recv_armed: bool = false,
-    out_armed: bool = false,
-    hup_armed: bool = false,
-    eof: bool = false,
-    queued_read: bool = false,
-    queued_write: bool = false,
-    queued_hup: bool = false,
-    /// On the `starved` list (its receive waits for a ring buffer). Kept through
-    /// `forget`: the list is walked, never searched, and a slot is linked only once.
-    is_starved: bool = false,
-    /// On the `ready` list (a `queued_*` event waits). Kept through `forget` likewise.
-    on_ready: bool = false,
-    /// Given a read event in this pass (on `delivered_in`): `rearm` reports what it
-    /// leaves unread, so a `recv` that leaves bytes need not queue an event itself.
-    read_delivered: bool = false,
-    _: u3 = 0,
-};
-
-/// A descriptor's places on the two lists of slots, by descriptor number (`none` ends
-/// a list): events wait in their slot's `queued_*` bits, not in a queue of their own,
-/// so an idle connection reserves no room for the events it may get.
-pub const Links = struct { ready_next: i32 = none, starved_next: i32 = none };
-pub const none: i32 = -1;
-
-/// A list of slots through `Links`, first in first out.
-const SlotList = struct {
-    head: i32 = none,
-    tail: i32 = none,
-
-    fn isEmpty(l: *const SlotList) bool {
-        return l.head == none;
-    }
-};
-
 const Seg = struct { off: u32 = 0, len: u32 = 0, next: u16 = no_buf };
 
 const Kind = enum(u8) { read, write, hangup, token, token_write, sent };
@@ -195,11 +151,14 @@ pub const Uring = struct {
     /// Buffers handed to the kernel so far (`buffers_start`, doubled by `grow`).
     buf_provided: u16,
     segs: []Seg,
-    slots: []Slot = &.{},
-    links: []Links = &.{},
+    /// The slots by descriptor (`io_uring_slots.zig`).
+    table: slots_mod.SlotTable = .{},
+    /// The next registration's generation: one counter for every descriptor, so a slot
+    /// cut off by a shrink and made again starts where no old completion can match it.
+    gen_next: u24 = 1,
     /// Descriptors with events waiting for `fill` (their `queued_*` bits), in the order
     /// the first of them came.
-    ready: SlotList = .{},
+    ready: FdQueue(Slot, "on_ready") = .{},
     /// The token and `sent` events waiting for `fill`. Its room is reserved when a send
     /// is queued (`reserve`), so a completion never finds it full.
     queue: std.ArrayListUnmanaged(Pending) = .{},
@@ -216,7 +175,7 @@ pub const Uring = struct {
     /// Descriptors given a read event: reported again next pass if still readable.
     delivered_in: std.ArrayListUnmanaged(Pending) = .{},
     /// Descriptors whose receive ended for want of buffers: re-armed when one comes back.
-    starved: SlotList = .{},
+    starved: FdQueue(Slot, "is_starved") = .{},
     listen_fd: i32 = -1,
     listen_token: usize = 0,
     listen_armed: bool = false,
@@ -234,6 +193,10 @@ pub const Uring = struct {
     buffer_waits: u64 = 0,
     /// Buffers in the ring now (not held by a connection).
     buffers_free: u32,
+    /// The most buffers held at once since the last `trim` (the load the ring met).
+    held_peak: u32 = 0,
+    /// `trim` unregistered the ring and the kernel refused it back: `grow` tries again.
+    ring_down: bool = false,
     /// Completions copied out of the ring, a batch at a time. A field, not a local of
     /// `waitFor`: safe builds fill a local `undefined` array (4 KiB) on every call, and
     /// the busy poll calls it in a loop.
@@ -285,8 +248,9 @@ pub const Uring = struct {
         self.ring.deinit();
         std.posix.munmap(self.mem);
         allocator.free(self.segs);
-        allocator.free(self.slots);
-        allocator.free(self.links);
+        self.table.deinit();
+        self.ready.deinit();
+        self.starved.deinit();
         self.queue.deinit(allocator);
         self.delivered_out.deinit(allocator);
         self.delivered_in.deinit(allocator);
@@ -316,8 +280,71 @@ pub const Uring = struct {
     /// A receive found the ring empty since the last pass: twice the buffers, up to the
     /// bound (the ring has an entry for every buffer of the bound, so there is room).
     fn grow(self: *Uring) void {
+        if (self.ring_down) {
+            // Its buffers are in it already (`trim` put them there).
+            if (self.registerRing(.REGISTER_PBUF_RING)) self.ring_down = false;
+            return;
+        }
         if (self.buf_provided == self.buf_cap) return;
         self.provide(@min(self.buf_provided, self.buf_cap - self.buf_provided));
+    }
+
+    /// Once a second (the server's tick): a ring grown for a burst that has passed (the
+    /// last second held at most half its first size at once) goes back to its first
+    /// size, and every page its buffers touched goes back to the kernel. A buffer in the
+    /// ring is the kernel's to fill at any moment (task work runs at any return to user
+    /// mode), so its pages are dropped only with the ring unregistered, when no receive
+    /// can take one, and once the completions of bytes it took before are in. Then the
+    /// same ring memory is filled again and registered. A multishot receive armed across
+    /// it looks the ring up by its group when bytes come; one that met no ring ends with
+    /// ENOBUFS and waits on the starved queue as for a ring run dry. True if it shrank.
+    pub fn trim(self: *Uring) bool {
+        const peak = self.held_peak;
+        self.held_peak = self.buf_provided - self.buffers_free;
+        const first = @min(self.buf_cap, buffers_start);
+        if (self.ring_down or self.buf_provided <= first or peak > first / 2) return false;
+        // Receives queued this pass go in while the ring is there (met with none, they
+        // would wait as starved and grow it again at the pass's end).
+        self.reap();
+        // A connection holds bytes in a buffer (the pass ended inside a read).
+        if (self.buffers_free != self.buf_provided) return false;
+        if (!self.registerRing(.UNREGISTER_PBUF_RING)) return false;
+        // Bytes the kernel put in a buffer before it let go of the ring: now held.
+        self.reap();
+        IoUring.buf_ring_init(self.br);
+        const shrank = self.buffers_free == self.buf_provided;
+        if (shrank) {
+            // Failure only leaves the pages resident (the kernel checks nothing else).
+            _ = linux.madvise(self.mem.ptr, self.mem.len, linux.MADV.DONTNEED);
+            self.buf_provided = 0;
+            self.buffers_free = 0;
+            self.provide(first);
+        } else {
+            // Some came: the ring goes back as it was, less the buffers now held.
+            var added: u16 = 0;
+            for (self.segs[0..self.buf_provided], 0..) |seg, bid| {
+                if (seg.len != 0) continue;
+                const b: u16 = @intCast(bid);
+                const mask = IoUring.buf_ring_mask(self.buf_cap);
+                IoUring.buf_ring_add(self.br, self.bufferOf(b), b, mask, added);
+                added += 1;
+            }
+            IoUring.buf_ring_advance(self.br, added);
+            self.buffers_free = added;
+        }
+        // Refused: receives wait on the starved queue, and `grow` registers it again.
+        if (!self.registerRing(.REGISTER_PBUF_RING)) self.ring_down = true;
+        return shrank;
+    }
+
+    /// Registers the buffer ring (mapped at `br`) with the kernel, or unregisters it.
+    fn registerRing(self: *Uring, op: linux.IORING_REGISTER) bool {
+        const reg = std.mem.zeroInit(linux.io_uring_buf_reg, .{
+            .ring_addr = @intFromPtr(self.br),
+            .ring_entries = self.buf_cap,
+            .bgid = group_id,
+        });
+        return sys.E.init(linux.io_uring_register(self.ring.fd, op, &reg, 1)) == .SUCCESS;
     }
 
     fn giveBack(self: *Uring, bid: u16) void {
@@ -364,24 +391,6 @@ pub const Uring = struct {
         return true;
     }
 
-    /// Appends `fd_` to `list` through the link `field` of `links`.
-    fn link(self: *Uring, list: *SlotList, comptime field: []const u8, fd_: i32) void {
-        std.debug.assert(@field(self.links[@intCast(fd_)], field) == none and list.tail != fd_);
-        if (list.tail == none) list.head = fd_ else @field(self.links[@intCast(list.tail)], field) = fd_;
-        list.tail = fd_;
-    }
-
-    /// Takes the first descriptor off `list`.
-    fn unlinkFirst(self: *Uring, list: *SlotList, comptime field: []const u8) i32 {
-        const fd_ = list.head;
-        std.debug.assert(fd_ != none);
-        const l = &self.links[@intCast(fd_)];
-        list.head = @field(l, field);
-        if (list.head == none) list.tail = none;
-        @field(l, field) = none;
-        return fd_;
-    }
-
     /// Marks an event of `kind` waiting on the slot and puts the slot on the ready list.
     fn queueEvent(self: *Uring, fd_: i32, s: *Slot, comptime kind: enum { read, write, hangup }) void {
         switch (kind) {
@@ -391,7 +400,7 @@ pub const Uring = struct {
         }
         if (!s.on_ready) {
             s.on_ready = true;
-            self.link(&self.ready, "ready_next", fd_);
+            self.ready.push(fd_);
         }
     }
 
@@ -453,36 +462,20 @@ pub const Uring = struct {
 
     // ---- registration ---------------------------------------------------------------
 
-    fn slot(self: *Uring, fd_: i32) ?*Slot {
-        const i: usize = @intCast(fd_);
-        if (i >= self.slots.len) {
-            const n = std.mem.alignForward(usize, i + 1, slot_step);
-            // Links first: a failure between the two leaves them longer, never shorter.
-            if (self.links.len < n) {
-                const links = allocator.realloc(self.links, n) catch return null;
-                @memset(links[self.links.len..], .{});
-                self.links = links;
-            }
-            const grown = allocator.realloc(self.slots, n) catch return null;
-            @memset(grown[self.slots.len..], .{});
-            self.slots = grown;
-        }
-        return &self.slots[i];
-    }
-
-    /// The slot of a registered descriptor.
-    fn known(self: *Uring, fd_: i32) ?*Slot {
-        if (fd_ < 0 or @as(usize, @intCast(fd_)) >= self.slots.len) return null;
-        const s = &self.slots[@intCast(fd_)];
-        return if (s.registered) s else null;
-    }
-
     pub fn register(self: *Uring, fd_: i32, token: usize, readable: bool, writable: bool) bool {
-        const s = self.slot(fd_) orelse return false;
+        const s = self.table.at(fd_) orelse return false;
         std.debug.assert(!s.registered);
         if (token >> token_bits != 0) return false;
         self.registered_count += 1;
-        s.* = .{ .token = @intCast(token), .gen = s.gen +% 1, .registered = true, .on_ready = s.on_ready, .is_starved = s.is_starved };
+        self.table.top = @max(self.table.top, @as(usize, @intCast(fd_)) + 1);
+        s.* = .{
+            .token = @intCast(token),
+            .gen = self.gen_next,
+            .registered = true,
+            .on_ready = s.on_ready,
+            .is_starved = s.is_starved,
+        };
+        self.gen_next +%= 1;
         self.apply(fd_, s, readable, writable);
         return true;
     }
@@ -543,7 +536,7 @@ pub const Uring = struct {
     }
 
     pub fn update(self: *Uring, fd_: i32, readable: bool, writable: bool) bool {
-        const s = self.known(fd_) orelse return false;
+        const s = self.table.known(fd_) orelse return false;
         self.apply(fd_, s, readable, writable);
         return true;
     }
@@ -588,33 +581,34 @@ pub const Uring = struct {
             self.listen_fd = -1;
             return;
         }
-        const s = self.known(fd_) orelse return;
+        const s = self.table.known(fd_) orelse return;
         // Always: a `sendAsync` may be in flight too (its owner waits for the completion).
         if (self.sqe()) |q| {
             q.prep_cancel_fd(fd_, linux.IORING_ASYNC_CANCEL_ALL);
             q.user_data = userData(.cancel, 0, fd_);
         }
-        self.forget(s);
+        self.forget(fd_, s);
     }
 
     /// The slot is free again: held bytes back to the ring, and a new generation, so
     /// completions still on their way for the old connection are recognised and dropped.
-    fn forget(self: *Uring, s: *Slot) void {
+    fn forget(self: *Uring, fd_: i32, s: *Slot) void {
         self.dropHeld(s);
         std.debug.assert(s.registered and self.registered_count > 0);
         self.registered_count -= 1;
         // Its waiting events leave with it (the bits); it stays linked where it is, and
         // the lists' walks pass over a slot with nothing waiting.
         s.* = .{ .gen = s.gen +% 1, .on_ready = s.on_ready, .is_starved = s.is_starved };
+        self.table.lowerTop(fd_);
     }
 
     /// Cancels the descriptor's operations, then closes it, in order, from the ring: the
     /// number cannot be reused by an accept before its receive is gone.
     pub fn close(self: *Uring, fd_: i32) void {
         if (fd_ == self.listen_fd) self.unregister(fd_);
-        const s = self.known(fd_) orelse return sys.close(fd_);
+        const s = self.table.known(fd_) orelse return sys.close(fd_);
         const armed = s.recv_armed or s.out_armed or s.hup_armed;
-        self.forget(s);
+        self.forget(fd_, s);
         // Nothing of the ring's on it: closed at once.
         if (armed) self.closeLinked(fd_) else sys.close(fd_);
     }
@@ -654,7 +648,7 @@ pub const Uring = struct {
 
     /// The held bytes, copied into `buf`; `.ok = 0` is the peer's end of stream.
     pub fn recv(self: *Uring, fd_: i32, buf: []u8) sys.Result(usize) {
-        const s = self.known(fd_) orelse return sys.read(fd_, buf);
+        const s = self.table.known(fd_) orelse return sys.read(fd_, buf);
         var n: usize = 0;
         while (s.held_head != no_buf and n < buf.len) {
             const bid = s.held_head;
@@ -695,7 +689,7 @@ pub const Uring = struct {
     /// A full socket arms POLLOUT for a connection that wants to write (and may not
     /// call `update` again, since its interest did not change).
     fn wouldBlock(self: *Uring, fd_: i32) void {
-        const s = self.known(fd_) orelse return;
+        const s = self.table.known(fd_) orelse return;
         if (s.want_write and !s.out_armed) self.armPoll(.pollout, fd_, s, linux.POLL.OUT);
     }
 
@@ -743,28 +737,27 @@ pub const Uring = struct {
         if (self.listen_fd >= 0 and !self.listen_armed) self.armAccept();
         self.armOut();
         for (self.delivered_out.items) |p| {
-            const s = &self.slots[@intCast(p.fd)];
+            const s = &self.table.slots[@intCast(p.fd)];
             if (s.gen == p.gen and s.registered and s.want_write and !s.out_armed) self.armPoll(.pollout, p.fd, s, linux.POLL.OUT);
         }
         self.delivered_out.clearRetainingCapacity();
         // Level-triggered reads: a connection that did not take everything (it read from a
         // buffer of its own, or stopped at a limit) hears of the rest again.
         for (self.delivered_in.items) |p| {
-            const s = &self.slots[@intCast(p.fd)];
+            const s = &self.table.slots[@intCast(p.fd)];
             if (s.gen != p.gen) continue;
             s.read_delivered = false;
             if (s.registered and s.want_read and hasInput(s)) self.queueRead(p.fd, s);
         }
         self.delivered_in.clearRetainingCapacity();
         if (!self.starved.isEmpty()) self.grow();
-        while (!self.starved.isEmpty() and self.buffers_free > 0) {
-            const fd_ = self.unlinkFirst(&self.starved, "starved_next");
-            const s = &self.slots[@intCast(fd_)];
-            std.debug.assert(s.is_starved);
-            s.is_starved = false;
+        while (self.buffers_free > 0 and !self.ring_down) {
+            const fd_ = self.starved.pop(self.table.slots) orelse break;
+            const s = &self.table.slots[@intCast(fd_)];
             // A descriptor closed since is passed over (a new one on its number arms its own).
             if (s.registered and s.want_read) self.armRecv(fd_, s);
         }
+        self.table.shrink();
     }
 
     /// Submits the queued work, collects completions, and fills `events` (never blocks).
@@ -783,16 +776,21 @@ pub const Uring = struct {
     fn waitFor(self: *Uring, events: []Event, sent_only: bool) usize {
         self.in_wait = true;
         defer self.in_wait = false;
-        // A system call only when there is something for the kernel to do: entries to
-        // submit, or task work (completions) waiting to run, which the kernel flags in
-        // the ring. A busy poll then spins on memory, not on io_uring_enter.
+        self.reap();
+        return self.fill(events, sent_only);
+    }
+
+    /// Submits what is queued and takes in every completion there is. A system call only
+    /// when there is something for the kernel to do: entries to submit, or task work
+    /// (completions) waiting to run, which the kernel flags in the ring. A busy poll then
+    /// spins on memory, not on io_uring_enter.
+    fn reap(self: *Uring) void {
         if (self.ring.sq_ready() != 0 or self.taskWorkPending()) _ = self.enter(linux.IORING_ENTER_GETEVENTS);
         while (true) {
             const n = self.ring.copy_cqes(&self.cqes, 0) catch 0;
             for (self.cqes[0..n]) |cqe| self.complete(cqe);
             if (n < self.cqes.len) break;
         }
-        return self.fill(events, sent_only);
     }
 
     /// Task work (completions to post) waits, or completions overflowed the queue and wait
@@ -844,11 +842,9 @@ pub const Uring = struct {
         std.mem.copyForwards(Pending, self.queue.items[0..rest], self.queue.items[i..]);
         self.queue.shrinkRetainingCapacity(rest);
         // A descriptor's waiting events go out as one, as epoll reports them.
-        while (n < events.len and !self.ready.isEmpty()) {
-            const fd_ = self.unlinkFirst(&self.ready, "ready_next");
-            const s = &self.slots[@intCast(fd_)];
-            std.debug.assert(s.on_ready);
-            s.on_ready = false;
+        while (n < events.len) {
+            const fd_ = self.ready.pop(self.table.slots) orelse break;
+            const s = &self.table.slots[@intCast(fd_)];
             const readable = s.queued_read and s.want_read;
             const writable = s.queued_write and s.want_write;
             const hangup = s.queued_hup;
@@ -943,7 +939,10 @@ pub const Uring = struct {
     /// the stream, or an error; a receive the kernel ended is armed again.
     fn completeRecv(self: *Uring, cqe: linux.io_uring_cqe, fd_: i32, gen: u32, more: bool) void {
         const bid: ?u16 = if (cqe.flags & linux.IORING_CQE_F_BUFFER != 0) @intCast(cqe.flags >> 16) else null;
-        if (bid != null) self.buffers_free -= 1;
+        if (bid != null) {
+            self.buffers_free -= 1;
+            self.held_peak = @max(self.held_peak, self.buf_provided - self.buffers_free);
+        }
         const s = self.live(fd_, gen) orelse {
             if (bid) |b| self.giveBack(b);
             return;
@@ -974,7 +973,7 @@ pub const Uring = struct {
                     self.buffer_waits += 1;
                     if (s.want_read and !s.is_starved) {
                         s.is_starved = true;
-                        self.link(&self.starved, "starved_next", fd_);
+                        self.starved.push(fd_);
                     }
                 },
                 else => {
@@ -992,7 +991,7 @@ pub const Uring = struct {
 
     /// The slot of a completion's descriptor, if it is still the same connection.
     fn live(self: *Uring, fd_: i32, gen: u32) ?*Slot {
-        const s = self.known(fd_) orelse return null;
+        const s = self.table.known(fd_) orelse return null;
         return if (s.gen == gen) s else null;
     }
 };

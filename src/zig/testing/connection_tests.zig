@@ -753,7 +753,7 @@ test "io_uring backend: a read event not read from comes again; an end of stream
     // The bytes and then the end of the stream complete into the slot.
     var reads: usize = 0;
     var rounds: usize = 0;
-    while (!u.slots[@intCast(fds[0])].eof) : (rounds += 1) {
+    while (!u.table.slots[@intCast(fds[0])].eof) : (rounds += 1) {
         try testing.expect(rounds < 1000);
         reads += countReads(events[0..u.wait(&events)], token);
         u.rearm();
