@@ -104,6 +104,8 @@ test {
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
     _ = @import("loop/core.zig");
+    _ = @import("loop/task.zig");
+    _ = @import("loop/task_api.zig");
     _ = @import("loop/wait.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");

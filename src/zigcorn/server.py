@@ -30,6 +30,16 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WEBSOCKET_CLOSE_GRACE_SECONDS = 1.0
 
 
+def _request_task_type(config, loop):
+    """--task-impl zigcorn: `zigcorn.loop.Task` for request tasks, on zigcorn's loop only
+    (asyncio's and uvloop's keep asyncio's Task); None: asyncio's Task."""
+    if getattr(config, "task_impl", "asyncio") != "zigcorn":
+        return None
+    from zigcorn.loop import Loop, Task
+
+    return Task if isinstance(loop, Loop) and not loop.get_debug() else None
+
+
 def _with_jitter(limit: int | None, jitter: int) -> int | None:
     """--limit-max-requests plus a random 0..jitter of this process's own (so workers part)."""
     if limit is None or jitter <= 0:
@@ -205,7 +215,7 @@ class Server:
             threads = config.wsgi_threads or default_threads()
             dispatcher = WSGIDispatcher(config.loaded_app, loop, threads=threads, **common)
         else:
-            dispatcher = Dispatcher(config.loaded_app, loop, **common)
+            dispatcher = Dispatcher(config.loaded_app, loop, task_type=_request_task_type(config, loop), **common)
         serving = _Serving(dispatcher, self.owns_listener, self.pid_file)
         listener = self.listener
         bound_here = False
