@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import selectors
+import sys
 import types
 from asyncio import base_events, base_tasks, events, format_helpers, futures, tasks, unix_events
 from asyncio.log import logger
@@ -174,6 +175,43 @@ class Task(TaskCore):
 
     def print_stack(self, *, limit=None, file=None):
         return base_tasks._task_print_stack(self, limit, file)
+
+
+class _WithZigcornTasks:
+    """asyncio's own registry of tasks (the set ``asyncio.tasks.all_tasks()`` reads), with
+    the pending tasks of zigcorn's native registry added to what iterating it yields.
+    Everything else is the wrapped set's."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __iter__(self):
+        yield from list(self._inner)
+        yield from TaskCore._zc_live()
+
+    def __len__(self) -> int:
+        return len(self._inner) + len(TaskCore._zc_live())
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def use_native_registry() -> bool:
+    """zigcorn's Tasks skip asyncio's `_register_task` (a WeakSet entry per task) and link
+    into the engine's registry, which ``asyncio.all_tasks()`` reads through
+    `_WithZigcornTasks`. On 3.11-3.13 only, where ``all_tasks`` is Python code reading a
+    module global (3.11 ``_all_tasks``, 3.12/3.13 ``_eager_tasks``); from 3.14 it is C, and
+    tasks keep registering with asyncio. True when on."""
+    if sys.version_info >= (3, 14):
+        return False
+    name = "_all_tasks" if sys.version_info < (3, 12) else "_eager_tasks"
+    current = getattr(tasks, name)
+    if not isinstance(current, _WithZigcornTasks):
+        setattr(tasks, name, _WithZigcornTasks(current))
+    TaskCore._zc_native_registry(True)
+    return True
 
 
 def new_event_loop() -> Loop:

@@ -35,9 +35,12 @@ def _request_task_type(config, loop):
     (asyncio's and uvloop's keep asyncio's Task); None: asyncio's Task."""
     if getattr(config, "task_impl", "asyncio") != "zigcorn":
         return None
-    from zigcorn.loop import Loop, Task
+    from zigcorn.loop import Loop, Task, use_native_registry
 
-    return Task if isinstance(loop, Loop) and not loop.get_debug() else None
+    if not isinstance(loop, Loop) or loop.get_debug():
+        return None
+    use_native_registry()
+    return Task
 
 
 def _with_jitter(limit: int | None, jitter: int) -> int | None:

@@ -13,6 +13,9 @@ Two parts, each in a fresh interpreter:
   (`MODULES`), with zigcorn's loop as the default loop and its ``create_task`` making our
   Task; what fails there and passes with asyncio's Task on the same loop is a regression.
 
+Our Task runs as the server runs it: linked into the engine's registry of tasks, which
+``asyncio.all_tasks()`` reads (`zigcorn.loop.use_native_registry`, 3.11-3.13).
+
 Prints one JSON line (`RESULT_MARK`) per part.
 """
 
@@ -62,9 +65,11 @@ def battery(task: str) -> dict:
     from test.test_asyncio import test_tasks as m
     from test.test_asyncio import utils as test_utils
 
-    from zigcorn.loop import Task
+    from zigcorn.loop import Task, use_native_registry
 
     task_type = Task if task == "zigcorn" else tasks._CTask
+    if task == "zigcorn":
+        use_native_registry()  # as the server has it
 
     class TaskBattery(m.BaseTaskTests, test_utils.TestCase):
         Task = task_type
@@ -86,9 +91,10 @@ def modules(task: str) -> dict:
     import importlib
     import importlib.util
 
-    from zigcorn.loop import Loop, Task
+    from zigcorn.loop import Loop, Task, use_native_registry
 
     if task == "zigcorn":
+        use_native_registry()
         loop_class = type("Loop", (Loop,), {"_zc_task_type": Task})
     else:
         loop_class = Loop

@@ -51,6 +51,9 @@ pub const TaskObject = extern struct {
     /// Debug mode: where the task was made (asyncio's `_source_traceback`).
     source_tb: ?*Object,
     weakreflist: ?*Object,
+    /// The native registry's list of pending tasks (`Registry`): pointers, no references.
+    live_prev: ?*TaskObject,
+    live_next: ?*TaskObject,
     number: u64,
     num_cancels: isize,
     state: State,
@@ -58,7 +61,66 @@ pub const TaskObject = extern struct {
     log_traceback: bool,
     blocking: bool,
     log_destroy_pending: bool,
+    live: bool,
 };
+
+/// The pending tasks, for asyncio.all_tasks() through zigcorn.loop's view of asyncio's
+/// own registry (3.11-3.13, where all_tasks() is Python code reading it): linking a task
+/// costs a few stores, where asyncio's `_register_task` adds it to a Python WeakSet and
+/// the weak reference's callback takes it out again. A task leaves when it is done (what
+/// all_tasks() filters out anyway) or freed. Off (asyncio's `_register_task`) until
+/// zigcorn.loop turns it on.
+const Registry = struct {
+    var on: bool = false;
+    var head: ?*TaskObject = null;
+    var count: usize = 0;
+
+    fn link(t: *TaskObject) void {
+        assert(!t.live);
+        t.live_prev = null;
+        t.live_next = head;
+        if (head) |h| h.live_prev = t;
+        head = t;
+        t.live = true;
+        count += 1;
+    }
+
+    fn unlink(t: *TaskObject) void {
+        if (!t.live) return;
+        if (t.live_prev) |p| p.live_next = t.live_next else head = t.live_next;
+        if (t.live_next) |n| n.live_prev = t.live_prev;
+        t.live_prev = null;
+        t.live_next = null;
+        t.live = false;
+        assert(count > 0);
+        count -= 1;
+    }
+};
+
+/// TaskCore._zc_live(): a list of the pending tasks the native registry holds.
+pub fn liveTasks(_: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    const l = c.PyList_New(@intCast(Registry.count)) orelse return null;
+    var i: usize = 0;
+    var it = Registry.head;
+    while (it) |t| : (it = t.live_next) {
+        assert(i < Registry.count);
+        const o: *Object = @ptrCast(t);
+        py.incref(o);
+        py.listInit(l, i, o);
+        i += 1;
+    }
+    assert(i == Registry.count);
+    return l;
+}
+
+/// TaskCore._zc_native_registry(on): tasks made from now on link into the native
+/// registry (True) or call asyncio's `_register_task` (False).
+pub fn useRegistry(_: ?*Object, on: ?*Object) callconv(.c) ?*Object {
+    const v = c.PyObject_IsTrue(on.?);
+    if (v < 0) return null;
+    Registry.on = v == 1;
+    return py.none();
+}
 
 pub var task_type: ?*c.PyTypeObject = null;
 pub var task_iter_type: ?*c.PyTypeObject = null;
@@ -75,6 +137,9 @@ pub const Asyncio = struct {
     invalid_state: *Object,
     iscoroutine: *Object,
     get_event_loop: *Object,
+    current_task: *Object,
+    get_debug: *Object,
+    is_running: *Object,
     extract_stack: *Object,
     call_soon: *Object,
     call_exception_handler: *Object,
@@ -122,6 +187,9 @@ pub fn setup() ?*const Asyncio {
         .invalid_state = attr(exceptions, "InvalidStateError") orelse return null,
         .iscoroutine = attr(coroutines, "iscoroutine") orelse return null,
         .get_event_loop = attr(events, "get_event_loop") orelse return null,
+        .current_task = attr(tasks, "current_task") orelse return null,
+        .get_debug = py.intern("get_debug") orelse return null,
+        .is_running = py.intern("is_running") orelse return null,
         .extract_stack = attr(helpers, "extract_stack") orelse return null,
         .call_soon = py.intern("call_soon") orelse return null,
         .call_exception_handler = py.intern("call_exception_handler") orelse return null,
@@ -176,59 +244,100 @@ pub fn taskInit(self: ?*Object, args: ?*Object, kwargs: ?*Object) callconv(.c) c
     const f = "O|$OOOp:Task";
     if (c.PyArg_ParseTupleAndKeywords(args, kwargs, f, kw, &coro, &loop, &name, &ctx, &eager) == 0)
         return -1;
-    const context = ctx;
-    const t = asTask(self.?);
+    if (start(a, self.?, coro.?, loop, name, ctx, eager != 0)) return 0;
+    return -1;
+}
+
+/// What Task(...) does once its arguments are read; false with the exception set.
+pub fn start(
+    a: *const Asyncio,
+    self: *Object,
+    coro: *Object,
+    loop: ?*Object,
+    name: ?*Object,
+    context: ?*Object,
+    eager: bool,
+) bool {
+    const t = asTask(self);
     if (t.coro != null) {
         _ = py.runtimeError("the task is already initialised");
-        return -1;
+        return false;
     }
-    if (py.typeOf(coro.?) != &c.PyCoro_Type) {
-        const ok = c.PyObject_CallOneArg(a.iscoroutine, coro.?) orelse return -1;
+    if (py.typeOf(coro) != &c.PyCoro_Type) {
+        const ok = c.PyObject_CallOneArg(a.iscoroutine, coro) orelse return false;
         defer py.decref(ok);
         if (!py.isTrue(ok)) {
-            _ = c.PyErr_Format(c.PyExc_TypeError, "a coroutine was expected, got %R", coro.?);
-            return -1;
+            _ = c.PyErr_Format(c.PyExc_TypeError, "a coroutine was expected, got %R", coro);
+            return false;
         }
     }
     const the_loop = if (loop == null or py.isNone(loop.?))
-        c.PyObject_CallNoArgs(a.get_event_loop) orelse return -1
+        c.PyObject_CallNoArgs(a.get_event_loop) orelse return false
     else blk: {
         py.incref(loop.?);
         break :blk loop.?;
     };
     t.loop = the_loop;
-    py.incref(coro.?);
-    t.coro = coro.?;
+    py.incref(coro);
+    t.coro = coro;
     if (context == null or py.isNone(context.?)) {
-        t.context = c.PyContext_CopyCurrent() orelse return -1;
+        t.context = c.PyContext_CopyCurrent() orelse return false;
     } else {
         py.incref(context.?);
         t.context = context.?;
     }
     if (name != null and !py.isNone(name.?)) {
-        t.name = c.PyObject_Str(name.?) orelse return -1;
+        t.name = c.PyObject_Str(name.?) orelse return false;
     } else {
         task_counter += 1;
         t.number = task_counter;
     }
-    const debug = c.PyObject_CallMethod(the_loop, "get_debug", null) orelse return -1;
+    var dargv = [_]?*Object{the_loop};
+    const debug = callMethod(a.get_debug, &dargv, 1, null) orelse return false;
     defer py.decref(debug);
     if (py.isTrue(debug)) {
         // extract_stack() starts at its caller's frame: the code that made this task.
-        t.source_tb = c.PyObject_CallNoArgs(a.extract_stack) orelse return -1;
+        t.source_tb = c.PyObject_CallNoArgs(a.extract_stack) orelse return false;
     }
-    const reg = c.PyObject_CallOneArg(a.register, self.?) orelse return -1;
-    py.decref(reg);
-    if (eager != 0 and loopIsRunning(the_loop)) {
-        if (!eagerStart(a, self.?)) return -1;
-        return 0;
+    if (Registry.on) {
+        Registry.link(t);
+    } else {
+        const reg = c.PyObject_CallOneArg(a.register, self) orelse return false;
+        py.decref(reg);
     }
-    if (!scheduleStep(a, self.?, null)) return -1;
-    return 0;
+    if (eager and loopIsRunning(a, the_loop)) return eagerStart(a, self);
+    return scheduleStep(a, self, null);
 }
 
-fn loopIsRunning(loop: *Object) bool {
-    const r = c.PyObject_CallMethod(loop, "is_running", null) orelse {
+/// `(task_type, loop)` bound: `task_type(coro, loop=loop, eager_start=True)` without
+/// keyword parsing (the engine's plain dispatch calls it once per request).
+var request_def = api.method("_request", &requestTask, c.METH_O);
+
+fn requestTask(bound: ?*Object, coro: ?*Object) callconv(.c) ?*Object {
+    const a = setup() orelse return null;
+    const tp: *c.PyTypeObject = @ptrCast(c.PyTuple_GetItem(bound.?, 0).?);
+    const loop = c.PyTuple_GetItem(bound.?, 1).?;
+    const obj = taskNew(tp, null, null) orelse return null;
+    if (!start(a, obj, coro.?, loop, null, null, true)) {
+        py.decref(obj);
+        return null;
+    }
+    return obj;
+}
+
+/// TaskCore._zc_starter(loop), a class method: the one-argument callable that makes a
+/// request's task of this class on `loop`, started eagerly.
+pub fn starter(cls: ?*Object, loop: ?*Object) callconv(.c) ?*Object {
+    const ours = c.PyObject_IsSubclass(cls.?, @ptrCast(task_type.?)) == 1;
+    if (!ours) return py.typeError("not a TaskCore class");
+    const bound = c.PyTuple_Pack(2, cls.?, loop.?) orelse return null;
+    defer py.decref(bound);
+    return c.PyCFunction_New(&request_def, bound);
+}
+
+fn loopIsRunning(a: *const Asyncio, loop: *Object) bool {
+    var argv = [_]?*Object{loop};
+    const r = callMethod(a.is_running, &argv, 1, null) orelse {
         c.PyErr_Clear();
         return false;
     };
@@ -241,7 +350,7 @@ fn loopIsRunning(loop: *Object) bool {
 fn eagerStart(a: *const Asyncio, self: *Object) bool {
     const t = asTask(self);
     const swap = a.swap orelse {
-        if (!noCurrentTask(t.loop.?)) return scheduleStep(a, self, null);
+        if (!noCurrentTask(a, t.loop.?)) return scheduleStep(a, self, null);
         return stepInContext(a, self, null, .enter);
     };
     var argv = [_]?*Object{ null, t.loop, self };
@@ -257,13 +366,8 @@ fn eagerStart(a: *const Asyncio, self: *Object) bool {
     return ok;
 }
 
-fn noCurrentTask(loop: *Object) bool {
-    const tasks = c.PyImport_ImportModule("asyncio.tasks") orelse {
-        c.PyErr_Clear();
-        return false;
-    };
-    defer py.decref(tasks);
-    const r = c.PyObject_CallMethod(tasks, "current_task", "O", loop) orelse {
+fn noCurrentTask(a: *const Asyncio, loop: *Object) bool {
+    const r = c.PyObject_CallOneArg(a.current_task, loop) orelse {
         c.PyErr_Clear();
         return false;
     };
@@ -368,6 +472,7 @@ fn finish(a: *const Asyncio, self: *Object, state: State) bool {
     const t = asTask(self);
     assert(t.state == .pending);
     t.state = state;
+    Registry.unlink(t);
     return scheduleCallbacks(a, self);
 }
 
@@ -690,6 +795,7 @@ pub fn taskTraverse(obj: ?*Object, visit: c.visitproc, arg: ?*anyopaque) callcon
 
 pub fn taskClear(obj: ?*Object) callconv(.c) c_int {
     const t = asTask(obj.?);
+    Registry.unlink(t);
     inline for (object_fields) |f| setField(t, f, null);
     return 0;
 }
@@ -701,6 +807,9 @@ const destroyed_pending = "Task was destroyed but it is pending!";
 pub fn taskFinalize(obj: ?*Object) callconv(.c) void {
     const self = obj.?;
     const t = asTask(self);
+    // Dying: out of all_tasks() now, as asyncio's weak reference is cleared before any
+    // finalizer runs (the handler below may keep the task, which then stays out).
+    Registry.unlink(t);
     const loop = t.loop orelse return;
     const pending = t.state == .pending and t.log_destroy_pending;
     if (!pending and !t.log_traceback) return;

@@ -489,6 +489,9 @@ var task_methods = [_]c.PyMethodDef{
     method("set_exception", &mSetException, c.METH_O),
     method("_make_cancelled_error", &mMakeCancelledError, noargs),
     method("__await__", &taskAwaitMethod, noargs),
+    method("_zc_starter", &task.starter, c.METH_O | c.METH_CLASS),
+    method("_zc_live", &task.liveTasks, c.METH_NOARGS | c.METH_STATIC),
+    method("_zc_native_registry", &task.useRegistry, c.METH_O | c.METH_STATIC),
     std.mem.zeroes(c.PyMethodDef),
 };
 

@@ -212,7 +212,7 @@ class Dispatcher(Admission):
                 or self.reset_contextvars):  # fmt: skip
             return None
         if self.task_type is not None:
-            create_task = functools.partial(self.task_type, loop=self.loop, eager_start=True)
+            create_task = self.task_type._zc_starter(self.loop)  # task_type(coro, loop=, eager_start=True)
         elif _EAGER_TASKS:
             create_task = functools.partial(asyncio.Task, loop=self.loop, eager_start=True)
         else:
