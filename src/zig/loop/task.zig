@@ -244,9 +244,16 @@ pub fn taskInit(self: ?*Object, args: ?*Object, kwargs: ?*Object) callconv(.c) c
     const f = "O|$OOOp:Task";
     if (c.PyArg_ParseTupleAndKeywords(args, kwargs, f, kw, &coro, &loop, &name, &ctx, &eager) == 0)
         return -1;
-    if (start(a, self.?, coro.?, loop, name, ctx, eager != 0)) return 0;
+    const how: Start = if (eager != 0) .call_eager else .call;
+    if (start(a, self.?, coro.?, loop, name, ctx, how)) return 0;
     return -1;
 }
+
+/// How a task starts: `Task(...)` (`.call`: scheduled, or eagerly when asked and the loop
+/// runs) or the engine's request (`.request`: called from the loop's own pass, where the
+/// loop runs and no task is current, on a loop the server found out of debug mode: the
+/// first step runs at once, without asking the loop either).
+pub const Start = enum { call, call_eager, request };
 
 /// What Task(...) does once its arguments are read; false with the exception set.
 pub fn start(
@@ -256,7 +263,7 @@ pub fn start(
     loop: ?*Object,
     name: ?*Object,
     context: ?*Object,
-    eager: bool,
+    how: Start,
 ) bool {
     const t = asTask(self);
     if (t.coro != null) {
@@ -293,7 +300,10 @@ pub fn start(
         t.number = task_counter;
     }
     var dargv = [_]?*Object{the_loop};
-    const debug = callMethod(a.get_debug, &dargv, 1, null) orelse return false;
+    const debug = if (how == .request)
+        py.boolean(false)
+    else
+        callMethod(a.get_debug, &dargv, 1, null) orelse return false;
     defer py.decref(debug);
     if (py.isTrue(debug)) {
         // extract_stack() starts at its caller's frame: the code that made this task.
@@ -305,7 +315,8 @@ pub fn start(
         const reg = c.PyObject_CallOneArg(a.register, self) orelse return false;
         py.decref(reg);
     }
-    if (eager and loopIsRunning(a, the_loop)) return eagerStart(a, self);
+    if (how == .request) return stepInContext(a, self, null, .enter) and dropCoroIfDone(t);
+    if (how == .call_eager and loopIsRunning(a, the_loop)) return eagerStart(a, self);
     return scheduleStep(a, self, null);
 }
 
@@ -318,7 +329,7 @@ fn requestTask(bound: ?*Object, coro: ?*Object) callconv(.c) ?*Object {
     const tp: *c.PyTypeObject = @ptrCast(c.PyTuple_GetItem(bound.?, 0).?);
     const loop = c.PyTuple_GetItem(bound.?, 1).?;
     const obj = taskNew(tp, null, null) orelse return null;
-    if (!start(a, obj, coro.?, loop, null, null, true)) {
+    if (!start(a, obj, coro.?, loop, null, null, .request)) {
         py.decref(obj);
         return null;
     }
@@ -351,7 +362,7 @@ fn eagerStart(a: *const Asyncio, self: *Object) bool {
     const t = asTask(self);
     const swap = a.swap orelse {
         if (!noCurrentTask(a, t.loop.?)) return scheduleStep(a, self, null);
-        return stepInContext(a, self, null, .enter);
+        return stepInContext(a, self, null, .enter) and dropCoroIfDone(t);
     };
     var argv = [_]?*Object{ null, t.loop, self };
     const prev = call2(swap, &argv) orelse return false;
@@ -362,8 +373,13 @@ fn eagerStart(a: *const Asyncio, self: *Object) bool {
     var back = [_]?*Object{ null, t.loop, prev };
     const cur = call2(swap, &back);
     if (cur) |x| py.decref(x) else if (ok) return false else c.PyErr_WriteUnraisable(self);
-    if (ok and t.state != .pending) setField(t, "coro", null);
-    return ok;
+    return ok and dropCoroIfDone(t);
+}
+
+/// As asyncio after an eager first step: a task done at once lets its coroutine go.
+fn dropCoroIfDone(t: *TaskObject) bool {
+    if (t.state != .pending) setField(t, "coro", null);
+    return true;
 }
 
 fn noCurrentTask(a: *const Asyncio, loop: *Object) bool {
