@@ -5,6 +5,7 @@ import asyncio
 import contextvars
 import gc
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -163,14 +164,9 @@ def test_a_busy_server_loop_of_tasks_keeps_rss_flat(tmp_path):
     in a fresh process; RSS after the first round is the baseline."""
     script = tmp_path / "soak.py"
     script.write_text(textwrap.dedent("""
-        import asyncio, gc
+        import asyncio, gc, os
+        from tests.support.harness import rss_kb
         from zigcorn.loop import Loop, Task
-
-        def rss_kib():
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
 
         loop = Loop()
 
@@ -193,14 +189,15 @@ def test_a_busy_server_loop_of_tasks_keeps_rss_flat(tmp_path):
 
         loop.run_until_complete(one_round(20000))
         gc.collect()
-        base = rss_kib()
+        base = rss_kb(os.getpid())
         for _ in range(9):
             loop.run_until_complete(one_round(20000))
         gc.collect()
-        print(base, rss_kib())
+        print(base, rss_kb(os.getpid()))
         loop.close()
     """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the script imports tests.support.harness
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     base, end = map(int, proc.stdout.split())
     assert end - base < 2048, (base, end)  # KiB: a leak of even 16 bytes a task would show 3 MiB

@@ -28,20 +28,12 @@ import subprocess
 import sys
 import unittest
 
+from tests.support.asyncio_suite import _Result
+
 RESULT_MARK = "@@task-suite-result@@ "
 MODULES = ("test_tasks", "test_taskgroups", "test_timeouts", "test_waitfor", "test_locks", "test_queues",
            "test_pep492", "test_context", "test_eager_task_factory")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class _Result(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.passed: list[str] = []
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.passed.append(test.id())
 
 
 def _run(suite: unittest.TestSuite) -> dict:

@@ -875,3 +875,42 @@ pub fn taskDealloc(obj: ?*Object) callconv(.c) void {
     tp.tp_free.?(o);
     py.decref(@ptrCast(tp));
 }
+
+// ----------------------------------------------------------------------------------
+// Tests: the registry's list, on zeroed task structs (no interpreter).
+
+const testing = std.testing;
+
+fn expectLive(expected: []const *TaskObject) !void {
+    try testing.expectEqual(expected.len, Registry.count);
+    var it = Registry.head;
+    var prev: ?*TaskObject = null;
+    for (expected) |t| {
+        try testing.expectEqual(t, it.?);
+        try testing.expectEqual(prev, t.live_prev);
+        try testing.expect(t.live);
+        prev = t;
+        it = t.live_next;
+    }
+    try testing.expectEqual(@as(?*TaskObject, null), it);
+}
+
+test "the registry links the newest first and unlinks from any place, once" {
+    var ts: [3]TaskObject = undefined;
+    for (&ts) |*t| t.* = std.mem.zeroes(TaskObject);
+    try expectLive(&.{});
+    for (&ts) |*t| Registry.link(t);
+    try expectLive(&.{ &ts[2], &ts[1], &ts[0] });
+    Registry.unlink(&ts[1]); // the middle
+    try expectLive(&.{ &ts[2], &ts[0] });
+    Registry.unlink(&ts[1]); // done and then freed: the second unlink is a no-op
+    try expectLive(&.{ &ts[2], &ts[0] });
+    Registry.unlink(&ts[2]); // the head
+    try expectLive(&.{&ts[0]});
+    Registry.link(&ts[1]); // linked again (a struct reused by the allocator)
+    try expectLive(&.{ &ts[1], &ts[0] });
+    Registry.unlink(&ts[0]); // the tail
+    Registry.unlink(&ts[1]);
+    try expectLive(&.{});
+    for (ts) |t| try testing.expect(!t.live and t.live_prev == null and t.live_next == null);
+}

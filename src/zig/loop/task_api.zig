@@ -17,23 +17,31 @@ const vectorcall_offset: usize = @as(usize, 1) << (@bitSizeOf(usize) - 1);
 
 // --- Future's methods --------------------------------------------------------------
 
-fn mResult(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
-    const a = setup() orelse return null;
-    const t = asTask(self.?);
+/// result() and exception(): a cancelled task raises its CancelledError, a pending one
+/// InvalidStateError(`not_ready`); a finished one (true) counts as retrieved.
+fn finished(self: *Object, comptime not_ready: [:0]const u8) bool {
+    const a = setup() orelse return false;
+    const t = asTask(self);
     switch (t.state) {
         .cancelled => {
-            const e = makeCancelledError(a, t) orelse return null;
+            const e = makeCancelledError(a, t) orelse return false;
             defer py.decref(e);
             c.PyErr_SetObject(@ptrCast(py.typeOf(e)), e);
-            return null;
+            return false;
         },
         .pending => {
-            c.PyErr_SetString(a.invalid_state, "Result is not ready.");
-            return null;
+            c.PyErr_SetString(a.invalid_state, not_ready);
+            return false;
         },
         .finished => {},
     }
     t.log_traceback = false;
+    return true;
+}
+
+fn mResult(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
+    if (!finished(self.?, "Result is not ready.")) return null;
+    const t = asTask(self.?);
     if (t.exception) |e| {
         c.PyErr_SetObject(@ptrCast(py.typeOf(e)), e);
         return null;
@@ -44,22 +52,8 @@ fn mResult(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
 }
 
 fn mException(self: ?*Object, _: ?*Object) callconv(.c) ?*Object {
-    const a = setup() orelse return null;
+    if (!finished(self.?, "Exception is not set.")) return null;
     const t = asTask(self.?);
-    switch (t.state) {
-        .cancelled => {
-            const e = makeCancelledError(a, t) orelse return null;
-            defer py.decref(e);
-            c.PyErr_SetObject(@ptrCast(py.typeOf(e)), e);
-            return null;
-        },
-        .pending => {
-            c.PyErr_SetString(a.invalid_state, "Exception is not set.");
-            return null;
-        },
-        .finished => {},
-    }
-    t.log_traceback = false;
     const e = t.exception orelse return py.none();
     py.incref(e);
     return e;
@@ -332,18 +326,24 @@ var iter_spec = c.PyType_Spec{
 
 // --- attributes asyncio's own code reads -----------------------------------------
 
+/// A bool attribute's value set from Python: its truth, or null with the exception set
+/// (deleting it is refused).
+fn truthOf(v: ?*Object) ?bool {
+    const x = v orelse {
+        _ = py.typeError("cannot delete this attribute");
+        return null;
+    };
+    const truth = c.PyObject_IsTrue(x);
+    if (truth < 0) return null;
+    return truth == 1;
+}
+
 fn getBlocking(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     return py.boolean(asTask(self.?).blocking);
 }
 
 fn setBlocking(self: ?*Object, v: ?*Object, _: ?*anyopaque) callconv(.c) c_int {
-    const x = v orelse {
-        _ = py.typeError("cannot delete _asyncio_future_blocking");
-        return -1;
-    };
-    const truth = c.PyObject_IsTrue(x);
-    if (truth < 0) return -1;
-    asTask(self.?).blocking = truth == 1;
+    asTask(self.?).blocking = truthOf(v) orelse return -1;
     return 0;
 }
 
@@ -352,13 +352,7 @@ fn getLogTraceback(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 }
 
 fn setLogTraceback(self: ?*Object, v: ?*Object, _: ?*anyopaque) callconv(.c) c_int {
-    const x = v orelse {
-        _ = py.typeError("cannot delete _log_traceback");
-        return -1;
-    };
-    const truth = c.PyObject_IsTrue(x);
-    if (truth < 0) return -1;
-    if (truth == 1) {
+    if (truthOf(v) orelse return -1) {
         c.PyErr_SetString(c.PyExc_ValueError, "_log_traceback can only be set to False");
         return -1;
     }
@@ -371,13 +365,7 @@ fn getLogDestroyPending(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
 }
 
 fn setLogDestroyPending(self: ?*Object, v: ?*Object, _: ?*anyopaque) callconv(.c) c_int {
-    const x = v orelse {
-        _ = py.typeError("cannot delete _log_destroy_pending");
-        return -1;
-    };
-    const truth = c.PyObject_IsTrue(x);
-    if (truth < 0) return -1;
-    asTask(self.?).log_destroy_pending = truth == 1;
+    asTask(self.?).log_destroy_pending = truthOf(v) orelse return -1;
     return 0;
 }
 
