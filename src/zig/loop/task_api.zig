@@ -409,6 +409,10 @@ fn getNumCancels(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
     return c.PyLong_FromSsize_t(asTask(self.?).num_cancels);
 }
 
+fn getNone(_: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
+    return py.none();
+}
+
 fn getterOf(comptime field: []const u8) *const fn (?*Object, ?*anyopaque) callconv(.c) ?*Object {
     return &struct {
         fn get(self: ?*Object, _: ?*anyopaque) callconv(.c) ?*Object {
@@ -447,6 +451,9 @@ var task_getset = [_]c.PyGetSetDef{
     getset("_exception", getterOf("exception"), null),
     getset("_cancel_message", getterOf("cancel_msg"), &setCancelMsg),
     getset("_source_traceback", getterOf("source_tb"), null),
+    // 3.14's call graph (asyncio.graph) records who awaits a Future or Task of asyncio's
+    // own; none is kept for this task, as for any other future-like object.
+    getset("_asyncio_awaited_by", &getNone, null),
     std.mem.zeroes(c.PyGetSetDef),
 };
 
