@@ -34,11 +34,11 @@ WEBSOCKET_CLOSE_GRACE_SECONDS = 1.0
 def _request_task_type(config, loop):
     """--task-impl zigcorn: `zigcorn.loop.Task` for request tasks, on zigcorn's loop only
     (asyncio's and uvloop's keep asyncio's Task); None: asyncio's Task. `auto` (the
-    default) is zigcorn's on Python 3.11-3.14, the versions CPython's task tests have run
-    against it on (tests/support/task_suite.py); 3.15+ keep asyncio's until they have."""
+    default) is zigcorn's on Python 3.11-3.15, the versions CPython's task tests have run
+    against it on (tests/support/task_suite.py); later ones keep asyncio's until they have."""
     impl = getattr(config, "task_impl", "auto")
     if impl == "auto":
-        impl = "zigcorn" if sys.version_info < (3, 15) else "asyncio"
+        impl = "zigcorn" if sys.version_info < (3, 16) else "asyncio"
     if impl != "zigcorn":
         return None
     from zigcorn.loop import Loop, Task, use_native_registry

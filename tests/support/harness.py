@@ -28,7 +28,7 @@ SERVER_ARGS = [] if IS_ZIGCORN else ["--http", os.environ.get("ZIGCORN_TEST_UVIC
 if os.environ.get("ZIGCORN_TEST_LOOP"):
     SERVER_ARGS += ["--loop", os.environ["ZIGCORN_TEST_LOOP"]]
 # ZIGCORN_TEST_TASK_IMPL=asyncio|zigcorn runs every zigcorn server's requests on that task
-# (the default, auto, is zigcorn's own on its loop on 3.11-3.14).
+# (the default, auto, is zigcorn's own on its loop on 3.11-3.15).
 if IS_ZIGCORN and os.environ.get("ZIGCORN_TEST_TASK_IMPL"):
     SERVER_ARGS += ["--task-impl", os.environ["ZIGCORN_TEST_TASK_IMPL"]]
 

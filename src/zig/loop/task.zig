@@ -290,6 +290,11 @@ pub fn start(
     if (context == null or py.isNone(context.?)) {
         t.context = c.PyContext_CopyCurrent() orelse return false;
     } else {
+        // Each step enters it: anything but a Context would fail there, step after step.
+        if (py.typeOf(context.?) != &c.PyContext_Type) {
+            _ = py.typeError("context must be a contextvars.Context");
+            return false;
+        }
         py.incref(context.?);
         t.context = context.?;
     }
