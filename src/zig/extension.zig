@@ -217,6 +217,7 @@ fn moduleExec(m_opt: ?*Object) callconv(.c) c_int {
     if (c.PyModule_AddObject(m, "Engine", et) != 0) return -1;
     if (!addLimits(m)) return -1;
     if (!@import("loop/core.zig").init(m)) return -1;
+    if (!@import("loop/task.zig").init(m)) return -1;
     py.incref(ns);
     first_namespace = ns;
     return 0;

@@ -78,6 +78,8 @@ test {
     _ = @import("quic/retry_token.zig");
     _ = @import("quic/new_token.zig");
     _ = @import("quic/datagrams.zig");
+    _ = @import("quic/pmtu.zig");
+    _ = @import("quic/ecn.zig");
     _ = @import("http3/capsules.zig");
     _ = @import("quic/endpoint.zig");
     _ = @import("quic/endpoint_tests.zig");
@@ -111,6 +113,8 @@ test {
     _ = @import("loop/queues.zig");
     _ = @import("loop/handle.zig");
     _ = @import("loop/core.zig");
+    _ = @import("loop/task.zig");
+    _ = @import("loop/task_api.zig");
     _ = @import("loop/wait.zig");
     // whole connections over a socketpair, and the fuzz targets' fixed runs
     _ = @import("testing/connection_tests.zig");

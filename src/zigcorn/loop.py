@@ -23,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import selectors
-from asyncio import base_events, events, format_helpers, futures, tasks, unix_events
+import sys
+import types
+from asyncio import base_events, base_tasks, events, format_helpers, futures, tasks, unix_events
 from asyncio.log import logger
 
-from zigcorn._core import Handle, LoopCore, TimerHandle
+from zigcorn._core import Handle, LoopCore, TaskCore, TimerHandle
 
 _EPOLLIN = 0x001
 _EPOLLOUT = 0x004
@@ -42,13 +44,17 @@ def _callback_source(handle, debug: bool) -> str:
 class Loop(LoopCore, asyncio.SelectorEventLoop):
     """An asyncio event loop whose scheduler is zigcorn's engine (Linux, epoll)."""
 
+    # What create_task makes (without a task factory): asyncio's Task; tests of zigcorn's
+    # own Task set it on a subclass (tests/support/task_suite.py).
+    _zc_task_type = tasks.Task
+
     def __init__(self, selector: selectors.EpollSelector | None = None) -> None:
         if selector is None:
             selector = selectors.EpollSelector()
         elif not isinstance(selector, selectors.EpollSelector):
             raise TypeError("zigcorn's loop waits on an epoll set: selector must be a selectors.EpollSelector")
         super().__init__(selector)
-        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution, tasks.Task)
+        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution, self._zc_task_type)
 
     def close(self) -> None:
         super().close()
@@ -150,6 +156,64 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
             handle = None
 
 
+class Task(TaskCore):
+    """A task run by the engine (`_core.TaskCore`: the steps, cancellation, callbacks,
+    result): asyncio's Task protocol, for request coroutines on zigcorn's loop with
+    ``--task-impl zigcorn``. Only ``isinstance(t, asyncio.Task)`` tells it apart. The
+    methods here are the rarely called ones, asyncio's own helpers."""
+
+    __slots__ = ()
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    def __repr__(self) -> str:
+        if hasattr(base_tasks, "_task_repr"):  # 3.12+
+            return base_tasks._task_repr(self)
+        return "<{} {}>".format(self.__class__.__name__, " ".join(base_tasks._task_repr_info(self)))
+
+    def get_stack(self, *, limit=None):
+        return base_tasks._task_get_stack(self, limit)
+
+    def print_stack(self, *, limit=None, file=None):
+        return base_tasks._task_print_stack(self, limit, file)
+
+
+class _WithZigcornTasks:
+    """asyncio's own registry of tasks (the set ``asyncio.tasks.all_tasks()`` reads), with
+    the pending tasks of zigcorn's native registry added to what iterating it yields.
+    Everything else is the wrapped set's."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __iter__(self):
+        yield from list(self._inner)
+        yield from TaskCore._zc_live()
+
+    def __len__(self) -> int:
+        return len(self._inner) + len(TaskCore._zc_live())
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def use_native_registry() -> bool:
+    """zigcorn's Tasks skip asyncio's `_register_task` (a WeakSet entry per task) and link
+    into the engine's registry, which ``asyncio.all_tasks()`` reads through
+    `_WithZigcornTasks`. On 3.11-3.13 only, where ``all_tasks`` is Python code reading a
+    module global (3.11 ``_all_tasks``, 3.12/3.13 ``_eager_tasks``); from 3.14 it is C, and
+    tasks keep registering with asyncio. True when on."""
+    if sys.version_info >= (3, 14):
+        return False
+    name = "_all_tasks" if sys.version_info < (3, 12) else "_eager_tasks"
+    current = getattr(tasks, name)
+    if not isinstance(current, _WithZigcornTasks):
+        setattr(tasks, name, _WithZigcornTasks(current))
+    TaskCore._zc_native_registry(True)
+    return True
+
+
 def new_event_loop() -> Loop:
     """A new zigcorn loop (a loop factory for ``asyncio.run``/``asyncio.Runner``)."""
     return Loop()
@@ -163,4 +227,4 @@ class EventLoopPolicy(unix_events._UnixDefaultEventLoopPolicy):
         return Loop()
 
 
-__all__ = ["EventLoopPolicy", "Handle", "Loop", "TimerHandle", "new_event_loop"]
+__all__ = ["EventLoopPolicy", "Handle", "Loop", "Task", "TimerHandle", "new_event_loop"]

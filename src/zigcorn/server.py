@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 
 
 from zigcorn import _core, accesslog
@@ -28,6 +29,24 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # At the drain's deadline, WebSockets closed with 1001 have this long for the client's
 # close frame before their connections are cut.
 WEBSOCKET_CLOSE_GRACE_SECONDS = 1.0
+
+
+def _request_task_type(config, loop):
+    """--task-impl zigcorn: `zigcorn.loop.Task` for request tasks, on zigcorn's loop only
+    (asyncio's and uvloop's keep asyncio's Task); None: asyncio's Task. `auto` (the
+    default) is zigcorn's on Python 3.11-3.15, the versions CPython's task tests have run
+    against it on (tests/support/task_suite.py); later ones keep asyncio's until they have."""
+    impl = getattr(config, "task_impl", "auto")
+    if impl == "auto":
+        impl = "zigcorn" if sys.version_info < (3, 16) else "asyncio"
+    if impl != "zigcorn":
+        return None
+    from zigcorn.loop import Loop, Task, use_native_registry
+
+    if not isinstance(loop, Loop) or loop.get_debug():
+        return None
+    use_native_registry()
+    return Task
 
 
 def _with_jitter(limit: int | None, jitter: int) -> int | None:
@@ -205,7 +224,7 @@ class Server:
             threads = config.wsgi_threads or default_threads()
             dispatcher = WSGIDispatcher(config.loaded_app, loop, threads=threads, **common)
         else:
-            dispatcher = Dispatcher(config.loaded_app, loop, **common)
+            dispatcher = Dispatcher(config.loaded_app, loop, task_type=_request_task_type(config, loop), **common)
         serving = _Serving(dispatcher, self.owns_listener, self.pid_file)
         listener = self.listener
         bound_here = False

@@ -32,6 +32,10 @@ LOG_LEVELS: dict[str, int] = {
     "trace": TRACE_LOG_LEVEL,
 }
 LOOP_CHOICES = ("auto", "zigcorn", "asyncio", "uvloop")
+# Request tasks: asyncio's Task, or the engine's (zigcorn.loop.Task, on zigcorn's loop only);
+# auto: the engine's on zigcorn's loop on Python 3.11-3.15 (where CPython's task tests have
+# run against it), asyncio's otherwise.
+TASK_IMPL_CHOICES = ("auto", "asyncio", "zigcorn")
 # What `auto` picks, by the benchmarks in benchmarks/RESULTS.md (event loop section).
 LOOP_AUTO = "zigcorn"
 LIFESPAN_CHOICES = ("auto", "on", "off")
@@ -191,6 +195,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("reuse_port", False, "each worker binds its own SO_REUSEPORT socket", "Server", kind="switch"),
     _S("loop", "auto", "event loop; auto is zigcorn's own", "Server", choices=LOOP_CHOICES,
        also=(lambda v: isinstance(v, str) and ":" in v, "a '<module>:<attribute>' string")),
+    _S("task_impl", "auto", "request tasks: asyncio's Task, or zigcorn's own (zigcorn's loop only); auto is "
+       "zigcorn's on its loop on Python 3.11-3.15", "Server", choices=TASK_IMPL_CHOICES),
     # Processes
     _S("workers", None, "worker processes", "Processes", type=int, metavar="N", low=1, high=1024,
        shown="$WEB_CONCURRENCY or 1"),

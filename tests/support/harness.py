@@ -27,6 +27,10 @@ SERVER_ARGS = [] if IS_ZIGCORN else ["--http", os.environ.get("ZIGCORN_TEST_UVIC
 # its own --loop still gets its own: the last flag wins).
 if os.environ.get("ZIGCORN_TEST_LOOP"):
     SERVER_ARGS += ["--loop", os.environ["ZIGCORN_TEST_LOOP"]]
+# ZIGCORN_TEST_TASK_IMPL=asyncio|zigcorn runs every zigcorn server's requests on that task
+# (the default, auto, is zigcorn's own on its loop on 3.11-3.15).
+if IS_ZIGCORN and os.environ.get("ZIGCORN_TEST_TASK_IMPL"):
+    SERVER_ARGS += ["--task-impl", os.environ["ZIGCORN_TEST_TASK_IMPL"]]
 
 # Exit status after a graceful SIGTERM shutdown. uvicorn re-raises the captured signal
 # once it has shut down, so it dies "by SIGTERM"; zigcorn exits 0.

@@ -55,6 +55,11 @@ pub fn notImplemented() *Object {
     return n;
 }
 
+/// False, borrowed (for a setattr's value).
+pub fn borrowedFalse() *Object {
+    return @ptrCast(&c._Py_FalseStruct);
+}
+
 pub fn isNone(o: *Object) bool {
     return o == @as(*Object, @ptrCast(&c._Py_NoneStruct));
 }

@@ -995,6 +995,4 @@ pub const Connection = struct {
 
 test {
     _ = @import("connection_tests.zig");
-    _ = @import("pmtu.zig");
-    _ = @import("ecn.zig");
 }

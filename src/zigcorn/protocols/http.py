@@ -168,11 +168,12 @@ class Dispatcher(Admission):
     """Turns each stream the engine hands over into a task running the app, once it is
     admitted (`Admission`: the drain path and the limits)."""
 
-    __slots__ = ("app", "loop", "access_log", "timeout_request", "reset_contextvars")
+    __slots__ = ("app", "loop", "access_log", "timeout_request", "reset_contextvars", "task_type")
 
     def __init__(
         self, app, loop, *, access_log: bool, limit_concurrency, limit_max_requests, timeout_request, on_limit,
         reset_contextvars: bool = False, drain_path: str | None = None, admin_token: str | None = None, on_drain=None,
+        task_type=None,
     ) -> None:
         super().__init__(limit_concurrency=limit_concurrency, limit_max_requests=limit_max_requests,
                          on_limit=on_limit, drain_path=drain_path, admin_token=admin_token, on_drain=on_drain)
@@ -181,13 +182,19 @@ class Dispatcher(Admission):
         self.app = app
         self.loop = loop
         self.access_log = access_log
+        # --task-impl zigcorn: zigcorn.loop.Task (zigcorn's loop only), started eagerly on
+        # every Python; None: asyncio's Task.
+        self.task_type = task_type
 
     def __call__(self, stream: HTTPCycle) -> None:
         if not self.admit(stream):
             return
         coro = stream.run(self.app, self.access_log, self.timeout_request)
         # --reset-contextvars: a fresh, empty context per request; else a copy of the current one.
-        if _EAGER_TASKS:
+        if self.task_type is not None:
+            context = contextvars.Context() if self.reset_contextvars else None
+            self.task_type(coro, loop=self.loop, eager_start=True, context=context)
+        elif _EAGER_TASKS:
             context = contextvars.Context() if self.reset_contextvars else None
             asyncio.Task(coro, loop=self.loop, eager_start=True, context=context)
         elif self.reset_contextvars:
@@ -204,7 +211,9 @@ class Dispatcher(Admission):
         if (self.drain_path is not None or self.limit_concurrency is not None or self.limit_max_requests is not None
                 or self.reset_contextvars):  # fmt: skip
             return None
-        if _EAGER_TASKS:
+        if self.task_type is not None:
+            create_task = self.task_type._zc_starter(self.loop)  # task_type(coro, loop=, eager_start=True)
+        elif _EAGER_TASKS:
             create_task = functools.partial(asyncio.Task, loop=self.loop, eager_start=True)
         else:
             create_task = self.loop.create_task
