@@ -218,6 +218,7 @@ def main() -> int:
                         steal["load"].append(got["load_before"])
                         detail.append({"round": r + 1, "server": name, "point": key, "rps": got["rps"],
                                        "server_cpu_us": got["server_cpu_us"], "steal": got["steal"],
+                                       "cpu_share_by_process": got.get("cpu_share_by_process"),
                                        "load_before": got["load_before"], "configuration": got["configuration"]})
     table = tabulate(names, keys, rps, workers, points)
     for name in names:

@@ -417,5 +417,6 @@ def fresh_point(spec: ServerSpec, env: Env, app: str, connections: int, seconds:
         got = run_wrk_cpu(url, connections, seconds, server.pid)
         got["command"] = server.command
         got["configuration"] = configuration(server.command, spec.environ)
-    print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
+    spread = f"  CPU by process {'/'.join(f'{x:.2f}' for x in got['cpu_share_by_process'])}" if workers > 1 else ""
+    print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request{spread}", flush=True)
     return got
