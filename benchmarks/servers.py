@@ -199,8 +199,11 @@ class ServerSpec:
 # The flags that choose how a server runs, the ones every figure must name: event loop,
 # request task, HTTP/1.1 parser and HTTP/2 mode, I/O backend, runtime threads, worker
 # class and count. Ports, limits, timeouts and log settings are left out.
-CONFIG_OPTIONS = ("--loop", "--task-impl", "--http", "--io-backend", "--runtime-threads", "-k", "--workers")
-CONFIG_SWITCHES = ("--http2", "--no-http2")
+CONFIG_OPTIONS = ("--interface", "--loop", "--task-impl", "--http", "--io-backend", "--runtime-threads", "-k",
+                  "--threads", "--workers", "-w")
+CONFIG_SWITCHES = ("--http2", "--no-http2", "--http3")
+# Values every row has, left out: one worker, and granian's ASGI interface.
+CONFIG_IMPLIED = {("--workers", "1"), ("-w", "1"), ("--interface", "asgi")}
 
 
 def configuration(command: list[str], environ: tuple[tuple[str, str], ...] = ()) -> str:
@@ -215,7 +218,7 @@ def configuration(command: list[str], environ: tuple[tuple[str, str], ...] = ())
     while i < len(command):
         arg = command[i]
         if arg in CONFIG_OPTIONS and i + 1 < len(command):
-            if not (arg == "--workers" and command[i + 1] == "1"):
+            if (arg, command[i + 1]) not in CONFIG_IMPLIED:
                 picked.append(f"{arg} {command[i + 1]}")
             i += 2
             continue
@@ -224,6 +227,11 @@ def configuration(command: list[str], environ: tuple[tuple[str, str], ...] = ())
         i += 1
     picked += [f"{key}={value}" for key, value in environ]
     return " ".join(picked) or "defaults"
+
+
+def named(server: str, command: list[str] | None, environ: tuple[tuple[str, str], ...] = ()) -> str:
+    """A table row's name: the server and, in parentheses, its configuration."""
+    return f"{server} ({configuration(command, environ)})" if command else server
 
 
 SERVERS: dict[str, ServerSpec] = {
