@@ -385,6 +385,7 @@ def _started_h2(spec, env, app: str, certs: Certs | None, workers: int = 1):
     try:
         wait_ready_h2(server, env, "https" if certs else "http", certs)
         wait_workers(server, workers)
+        server.check_configuration()
     except BaseException:
         server.stop()
         raise

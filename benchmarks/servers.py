@@ -172,6 +172,9 @@ class ServerSpec:
     binary: str | None = None
     is_app_server: bool = True  # False for the static nginx ceiling
     environ: tuple[tuple[str, str], ...] = ()  # set for this server on top of server_environ()
+    # Lines in the server's log that say it runs another configuration than its flags ask
+    # for (granian on Python 3.12+ runs asyncio's task in place of --task-impl rust)
+    fallbacks: tuple[str, ...] = ()
 
     def available(self, env: Env) -> bool:
         if self.binary is not None:
@@ -234,6 +237,7 @@ def named(server: str, command: list[str] | None, environ: tuple[tuple[str, str]
     return f"{server} ({configuration(command, environ)})" if command else server
 
 
+GRANIAN_RUST = ("falling back to asyncio",)  # granian 2.8.7's warning on Python 3.12+
 SERVERS: dict[str, ServerSpec] = {
     "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
     "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_loop("asyncio"), ("zigcorn",)),
@@ -243,9 +247,10 @@ SERVERS: dict[str, ServerSpec] = {
     "uvicorn": ServerSpec("uvicorn", _uvicorn("httptools"), ("uvicorn", "httptools", "uvloop")),
     "uvicorn-zttp": ServerSpec("uvicorn-zttp", _uvicorn("zttp"), ("uvicorn", "zttp", "uvloop")),
     "granian": ServerSpec("granian", _granian(None, "asyncio"), ("granian",)),
-    "granian-rust": ServerSpec("granian-rust", _granian(None, "rust"), ("granian",)),
+    "granian-rust": ServerSpec("granian-rust", _granian(None, "rust"), ("granian",), fallbacks=GRANIAN_RUST),
     "granian-rloop": ServerSpec("granian-rloop", _granian("rloop", "asyncio"), ("granian", "rloop")),
-    "granian-rloop-rust": ServerSpec("granian-rloop-rust", _granian("rloop", "rust"), ("granian", "rloop")),
+    "granian-rloop-rust": ServerSpec("granian-rloop-rust", _granian("rloop", "rust"), ("granian", "rloop"),
+                                     fallbacks=GRANIAN_RUST),
     "h2corn": ServerSpec("h2corn", _h2corn, ("h2corn",)),
     # Without it saltare re-executes itself under -OO: its -OO row is saltare-OO.
     "saltare": ServerSpec("saltare", _saltare, ("saltare",), environ=(("SALTARE_NO_OPTIMIZE", "1"),)),
@@ -350,6 +355,14 @@ class RunningServer:
             status, body = http_get(self.port, path)
             if status != 200 or json.loads(body) != want:
                 raise RuntimeError(f"{self.spec.name} GET {path} -> {status} {body[:200]!r}")
+        self.check_configuration()
+
+    def check_configuration(self) -> None:
+        """Refuse a server whose log says it fell back from the configuration it is named for."""
+        log = self.output()
+        for line in self.spec.fallbacks:
+            if line in log:
+                raise RuntimeError(f"{self.spec.name} does not run the configuration it is named for: {line!r}")
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the session and every process of the tree, SIGKILL what is left after ``grace``."""
