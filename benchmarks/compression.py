@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from load import cpu_seconds  # noqa: E402
+from servers import configuration  # noqa: E402
 
 DOC_BYTES = 20 * 1024
 
@@ -148,6 +149,9 @@ def run(name: str, cmd: list[str], port: int, encoding: str, seconds: int) -> di
             "threads": {k: round(v, 2) for k, v in threads.items() if v > 0.05}}
 
 
+# What uvicorn's `auto` picks when both are installed (runs before 2026-12-08 left it to
+# `auto`), written out so that the rows name it.
+UVICORN = ("--http", "httptools", "--loop", "uvloop")
 SALTARE_FLAG = {"gzip": "--response-gzip", "br": "--response-brotli", "zstd": "--response-zstd"}
 
 
@@ -160,12 +164,12 @@ def commands(encoding: str, port: int) -> dict[str, list[str]]:
     if encoding == "off":
         # The ceiling: the same app uncompressed on each server.
         out["uvicorn"] = [py, "-m", "uvicorn", "compress_fastapi_app:app", "--port", str(port), "--no-access-log",
-                          "--log-level", "warning"]
+                          "--log-level", "warning", *UVICORN]
         return out
     if encoding == "gzip":
         for name, target in (("uvicorn+GZipMiddleware-6", "gzip_app"), ("uvicorn+GZipMiddleware", "gzip_default_app")):
             out[name] = [py, "-m", "uvicorn", f"compress_fastapi_app:{target}", "--port", str(port),
-                         "--no-access-log", "--log-level", "warning"]
+                         "--no-access-log", "--log-level", "warning", *UVICORN]
     out["saltare"] = [py, "-m", "saltare", "--host", "127.0.0.1", "--port", str(port), SALTARE_FLAG[encoding],
                       "compress_fastapi_app:app"]
     return out
@@ -209,10 +213,12 @@ def main() -> None:
                 runs[name].append(run(name, commands(encoding, port)[name], port, accept, args.seconds))
                 runs[name][-1]["encoding"] = encoding
         rows += [median(runs[n]) for n in names]
-    print(f"{'server':24} {'enc':5} {'req/s':>9} {'p99':>9} {'bytes':>6} {'ratio':>6} {'CPU s/MB':>9}  rounds")
+    print(f"{'server':24} {'enc':5} {'req/s':>9} {'p99':>9} {'bytes':>6} {'ratio':>6} {'CPU s/MB':>9}  rounds"
+          "  (configuration)")
     for r in rows:
+        config = configuration(commands(r["encoding"], 0)[r["server"]])
         print(f"{r['server']:24} {r['encoding']:5} {r['rps']:9.0f} {r['p99']:>9} {r['wire']:6d} {r['ratio']:6.2f} "
-              f"{r['cpu_s_per_mb']:9.4f}  {', '.join(f'{x:.0f}' for x in r['rounds'])}")
+              f"{r['cpu_s_per_mb']:9.4f}  {', '.join(f'{x:.0f}' for x in r['rounds'])}  ({config})")
     if args.placement:
         print(f"\n{'enc':5} {'loop us/req':>12} {'others us/req':>14} {'codec alone us':>15}  other threads (CPU s)")
         for r in rows:

@@ -12,9 +12,13 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 VENV = BENCH_DIR / ".venv"
+# The peers whose configurations the figures name are pinned: a figure is for one version
+# and one set of flags. granian 2.8.7 has --task-impl rust (Python 3.11 only) and --loop
+# rloop (the rloop package, its `rloop` extra); uvicorn 0.52 and later carry --http zttp
+# (the zttp package; HTTP/2 with --http2); h2corn 2.0.0 is the HTTP/2 peer.
 REQUIREMENTS = [
-    "uvicorn[standard]", "httptools", "uvloop",
-    "granian==2.8.7", "saltare==1.13.0", "hypercorn", "fastapi",
+    "uvicorn[standard]==0.55.0", "zttp==0.0.35", "httptools", "uvloop",
+    "granian==2.8.7", "rloop==0.5.0", "saltare==1.13.0", "h2corn==2.0.0", "hypercorn", "fastapi",
 ]
 MARKER = VENV / ".zigcorn-bench-requirements"
 

@@ -46,8 +46,9 @@ H2LOAD_MISSING = (
     "h2load is not installed: the HTTP/2 figures need it.\n"
     "Install it with:  apt-get install -y nghttp2-client   (Debian/Ubuntu)"
 )
-# What the servers' Python needs for this section, by module: (pip name, what for).
-EXTRAS = {"h2": "h2", "trustme": "trustme", "zttp": "zttp"}
+# What the servers' Python needs for this section, by module: its pip name. (uvicorn's
+# zttp, for its HTTP/2, is in environment.REQUIREMENTS: the uvicorn-zttp row needs it.)
+EXTRAS = {"h2": "h2", "trustme": "trustme"}
 EXPECTED = {"/": {"message": "Hello, world!"}, "/items/7?q=x": {"item_id": 7, "q": "x"}}
 
 
@@ -172,19 +173,26 @@ def h2_command(name: str, base_cmd: list[str], certs: Certs | None) -> list[str]
     """The server's ordinary command line (servers.py) adjusted for h2c, or for TLS with ``certs``."""
     if name.startswith("zigcorn"):  # h2c on the plain port and ALPN h2 by default
         return base_cmd + (["--ssl-certfile", certs.cert, "--ssl-keyfile", certs.key] if certs else [])
-    if name == "granian":
+    if _family(name) == "granian":  # every granian row: its loop and task stay as they are
         if certs is None:
             return _insert_before_app(base_cmd, ["--http", "2"])
         return _insert_before_app(base_cmd, ["--http", "auto", "--ssl-certificate", certs.cert,
                                              "--ssl-keyfile", certs.key])
-    if name == "hypercorn":  # h2c with prior knowledge and ALPN h2 by default
+    if _family(name) == "hypercorn":  # h2c with prior knowledge and ALPN h2 by default
         return base_cmd + (["--certfile", certs.cert, "--keyfile", certs.key] if certs else [])
-    if name == "uvicorn":  # HTTP/2 needs the zttp protocol implementation
+    if _family(name) == "h2corn":  # h2c with prior knowledge on the plain port, ALPN h2 with TLS
+        return base_cmd + (["--certfile", certs.cert, "--keyfile", certs.key] if certs else [])
+    if _family(name) == "uvicorn":  # HTTP/2 needs the zttp protocol implementation
         cmd = list(base_cmd)
         cmd[cmd.index("--http") + 1] = "zttp"
         cmd.append("--http2")
         return cmd + (["--ssl-certfile", certs.cert, "--ssl-keyfile", certs.key] if certs else [])
     raise ValueError(f"{name}: no HTTP/2 command line")
+
+
+def _family(name: str) -> str:
+    """The server a row runs: ``granian-rloop-rust`` and ``granian-OO`` are granian."""
+    return name.partition("-")[0]
 
 
 @dataclass(frozen=True)
@@ -211,14 +219,17 @@ def support(spec, env) -> Support:
         ok = "--http2" in _help(env, "zigcorn")
         why = None if ok else "--http2 is not in zigcorn --help"
         return Support(why, why or tls_missing)
-    if name == "granian":
+    family = _family(name)
+    if family == "granian":
         ok = re.search(r"--http \[[^\]]*\b2\b", _help(env, "granian")) is not None
         why = None if ok else "granian --help offers no --http 2"
         return Support(why, why or tls_missing)
-    if name == "hypercorn":
+    if family == "hypercorn":
         why = None if env.has("h2") else "the h2 library is not installed"
         return Support(why, why or tls_missing)
-    if name == "uvicorn":
+    if family == "h2corn":
+        return Support(None, tls_missing)
+    if family == "uvicorn":
         if "--http2" not in _help(env, "uvicorn"):
             why = "uvicorn --help offers no --http2"
         elif not env.has("zttp"):
@@ -226,7 +237,7 @@ def support(spec, env) -> Support:
         else:
             why = None
         return Support(why, why or tls_missing)
-    if name == "saltare":
+    if family == "saltare":
         # 1.13.0: --http2 is h2 over TLS by ALPN only (an h2c preface gets "parse failed:
         # UnsupportedVersion" and a closed connection), and the CLI has no certificate
         # option (TLS only through the Python API, saltare.run(ssl_certfile=...)).
@@ -362,17 +373,19 @@ class H2Config:
     path: str
 
 
-def _started_h2(spec, env, app: str, certs: Certs | None):
-    from servers import start
+def _started_h2(spec, env, app: str, certs: Certs | None, workers: int = 1):
+    from servers import start, wait_workers
 
     base = spec.command
 
-    def command(env_, app_, port, workers, workdir):
-        return h2_command(spec.name, base(env_, app_, port, workers, workdir), certs)
+    def command(env_, app_, port, workers_, workdir):
+        return h2_command(spec.name, base(env_, app_, port, workers_, workdir), certs)
 
-    server = start(replace(spec, command=command), env, app)
+    server = start(replace(spec, command=command), env, app, workers)
     try:
         wait_ready_h2(server, env, "https" if certs else "http", certs)
+        wait_workers(server, workers)
+        server.check_configuration()
     except BaseException:
         server.stop()
         raise
@@ -380,11 +393,32 @@ def _started_h2(spec, env, app: str, certs: Certs | None):
 
 
 def _load(server, scheme: str, cfg: H2Config) -> dict:
+    from servers import configuration
+
     url = f"{scheme}://127.0.0.1:{server.port}{cfg.path}"
     with PeakSampler(server.pid) as sampler:
         point = run_h2load(url, cfg.clients, cfg.streams, cfg.duration_s, cfg.warmup_s)
     point["peak_rss_kib"] = sampler.peak_kib
     point["server_command"] = server.command
+    point["configuration"] = configuration(server.command, server.spec.environ)
+    return point
+
+
+def fresh_h2_point(spec, env, app: str, certs: Certs | None, cfg: H2Config, workers: int = 1) -> dict:
+    """One h2load figure on a fresh process (rounds.py): h2c, or h2 over TLS with ``certs``;
+    both routes checked over HTTP/2 first, the warm-up is h2load's own, and the server's
+    CPU time per request is beside it (as ``load.run_wrk_cpu``)."""
+    from load import cpu_seconds
+
+    scheme = "https" if certs else "http"
+    with _started_h2(spec, env, app, certs, workers) as server:
+        before = cpu_seconds(server.pid)
+        point = _load(server, scheme, cfg)
+        used = cpu_seconds(server.pid) - before
+    # h2load's -D counts the measured phase only; the CPU also covers its warm-up, so the
+    # figure is per request of both phases at the measured rate.
+    total = point["requests"] * (cfg.duration_s + cfg.warmup_s) / max(cfg.duration_s, 1)
+    point["server_cpu_us"] = round(used / max(total, 1) * 1e6, 2)
     return point
 
 
@@ -409,6 +443,21 @@ def measure_h2_server(spec, env, app: str, cfg: H2Config, certs: Certs | None) -
     """
     result: dict = {"version": spec.version(env)}
     sup = support(spec, env)
+    from servers import configuration
+
+    def config_of(certs_: Certs | None) -> str:
+        cmd = spec.command(env, "app", 0, 1, Path(tempfile.gettempdir()))
+        try:
+            cmd = h2_command(spec.name, cmd, certs_)
+        except ValueError:  # no HTTP/2 here (saltare): its plain configuration
+            pass
+        return configuration(cmd, spec.environ)
+
+    # What each mode runs (the certificate files aside): granian's h2c is --http 2, its TLS
+    # --http auto; the report names both when they differ.
+    if spec.is_app_server:
+        modes = dict.fromkeys(config_of(c) for c in ((None, certs) if certs else (None,)))
+        result["configuration"] = "; ".join(modes)
     if sup.h2c is None:
         try:
             with _started_h2(spec, env, app, None) as server:

@@ -110,6 +110,9 @@ def server_command(name: str, port: int, certs: dict[str, str]) -> list[str]:
 
 
 SERVERS = {"zigcorn-h3": "h3", "hypercorn-h3": "h3", "zigcorn-h2": "h2"}
+# Each row's configuration, as servers.configuration names it in the other harnesses.
+CONFIGURATION = {"zigcorn-h3": "--http3", "hypercorn-h3": "--quic-bind, aioquic, asyncio worker",
+                 "zigcorn-h2": "defaults, h2 over TLS"}
 
 
 def rss_kb(pid: int) -> int:
@@ -241,7 +244,7 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['server']} | {r['error']} | | | | | |")
             continue
         cpu = [f"{r.get(f'server_cpu_us_{n}', '-')} / {r.get(f'client_cpu_us_{n}', '-')}" for n in (1, 64)]
-        lines.append(f"| {r['server']} | {r.get('rps_1', '-')} | {r.get('rps_64', '-')} | {r.get('download_10mib_s', '-')} s | "
+        lines.append(f"| {r['server']} ({CONFIGURATION[r['server']]}) | {r.get('rps_1', '-')} | {r.get('rps_64', '-')} | {r.get('download_10mib_s', '-')} s | "
                      f"{r['idle_kib_per_connection']} KiB | {cpu[0]} | {cpu[1]} |")
     return "\n".join(lines)
 

@@ -61,19 +61,24 @@ def run_wrk(url: str, connections: int, seconds: int, timeout_s: int = 5, header
     return result
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of `pid` and its live descendants so far."""
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """User and system CPU time of `pid` and each of its live descendants so far."""
     from memory import tree_pids
 
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    times = {}
     for p in tree_pids(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+        times[p] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return times
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of `pid` and its live descendants so far."""
+    return sum(cpu_by_process(pid).values())
 
 
 def run_wrk_cpu(url: str, connections: int, seconds: int, pid: int) -> dict:
@@ -81,8 +86,14 @@ def run_wrk_cpu(url: str, connections: int, seconds: int, pid: int) -> dict:
     system time of `pid` and its children over the run, divided by the requests). It
     counts zigcorn's busy poll too, so a saturated or spinning server shows about its
     wall time per request; where the server has idle time it shows what a request cost."""
-    before = cpu_seconds(pid)
+    before = cpu_by_process(pid)
     result = run_wrk(url, connections, seconds)
-    used = cpu_seconds(pid) - before
-    result["server_cpu_us"] = round(used / max(result["requests"], 1) * 1e6, 2)
+    after = cpu_by_process(pid)
+    used = {p: after[p] - before.get(p, 0.0) for p in after}
+    total = sum(used.values())
+    result["server_cpu_us"] = round(total / max(result["requests"], 1) * 1e6, 2)
+    # Each process's share of that CPU time, largest first: with several workers, whether
+    # the load spread over them (0.5 and 0.5) or one served nearly all of it.
+    shares = sorted((u / total for u in used.values() if total > 0), reverse=True)
+    result["cpu_share_by_process"] = [round(x, 3) for x in shares]
     return result

@@ -80,9 +80,17 @@ def rows(app_results: dict[str, dict], connections: list[int]) -> tuple[list[str
     header = ["server", *(c.title for c in cols)]
     body = []
     for name, result in app_results.items():
-        label = f"{name} {result.get('version', '')}".strip()
-        body.append([label, *(_cell(c, result, base, name == BASELINE) for c in cols)])
+        body.append([label(name, result), *(_cell(c, result, base, name == BASELINE) for c in cols)])
     return header, body
+
+
+def label(name: str, result: dict) -> str:
+    """A row's name: the server, its version and the configuration it ran, in its own flags
+    (``granian-rust 2.8.7 (--loop uvloop --task-impl rust)``), so that no figure stands
+    for a server without saying how it was started."""
+    text = f"{name} {result.get('version', '')}".strip()
+    config = result.get("configuration")
+    return f"{text} ({config})" if config else text
 
 
 def text_table(header: list[str], body: list[list[str]]) -> str:
@@ -147,8 +155,7 @@ def h2_rows(app_results: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     for name, result in app_results.items():
         if all("skipped" in (result.get(m) or {}) for m in H2_MODES):
             continue  # listed under the table instead
-        label = f"{name} {result.get('version', '')}".strip()
-        body.append([label, *(_h2_cell(m, c, result, base, name == BASELINE) for m, c in cols)])
+        body.append([label(name, result), *(_h2_cell(m, c, result, base, name == BASELINE) for m, c in cols)])
     return header, body
 
 

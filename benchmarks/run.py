@@ -34,7 +34,7 @@ import h2 as h2bench  # noqa: E402  (this folder's h2.py, not the h2 library)
 import report  # noqa: E402
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import PeakSampler, RssRecorder, idle_connection_cost, raise_nofile, rss_trend, settle  # noqa: E402
-from servers import APPS, SERVERS, Env, RunningServer, ServerSpec, probe_env, start  # noqa: E402
+from servers import APPS, SERVERS, Env, RunningServer, ServerSpec, configuration, probe_env, start  # noqa: E402
 
 RESULTS = environment.BENCH_DIR / "results"
 
@@ -134,6 +134,7 @@ def measure_server(spec: ServerSpec, env: Env, app: str, cfg: Config) -> dict:
     result: dict = {"version": spec.version(env)}
     with started(spec, env, app) as server:
         result["command"] = server.command
+        result["configuration"] = configuration(server.command, spec.environ)
         result["environ"] = dict(spec.environ)  # set on top of the harness's own environment
         result["idle"] = settle(server.pid, min_wait=0.5 if cfg.quick else 1.0).as_dict()
         log(f"    idle RSS {result['idle']['rss_kib'] / 1024:.1f} MiB, PSS {result['idle']['pss_kib'] / 1024:.1f} MiB")
@@ -277,7 +278,7 @@ def h2_config(args: argparse.Namespace, cfg: Config) -> h2bench.H2Config:
 
 
 def ensure_http2_tools(args: argparse.Namespace, cfg: Config, env: Env) -> tuple[Config, Env]:
-    """h2load on the PATH, and in the benchmark venv the h2 client, trustme and uvicorn's zttp
+    """h2load on the PATH, and in the benchmark venv the h2 client and trustme
     (installed when missing; the quick run installs nothing). Without h2load or h2, an
     explicit ``--http2`` / ``--http2-only`` stops the run; the full run's default leaves the
     section out and says so."""

@@ -74,16 +74,37 @@ def _zigcorn_backend(backend: str) -> Command:
     return command
 
 
-def _uvicorn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
-    return [env.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-            "--http", "httptools", "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
-            "--timeout-keep-alive", str(KEEP_ALIVE_S), "--workers", str(workers)]
+def _uvicorn(http: str) -> Command:
+    """uvicorn on uvloop with the HTTP/1.1 parser ``http``: ``httptools`` (llhttp, its
+    fastest before 0.52) or ``zttp`` (a Zig parser, 0.52 on; the only one that can serve
+    HTTP/2). Its ``--loop zuvloop`` needs Python 3.14 and is not a row here."""
+    def command(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+        return [env.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                "--http", http, "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
+                "--timeout-keep-alive", str(KEEP_ALIVE_S), "--workers", str(workers)]
+    return command
 
 
-def _granian(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
-    return [env.python, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(workers), "--loop", env.loop, "--no-access-log", "--log-level", "warning",
-            "--backlog", "2048", app]
+def _granian(loop: str | None, task: str) -> Command:
+    """granian's ASGI interface on the event loop ``loop`` (None: uvloop when installed)
+    with the request task ``task``: ``asyncio`` (its default) or ``rust`` (its own
+    asyncio-compatible task, Python 3.11 only: on 3.12+ granian falls back to asyncio's
+    with a warning). Both flags are always written out: granian's own default loop,
+    ``auto``, picks rloop whenever rloop is installed, so a row that left ``--loop`` out
+    would change with the venv."""
+    def command(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+        return [env.python, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
+                "--workers", str(workers), "--loop", loop or env.loop, "--task-impl", task,
+                "--no-access-log", "--log-level", "warning", "--backlog", "2048", app]
+    return command
+
+
+def _h2corn(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
+    """h2corn (Rust, HTTP/1.1 and HTTP/2, h2c on the plain port) with its defaults written
+    out: uvloop when installed, two Tokio runtime threads per worker."""
+    return [env.python, "-m", "h2corn", app, "--bind", f"127.0.0.1:{port}", "--loop", env.loop,
+            "--runtime-threads", "2", "--no-access-log", "--timeout-keep-alive", str(KEEP_ALIVE_S),
+            "--limit-connections", str(MAX_CONNECTIONS), "--backlog", "2048", "--workers", str(workers)]
 
 
 def _saltare(env: Env, app: str, port: int, workers: int, workdir: Path) -> list[str]:
@@ -151,6 +172,9 @@ class ServerSpec:
     binary: str | None = None
     is_app_server: bool = True  # False for the static nginx ceiling
     environ: tuple[tuple[str, str], ...] = ()  # set for this server on top of server_environ()
+    # Lines in the server's log that say it runs another configuration than its flags ask
+    # for (granian on Python 3.12+ runs asyncio's task in place of --task-impl rust)
+    fallbacks: tuple[str, ...] = ()
 
     def available(self, env: Env) -> bool:
         if self.binary is not None:
@@ -175,14 +199,59 @@ class ServerSpec:
         return out.stdout.strip() or "?"
 
 
+# The flags that choose how a server runs, the ones every figure must name: event loop,
+# request task, HTTP/1.1 parser and HTTP/2 mode, I/O backend, runtime threads, worker
+# class and count. Ports, limits, timeouts and log settings are left out.
+CONFIG_OPTIONS = ("--interface", "--loop", "--task-impl", "--http", "--io-backend", "--runtime-threads", "-k",
+                  "--threads", "--workers", "-w")
+CONFIG_SWITCHES = ("--http2", "--no-http2", "--http3")
+# Values every row has, left out: one worker, and granian's ASGI interface.
+CONFIG_IMPLIED = {("--workers", "1"), ("-w", "1"), ("--interface", "asgi")}
+
+
+def configuration(command: list[str], environ: tuple[tuple[str, str], ...] = ()) -> str:
+    """The configuration of one server command line, as its own flags: ``--http zttp
+    --loop uvloop``, ``--loop rloop --task-impl rust``, ``python -OO ... MALLOC_ARENA_MAX=1``.
+
+    One worker is not written (every row's default); a command with none of these flags
+    runs the server's defaults ("defaults"; for zigcorn: its own loop, io_uring).
+    """
+    picked = ["python -OO"] if "-OO" in command[1:3] else []
+    i = 0
+    while i < len(command):
+        arg = command[i]
+        if arg in CONFIG_OPTIONS and i + 1 < len(command):
+            if (arg, command[i + 1]) not in CONFIG_IMPLIED:
+                picked.append(f"{arg} {command[i + 1]}")
+            i += 2
+            continue
+        if arg in CONFIG_SWITCHES:
+            picked.append(arg)
+        i += 1
+    picked += [f"{key}={value}" for key, value in environ]
+    return " ".join(picked) or "defaults"
+
+
+def named(server: str, command: list[str] | None, environ: tuple[tuple[str, str], ...] = ()) -> str:
+    """A table row's name: the server and, in parentheses, its configuration."""
+    return f"{server} ({configuration(command, environ)})" if command else server
+
+
+GRANIAN_RUST = ("falling back to asyncio",)  # granian 2.8.7's warning on Python 3.12+
 SERVERS: dict[str, ServerSpec] = {
     "zigcorn": ServerSpec("zigcorn", _zigcorn, ("zigcorn",)),
     "zigcorn-asyncio": ServerSpec("zigcorn-asyncio", _zigcorn_loop("asyncio"), ("zigcorn",)),
     "zigcorn-uvloop": ServerSpec("zigcorn-uvloop", _zigcorn_loop("uvloop"), ("zigcorn", "uvloop")),
     "zigcorn-epoll": ServerSpec("zigcorn-epoll", _zigcorn_backend("epoll"), ("zigcorn",)),
     "zigcorn-io_uring": ServerSpec("zigcorn-io_uring", _zigcorn_backend("io_uring"), ("zigcorn",)),
-    "uvicorn": ServerSpec("uvicorn", _uvicorn, ("uvicorn", "httptools", "uvloop")),
-    "granian": ServerSpec("granian", _granian, ("granian",)),
+    "uvicorn": ServerSpec("uvicorn", _uvicorn("httptools"), ("uvicorn", "httptools", "uvloop")),
+    "uvicorn-zttp": ServerSpec("uvicorn-zttp", _uvicorn("zttp"), ("uvicorn", "zttp", "uvloop")),
+    "granian": ServerSpec("granian", _granian(None, "asyncio"), ("granian",)),
+    "granian-rust": ServerSpec("granian-rust", _granian(None, "rust"), ("granian",), fallbacks=GRANIAN_RUST),
+    "granian-rloop": ServerSpec("granian-rloop", _granian("rloop", "asyncio"), ("granian", "rloop")),
+    "granian-rloop-rust": ServerSpec("granian-rloop-rust", _granian("rloop", "rust"), ("granian", "rloop"),
+                                     fallbacks=GRANIAN_RUST),
+    "h2corn": ServerSpec("h2corn", _h2corn, ("h2corn",)),
     # Without it saltare re-executes itself under -OO: its -OO row is saltare-OO.
     "saltare": ServerSpec("saltare", _saltare, ("saltare",), environ=(("SALTARE_NO_OPTIMIZE", "1"),)),
     "hypercorn": ServerSpec("hypercorn", _hypercorn, ("hypercorn",)),
@@ -196,8 +265,9 @@ SERVERS.update({
                              environ=SERVERS[name].environ + OPTIMIZED_ENVIRON)
     for name in OPTIMIZED_OF
 })
-PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "saltare", "hypercorn", "fastapi",
-                 "h2", "trustme", "zttp")  # the last three for the HTTP/2 section (h2.py)
+PROBE_MODULES = ("zigcorn", "uvicorn", "httptools", "uvloop", "granian", "rloop", "saltare", "hypercorn",
+                 "h2corn", "fastapi", "zttp",
+                 "h2", "trustme")  # the last two for the HTTP/2 section (h2.py)
 
 
 def probe_env(python: str) -> Env:
@@ -285,6 +355,14 @@ class RunningServer:
             status, body = http_get(self.port, path)
             if status != 200 or json.loads(body) != want:
                 raise RuntimeError(f"{self.spec.name} GET {path} -> {status} {body[:200]!r}")
+        self.check_configuration()
+
+    def check_configuration(self) -> None:
+        """Refuse a server whose log says it fell back from the configuration it is named for."""
+        log = self.output()
+        for line in self.spec.fallbacks:
+            if line in log:
+                raise RuntimeError(f"{self.spec.name} does not run the configuration it is named for: {line!r}")
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the session and every process of the tree, SIGKILL what is left after ``grace``."""
@@ -330,16 +408,36 @@ def start(spec: ServerSpec, env: Env, app: str, workers: int = 1) -> RunningServ
     return RunningServer(spec, command, port, proc, workdir)
 
 
-def fresh_point(spec: ServerSpec, env: Env, app: str, connections: int, seconds: int, label: str) -> dict:
-    """One figure on a fresh process of `spec`: a 1 s warm-up, then `seconds` of wrk at
-    `connections`, with the server's CPU time per request (`load.run_wrk_cpu`); printed
-    as one progress line starting with `label`."""
+def wait_workers(server: RunningServer, workers: int, timeout: float = 60.0) -> None:
+    """With several workers, wait until the tree holds a supervisor and ``workers``
+    workers: the first answer can come while the second worker still imports the app,
+    and a point taken then measures one worker."""
+    if workers <= 1:
+        return
+    deadline = time.monotonic() + timeout
+    while len(tree_pids(server.pid)) < workers + 1:
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{server.spec.name}: {workers} workers not up:\n{server.output()}")
+        time.sleep(0.1)
+
+
+def fresh_point(spec: ServerSpec, env: Env, app: str, connections: int, seconds: int, label: str,
+                workers: int = 1) -> dict:
+    """One figure on a fresh process of `spec` with `workers` workers: both routes checked,
+    a 1 s warm-up, then `seconds` of wrk at `connections`, with the server's CPU time per
+    request (`load.run_wrk_cpu`) and its command line and configuration; printed as one
+    progress line starting with `label`."""
     from load import run_wrk, run_wrk_cpu
 
-    with start(spec, env, app) as server:
+    with start(spec, env, app, workers) as server:
         server.wait_ready()
+        wait_workers(server, workers)
+        server.validate()
         url = f"http://127.0.0.1:{server.port}/"
         run_wrk(url, connections, 1)  # warm-up
         got = run_wrk_cpu(url, connections, seconds, server.pid)
-    print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request", flush=True)
+        got["command"] = server.command
+        got["configuration"] = configuration(server.command, spec.environ)
+    spread = f"  CPU by process {'/'.join(f'{x:.2f}' for x in got['cpu_share_by_process'])}" if workers > 1 else ""
+    print(f"{label} {got['rps']:10.0f} req/s {got['server_cpu_us']:7.2f} server CPU us/request{spread}", flush=True)
     return got

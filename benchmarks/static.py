@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import environment  # noqa: E402
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import PeakSampler, raise_nofile, settle, tree_rss_kib  # noqa: E402
-from servers import SERVERS, ServerSpec, http_get, probe_env, start  # noqa: E402
+from servers import SERVERS, ServerSpec, http_get, named, probe_env, start  # noqa: E402
 
 BIG = 32 * 1024 * 1024
 SMALL = 4096
@@ -79,7 +79,7 @@ def table(rows: list[dict]) -> str:
         def ratio(key, sub):
             return f"{r[key][sub] / base[key][sub]:.2f}x" if base[key][sub] else "n/a"
         lines.append(
-            f"| {r['server']} | {r['big_c4']['mb_per_s']:.0f} ({ratio('big_c4', 'mb_per_s')}) "
+            f"| {named(r['server'], r['command'])} | {r['big_c4']['mb_per_s']:.0f} ({ratio('big_c4', 'mb_per_s')}) "
             f"| {r['big_c16']['mb_per_s']:.0f} ({ratio('big_c16', 'mb_per_s')}) "
             f"| {r['big_c16']['rss_growth_kib'] / 1024:.1f} MiB "
             f"| {r['small_c64']['rps']} ({ratio('small_c64', 'rps')}) | {r['small_c64']['p99_ms']:.2f} ms "
@@ -175,7 +175,7 @@ def mount_table(rows: list[dict]) -> str:
                 return ""
             return f" (zigcorn {z[key]['rps'] / r[key]['rps']:.2f}x)"
         lines.append(
-            f"| {r['server']} | {r['1k_c64']['rps']:,}{vs('1k_c64')} | {r['1k_c64']['p99_ms']:.2f} ms "
+            f"| {named(r['server'], r['command'])} | {r['1k_c64']['rps']:,}{vs('1k_c64')} | {r['1k_c64']['p99_ms']:.2f} ms "
             f"| {r['256k_c64']['rps']:,}{vs('256k_c64')} | {r['256k_c64']['p99_ms']:.2f} ms "
             f"| {r['big_c16']['mb_per_s']:,.0f} | {r['big_c16']['rss_growth_kib'] / 1024:.1f} MiB "
             f"| {r['idle_rss_kib'] / 1024:.1f} MiB |"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import _read_response, raise_nofile, settle  # noqa: E402
+from servers import named  # noqa: E402
 
 APPS_DIR = Path(__file__).resolve().parent / "apps"
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: zigcorn-bench\r\n\r\n"
@@ -111,7 +112,7 @@ def main() -> None:
             c1 = wrk(port, 1, args.seconds)
             c64 = wrk(port, 64, args.seconds)
             idle = idle_tls_cost(proc.pid, port, ctx, args.idle_connections)
-            rows.append((server, c1, c64, idle))
+            rows.append((named(server, command(server, 0, "cert", "key")), c1, c64, idle))
             print(f"{server}: {c1:,.0f} req/s c1, {c64:,.0f} req/s c64, {idle:,} B per idle TLS connection", file=sys.stderr)
         finally:
             proc.terminate()

@@ -27,6 +27,11 @@ from tests.support.harness import free_port, port_open, rss_kb, wait_for  # noqa
 from tests.support.wsraw import RawWS  # noqa: E402
 
 
+# What each server runs with the flags below (none of them chooses an implementation):
+# uvicorn picks httptools, uvloop and websockets when they are installed.
+CONFIGURATION = {"uvicorn": "--http auto --loop auto --ws auto"}
+
+
 def start(server: str, port: int) -> subprocess.Popen:
     args = [sys.executable, "-m", server, "tests.apps.ws:app", "--port", str(port), "--log-level", "warning",
             "--no-access-log", "--ws-ping-interval", "0"]
@@ -92,7 +97,7 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for server, (proc, port) in procs.items():
             per_idle = idle_cost(proc, port, opts.idle)
-            print(f"| {server} | {best[server, None]:,.0f} | {best[server, 'deflate']:,.0f} | {per_idle:,.0f} B |")
+            print(f"| {server} ({CONFIGURATION.get(server, 'defaults')}) | {best[server, None]:,.0f} | {best[server, 'deflate']:,.0f} | {per_idle:,.0f} B |")
     finally:
         for proc, _ in procs.values():
             proc.kill()

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import environment  # noqa: E402
 from load import WRK_MISSING, run_wrk, wrk_path  # noqa: E402
 from memory import settle, tree_pids  # noqa: E402
-from servers import APPS_DIR, free_port, http_get, server_environ  # noqa: E402
+from servers import APPS_DIR, free_port, http_get, named, server_environ  # noqa: E402
 
 ECHO_LUA = 'wrk.method = "POST"\nwrk.body = string.rep("x", 1048576)\nwrk.path = "/echo"\n'
 HELLO_CONNS = 64
@@ -102,7 +102,7 @@ def measure(name: str, python: str, seconds: int, lua: str | None) -> dict:
             echo = run_wrk_script(server.url, lua, echo_conns, seconds)
     finally:
         server.stop()
-    return {"server": name, "hello_rps": hello["rps"], "hello_p99_ms": hello["p99_ms"], "hello_conns": conns,
+    return {"server": name, "command": commands(python, server.port, 1)[name], "hello_rps": hello["rps"], "hello_p99_ms": hello["p99_ms"], "hello_conns": conns,
             "echo_rps": echo["rps"], "echo_mb_s": round(echo["rps"] * 1048576 / 1e6, 1), "echo_conns": echo_conns,
             "errors": hello["socket_errors_total"] + echo["socket_errors_total"] + hello["non_2xx_3xx"]
             + echo["non_2xx_3xx"], "idle_rss_kib": rss}
@@ -162,7 +162,7 @@ def print_table(rows: list[dict], rounds: dict[str, list[dict]] | None) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pss = "-" if r["pss4_kib"] is None else f"{r['pss4_kib'] / 1024:.1f} MiB"
-        print(f"| {r['server']} | {r['hello_rps']:.0f} ({r['hello_rps'] / base['hello_rps']:.2f}x) "
+        print(f"| {named(r['server'], r.get('command'))} | {r['hello_rps']:.0f} ({r['hello_rps'] / base['hello_rps']:.2f}x) "
               f"| {r['hello_p99_ms']:.2f} ms | {_ratio(r['echo_mb_s'], base['echo_mb_s'])} "
               f"| {r['errors']} | {r['idle_rss_kib'] / 1024:.1f} MiB | {pss} |")
     if rounds:

@@ -6,6 +6,7 @@ anything is.
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,57 @@ def test_static_mount_benchmark_produces_results(tmp_path):
     for key in ("1k_c64", "256k_c64"):
         assert row[key]["rps"] > 0 and row[key]["errors"] == 0
     assert row["big_c16"]["mb_per_s"] > 0 and row["big_c16"]["errors"] == 0
+
+
+def _bench_eval(code: str) -> object:
+    """Run ``code`` (which prints JSON) in a fresh interpreter with benchmarks/ on its
+    path: the harness's modules (its h2.py among them) stay out of this process."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=BENCH, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(BENCH)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_every_peer_row_names_its_configuration():
+    """Each row's figures are labelled with the flags that pick its loop, task, parser and
+    HTTP/2 mode: the peers' rows never read as bare defaults, and the fast configurations
+    run the flags they are named after (over HTTP/1.1 and over HTTP/2)."""
+    got = _bench_eval(
+        "import json, tempfile; from pathlib import Path; import h2, servers\n"
+        "env = servers.Env('python', frozenset({'uvloop'}))\n"
+        "tmp = Path(tempfile.mkdtemp())\n"
+        "out = {}\n"
+        "for name, spec in servers.SERVERS.items():\n"
+        "    if not spec.is_app_server: continue\n"
+        "    cmd = spec.command(env, 'raw_app:app', 1234, 2, tmp)\n"
+        "    out[name] = {'h1': servers.configuration(cmd, spec.environ)}\n"
+        "    try: out[name]['h2c'] = servers.configuration(h2.h2_command(name, cmd, None), spec.environ)\n"
+        "    except ValueError: pass\n"
+        "print(json.dumps(out))\n")
+    for name, modes in got.items():
+        assert "--workers 2" in modes["h1"], (name, modes)
+        if not name.startswith("zigcorn"):
+            assert modes["h1"] != "defaults", name
+    assert "--task-impl rust" in got["granian-rust"]["h1"] and "--loop uvloop" in got["granian-rust"]["h1"]
+    assert "--loop rloop --task-impl rust" in got["granian-rloop-rust"]["h1"]
+    assert "--task-impl asyncio" in got["granian"]["h1"]
+    assert "--http zttp" in got["uvicorn-zttp"]["h1"] and "--http httptools" in got["uvicorn"]["h1"]
+    assert "--http zttp" in got["uvicorn"]["h2c"] and "--http2" in got["uvicorn"]["h2c"]
+    assert "--http 2" in got["granian-rloop"]["h2c"] and "--loop rloop" in got["granian-rloop"]["h2c"]
+    assert got["h2corn"]["h2c"] == got["h2corn"]["h1"]
+    assert "saltare" not in {name for name, modes in got.items() if "h2c" in modes}
+    assert got["saltare-OO"]["h1"].startswith("python -OO") and "MALLOC_ARENA_MAX=1" in got["saltare-OO"]["h1"]
+
+
+def test_rounds_steal_share_and_ratios():
+    """rounds.py's steal share of a /proc/stat interval, and its per-round ratios."""
+    got = _bench_eval(
+        "import json, rounds\n"
+        "before = [100, 0, 50, 800, 0, 0, 0, 10]\n"
+        "after = [160, 0, 70, 900, 0, 0, 0, 30]\n"
+        "print(json.dumps([rounds.steal_share(before, after), rounds.steal_share(after, after),\n"
+        "                  rounds.ratios([200.0, 300.0, 90.0], [100.0, 100.0, 100.0]), rounds.key_of('raw_c64', 2)]))\n")
+    share, nothing, ratios, key = got
+    assert share == 20 / 200 and nothing == 0.0
+    assert ratios == {"rounds": [2.0, 3.0, 0.9], "median": 2.0}
+    assert key == "raw_c64_w2"
