@@ -44,9 +44,10 @@ def _callback_source(handle, debug: bool) -> str:
 class Loop(LoopCore, asyncio.SelectorEventLoop):
     """An asyncio event loop whose scheduler is zigcorn's engine (Linux, epoll)."""
 
-    # What create_task makes (without a task factory): asyncio's Task; tests of zigcorn's
-    # own Task set it on a subclass (tests/support/task_suite.py).
-    _zc_task_type = tasks.Task
+    # What create_task makes (without a task factory): None for asyncio's Task as the loop
+    # is made (read then, not at import: CPython's tests swap in the pure-Python Task);
+    # tests of zigcorn's own Task set it on a subclass (tests/support/task_suite.py).
+    _zc_task_type = None
 
     def __init__(self, selector: selectors.EpollSelector | None = None) -> None:
         if selector is None:
@@ -54,7 +55,8 @@ class Loop(LoopCore, asyncio.SelectorEventLoop):
         elif not isinstance(selector, selectors.EpollSelector):
             raise TypeError("zigcorn's loop waits on an epoll set: selector must be a selectors.EpollSelector")
         super().__init__(selector)
-        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution, self._zc_task_type)
+        task_type = self._zc_task_type or tasks.Task
+        self._zc_setup(selector._selector.fileno(), futures.Future, self._clock_resolution, task_type)
 
     def close(self) -> None:
         super().close()

@@ -196,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("loop", "auto", "event loop; auto is zigcorn's own", "Server", choices=LOOP_CHOICES,
        also=(lambda v: isinstance(v, str) and ":" in v, "a '<module>:<attribute>' string")),
     _S("task_impl", "auto", "request tasks: asyncio's Task, or zigcorn's own (zigcorn's loop only); auto is "
-       "zigcorn's on its loop on Python 3.11-3.15", "Server", choices=TASK_IMPL_CHOICES),
+       "asyncio's for now", "Server", choices=TASK_IMPL_CHOICES),
     # Processes
     _S("workers", None, "worker processes", "Processes", type=int, metavar="N", low=1, high=1024,
        shown="$WEB_CONCURRENCY or 1"),
