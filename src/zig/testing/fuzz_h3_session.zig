@@ -54,6 +54,9 @@ const FakeStream = struct {
     in_at: usize = 0,
     in_fin: bool = false,
     fin_read: bool = false,
+    /// The peer reset it: as a QUIC connection, nothing more comes on it, and its receive
+    /// side is over (`streamReceiveOver`).
+    in_reset: bool = false,
     /// The first bytes we wrote (enough to check a control stream's start), and the count.
     out_head: [8]u8 = undefined,
     out_len: u64 = 0,
@@ -94,7 +97,8 @@ const Fake = struct {
     /// The client sends `bytes` (and maybe its FIN) on `id`.
     fn send(f: *Fake, id: u64, bytes: []const u8, fin: bool) !void {
         const st = try f.stream(id);
-        if (st.in_fin) return; // a transport takes nothing past the FIN
+        // A transport takes nothing past the FIN, nor after the peer's reset.
+        if (st.in_fin or st.in_reset) return;
         try st.in.appendSlice(gpa, bytes);
         if (fin) st.in_fin = true;
         try f.push(.{ .readable = id });
@@ -151,7 +155,7 @@ const Fake = struct {
 
     pub fn streamReceiveOver(f: *Fake, id: u64) bool {
         const st = f.streams.getPtr(id) orelse return false;
-        return st.stop_code != null or st.fin_read;
+        return st.stop_code != null or st.fin_read or st.in_reset;
     }
 
     pub fn openUni(f: *Fake) StreamError!u64 {
@@ -191,6 +195,10 @@ const FakeLink = struct {
         try l.fake.send(id, bytes, fin);
     }
     fn reset(l: *FakeLink, id: u64, code: u64, final_size: u64) !void {
+        // The real connection's receive side ends with the peer's RESET_STREAM; bytes sent
+        // on the stream after it are not delivered (found by the fuzzer itself: the fake
+        // took them, and the session read them as a new request on a stream it had reset).
+        (try l.fake.stream(id)).in_reset = true;
         try l.fake.push(.{ .reset = .{ .id = id, .code = code, .final_size = final_size } });
     }
     fn stopSending(l: *FakeLink, id: u64, code: u64) !void {
